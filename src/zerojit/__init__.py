@@ -1,0 +1,39 @@
+"""zerojit: zero JIT compilation at run time for Triton kernels.
+
+Each kernel describes its own compile-key space (:mod:`zerojit.kernel`, :mod:`zerojit.keyspace`);
+a registry compiles all of it at start-up and loads every module and launcher
+(:mod:`zerojit.registry`); a monitor proves while serving that nothing compiles afterwards
+(:mod:`zerojit.monitor`). Without a GPU, :mod:`zerojit.compile_only` compiles real cubins for a
+named target and turns launches into dry launches.
+"""
+
+from .compile_only import compile_only
+from .kernel import CompiledVariant, JitKernel, KernelDefinitionError, KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from .keyspace import KeySpaceError, choices, int_range, trace_dispatch, zip_inputs
+from .registry import JitWarmupRegistry, WarmupError, WarmupReport
+from .specialization import SpecClass, WarmupTensor, classify, scalar_rep
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "compile_only",
+    "CompiledVariant",
+    "JitKernel",
+    "KernelDefinitionError",
+    "KernelInputError",
+    "LaunchSpec",
+    "TritonJitKernel",
+    "kernel_launcher",
+    "KeySpaceError",
+    "choices",
+    "int_range",
+    "trace_dispatch",
+    "zip_inputs",
+    "JitWarmupRegistry",
+    "WarmupError",
+    "WarmupReport",
+    "SpecClass",
+    "WarmupTensor",
+    "classify",
+    "scalar_rep",
+]

@@ -1,0 +1,363 @@
+"""The coverage audit: warmed keys against what a monitored run actually launched.
+
+Per kernel, from a warm-up report and a :class:`~zerojit.monitor.JitMonitor` that watched the run:
+
+* **warmed**: every warmed zerojit key, with its *hits*: launches through zerojit's launch path
+  (Triton calls no hook on a hit, so only zerojit launches are counted). Keys that compile to the
+  same Triton variant share that variant's count.
+* **dead warm-ups**: warmed, never hit (the "unreachable variant" bug: warm-up and dispatch
+  disagree, or the key space is wider than traffic).
+* **misses**: runtime compiles (in-process cache misses after warm-up), split into compiled,
+  loaded from Triton's disk cache, and blocked (error mode), with the launches of the variant
+  compiled at run time, the nearest warmed key and the arguments whose class differs.
+* **unwarmed hits**: launches of variants that were neither warmed nor compiled under the monitor
+  (compiled before warm-up, or by a warm-up whose report the audit was not given).
+
+Direct ``triton.compile`` calls after warm-up are listed apart. A :class:`CoverageAudit` is a
+plain frozen value: ``to_dict()``/``from_dict()`` round-trip through JSON, ``table()`` prints.
+
+``zerojit audit -- python script.py ...`` runs a script with ``ZEROJIT_JIT_MONITOR=warn`` and
+``ZEROJIT_AUDIT_OUT=<file>``: the child writes its audit there when it exits (``atexit``, so a
+script that ends with ``os._exit`` writes nothing), and the command prints it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import json
+import os
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "AUDIT_OUT_ENV",
+    "WarmedKey",
+    "RuntimeMiss",
+    "UnwarmedHit",
+    "KernelCoverage",
+    "CoverageAudit",
+    "build_audit",
+    "write_at_exit_if_requested",
+]
+
+#: Set by ``zerojit audit``: the file the child process writes its audit JSON to at exit.
+AUDIT_OUT_ENV = "ZEROJIT_AUDIT_OUT"
+
+
+def _key_fields(key: Any) -> dict | None:
+    if key is not None and dataclasses.is_dataclass(key) and not isinstance(key, type):
+        return {k: v if isinstance(v, (int, float, str, bool, type(None))) else repr(v)
+                for k, v in dataclasses.asdict(key).items()}
+    return None
+
+
+@dataclass(frozen=True)
+class WarmedKey:
+    """One warmed key: ``key`` is the repr of the zerojit ``CompileKey``; ``hits`` its launches."""
+
+    key: str
+    hits: int
+    fields: dict | None = dataclasses.field(default=None, compare=False, hash=False)
+
+    @property
+    def dead(self) -> bool:
+        return self.hits == 0
+
+
+@dataclass(frozen=True)
+class RuntimeMiss:
+    """One distinct runtime compile of a kernel.
+
+    Attributes:
+        arguments: every argument's runtime class, ``"name: class"`` joined by ``", "``.
+        misses: in-process cache misses for it (``compiled + disk_loads + blocked``).
+        compiled / disk_loads / blocked: how the misses ended.
+        hits: launches of the variant compiled at run time (zerojit launch path).
+        nearest_key: repr of the nearest warmed key, or None when nothing of the kernel was warmed.
+        differences: ``"block_size: warmed as equal-to-one, called as divisible-by-16"``, ...
+        options: launch options passed (text), empty when none.
+    """
+
+    arguments: str
+    misses: int
+    compiled: int
+    disk_loads: int
+    blocked: int
+    hits: int = 0
+    nearest_key: str | None = None
+    differences: tuple[str, ...] = ()
+    options: str = ""
+
+
+@dataclass(frozen=True)
+class UnwarmedHit:
+    """Launches of a variant that was neither warmed (in the given reports) nor compiled under the monitor."""
+
+    triton_key: str
+    hits: int
+
+
+@dataclass(frozen=True)
+class KernelCoverage:
+    """One kernel's coverage: warmed keys with hits, runtime misses, unwarmed hits."""
+
+    kernel: str
+    warmed: tuple[WarmedKey, ...] = ()
+    misses: tuple[RuntimeMiss, ...] = ()
+    unwarmed_hits: tuple[UnwarmedHit, ...] = ()
+    hits: int = 0  #: launches of warmed variants (a variant several keys share is counted once)
+
+    @property
+    def hit(self) -> tuple[WarmedKey, ...]:
+        """Warmed keys launched at least once."""
+        return tuple(w for w in self.warmed if w.hits)
+
+    @property
+    def dead(self) -> tuple[WarmedKey, ...]:
+        """Warmed keys never launched (dead warm-ups)."""
+        return tuple(w for w in self.warmed if not w.hits)
+
+    @property
+    def runtime_compiles(self) -> int:
+        return sum(m.misses for m in self.misses)
+
+
+@dataclass(frozen=True)
+class CoverageAudit:
+    """The whole audit: per kernel coverage (warm-up order, then kernels only seen at run time).
+
+    Attributes:
+        kernels: per kernel coverage.
+        direct: direct ``triton.compile`` calls after warm-up (``RuntimeMiss``, ``arguments``
+            prefixed by the compiled function's name).
+        mode: the monitor's mode during the run.
+    """
+
+    kernels: tuple[KernelCoverage, ...]
+    direct: tuple[RuntimeMiss, ...] = ()
+    mode: str = "warn"
+
+    @property
+    def runtime_compiles(self) -> int:
+        """Every compile after warm-up: in-process misses (compiled, disk-loaded or blocked) and direct compiles."""
+        return sum(k.runtime_compiles for k in self.kernels) + sum(d.misses for d in self.direct)
+
+    @property
+    def ok(self) -> bool:
+        """Nothing compiled (nor tried to) at run time."""
+        return self.runtime_compiles == 0
+
+    @property
+    def dead_warmups(self) -> int:
+        return sum(len(k.dead) for k in self.kernels)
+
+    def kernel(self, name: str) -> KernelCoverage:
+        """The coverage of kernel ``name``.
+
+        Raises:
+            KeyError: no kernel of that name was warmed or seen.
+        """
+        for k in self.kernels:
+            if k.kernel == name:
+                return k
+        raise KeyError(f"no kernel {name!r} in the audit (kernels: {', '.join(k.kernel for k in self.kernels)})")
+
+    # -- serialization ---------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; :meth:`from_dict` gives an equal audit back."""
+        def miss(m: RuntimeMiss) -> dict:
+            d = dataclasses.asdict(m)
+            d["differences"] = list(m.differences)
+            return d
+
+        return {
+            "mode": self.mode,
+            "runtime_compiles": self.runtime_compiles,
+            "dead_warmups": self.dead_warmups,
+            "kernels": [
+                {
+                    "kernel": k.kernel,
+                    "hits": k.hits,
+                    "warmed": [{"key": w.key, "hits": w.hits, "fields": w.fields} for w in k.warmed],
+                    "misses": [miss(m) for m in k.misses],
+                    "unwarmed_hits": [dataclasses.asdict(u) for u in k.unwarmed_hits],
+                }
+                for k in self.kernels
+            ],
+            "direct": [miss(d) for d in self.direct],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CoverageAudit":
+        def miss(d: dict) -> RuntimeMiss:
+            return RuntimeMiss(**{**d, "differences": tuple(d.get("differences", ()))})
+
+        return cls(
+            kernels=tuple(
+                KernelCoverage(
+                    kernel=k["kernel"],
+                    warmed=tuple(WarmedKey(w["key"], w["hits"], w.get("fields")) for w in k["warmed"]),
+                    misses=tuple(miss(m) for m in k["misses"]),
+                    unwarmed_hits=tuple(UnwarmedHit(**u) for u in k.get("unwarmed_hits", ())),
+                    hits=k.get("hits", 0),
+                )
+                for k in data["kernels"]
+            ),
+            direct=tuple(miss(d) for d in data.get("direct", ())),
+            mode=data.get("mode", "warn"),
+        )
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    # -- text ------------------------------------------------------------------------------------
+
+    def table(self) -> str:
+        """A plain-text table (per kernel totals), then the details of hits, dead keys and misses."""
+        header = ("kernel", "warmed", "hit", "dead", "hits", "misses", "compiled", "disk", "blocked")
+        rows = [
+            (k.kernel, len(k.warmed), len(k.hit), len(k.dead), k.hits, k.runtime_compiles,
+             sum(m.compiled for m in k.misses), sum(m.disk_loads for m in k.misses), sum(m.blocked for m in k.misses))
+            for k in self.kernels
+        ]
+        width = max([len(header[0])] + [len(r[0]) for r in rows])
+        fmt = f"{{:<{width}}}" + "  {:>6}" * (len(header) - 1)
+        lines = [f"zerojit coverage audit (monitor: {self.mode})", fmt.format(*header)]
+        lines += [fmt.format(*r) for r in rows]
+        for k in self.kernels:
+            lines.append(f"{k.kernel}:")
+            for w in k.warmed:
+                lines.append(f"  {'dead' if w.dead else 'hit ':<4}  {w.key}  ({w.hits} launches)")
+            for m in k.misses:
+                how = f"{m.compiled} compiled, {m.disk_loads} from disk cache, {m.blocked} blocked"
+                lines.append(f"  MISS  {m.arguments}  ({m.misses} misses: {how}; {m.hits} launches)")
+                if m.nearest_key is None:
+                    lines.append("        no key of this kernel was warmed (registration dropped?)")
+                else:
+                    lines.append(f"        nearest warmed key {m.nearest_key}")
+                    lines += [f"        {d}" for d in m.differences]
+            for u in k.unwarmed_hits:
+                lines.append(f"  other {u.triton_key}  ({u.hits} launches of a variant neither warmed nor monitored)")
+        for d in self.direct:
+            lines.append(f"direct triton.compile after warm-up: {d.arguments} "
+                         f"({d.compiled} compiled, {d.disk_loads} from disk cache)")
+        if self.ok:
+            lines.append(f"zero runtime compiles; {self.dead_warmups} dead warm-up key(s)")
+        else:
+            lines.append(f"{self.runtime_compiles} runtime compile(s) after warm-up; {self.dead_warmups} dead warm-up key(s)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _miss_from(count: Any, hits: int = 0, prefix: str = "") -> RuntimeMiss:
+    rec = count.compile
+    return RuntimeMiss(
+        arguments=prefix + rec.arguments,
+        misses=count.misses,
+        compiled=count.compiled,
+        disk_loads=count.disk_loads,
+        blocked=count.blocked,
+        hits=hits,
+        nearest_key=rec.nearest_key,
+        differences=tuple(rec.difference_lines),
+        options=rec.options,
+    )
+
+
+def build_audit(report: Any, monitor: Any) -> CoverageAudit:
+    """The coverage audit of a monitored run.
+
+    Args:
+        report: the :class:`~zerojit.registry.WarmupReport` (or a list of them); None uses the
+            reports the monitor was given (warm-ups hand theirs to installed monitors).
+        monitor: the :class:`~zerojit.monitor.JitMonitor` that watched the run.
+    """
+    snap = monitor.snapshot()
+    variants: list[Any] = list(snap.variants)
+    seen = {id(v.compiled) for v in variants}
+    reports = [] if report is None else (list(report) if isinstance(report, (list, tuple)) else [report])
+    for r in reports:
+        for v in r.variants:
+            if v.compiled is not None and id(v.compiled) not in seen:
+                seen.add(id(v.compiled))
+                variants.append(v)
+
+    variant_hits: dict[int, int] = {}
+    miss_hits: dict[tuple[int, str], int] = {}
+    unwarmed: dict[str, dict[str, int]] = {}
+    miss_keys = {(id(fn), m.compile.triton_key) for fn, m in zip(snap.miss_fns, snap.misses)}
+    for launch in snap.launches:
+        ident = id(launch.compiled)
+        if ident in seen:
+            variant_hits[ident] = variant_hits.get(ident, 0) + launch.count
+            continue
+        fn_key = (id(getattr(launch.kernel, "kernel", None)), launch.triton_key or "")
+        if fn_key in miss_keys:
+            miss_hits[fn_key] = miss_hits.get(fn_key, 0) + launch.count
+        else:
+            per = unwarmed.setdefault(launch.kernel.name, {})
+            tk = launch.triton_key or "<not in Triton's in-process cache>"
+            per[tk] = per.get(tk, 0) + launch.count
+
+    order: dict[str, dict[str, Any]] = {}
+
+    def entry(name: str) -> dict[str, Any]:
+        return order.setdefault(name, {"warmed": [], "misses": [], "variants": set()})
+
+    for v in variants:
+        parts = entry(v.kernel)
+        parts["warmed"].append(WarmedKey(repr(v.key), variant_hits.get(id(v.compiled), 0), _key_fields(v.key)))
+        parts["variants"].add(id(v.compiled))
+    for fn, m in zip(snap.miss_fns, snap.misses):
+        hits = miss_hits.get((id(fn), m.compile.triton_key), 0)
+        entry(m.compile.kernel)["misses"].append(_miss_from(m, hits))
+    for name in unwarmed:
+        entry(name)
+    kernels = tuple(
+        KernelCoverage(
+            kernel=name,
+            warmed=tuple(parts["warmed"]),
+            misses=tuple(parts["misses"]),
+            unwarmed_hits=tuple(UnwarmedHit(k, n) for k, n in unwarmed.get(name, {}).items()),
+            hits=sum(variant_hits.get(i, 0) for i in parts["variants"]),
+        )
+        for name, parts in order.items()
+    )
+    direct = tuple(_miss_from(d, prefix=f"{d.compile.kernel}: ") for d in snap.direct)
+    return CoverageAudit(kernels=kernels, direct=direct, mode=snap.mode)
+
+
+_EXIT_LOCK = threading.Lock()
+_exit_registered = False
+
+
+def write_at_exit_if_requested() -> None:
+    """When ``ZEROJIT_AUDIT_OUT`` is set, write the process monitor's audit there at exit (once)."""
+    global _exit_registered
+    if not os.environ.get(AUDIT_OUT_ENV):
+        return
+    with _EXIT_LOCK:
+        if not _exit_registered:
+            atexit.register(_write_audit)
+            _exit_registered = True
+
+
+def _write_audit() -> None:
+    from . import monitor as _monitor
+
+    path = os.environ.get(AUDIT_OUT_ENV)
+    mon = _monitor.current()
+    if not path or mon is None:
+        return
+    text = build_audit(None, mon).to_json()
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".zerojit-audit-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,1 @@
+"""Small example kernels used by the demo and the tests."""

@@ -1,0 +1,351 @@
+"""The model configuration that fixes the sparse-MLA kernels' compile-key space.
+
+:class:`ModelConfig` holds the fields of docs KERNELS.md "Model configuration" and checks its
+"Validity" rules when it is built, reporting every bad field at once in one
+:class:`ConfigError`. Its derived properties (the distinct compression ratios, the top-k width
+per layer ratio, the query length of a decode step, ...) are what the kernels'
+``get_warmup_keys`` read.
+
+Example::
+
+    >>> cfg = ModelConfig(block_size=256, compress_ratios=[1, 4, 128, 4], index_topk=1024)
+    >>> cfg.compressed_ratios, cfg.indexer_ratios, cfg.topk_width(128)
+    ((4, 128), (4,), 512)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .shapes import cdiv
+
+__all__ = ["ConfigError", "ModelConfig", "INDEXER_RATIO", "INT32_MAX"]
+
+#: The compression ratio whose layers carry the top-k "lightning indexer" (KERNELS.md: the
+#: indexer serves ratio-4 layers; ratio-128 layers have none; ratio-1 layers are window-only).
+INDEXER_RATIO = 4
+
+#: Largest value an int32 slot, position or count may take (KERNELS.md "Conventions": a
+#: configuration whose values cannot fit int32 is rejected when it is built).
+INT32_MAX = 2**31 - 1
+
+
+class ConfigError(ValueError):
+    """An invalid :class:`ModelConfig`; lists every problem at once.
+
+    Attributes:
+        problems: one line per problem, each naming the field, its value and what to change.
+    """
+
+    def __init__(self, problems: list[str] | str, *, what: str = "ModelConfig") -> None:
+        if isinstance(problems, str):  # re-created from its message (e.g. when unpickled)
+            super().__init__(problems)
+            self.problems = [problems]
+            return
+        self.problems = list(problems)
+        n = len(self.problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"invalid {what} ({n} problem{'s' if n != 1 else ''}):\n{lines}")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_pow2(v: int) -> bool:
+    return v >= 1 and (v & (v - 1)) == 0
+
+
+def _pow2_neighbours(v: int) -> str:
+    lo = 1 << max(v.bit_length() - 1, 0)
+    return f"{lo} or {lo * 2}" if v > 1 else "1, 2 or 4"
+
+
+def _join_wheres(wheres: list[str]) -> str:
+    """``compress_ratios[0]``, ``compress_ratios[0, 3]`` or ``index_kpool`` / mixed."""
+    layers = [w[len("compress_ratios[") : -1] for w in wheres if w.startswith("compress_ratios[")]
+    parts = [f"compress_ratios[{', '.join(layers)}]"] if layers else []
+    parts += [w for w in wheres if not w.startswith("compress_ratios[")]
+    return " and ".join(parts)
+
+
+def _divisors_of(n: int) -> str:
+    return ", ".join(str(d) for d in range(2, n + 1) if n % d == 0 and _is_pow2(d))
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Configuration of a DeepSeek-style sparse-MLA model, as far as its kernels care.
+
+    Every field is an int unless said; "tokens" are KV-cache token positions. The rules checked
+    when the config is built come from KERNELS.md "Model configuration" / "Validity" (block_size
+    a power of two; every ratio > 1 divides block_size; r < S; ``(block_size // ratio) % I == 0``
+    for every ratio > 1; ``block_size % I == 0`` when S > 1), plus the obvious ranges (positive
+    limits, a non-empty ``compress_ratios``) and the int32 limit of the Conventions.
+
+    Fields:
+        name: a label for reports ("custom" unless given).
+        block_size: tokens per KV-cache block; a power of two (64 for a DeepSeek-V3.2-like model,
+            256 for a DSv4-like one).
+        compress_ratios: one compression ratio per layer: 1 = sliding-window only, 4 =
+            compressed with a top-k indexer, 128 = compressed without an indexer. Any ratio
+            ``>= 1`` that satisfies the rules is accepted; a list is stored as a tuple.
+        index_topk: TOP_K of the indexer (the top-k width of ratio-4 layers), in compressed
+            entries.
+        index_kpool: optional pooled-selector ratio, an extra compression ratio (None = none);
+            when set it must be > 1 and obeys the rules of every ratio > 1.
+        sliding_window: the window ``Wn`` in tokens.
+        max_model_len: longest sequence, in tokens.
+        max_num_batched_tokens: most tokens in one scheduler step.
+        max_num_seqs: most requests in one scheduler step.
+        dcp_size: decode-context-parallel world size S (1 = no DCP).
+        dcp_rank: this process's DCP rank r, ``0 <= r < S``.
+        dcp_interleave: DCP interleave I: runs of I consecutive (compressed) entries belong to
+            one rank.
+        num_speculative_tokens: draft tokens per decode step (0 = no speculative decoding).
+
+    Raises:
+        ConfigError: listing every invalid field at once.
+    """
+
+    name: str = "custom"
+    block_size: int = 64
+    compress_ratios: tuple[int, ...] = (4,)
+    index_topk: int = 2048
+    index_kpool: int | None = None
+    sliding_window: int = 128
+    max_model_len: int = 65536
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    dcp_size: int = 1
+    dcp_rank: int = 0
+    dcp_interleave: int = 1
+    num_speculative_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.compress_ratios, list):
+            object.__setattr__(self, "compress_ratios", tuple(self.compress_ratios))
+        problems = self._problems()
+        if problems:
+            # Report in field declaration order, so the message reads like the config.
+            order = {f: i for i, f in enumerate(self.field_names())}
+            problems.sort(key=lambda m: order.get(re.split(r"[=\[]", m, 1)[0], len(order)))
+            raise ConfigError(problems)
+
+    # ------------------------------------------------------------------ validation
+    def _problems(self) -> list[str]:
+        """Every rule this config breaks, one message each (empty when valid)."""
+        p: list[str] = []
+        if not isinstance(self.name, str):
+            p.append(f"name={self.name!r}: must be a str")
+
+        int_fields = {
+            # field: (minimum, hint)
+            "block_size": (1, "tokens per KV-cache block, e.g. 64"),
+            "index_topk": (1, "the indexer's top-k width, e.g. 2048"),
+            "sliding_window": (1, "the window in tokens, e.g. 128"),
+            "max_model_len": (1, "e.g. 65536"),
+            "max_num_batched_tokens": (1, "e.g. 8192"),
+            "max_num_seqs": (1, "e.g. 256"),
+            "dcp_size": (1, "use 1 to turn DCP off"),
+            "dcp_rank": (0, "ranks count from 0"),
+            "dcp_interleave": (1, "use 1 for no interleave"),
+            "num_speculative_tokens": (0, "use 0 to turn speculative decoding off"),
+        }
+        ok: dict[str, bool] = {}
+        for fname, (lo, hint) in int_fields.items():
+            v = getattr(self, fname)
+            if not _is_int(v):
+                p.append(f"{fname}={v!r}: must be an int ({hint})")
+                ok[fname] = False
+            elif v < lo:
+                p.append(f"{fname}={v}: must be >= {lo} ({hint})")
+                ok[fname] = False
+            elif v > INT32_MAX:
+                p.append(f"{fname}={v}: must fit int32 (<= {INT32_MAX})")
+                ok[fname] = False
+            else:
+                ok[fname] = True
+
+        bs = self.block_size if ok["block_size"] else None
+        if bs is not None and not _is_pow2(bs):
+            p.append(f"block_size={bs}: must be a power of two (e.g. {_pow2_neighbours(bs)})")
+
+        # Ratios: every layer's, then index_kpool.
+        ratios: list[tuple[str, int]] = []
+        cr = self.compress_ratios
+        if not isinstance(cr, tuple):
+            p.append(f"compress_ratios={cr!r}: must be a tuple or list of ints, one per layer")
+        elif len(cr) == 0:
+            p.append("compress_ratios=(): must list one ratio per layer (at least one layer)")
+        else:
+            for i, c in enumerate(cr):
+                if not _is_int(c):
+                    p.append(f"compress_ratios[{i}]={c!r}: must be an int (1, 4 or 128)")
+                elif c < 1:
+                    p.append(
+                        f"compress_ratios[{i}]={c}: must be >= 1 (1 = sliding-window only, "
+                        "4 or 128 = compressed)"
+                    )
+                else:
+                    ratios.append((f"compress_ratios[{i}]", c))
+        kp = self.index_kpool
+        if kp is not None:
+            if not _is_int(kp):
+                p.append(f"index_kpool={kp!r}: must be an int > 1 or None")
+            elif kp <= 1:
+                p.append(f"index_kpool={kp}: must be > 1 (it is a compression ratio) or None")
+            else:
+                ratios.append(("index_kpool", kp))
+
+        S = self.dcp_size if ok["dcp_size"] else None
+        r = self.dcp_rank if ok["dcp_rank"] else None
+        I = self.dcp_interleave if ok["dcp_interleave"] else None
+        if S is not None and r is not None and r >= S:
+            p.append(
+                f"dcp_rank={r}: must be < dcp_size={S} (ranks 0..{S - 1}); "
+                "change dcp_rank or dcp_size"
+            )
+
+        if bs is not None:
+            # Group by ratio value so a 61-layer model with one bad ratio gives one message.
+            by_ratio: dict[int, list[str]] = {}
+            for where, c in ratios:
+                if c > 1:
+                    by_ratio.setdefault(c, []).append(where)
+            for c, wheres in by_ratio.items():
+                where = _join_wheres(wheres)
+                if bs % c != 0:
+                    p.append(
+                        f"{where}={c}: every ratio > 1 must divide block_size={bs}; "
+                        f"use a ratio in {{{_divisors_of(bs)}}} or a block_size that is a "
+                        f"multiple of {c}"
+                    )
+                elif I is not None and (bs // c) % I != 0:
+                    p.append(
+                        f"dcp_interleave={I}: must divide block_size // ratio = {bs}//{c} = "
+                        f"{bs // c} (ratio {c} of {where}); use a smaller dcp_interleave"
+                    )
+            if S is not None and S > 1 and I is not None and bs % I != 0:
+                p.append(
+                    f"dcp_interleave={I}: must divide block_size={bs} when dcp_size={S} > 1; "
+                    "use a smaller dcp_interleave"
+                )
+        return p
+
+    # ------------------------------------------------------------------ derived values
+    @property
+    def num_layers(self) -> int:
+        """Number of attention layers: ``len(compress_ratios)``."""
+        return len(self.compress_ratios)
+
+    @property
+    def compressed_ratios(self) -> tuple[int, ...]:
+        """Sorted distinct ratios > 1 of ``compress_ratios`` plus ``index_kpool`` when set.
+
+        The ratios of the compressed KV caches (KERNELS.md K2 warm-up space); empty when every
+        layer is window-only and there is no pooled selector.
+        """
+        rs = {c for c in self.compress_ratios if c > 1}
+        if self.index_kpool is not None:
+            rs.add(self.index_kpool)
+        return tuple(sorted(rs))
+
+    @property
+    def indexer_ratios(self) -> tuple[int, ...]:
+        """Sorted distinct ratios of layers that have a top-k indexer.
+
+        A layer has an indexer iff its ratio is :data:`INDEXER_RATIO` (4): KERNELS.md gives the
+        indexer to ratio-4 layers, none to ratio-128 layers, and ratio-1 layers are window-only.
+        Other ratios (accepted by the validity rules) are treated like 128: no indexer.
+        So this is ``(4,)`` or ``()`` (KERNELS.md K4 warm-up space).
+        """
+        return (INDEXER_RATIO,) if INDEXER_RATIO in self.compress_ratios else ()
+
+    @property
+    def query_len(self) -> int:
+        """Query tokens per request in a decode step: ``Lq = 1 + num_speculative_tokens``."""
+        return 1 + self.num_speculative_tokens
+
+    @property
+    def max_blocks_per_req(self) -> int:
+        """Block-table width a request can need: ``cdiv(max_model_len, block_size)``."""
+        return cdiv(self.max_model_len, self.block_size)
+
+    def topk_width(self, ratio: int) -> int:
+        """TOP_K of K7 for a layer of this compression ratio, in compressed entries.
+
+        - ratio 1 (window only): 0 (no top-k part).
+        - ratio 4 (indexer layer): ``index_topk``.
+        - any other ratio c > 1 (no indexer; 128 in practice): ``cdiv(max_model_len, c)``,
+          i.e. every compressed entry of the longest sequence (KERNELS.md K7 gives
+          ``cdiv(max_model_len, 128)`` for ratio 128; the same rule is used for other
+          indexer-less ratios).
+
+        ``ratio`` need not appear in ``compress_ratios``; it must be ``>= 1``.
+        """
+        if not _is_int(ratio) or ratio < 1:
+            raise ValueError(f"topk_width: ratio={ratio!r} must be an int >= 1")
+        if ratio == 1:
+            return 0
+        if ratio == INDEXER_RATIO:
+            return self.index_topk
+        return cdiv(self.max_model_len, ratio)
+
+    @property
+    def layer_topk_pairs(self) -> tuple[tuple[int, int], ...]:
+        """Sorted distinct ``(ratio, topk_width(ratio))`` over the layers (K7 warm-up space)."""
+        return tuple(sorted({(c, self.topk_width(c)) for c in self.compress_ratios}))
+
+    # ------------------------------------------------------------------ conversions
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """Names of the config's fields, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
+        """Build from a mapping of field names to values; missing fields take their defaults.
+
+        Raises:
+            ConfigError: naming every unknown key together with every invalid field.
+        """
+        if not isinstance(d, Mapping):
+            raise ConfigError(
+                [f"from_dict: expected a mapping of field names, got {type(d).__name__}"]
+            )
+        names = set(cls.field_names())
+        unknown = sorted((k for k in d if k not in names), key=str)
+        problems = [
+            f"{k!r}: unknown field; known fields are {', '.join(cls.field_names())}"
+            for k in unknown
+        ]
+        known = {k: v for k, v in d.items() if k in names}
+        try:
+            cfg = cls(**known)
+        except ConfigError as e:
+            raise ConfigError(problems + e.problems) from None
+        if problems:
+            raise ConfigError(problems)
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-ready dict of every field (``compress_ratios`` as a list).
+
+        ``ModelConfig.from_dict(cfg.to_dict()) == cfg``.
+        """
+        d = {f: getattr(self, f) for f in self.field_names()}
+        d["compress_ratios"] = list(self.compress_ratios)
+        return d
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        """A copy with ``changes`` applied, validated again (like ``dataclasses.replace``).
+
+        Raises:
+            ConfigError: for unknown field names and every invalid field of the result.
+        """
+        return type(self).from_dict({**self.to_dict(), **changes})

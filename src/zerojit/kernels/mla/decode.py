@@ -1,0 +1,234 @@
+"""K3 ``prepare_uniform_decode``: flatten a uniform decode batch into single-token rows.
+
+Every decode request has the same query length ``Lq = 1 + num_speculative_tokens``. The batch
+becomes ``Nd = num_decodes * Lq`` rows, one per query token (docs KERNELS.md, K3)::
+
+    expanded_seq_lens[idx]          = max(seq_lens[idx // Lq] - Lq + idx % Lq + 1, 0)
+    expanded_block_table[idx, :W]   = block_table[idx // Lq, :]          # W = block_table width
+
+for ``idx < Nd`` only: rows ``>= Nd`` and columns ``>= W`` of the (maximum-sized) buffers are never
+touched. Grid ``(Nd,)`` from the live count, never from the buffers' capacity.
+
+Config-free: nothing of the model shapes the code. The compile key is the tile size and the one
+alignment fact that matters, whether both block tables' rows start on 16-byte boundaries (then
+the copy uses 128-bit vectors); every int (row strides, W, Lq) is ``do_not_specialize`` and
+checked to fit int32, every pointer is ``do_not_specialize_on_alignment``. So the kernel can be
+registered with no request at all and warmed for the alignments the runner can produce.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.keyspace import choices, trace_dispatch
+from zerojit.specialization import WarmupTensor, scalar_rep
+
+__all__ = ["TILE", "PrepareUniformDecode", "prepare_uniform_decode"]
+
+#: Block-table columns copied per loop iteration.
+TILE = 512
+
+_INT32_MAX = 2**31 - 1
+
+
+@triton.jit(
+    do_not_specialize=["bt_stride", "ebt_stride", "width", "query_len"],
+    do_not_specialize_on_alignment=[
+        "seq_lens_ptr",
+        "block_table_ptr",
+        "expanded_seq_lens_ptr",
+        "expanded_block_table_ptr",
+    ],
+)
+def _prepare_uniform_decode_kernel(
+    seq_lens_ptr,  # [num_decodes] int32
+    block_table_ptr,  # [>= num_decodes, W] int32, row stride bt_stride
+    expanded_seq_lens_ptr,  # [>= Nd] int32
+    expanded_block_table_ptr,  # [>= Nd, >= W] int32, row stride ebt_stride
+    bt_stride,
+    ebt_stride,
+    width,
+    query_len,
+    TILE: tl.constexpr,
+    ALIGNED: tl.constexpr,
+):
+    idx = tl.program_id(0)
+    req = idx // query_len
+    seq = tl.load(seq_lens_ptr + req)
+    tl.store(expanded_seq_lens_ptr + idx, tl.maximum(seq - query_len + (idx - req * query_len) + 1, 0))
+
+    src = block_table_ptr + req.to(tl.int64) * bt_stride
+    dst = expanded_block_table_ptr + idx.to(tl.int64) * ebt_stride
+    if ALIGNED:  # both rows start on 16-byte boundaries: 128-bit vectors
+        src = tl.multiple_of(src, 16)
+        dst = tl.multiple_of(dst, 16)
+    cols = tl.arange(0, TILE)
+    full = (width // TILE) * TILE
+    # Whole tiles unmasked (vectorisable), then the masked tail. A while-loop, not range():
+    # Triton 3.6's interpreter cannot take a runtime range() bound with NumPy >= 2.4.
+    c0 = 0
+    while c0 < full:
+        c = c0 + cols
+        tl.store(dst + c, tl.load(src + c))
+        c0 += TILE
+    c = full + cols
+    m = c < width
+    tl.store(dst + c, tl.load(src + c, mask=m), mask=m)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
+    """K3: expand ``num_decodes`` requests of query length Lq into ``Nd`` single-token rows.
+
+    Call (keyword-only)::
+
+        expanded_seq_lens, expanded_block_table = prepare_uniform_decode(
+            seq_lens=..., block_table=..., expanded_seq_lens=buf_s, expanded_block_table=buf_bt,
+            query_len=Lq, num_decode_tokens=Nd)
+
+    Inputs (int32 tensors on one device):
+        seq_lens: ``[>= cdiv(Nd, Lq)]`` contiguous, each request's length after this step.
+        block_table: ``[>= cdiv(Nd, Lq), W]`` columns contiguous, any row stride.
+        expanded_seq_lens: ``[>= Nd]`` contiguous output buffer.
+        expanded_block_table: ``[>= Nd, >= W]`` output buffer, columns contiguous.
+        query_len: Lq >= 1 (KERNELS.md has Lq > 1; Lq = 1 is a plain copy).
+        num_decode_tokens: Nd >= 0, the live row count (the grid).
+
+    Returns:
+        ``(expanded_seq_lens, expanded_block_table)``, the buffers given, written in place for
+        ``idx < Nd`` by the rule in the module docstring; nothing else in them changes.
+
+    Raises:
+        KernelInputError: a wrong dtype, dimension, device or contiguity; buffers with fewer
+            than Nd rows or fewer than W columns; fewer requests than ``cdiv(Nd, Lq)``;
+            ``query_len`` < 1 or ``num_decode_tokens`` < 0; an int or row stride outside int32
+            (metadata only, no device sync).
+    """
+
+    kernel = _prepare_uniform_decode_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        """One compiled variant of K3.
+
+        Attributes:
+            tile: block-table columns per loop iteration.
+            aligned: both block tables' rows start on 16-byte boundaries (base addresses aligned
+                and row strides multiples of 4 elements).
+        """
+
+        tile: int
+        aligned: bool
+
+    def dispatch(self, *, aligned: bool = True) -> "PrepareUniformDecode.CompileKey":
+        """The compile key of a launch whose block-table rows are (not) 16-byte aligned."""
+        return self.CompileKey(tile=TILE, aligned=bool(aligned))
+
+    def get_warmup_keys(self, *, aligned: tuple[bool, ...] = (True,)) -> list["PrepareUniformDecode.CompileKey"]:
+        """One key per alignment class of the block tables the caller can produce.
+
+        Config-free (no ``config`` parameter), so ``register_warmup()`` with no request warms the
+        aligned variant.
+        """
+        return trace_dispatch(self.dispatch)(aligned=choices(*aligned))
+
+    def warmup_inputs(self, key: "PrepareUniformDecode.CompileKey") -> dict:
+        """Launch inputs in ``key``'s classes (meta tensors, no memory)."""
+        R, Lq, W = 4, 2, 20  # W a multiple of 4: rows of a contiguous table stay aligned
+        return dict(
+            seq_lens=WarmupTensor(torch.int32, (R,)),
+            block_table=WarmupTensor(torch.int32, (R, W), aligned=key.aligned),
+            expanded_seq_lens=WarmupTensor(torch.int32, (R * Lq,)),
+            expanded_block_table=WarmupTensor(torch.int32, (R * Lq, W)),
+            query_len=scalar_rep(Lq, specialize=False),
+            num_decode_tokens=R * Lq,
+        )
+
+    def key_for(self, **inputs) -> "PrepareUniformDecode.CompileKey":
+        """The compile key ``__call__`` would launch for these inputs (after validating them)."""
+        return self._check(**inputs)
+
+    def _check(
+        self, *, seq_lens, block_table, expanded_seq_lens, expanded_block_table, query_len, num_decode_tokens
+    ) -> "PrepareUniformDecode.CompileKey":
+        name = self.name
+        _tensor(name, "seq_lens", seq_lens, dim=1)
+        device = seq_lens.device
+        _tensor(name, "block_table", block_table, dim=2, device=device, rows_only=True)
+        _tensor(name, "expanded_seq_lens", expanded_seq_lens, dim=1, device=device)
+        _tensor(name, "expanded_block_table", expanded_block_table, dim=2, device=device, rows_only=True)
+        if not _is_int(query_len) or not 1 <= query_len <= _INT32_MAX:
+            raise KernelInputError(name, "query_len", f"must be an int >= 1, got {query_len!r}")
+        Nd = num_decode_tokens
+        if not _is_int(Nd) or not 0 <= Nd <= _INT32_MAX:
+            raise KernelInputError(name, "num_decode_tokens", f"must be an int in [0, 2**31), got {Nd!r}")
+        W = block_table.shape[1]
+        if expanded_seq_lens.shape[0] < Nd:
+            raise KernelInputError(name, "expanded_seq_lens", f"holds {expanded_seq_lens.shape[0]} rows, num_decode_tokens={Nd}")
+        if expanded_block_table.shape[0] < Nd:
+            raise KernelInputError(
+                name, "expanded_block_table", f"holds {expanded_block_table.shape[0]} rows, num_decode_tokens={Nd}"
+            )
+        if expanded_block_table.shape[1] < W:
+            raise KernelInputError(
+                name, "expanded_block_table", f"has {expanded_block_table.shape[1]} columns, block_table has {W}"
+            )
+        need = -(-Nd // query_len)
+        for arg, t in (("seq_lens", seq_lens), ("block_table", block_table)):
+            if t.shape[0] < need:
+                raise KernelInputError(
+                    name, arg, f"has {t.shape[0]} requests but num_decode_tokens={Nd} with query_len={query_len} needs {need}"
+                )
+        for arg, t in (("block_table", block_table), ("expanded_block_table", expanded_block_table)):
+            if t.stride(0) > _INT32_MAX:
+                raise KernelInputError(name, arg, f"row stride {t.stride(0)} does not fit int32")
+        aligned = all(t.data_ptr() % 16 == 0 and t.stride(0) % 4 == 0 for t in (block_table, expanded_block_table))
+        return self.dispatch(aligned=aligned)
+
+    @kernel_launcher(host_only=("num_decode_tokens",))
+    def __call__(
+        self, *, seq_lens, block_table, expanded_seq_lens, expanded_block_table, query_len, num_decode_tokens
+    ) -> LaunchSpec:
+        """Launch K3 over the ``num_decode_tokens`` live rows; returns the two buffers (see the class)."""
+        key = self._check(
+            seq_lens=seq_lens, block_table=block_table, expanded_seq_lens=expanded_seq_lens,
+            expanded_block_table=expanded_block_table, query_len=query_len, num_decode_tokens=num_decode_tokens,
+        )
+        return LaunchSpec(
+            grid=(num_decode_tokens,),
+            kwargs=dict(
+                bt_stride=block_table.stride(0),
+                ebt_stride=expanded_block_table.stride(0),
+                width=block_table.shape[1],
+                TILE=key.tile,
+                ALIGNED=key.aligned,
+            ),
+            returns=(expanded_seq_lens, expanded_block_table),
+        )
+
+
+def _tensor(kernel, arg, t, *, dim, device=None, rows_only=False):
+    """Check one int32 tensor input by its metadata only (never its values)."""
+    if not isinstance(t, torch.Tensor):
+        raise KernelInputError(kernel, arg, f"must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise KernelInputError(kernel, arg, f"must be int32, got {t.dtype}")
+    if t.dim() != dim:
+        raise KernelInputError(kernel, arg, f"must have {dim} dimension(s), got shape {tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise KernelInputError(kernel, arg, f"is on {t.device}, seq_lens on {device}")
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        what = "its last dimension must be contiguous (stride 1)" if rows_only else "must be contiguous"
+        raise KernelInputError(kernel, arg, f"{what}, got strides {t.stride()}")
+
+
+#: The module-level instance serving code launches.
+prepare_uniform_decode = PrepareUniformDecode()

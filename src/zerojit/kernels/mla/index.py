@@ -1,0 +1,503 @@
+"""K1 ``convert_req_index_to_global_index``: indexer top-k positions -> global KV-cache slots.
+
+The lightning indexer picks, for every token t of the step, up to K request-local token
+positions (``token_indices[t, :]``, -1 padded). This kernel turns each position into the slot of
+that token in the paged KV cache (docs KERNELS.md, K1)::
+
+    tok = token_indices[t, j]                       # -1: no entry
+    S > 1:  owner = (tok // I) % S                  # the DCP rank holding tok; others get -1
+            local = (tok // (S*I)) * I + tok % I    # its position in this rank's cache
+    blk, off = divmod(local, block_size)            # blk >= max_num_blocks_per_req: -1
+    slot = prefill_workspace_starts[p] + tok        # p = prefill_workspace_request_ids[t] >= 0
+         | block_table[req_id[t], blk] * block_stride_rows + off
+
+``block_stride_rows`` is the *physical* distance in cache rows between consecutive block ids
+(equal to ``block_size`` only for a dense cache; a packed cache interleaves several layers'
+blocks), so it is a compile-time fact of the bound cache, registered when the cache is bound.
+
+Compile key (:class:`ConvertReqIndexToGlobalIndex.CompileKey`): block_size, block_stride_rows,
+K, BLOCK_N, has-workspace, count-valid, compact, S, I (KERNELS.md) plus ``indices_aligned``, the
+one alignment class that matters (see the class). Everything else is either fixed by the key or
+kept out of Triton's key: the per-step ints (``token_indices``' and ``block_table``'s row strides,
+``max_num_blocks_per_req``, the DCP rank r) are ``do_not_specialize`` and the launcher checks they
+fit int32, so their width class never changes; the input pointers are
+``do_not_specialize_on_alignment``; ``out`` / ``valid_counts`` are allocated here, hence always
+16-byte aligned; T only sizes the grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.keyspace import choices, trace_dispatch, zip_inputs
+from zerojit.specialization import WarmupTensor, scalar_rep
+
+__all__ = [
+    "FLAVOURS",
+    "FLAVOUR_INPUTS",
+    "MAX_ROW_BLOCK",
+    "TILE_N",
+    "ConvertReqIndexToGlobalIndex",
+    "convert_req_index_to_global_index",
+]
+
+#: Widest row handled by one program (BLOCK_N = K when K is a power of two <= this).
+MAX_ROW_BLOCK = 2048
+#: Tile width for every other K (several programs per row; valid_counts summed atomically).
+TILE_N = 128
+
+#: The launch flavours a backend can use (KERNELS.md K1 "Warm-up space"), in order.
+FLAVOURS: tuple[str, ...] = ("plain", "count_valid", "workspace_count_valid", "dcp_count_valid", "dcp_compact")
+
+#: What each flavour sets: has_workspace, count_valid, compact, and whether it runs under DCP
+#: (S = config.dcp_size; the non-DCP flavours run with S = 1).
+FLAVOUR_INPUTS: dict[str, dict[str, bool]] = {
+    "plain": dict(has_workspace=False, count_valid=False, compact=False, dcp=False),
+    "count_valid": dict(has_workspace=False, count_valid=True, compact=False, dcp=False),
+    "workspace_count_valid": dict(has_workspace=True, count_valid=True, compact=False, dcp=False),
+    "dcp_count_valid": dict(has_workspace=False, count_valid=True, compact=False, dcp=True),
+    "dcp_compact": dict(has_workspace=False, count_valid=False, compact=True, dcp=True),
+}
+
+_INT32_MAX = 2**31 - 1
+
+
+@triton.jit(
+    do_not_specialize=["ti_stride", "bt_stride", "max_num_blocks_per_req", "dcp_rank"],
+    do_not_specialize_on_alignment=[
+        "req_id_ptr",
+        "block_table_ptr",
+        "token_indices_ptr",
+        "valid_counts_ptr",
+        "prefill_workspace_request_ids_ptr",
+        "prefill_workspace_starts_ptr",
+    ],
+)
+def _convert_req_index_to_global_index_kernel(
+    req_id_ptr,  # [T] int32
+    block_table_ptr,  # [R, W] int32, row stride bt_stride
+    token_indices_ptr,  # [T, K] int32, row stride ti_stride
+    out_ptr,  # [T, K] int32, contiguous
+    valid_counts_ptr,  # [T] int32, or None
+    prefill_workspace_request_ids_ptr,  # [T] int32, or None
+    prefill_workspace_starts_ptr,  # [P] int32, or None
+    ti_stride,
+    bt_stride,
+    max_num_blocks_per_req,
+    dcp_rank,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_STRIDE_ROWS: tl.constexpr,
+    K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_WORKSPACE: tl.constexpr,
+    COUNT_VALID: tl.constexpr,
+    COMPACT: tl.constexpr,
+    DCP_SIZE: tl.constexpr,
+    DCP_INTERLEAVE: tl.constexpr,
+    INDICES_ALIGNED: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    in_row = cols < K
+
+    ti_row = token_indices_ptr + row * ti_stride
+    if INDICES_ALIGNED:  # row start is 16-byte aligned: 128-bit loads
+        ti_row = tl.multiple_of(ti_row, 16)
+    tok = tl.load(ti_row + cols, mask=in_row, other=-1)
+
+    valid = tok >= 0
+    if DCP_SIZE > 1:
+        valid = valid & ((tok // DCP_INTERLEAVE) % DCP_SIZE == dcp_rank)
+        local = (tok // (DCP_SIZE * DCP_INTERLEAVE)) * DCP_INTERLEAVE + tok % DCP_INTERLEAVE
+    else:
+        local = tok
+    blk = local // BLOCK_SIZE
+    off = local % BLOCK_SIZE
+    valid = valid & (blk < max_num_blocks_per_req)
+
+    from_table = valid
+    if HAS_WORKSPACE:
+        p = tl.load(prefill_workspace_request_ids_ptr + row)
+        in_ws = p >= 0
+        ws_start = tl.load(prefill_workspace_starts_ptr + tl.maximum(p, 0), mask=in_ws, other=0)
+        from_table = valid & (p < 0)
+    req = tl.load(req_id_ptr + row).to(tl.int64)
+    block_id = tl.load(block_table_ptr + req * bt_stride + blk, mask=from_table, other=0)
+    slot = block_id.to(tl.int64) * BLOCK_STRIDE_ROWS + off.to(tl.int64)
+    if HAS_WORKSPACE:
+        slot = tl.where(in_ws, ws_start.to(tl.int64) + tok.to(tl.int64), slot)
+    res = tl.where(valid, slot, -1).to(tl.int32)
+
+    out_row = out_ptr + row * K
+    flags = valid.to(tl.int32)
+    n_valid = tl.sum(flags, axis=0)
+    if COMPACT:
+        rank = tl.cumsum(flags, axis=0) - flags  # exclusive prefix: position among the valid
+        if BLOCK_N >= K:  # the whole row in this program: write the -1 tail too
+            tl.store(out_row + rank, res, mask=valid)
+            tl.store(out_row + cols, -1, mask=in_row & (cols >= n_valid))
+        else:  # reserve n_valid places of the row; the launcher pre-filled it with -1
+            base = tl.atomic_add(valid_counts_ptr + row, n_valid)
+            tl.store(out_row + base + rank, res, mask=valid)
+    else:
+        tl.store(out_row + cols, res, mask=in_row)
+        if COUNT_VALID:
+            if BLOCK_N >= K:
+                tl.store(valid_counts_ptr + row, n_valid)
+            else:
+                tl.atomic_add(valid_counts_ptr + row, n_valid)
+    if COMPACT and COUNT_VALID and BLOCK_N >= K:
+        tl.store(valid_counts_ptr + row, n_valid)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_pow2(v: int) -> bool:
+    return v >= 1 and v & (v - 1) == 0
+
+
+class ConvertReqIndexToGlobalIndex(TritonJitKernel["ConvertReqIndexToGlobalIndex.CompileKey"]):
+    """K1: ``out[t, j]`` = the global KV-cache slot of request-local position ``token_indices[t, j]``.
+
+    Call (keyword-only)::
+
+        out, valid_counts = convert_req_index_to_global_index(
+            req_id=..., block_table=..., token_indices=..., block_size=64,
+            block_stride_rows=64, max_num_blocks_per_req=W, count_valid=True)
+
+    Inputs (every tensor int32 on one device):
+        req_id: ``[T]`` contiguous; the block-table row of each token.
+        block_table: ``[R, W]``, columns contiguous (any row stride).
+        token_indices: ``[T, K]`` request-local positions, -1 padded; columns contiguous, row
+            stride ``>= K`` allowed.
+        block_size, block_stride_rows: tokens per block and the cache rows between consecutive
+            block ids (compile-time facts of the bound cache).
+        max_num_blocks_per_req: a position whose block is ``>=`` this is invalid; ``<= W``.
+        prefill_workspace_request_ids ``[T]`` (-1 for decode tokens) and
+            prefill_workspace_starts ``[P]``, contiguous, both or neither, only with S = 1: a token
+            with ``p = ids[t] >= 0`` maps to ``starts[p] + tok``.
+        dcp_size, dcp_rank, dcp_interleave: S, r, I (S, I constexpr; r a runtime int).
+        count_valid: also return ``valid_counts``. compact: COMPACT_TO_FRONT (S > 1 only).
+
+    Returns:
+        ``(out, valid_counts)``: ``out [T, K]`` int32 (contiguous), every entry either a slot or
+        -1 (the rule in the module docstring); with ``compact`` each row holds its valid entries
+        first, in unspecified order, then -1. ``valid_counts [T]`` int32, the number of entries
+        != -1 per row, or None without ``count_valid``. Slots are computed in int64 and stored
+        as int32 (a config whose slots overflow int32 is rejected when built).
+
+    Grid ``(T, cdiv(K, BLOCK_N))``: ``BLOCK_N = K`` (one program per row) when K is a power of
+    two ``<= 2048``, else 128-wide tiles; then ``valid_counts`` starts zeroed and tiles add to it
+    atomically, and a compact row is pre-filled with -1 and tiles reserve their places
+    atomically. ``T = 0`` launches nothing.
+
+    Raises:
+        KernelInputError: a wrong dtype, dimension or device; a non-contiguous ``req_id`` /
+            workspace tensor or column dimension; ``req_id`` / workspace ids not of length T;
+            ``max_num_blocks_per_req`` outside ``[0, W]``; a bad DCP triple; ``compact``
+            without DCP; workspace tensors with DCP or only one of them; a non-positive
+            ``block_size`` / ``block_stride_rows``; a row stride or count outside int32. Only
+            metadata is checked (no device sync): values are the caller's contract.
+    """
+
+    kernel = _convert_req_index_to_global_index_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        """One compiled variant of K1.
+
+        Attributes:
+            block_size: tokens per KV-cache block (constexpr).
+            block_stride_rows: cache rows between consecutive block ids (constexpr).
+            K: columns of ``token_indices`` / ``out`` (the indexer's top-k, constexpr).
+            block_n: columns per program (K, or 128 when K is no power of two <= 2048).
+            has_workspace: prefill workspace tensors are passed.
+            count_valid: ``valid_counts`` is produced.
+            compact: COMPACT_TO_FRONT.
+            dcp_size: S (1 = no DCP).
+            dcp_interleave: I (normalised to 1 when S = 1: it then changes nothing).
+            indices_aligned: every row of ``token_indices`` starts on a 16-byte boundary (base
+                address aligned and row stride a multiple of 4 elements), so rows load as 128-bit
+                vectors. Triton's own alignment class of the pointer is switched off, so this is
+                the only alignment fact in the key.
+        """
+
+        block_size: int
+        block_stride_rows: int
+        K: int
+        block_n: int
+        has_workspace: bool
+        count_valid: bool
+        compact: bool
+        dcp_size: int
+        dcp_interleave: int
+        indices_aligned: bool
+
+    def dispatch(
+        self,
+        *,
+        block_size: int,
+        block_stride_rows: int,
+        K: int,
+        has_workspace: bool = False,
+        count_valid: bool = False,
+        compact: bool = False,
+        dcp_size: int = 1,
+        dcp_interleave: int = 1,
+        indices_aligned: bool = True,
+    ) -> "ConvertReqIndexToGlobalIndex.CompileKey":
+        """The compile key of a launch with these facts (the launcher calls it too)."""
+        block_n = K if _is_pow2(K) and K <= MAX_ROW_BLOCK else TILE_N
+        return self.CompileKey(
+            block_size=block_size,
+            block_stride_rows=block_stride_rows,
+            K=K,
+            block_n=block_n,
+            has_workspace=bool(has_workspace),
+            count_valid=bool(count_valid),
+            compact=bool(compact),
+            dcp_size=dcp_size,
+            dcp_interleave=dcp_interleave if dcp_size > 1 else 1,
+            indices_aligned=bool(indices_aligned),
+        )
+
+    def get_warmup_keys(
+        self,
+        config,
+        *,
+        block_stride_rows: int,
+        flavours: tuple[str, ...],
+        indices_aligned: tuple[bool, ...] | None = None,
+    ) -> list["ConvertReqIndexToGlobalIndex.CompileKey"]:
+        """Every key of K1 for a model and a bound KV cache.
+
+        Args:
+            config: the :class:`~zerojit.kernels.mla.config.ModelConfig` (block_size, K =
+                index_topk, S, I).
+            block_stride_rows: the bound cache's physical block stride in rows (not the block size
+                unless the cache is dense).
+            flavours: names from :data:`FLAVOURS` the backend launches; the DCP flavours are
+                skipped when ``config.dcp_size == 1``; the others run with S = 1.
+            indices_aligned: the alignment classes of ``token_indices`` rows the caller produces;
+                default: the class of a contiguous, freshly allocated ``[T, index_topk]`` buffer,
+                ``(index_topk % 4 == 0,)``.
+
+        Raises:
+            ValueError: an unknown flavour name.
+        """
+        unknown = [f for f in flavours if f not in FLAVOUR_INPUTS]
+        if unknown:
+            raise ValueError(f"{self.name}: unknown flavour(s) {unknown}; known flavours are {FLAVOURS}")
+        dcp = config.dcp_size > 1
+        rows = []
+        for f in flavours:
+            spec = FLAVOUR_INPUTS[f]
+            if spec["dcp"] and not dcp:
+                continue
+            rows.append(
+                dict(
+                    has_workspace=spec["has_workspace"],
+                    count_valid=spec["count_valid"],
+                    compact=spec["compact"],
+                    dcp_size=config.dcp_size if spec["dcp"] else 1,
+                    dcp_interleave=config.dcp_interleave if spec["dcp"] else 1,
+                )
+            )
+        if not rows:
+            return []
+        if indices_aligned is None:
+            indices_aligned = (config.index_topk % 4 == 0,)
+        return trace_dispatch(self.dispatch)(
+            zip_inputs(*rows),
+            block_size=config.block_size,
+            block_stride_rows=block_stride_rows,
+            K=config.index_topk,
+            indices_aligned=choices(*indices_aligned),
+        )
+
+    def warmup_inputs(self, key: "ConvertReqIndexToGlobalIndex.CompileKey") -> dict:
+        """Launch inputs in ``key``'s classes (meta tensors, no memory)."""
+        T, R, W = 16, 4, 17  # any sizes: T and R only size the grid / tables, W is a runtime int
+        K = key.K
+        if key.indices_aligned:  # aligned base, row stride rounded up to 4 elements
+            ti = WarmupTensor(torch.int32, (T, K), strides=(-(-K // 4) * 4, 1))
+        else:  # base one element past a 16-byte boundary
+            ti = WarmupTensor(torch.int32, (T, K), aligned=False)
+        inputs = dict(
+            req_id=WarmupTensor(torch.int32, (T,)),
+            block_table=WarmupTensor(torch.int32, (R, W)),
+            token_indices=ti,
+            block_size=key.block_size,
+            block_stride_rows=key.block_stride_rows,
+            max_num_blocks_per_req=scalar_rep(W, specialize=False),
+            dcp_size=key.dcp_size,
+            dcp_rank=0,
+            dcp_interleave=key.dcp_interleave,
+            count_valid=key.count_valid,
+            compact=key.compact,
+        )
+        if key.has_workspace:
+            inputs["prefill_workspace_request_ids"] = WarmupTensor(torch.int32, (T,))
+            inputs["prefill_workspace_starts"] = WarmupTensor(torch.int32, (R,))
+        return inputs
+
+    def key_for(self, **inputs) -> "ConvertReqIndexToGlobalIndex.CompileKey":
+        """The compile key ``__call__`` would launch for these inputs (after validating them)."""
+        return self._check(**inputs)[0]
+
+    def _check(
+        self,
+        *,
+        req_id,
+        block_table,
+        token_indices,
+        block_size,
+        block_stride_rows,
+        max_num_blocks_per_req,
+        prefill_workspace_request_ids=None,
+        prefill_workspace_starts=None,
+        dcp_size=1,
+        dcp_rank=0,
+        dcp_interleave=1,
+        count_valid=False,
+        compact=False,
+    ):
+        name = self.name
+        _tensor(name, "token_indices", token_indices, dim=2, inner_contiguous=True)
+        T, K = token_indices.shape
+        device = token_indices.device
+        _tensor(name, "req_id", req_id, dim=1, contiguous=True, device=device, length=T, length_of="T (rows of token_indices)")
+        _tensor(name, "block_table", block_table, dim=2, inner_contiguous=True, device=device)
+        for arg, v in (("block_size", block_size), ("block_stride_rows", block_stride_rows)):
+            if not _is_int(v) or not 1 <= v <= _INT32_MAX:
+                raise KernelInputError(name, arg, f"must be a positive int32, got {v!r}")
+        if K < 1:
+            raise KernelInputError(name, "token_indices", f"needs at least one column (K >= 1), got shape {tuple(token_indices.shape)}")
+        W = block_table.shape[1]
+        if not _is_int(max_num_blocks_per_req) or not 0 <= max_num_blocks_per_req <= W:
+            raise KernelInputError(
+                name, "max_num_blocks_per_req",
+                f"must be an int in [0, block_table.shape[1]={W}], got {max_num_blocks_per_req!r}",
+            )
+        for arg, v in (("dcp_size", dcp_size), ("dcp_interleave", dcp_interleave)):
+            if not _is_int(v) or not 1 <= v <= _INT32_MAX:
+                raise KernelInputError(name, arg, f"must be an int >= 1, got {v!r}")
+        if not _is_int(dcp_rank) or not 0 <= dcp_rank < dcp_size:
+            raise KernelInputError(name, "dcp_rank", f"must be an int in [0, dcp_size={dcp_size}), got {dcp_rank!r}")
+        if compact and dcp_size == 1:
+            raise KernelInputError(name, "compact", "COMPACT_TO_FRONT is a DCP-only flavour: it needs dcp_size > 1")
+        has_ws = prefill_workspace_request_ids is not None or prefill_workspace_starts is not None
+        if has_ws:
+            if prefill_workspace_request_ids is None or prefill_workspace_starts is None:
+                missing = "prefill_workspace_request_ids" if prefill_workspace_request_ids is None else "prefill_workspace_starts"
+                raise KernelInputError(name, missing, "pass both prefill workspace tensors or neither")
+            if dcp_size > 1:
+                raise KernelInputError(
+                    name, "prefill_workspace_request_ids",
+                    f"the prefill workspace is only supported with dcp_size == 1 (got {dcp_size})",
+                )
+            _tensor(name, "prefill_workspace_request_ids", prefill_workspace_request_ids, dim=1, contiguous=True,
+                    device=device, length=T, length_of="T (rows of token_indices)")
+            _tensor(name, "prefill_workspace_starts", prefill_workspace_starts, dim=1, contiguous=True, device=device)
+        ti_stride, bt_stride = token_indices.stride(0), block_table.stride(0)
+        for arg, v in (("token_indices", ti_stride), ("block_table", bt_stride)):
+            if v > _INT32_MAX:
+                raise KernelInputError(name, arg, f"row stride {v} does not fit int32")
+        aligned = token_indices.data_ptr() % 16 == 0 and ti_stride % 4 == 0
+        key = self.dispatch(
+            block_size=block_size, block_stride_rows=block_stride_rows, K=K, has_workspace=has_ws,
+            count_valid=count_valid, compact=compact, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+            indices_aligned=aligned,
+        )
+        return key, T, ti_stride, bt_stride
+
+    @kernel_launcher(host_only=("block_size", "block_stride_rows", "dcp_size", "dcp_interleave", "count_valid", "compact"))
+    def __call__(
+        self,
+        *,
+        req_id,
+        block_table,
+        token_indices,
+        block_size,
+        block_stride_rows,
+        max_num_blocks_per_req,
+        prefill_workspace_request_ids=None,
+        prefill_workspace_starts=None,
+        dcp_size=1,
+        dcp_rank=0,
+        dcp_interleave=1,
+        count_valid=False,
+        compact=False,
+    ) -> LaunchSpec:
+        """Launch K1; returns ``(out [T, K] int32, valid_counts [T] int32 or None)`` (see the class)."""
+        key, T, ti_stride, bt_stride = self._check(
+            req_id=req_id, block_table=block_table, token_indices=token_indices, block_size=block_size,
+            block_stride_rows=block_stride_rows, max_num_blocks_per_req=max_num_blocks_per_req,
+            prefill_workspace_request_ids=prefill_workspace_request_ids,
+            prefill_workspace_starts=prefill_workspace_starts, dcp_size=dcp_size, dcp_rank=dcp_rank,
+            dcp_interleave=dcp_interleave, count_valid=count_valid, compact=compact,
+        )
+        K, device = key.K, token_indices.device
+        single = key.block_n >= K  # one program per row
+        if key.compact and not single:
+            out = torch.full((T, K), -1, dtype=torch.int32, device=device)
+        else:
+            out = torch.empty((T, K), dtype=torch.int32, device=device)
+        counts = None
+        if key.count_valid or (key.compact and not single):  # tiled compact reserves places here
+            counts = (torch.empty if single else torch.zeros)(T, dtype=torch.int32, device=device)
+        return LaunchSpec(
+            grid=(T, triton.cdiv(K, key.block_n)),
+            kwargs=dict(
+                out=out,
+                valid_counts=counts,
+                ti_stride=ti_stride,
+                bt_stride=bt_stride,
+                BLOCK_SIZE=key.block_size,
+                BLOCK_STRIDE_ROWS=key.block_stride_rows,
+                K=K,
+                BLOCK_N=key.block_n,
+                HAS_WORKSPACE=key.has_workspace,
+                COUNT_VALID=key.count_valid,
+                COMPACT=key.compact,
+                DCP_SIZE=key.dcp_size,
+                DCP_INTERLEAVE=key.dcp_interleave,
+                INDICES_ALIGNED=key.indices_aligned,
+                num_warps=_num_warps(key.block_n),
+            ),
+            returns=(out, counts if key.count_valid else None),
+        )
+
+
+def _num_warps(block_n: int) -> int:
+    """8 elements per thread (two 128-bit vectors), 1 to 8 warps."""
+    return max(1, min(8, block_n // 256))
+
+
+def _tensor(kernel, arg, t, *, dim, contiguous=False, inner_contiguous=False, device=None, length=None, length_of=""):
+    """Check one int32 tensor input by its metadata only (never its values)."""
+    if not isinstance(t, torch.Tensor):
+        raise KernelInputError(kernel, arg, f"must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise KernelInputError(kernel, arg, f"must be int32, got {t.dtype}")
+    if t.dim() != dim:
+        raise KernelInputError(kernel, arg, f"must have {dim} dimension(s), got shape {tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise KernelInputError(kernel, arg, f"is on {t.device}, token_indices on {device}")
+    if contiguous and t.numel() > 1 and t.stride(-1) != 1:
+        raise KernelInputError(kernel, arg, f"must be contiguous, got strides {t.stride()}")
+    if inner_contiguous and t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise KernelInputError(kernel, arg, f"its last dimension must be contiguous (stride 1), got strides {t.stride()}")
+    if length is not None and t.shape[0] != length:
+        raise KernelInputError(kernel, arg, f"must have {length_of} = {length} entries, got {t.shape[0]}")
+
+
+#: The module-level instance serving code launches.
+convert_req_index_to_global_index = ConvertReqIndexToGlobalIndex()

@@ -1,0 +1,385 @@
+"""Prefill metadata of sparse MLA: K4 ``build_prefill_chunk_metadata`` and K5 ``compute_prefill_metadata``.
+
+Both run once per scheduler step on a chunk of prefill requests (docs KERNELS.md, K4 and K5).
+
+**K4** gives each query row of the chunk the range ``[ks, ke)`` of the indexer's packed
+compressed KV it may read, and maps each packed compressed entry to its request
+(``token_to_seq``). Query ``i`` of request ``b`` sees ``C = (seq_lens[b] - qlen_b + 1 + i) // c``
+compressed entries; under decode-context parallelism (S ranks, interleave I) only the rank-local
+part ``C' = q*I + clamp(C - q*I*S - r*I, 0, I)``, ``q = C // (I*S)``, lives on rank r.
+``ks = cu_compressed[b]``, ``ke = ks + C'``.
+
+**K5** gives each prefill request the number of tokens its sliding window gathers,
+``gather_lens[p] = qlen_b + min(seq_lens[b] - qlen_b, Wn - 1)`` for ``b = num_decodes + p``, and
+their exclusive cumsum.
+
+Compile keys (what is constexpr / specialized, and why):
+
+* K4: the ratio c, S and I (configuration), the tile, and whether ``seq_lens`` is 16-byte
+  aligned (``seq_lens`` may be an offset view such as ``seq_lens[num_decodes:]``). Everything
+  that varies per step (request count, query-slice bounds, ``num_compressed``, the program
+  split, the DCP rank r) is ``do_not_specialize``, and the other input pointers are
+  ``do_not_specialize_on_alignment`` (a view of them must not compile a new variant).
+* K5: the tile only (the next power of two >= ``num_prefills``); ``num_decodes``,
+  ``num_prefills`` and ``Wn`` are ``do_not_specialize``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.keyspace import choices, trace_dispatch
+from zerojit.specialization import WarmupTensor, is_aligned
+
+from .shapes import cdiv, next_power_of_2
+
+__all__ = [
+    "BuildPrefillChunkMetadata",
+    "build_prefill_chunk_metadata",
+    "ComputePrefillMetadata",
+    "compute_prefill_metadata",
+]
+
+_K4_BLOCK = 1024  # rows / compressed entries per program
+_K4_WARPS = 4
+
+
+# ------------------------------------------------------------------------------- shared helper
+@triton.jit
+def _segment_of(bounds_ptr, x, num_segments, search_steps, mask):
+    """For each ``x``, the largest ``b`` in ``[0, num_segments)`` with ``bounds[b] <= x``.
+
+    ``bounds`` is a non-decreasing ``[num_segments + 1]`` array (``query_start_loc``,
+    ``cu_compressed``) and ``x >= bounds[0]``; empty segments are skipped because the *last* of
+    equal bounds wins. A vectorised binary search of ``search_steps = (num_segments - 1).bit_length()``
+    steps (host-computed, ``>= ceil(log2(num_segments))``); 0 when ``num_segments <= 1``.
+    """
+    lo = tl.zeros_like(x)
+    hi = tl.zeros_like(x) + num_segments
+    step = 0
+    while step < search_steps:  # a while loop, not range(search_steps): see _search_steps
+        step += 1
+        go = mask & (hi - lo > 1)
+        mid = (lo + hi) // 2
+        v = tl.load(bounds_ptr + mid, mask=go, other=0)
+        right = v <= x
+        lo = tl.where(go & right, mid, lo)
+        hi = tl.where(go & (v > x), mid, hi)
+    return lo
+
+
+def _search_steps(num_segments: int) -> int:
+    """Binary-search steps :func:`_segment_of` needs for ``num_segments`` segments.
+
+    The loop over them is a ``while`` because Triton 3.6's interpreter cannot take a runtime
+    ``range`` bound with NumPy >= 2.4 (it calls ``int()`` on a one-element 1-D array).
+    """
+    return max(num_segments - 1, 0).bit_length()
+
+
+def _check_tensor(kernel: str, arg: str, t, dtype: torch.dtype, ndim: int, *, numel: int | None = None,
+                  device=None) -> None:
+    """Metadata-only checks of one tensor input; raises :class:`KernelInputError`."""
+    if (isinstance(t, torch.Tensor) and t.dtype == dtype and t.dim() == ndim  # the fast path: all good
+            and (numel is None or t.numel() == numel) and (device is None or t.device == device)
+            and (t.stride(-1) == 1 or t.shape[-1] <= 1)):
+        return
+    if not isinstance(t, torch.Tensor):
+        raise KernelInputError(kernel, arg, f"must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise KernelInputError(kernel, arg, f"must be {dtype}, got {t.dtype}")
+    if t.dim() != ndim:
+        raise KernelInputError(kernel, arg, f"must be {ndim}-D, got shape {tuple(t.shape)}")
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        raise KernelInputError(kernel, arg, f"its last dimension must be contiguous (stride 1), got strides {t.stride()}")
+    if numel is not None and t.numel() != numel:
+        raise KernelInputError(kernel, arg, f"must have {numel} elements, got {t.numel()} (shape {tuple(t.shape)})")
+    if device is not None and t.device != device:
+        raise KernelInputError(kernel, arg, f"is on {t.device}, the other inputs on {device}")
+
+
+def _check_int(kernel: str, arg: str, v, *, low: int = 0, high: int | None = None) -> None:
+    """``v`` is a Python int in ``[low, high]``; raises :class:`KernelInputError`."""
+    if type(v) is int and v >= low and (high is None or v <= high):  # the fast path
+        return
+    if not isinstance(v, int) or isinstance(v, bool):
+        raise KernelInputError(kernel, arg, f"must be a Python int, got {type(v).__name__}")
+    if v < low or (high is not None and v > high):
+        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
+        raise KernelInputError(kernel, arg, f"must be {bound}, got {v}")
+
+
+# ------------------------------------------------------------------------------- K4
+@triton.jit(
+    do_not_specialize=["num_reqs", "search_steps", "query_slice_start", "query_slice_stop", "num_compressed",
+                       "num_row_programs", "dcp_rank"],
+    do_not_specialize_on_alignment=["query_start_loc_ptr", "cu_compressed_ptr"],
+)
+def _build_prefill_chunk_metadata_kernel(
+    query_start_loc_ptr, seq_lens_ptr, cu_compressed_ptr,  # inputs [n+1], [n], [n+1] int32
+    ks_ptr, ke_ptr, token_to_seq_ptr,  # outputs [stop-start], [stop-start], [num_compressed] int32
+    num_reqs, search_steps, query_slice_start, query_slice_stop, num_compressed, num_row_programs, dcp_rank,
+    ratio: tl.constexpr, dcp_size: tl.constexpr, dcp_interleave: tl.constexpr, BLOCK: tl.constexpr,
+):
+    # Programs [0, num_row_programs) write ks/ke for BLOCK query rows each; the rest write
+    # token_to_seq for BLOCK compressed entries each. Each finds its request by binary search.
+    pid = tl.program_id(0)
+    lanes = tl.arange(0, BLOCK)
+    if pid < num_row_programs:
+        a = query_slice_start + pid * BLOCK + lanes
+        m = a < query_slice_stop
+        b = _segment_of(query_start_loc_ptr, a, num_reqs, search_steps, m)
+        q_start = tl.load(query_start_loc_ptr + b, mask=m, other=0)
+        q_stop = tl.load(query_start_loc_ptr + b + 1, mask=m, other=0)
+        seq = tl.load(seq_lens_ptr + b, mask=m, other=0)
+        # C = (seq - qlen + 1 + i) // c with qlen = q_stop - q_start, i = a - q_start
+        C = (seq - q_stop + 1 + a) // ratio
+        if dcp_size > 1:
+            q = C // (dcp_interleave * dcp_size)
+            rest = C - q * dcp_interleave * dcp_size - dcp_rank * dcp_interleave
+            C = q * dcp_interleave + tl.minimum(tl.maximum(rest, 0), dcp_interleave)
+        ks = tl.load(cu_compressed_ptr + b, mask=m, other=0)
+        out = a - query_slice_start
+        tl.store(ks_ptr + out, ks, mask=m)
+        tl.store(ke_ptr + out, ks + C, mask=m)
+    else:
+        e = (pid - num_row_programs) * BLOCK + lanes
+        m = e < num_compressed
+        b = _segment_of(cu_compressed_ptr, e, num_reqs, search_steps, m)
+        first = tl.load(cu_compressed_ptr)
+        owned = (e >= first) & (num_reqs > 0)
+        tl.store(token_to_seq_ptr + e, tl.where(owned, b, -1), mask=m)
+
+
+class BuildPrefillChunkMetadata(TritonJitKernel["BuildPrefillChunkMetadata.CompileKey"]):
+    """K4: per query row of a prefill chunk, the range of packed compressed KV it may read.
+
+    Call with keyword arguments:
+        query_start_loc: ``[n+1]`` int32 token offsets of the chunk's requests (rebased to the
+            chunk; non-decreasing).
+        seq_lens: ``[n]`` int32 lengths after this step (may be an offset view, e.g.
+            ``seq_lens[num_decodes:]``, so possibly not 16-byte aligned; its alignment is part of
+            the key).
+        cu_compressed: ``[n+1]`` int32 exclusive cumsum of each request's compressed length on
+            this rank.
+        query_slice_start, query_slice_stop: the query rows ``a`` to compute,
+            ``query_start_loc[0] <= start <= stop <= query_start_loc[n]`` (``do_not_specialize``).
+        num_compressed: ``cu_compressed[n]`` as the host knows it (length of ``token_to_seq``).
+        ratio: the compression ratio c of the indexer layer (constexpr).
+        dcp_size, dcp_interleave: S and I (constexpr); dcp_rank: r (``do_not_specialize``).
+
+    Returns:
+        ``(ks, ke, token_to_seq)``: ``ks``/``ke`` ``[stop - start]`` int32, row ``a`` at
+        ``a - start``, ``ks = cu_compressed[b]``, ``ke = ks + C'`` (see the module docstring);
+        ``token_to_seq [num_compressed]`` int32, ``token_to_seq[cu_compressed[b] + j] = b``,
+        -1 before ``cu_compressed[0]``.
+
+    Grid: ``cdiv(stop - start, BLOCK) + cdiv(num_compressed, BLOCK)`` programs (live counts),
+    each finding its request by binary search in ``query_start_loc`` / ``cu_compressed``. This
+    differs from KERNELS.md's ``(n,)`` on purpose: one long prefill (a single request of 8192
+    rows and 256K compressed entries) then spreads over the GPU instead of looping in one
+    program; every output element is written exactly once.
+
+    Raises:
+        KernelInputError: a tensor of the wrong dtype (int32 expected), ndim, length or device,
+            a non-contiguous one, a negative count, a slice with ``start > stop``, a ratio < 1,
+            ``dcp_rank`` outside ``[0, dcp_size)``. Only metadata is read (no device sync);
+            value preconditions (slice within ``query_start_loc``, ``num_compressed ==
+            cu_compressed[n]``) are the caller's, as in the reference.
+    """
+
+    kernel = _build_prefill_chunk_metadata_kernel
+    name = "build_prefill_chunk_metadata"
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        """ratio: c; dcp_size/dcp_interleave: S/I; seq_lens_aligned: 16-byte aligned seq_lens;
+        block: rows (entries) per program; num_warps: launch option."""
+
+        ratio: int
+        dcp_size: int
+        dcp_interleave: int
+        seq_lens_aligned: bool
+        block: int = _K4_BLOCK
+        num_warps: int = _K4_WARPS
+
+    def dispatch(self, *, ratio: int, dcp_size: int = 1, dcp_interleave: int = 1,
+                 seq_lens_aligned: bool = True) -> "BuildPrefillChunkMetadata.CompileKey":
+        """The key of a launch: config values and the alignment of ``seq_lens``."""
+        return self.CompileKey(ratio=ratio, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                               seq_lens_aligned=bool(seq_lens_aligned))
+
+    def get_warmup_keys(self, config, *, seq_lens_aligned=(True, False)) -> list["BuildPrefillChunkMetadata.CompileKey"]:
+        """Each indexer ratio of ``config`` x each alignment of ``seq_lens`` the caller can pass.
+
+        No indexer layer (``config.indexer_ratios == ()``) gives no key.
+        """
+        return trace_dispatch(self.dispatch)(
+            ratio=choices(*config.indexer_ratios),
+            dcp_size=config.dcp_size,
+            dcp_interleave=config.dcp_interleave,
+            seq_lens_aligned=choices(*seq_lens_aligned),
+        )
+
+    def warmup_inputs(self, key: "BuildPrefillChunkMetadata.CompileKey") -> dict:
+        # Ints below are do_not_specialize: any int32 value is in their class.
+        return dict(
+            query_start_loc=WarmupTensor(torch.int32, (5,)),
+            seq_lens=WarmupTensor(torch.int32, (4,), aligned=key.seq_lens_aligned),
+            cu_compressed=WarmupTensor(torch.int32, (5,)),
+            query_slice_start=0,
+            query_slice_stop=17,
+            num_compressed=17,
+            ratio=key.ratio,
+            dcp_size=key.dcp_size,
+            dcp_rank=0,
+            dcp_interleave=key.dcp_interleave,
+        )
+
+    @kernel_launcher
+    def __call__(self, *, query_start_loc, seq_lens, cu_compressed, query_slice_start: int, query_slice_stop: int,
+                 num_compressed: int, ratio: int, dcp_size: int = 1, dcp_rank: int = 0,
+                 dcp_interleave: int = 1) -> LaunchSpec:
+        name = self.name
+        _check_tensor(name, "seq_lens", seq_lens, torch.int32, 1)
+        n = seq_lens.shape[0]
+        dev = seq_lens.device
+        _check_tensor(name, "query_start_loc", query_start_loc, torch.int32, 1, numel=n + 1, device=dev)
+        _check_tensor(name, "cu_compressed", cu_compressed, torch.int32, 1, numel=n + 1, device=dev)
+        _check_int(name, "query_slice_start", query_slice_start)
+        _check_int(name, "query_slice_stop", query_slice_stop, low=query_slice_start)
+        _check_int(name, "num_compressed", num_compressed)
+        _check_int(name, "ratio", ratio, low=1)
+        _check_int(name, "dcp_size", dcp_size, low=1)
+        _check_int(name, "dcp_rank", dcp_rank, high=dcp_size - 1)
+        _check_int(name, "dcp_interleave", dcp_interleave, low=1)
+        key = self.dispatch(ratio=ratio, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                            seq_lens_aligned=is_aligned(seq_lens))
+        rows = query_slice_stop - query_slice_start
+        ks = torch.empty(rows, dtype=torch.int32, device=dev)
+        ke = torch.empty(rows, dtype=torch.int32, device=dev)
+        token_to_seq = torch.empty(num_compressed, dtype=torch.int32, device=dev)
+        row_programs = cdiv(rows, key.block)
+        return LaunchSpec(
+            grid=(row_programs + cdiv(num_compressed, key.block),),
+            kwargs=dict(ks=ks, ke=ke, token_to_seq=token_to_seq, num_reqs=n, search_steps=_search_steps(n),
+                        num_row_programs=row_programs, BLOCK=key.block, num_warps=key.num_warps),
+            returns=(ks, ke, token_to_seq),
+        )
+
+
+#: The process's K4 launcher.
+build_prefill_chunk_metadata = BuildPrefillChunkMetadata()
+
+
+# ------------------------------------------------------------------------------- K5
+@triton.jit(
+    do_not_specialize=["num_decodes", "num_prefills", "sliding_window"],
+    do_not_specialize_on_alignment=["seq_lens_ptr", "query_start_loc_ptr"],
+)
+def _compute_prefill_metadata_kernel(
+    seq_lens_ptr, query_start_loc_ptr,  # inputs [R], [R+1] int32
+    gather_lens_ptr, cu_gather_lens_ptr,  # outputs [num_prefills], [num_prefills+1] int32
+    num_decodes, num_prefills, sliding_window,
+    TILE: tl.constexpr,
+):
+    p = tl.arange(0, TILE)
+    m = p < num_prefills
+    b = num_decodes + p
+    seq = tl.load(seq_lens_ptr + b, mask=m, other=0)
+    qlen = tl.load(query_start_loc_ptr + b + 1, mask=m, other=0) - tl.load(query_start_loc_ptr + b, mask=m, other=0)
+    gather = qlen + tl.minimum(seq - qlen, sliding_window - 1)
+    gather = tl.where(m, gather, 0)
+    tl.store(gather_lens_ptr + p, gather, mask=m)
+    tl.store(cu_gather_lens_ptr + 1 + p, tl.cumsum(gather, axis=0), mask=m)
+    tl.store(cu_gather_lens_ptr + p, tl.zeros_like(gather), mask=p == 0)
+
+
+class ComputePrefillMetadata(TritonJitKernel["ComputePrefillMetadata.CompileKey"]):
+    """K5: tokens each prefill request gathers for its sliding window, and their cumsum.
+
+    Call with keyword arguments:
+        seq_lens: ``[R]`` int32 lengths after this step (decodes first, then prefills).
+        query_start_loc: ``[R+1]`` int32 token offsets.
+        num_decodes, num_prefills: requests ``[num_decodes, num_decodes + num_prefills)`` are
+            the prefills (``do_not_specialize``).
+        sliding_window: the window Wn (``do_not_specialize``, as KERNELS.md lists it).
+
+    Returns:
+        ``(gather_lens [num_prefills], cu_gather_lens [num_prefills + 1])`` int32 with
+        ``gather_lens[p] = qlen_b + min(seq_lens[b] - qlen_b, Wn - 1)``, ``b = num_decodes + p``,
+        and ``cu_gather_lens = [0, g0, g0 + g1, ...]``. With ``num_prefills == 0`` nothing is
+        launched and the result is ``([], [0])``, as the reference's.
+
+    Grid ``(1,)``; the tile is the next power of two >= ``num_prefills``, so the key space is
+    the powers of two up to ``next_power_of_2(config.max_num_seqs)``.
+
+    Raises:
+        KernelInputError: wrong dtype (int32 expected), ndim, length or device; negative
+            counts or ``num_decodes + num_prefills > R``; ``sliding_window < 1``.
+    """
+
+    kernel = _compute_prefill_metadata_kernel
+    name = "compute_prefill_metadata"
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        """tile: next power of two >= num_prefills; num_warps: launch option (from the tile)."""
+
+        tile: int
+        num_warps: int
+
+    def dispatch(self, *, num_prefills: int) -> "ComputePrefillMetadata.CompileKey":
+        """The key of a launch with ``num_prefills`` prefill requests."""
+        tile = next_power_of_2(num_prefills)
+        return self.CompileKey(tile=tile, num_warps=min(max(tile // 64, 1), 8))
+
+    def get_warmup_keys(self, config) -> list["ComputePrefillMetadata.CompileKey"]:
+        """One key per power of two up to ``next_power_of_2(config.max_num_seqs)``."""
+        top = next_power_of_2(config.max_num_seqs)
+        return trace_dispatch(self.dispatch)(
+            num_prefills=choices(*(1 << i for i in range(top.bit_length())))
+        )
+
+    def warmup_inputs(self, key: "ComputePrefillMetadata.CompileKey") -> dict:
+        r = key.tile  # num_prefills = tile dispatches to this key; the ints are do_not_specialize
+        return dict(
+            seq_lens=WarmupTensor(torch.int32, (r,)),
+            query_start_loc=WarmupTensor(torch.int32, (r + 1,)),
+            num_decodes=0,
+            num_prefills=key.tile,
+            sliding_window=128,
+        )
+
+    @kernel_launcher
+    def __call__(self, *, seq_lens, query_start_loc, num_decodes: int, num_prefills: int,
+                 sliding_window: int) -> LaunchSpec:
+        name = self.name
+        _check_tensor(name, "seq_lens", seq_lens, torch.int32, 1)
+        R = seq_lens.shape[0]
+        dev = seq_lens.device
+        _check_tensor(name, "query_start_loc", query_start_loc, torch.int32, 1, numel=R + 1, device=dev)
+        _check_int(name, "num_decodes", num_decodes, high=R)
+        _check_int(name, "num_prefills", num_prefills, high=R - num_decodes)
+        _check_int(name, "sliding_window", sliding_window, low=1)
+        key = self.dispatch(num_prefills=num_prefills)
+        gather_lens = torch.empty(num_prefills, dtype=torch.int32, device=dev)
+        if num_prefills == 0:
+            cu_gather_lens = torch.zeros(1, dtype=torch.int32, device=dev)
+        else:
+            cu_gather_lens = torch.empty(num_prefills + 1, dtype=torch.int32, device=dev)
+        return LaunchSpec(
+            grid=(1 if num_prefills else 0,),
+            kwargs=dict(gather_lens=gather_lens, cu_gather_lens=cu_gather_lens, TILE=key.tile,
+                        num_warps=key.num_warps),
+            returns=(gather_lens, cu_gather_lens),
+        )
+
+
+#: The process's K5 launcher.
+compute_prefill_metadata = ComputePrefillMetadata()

@@ -1,0 +1,321 @@
+"""K2 ``compressed_slot_mapping``: where each compressed-KV entry of this step is written.
+
+A layer of compression ratio c keeps one compressed entry per c tokens, in a cache of its own
+whose blocks hold ``cbs = block_size // c`` entries and lie ``block_stride_rows`` rows apart
+(``cbs`` when the cache is dense). Token i of request b, at position
+``pos = seq_lens[b] - qlen_b + i``, completes entry ``e = pos // c`` iff ``(pos + 1) % c == 0``
+(docs KERNELS.md, K2)::
+
+    S = 1:  slot = block_table[b, e // cbs] * stride + e % cbs
+    S > 1:  v = e % (cbs*S); local iff (v // I) % S == r;
+            slot = block_table[b, e // (cbs*S)] * stride + (v // (S*I)) * I + v % I
+    otherwise (no entry, another rank's entry, padding): -1
+
+Grid ``(R,)``: program b loops over its request's tokens in tiles of :data:`TILE`. Every entry of
+``slot_mapping[num_tokens]`` is written exactly once with no host-side fill: the tokens of the
+requests cover ``[query_start_loc[0], query_start_loc[R])`` without gaps, the *last* program also
+writes -1 over the padding ``[query_start_loc[R], num_tokens)`` and the *first* over
+``[0, query_start_loc[0])``. With ``R = 0`` nothing is launched and the launcher returns a -1
+filled tensor (a plain ``torch.full``).
+
+Compile key: ratio, tile, cbs, the compressed stride, S, I (KERNELS.md). The per-step ints (the
+block table's row stride, num_tokens, r) are ``do_not_specialize`` and checked to fit int32; the
+input pointers are ``do_not_specialize_on_alignment`` (each program reads a few scalars and
+gathers block ids, where alignment buys nothing); the output is allocated here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton.language as tl
+import triton
+
+from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.keyspace import choices, trace_dispatch
+from zerojit.specialization import WarmupTensor, scalar_rep
+
+__all__ = ["TILE", "CompressedSlotMapping", "compressed_slot_mapping"]
+
+#: Tokens per loop iteration of one program.
+TILE = 128
+
+_INT32_MAX = 2**31 - 1
+
+
+@triton.jit(
+    do_not_specialize=["bt_stride", "num_tokens", "dcp_rank"],
+    do_not_specialize_on_alignment=["query_start_loc_ptr", "seq_lens_ptr", "block_table_ptr"],
+)
+def _compressed_slot_mapping_kernel(
+    query_start_loc_ptr,  # [R+1] int32
+    seq_lens_ptr,  # [R] int32
+    block_table_ptr,  # [>=R, W] int32, row stride bt_stride
+    slot_mapping_ptr,  # [num_tokens] int64
+    bt_stride,
+    num_tokens,
+    dcp_rank,
+    RATIO: tl.constexpr,
+    CBS: tl.constexpr,
+    BLOCK_STRIDE_ROWS: tl.constexpr,
+    DCP_SIZE: tl.constexpr,
+    DCP_INTERLEAVE: tl.constexpr,
+    TILE: tl.constexpr,
+):
+    b = tl.program_id(0)
+    q_start = tl.load(query_start_loc_ptr + b).to(tl.int64)
+    q_end = tl.load(query_start_loc_ptr + b + 1).to(tl.int64)
+    qlen = q_end - q_start
+    first_pos = tl.load(seq_lens_ptr + b).to(tl.int64) - qlen
+    bt_row = block_table_ptr + b.to(tl.int64) * bt_stride
+    lanes = tl.arange(0, TILE)
+    # while-loops, not range(): Triton 3.6's interpreter cannot take a runtime range() bound
+    # with NumPy >= 2.4 (it calls int() on a 1-element array); the compiled code is the same.
+    i0 = tl.zeros((), tl.int64)
+    while i0 < qlen:
+        i = i0 + lanes
+        in_req = i < qlen
+        pos = first_pos + i
+        has = in_req & (pos >= 0) & ((pos + 1) % RATIO == 0)
+        e = pos // RATIO
+        if DCP_SIZE > 1:
+            v = e % (CBS * DCP_SIZE)
+            has = has & ((v // DCP_INTERLEAVE) % DCP_SIZE == dcp_rank)
+            blk = e // (CBS * DCP_SIZE)
+            off = (v // (DCP_SIZE * DCP_INTERLEAVE)) * DCP_INTERLEAVE + v % DCP_INTERLEAVE
+        else:
+            blk = e // CBS
+            off = e % CBS
+        block_id = tl.load(bt_row + blk, mask=has, other=0)
+        slot = tl.where(has, block_id.to(tl.int64) * BLOCK_STRIDE_ROWS + off, -1)
+        tl.store(slot_mapping_ptr + q_start + i, slot, mask=in_req)
+        i0 += TILE
+    # Padding: the last program covers the tail, the first program any head before request 0.
+    none = tl.full((TILE,), -1, tl.int64)
+    if b == tl.num_programs(0) - 1:
+        j0 = q_end
+        while j0 < num_tokens:
+            j = j0 + lanes
+            tl.store(slot_mapping_ptr + j, none, mask=j < num_tokens)
+            j0 += TILE
+    if b == 0:
+        j0 = tl.zeros((), tl.int64)
+        while j0 < q_start:
+            j = j0 + lanes
+            tl.store(slot_mapping_ptr + j, none, mask=j < q_start)
+            j0 += TILE
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"]):
+    """K2: ``slot_mapping[t]`` = the compressed-cache slot token t's entry goes to, or -1.
+
+    Call (keyword-only)::
+
+        slot_mapping = compressed_slot_mapping(
+            query_start_loc=..., seq_lens=..., block_table=..., num_tokens=T, ratio=4,
+            block_size=64, block_stride_rows=16)
+
+    Inputs (int32 tensors on one device):
+        query_start_loc: ``[R+1]`` contiguous, non-decreasing token offsets of the requests,
+            ``query_start_loc[R] <= num_tokens``.
+        seq_lens: ``[R]`` contiguous, each request's length after this step (``>= qlen_b``).
+        block_table: ``[>= R, W]`` block ids of the ratio-c compressed cache; columns
+            contiguous, any row stride.
+        num_tokens: the output length T (the step's tokens, padding included).
+        ratio: c >= 1 dividing ``block_size``; ``cbs = block_size // ratio``.
+        block_size: tokens per block of the uncompressed cache.
+        block_stride_rows: rows of the compressed cache between consecutive block ids.
+        dcp_size, dcp_rank, dcp_interleave: S, r, I (``cbs % I == 0`` under DCP).
+
+    Returns:
+        ``slot_mapping [num_tokens]`` int64, every entry written: the slot of the entry token t
+        completes (rule in the module docstring), else -1 (no entry, another rank's entry, a
+        padding token ``>= query_start_loc[R]`` or ``< query_start_loc[0]``).
+
+    Raises:
+        KernelInputError: a wrong dtype, dimension, device or contiguity; ``query_start_loc``
+            not of length ``R + 1``; fewer block-table rows than requests; ``num_tokens`` < 0
+            or outside int32; a ratio that does not divide ``block_size``; a non-positive
+            ``block_stride_rows``; a bad DCP triple (metadata only, no device sync).
+    """
+
+    kernel = _compressed_slot_mapping_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        """One compiled variant of K2.
+
+        Attributes:
+            ratio: compression ratio c.
+            tile: tokens per loop iteration.
+            cbs: compressed entries per block, ``block_size // ratio``.
+            block_stride_rows: the compressed cache's rows between consecutive block ids.
+            dcp_size: S. dcp_interleave: I (1 when S = 1).
+        """
+
+        ratio: int
+        tile: int
+        cbs: int
+        block_stride_rows: int
+        dcp_size: int
+        dcp_interleave: int
+
+    def dispatch(
+        self, *, ratio: int, block_size: int, block_stride_rows: int, dcp_size: int = 1, dcp_interleave: int = 1
+    ) -> "CompressedSlotMapping.CompileKey":
+        """The compile key of a launch with these facts (the launcher calls it too)."""
+        return self.CompileKey(
+            ratio=ratio,
+            tile=TILE,
+            cbs=block_size // ratio,
+            block_stride_rows=block_stride_rows,
+            dcp_size=dcp_size,
+            dcp_interleave=dcp_interleave if dcp_size > 1 else 1,
+        )
+
+    def get_warmup_keys(self, config, *, compressed_block_strides=()) -> list["CompressedSlotMapping.CompileKey"]:
+        """One key per compressed ratio of the model (``config.compressed_ratios``: ratios > 1 and
+        ``index_kpool``); none when there is no such ratio.
+
+        Args:
+            config: the :class:`~zerojit.kernels.mla.config.ModelConfig`.
+            compressed_block_strides: ``((ratio, block_stride_rows), ...)`` of the bound compressed
+                caches; a ratio missing from it uses the dense stride ``block_size // ratio``.
+        """
+        strides = dict(compressed_block_strides)
+        keys: list = []
+        for ratio in config.compressed_ratios:
+            for key in trace_dispatch(self.dispatch)(
+                ratio=ratio,
+                block_size=config.block_size,
+                block_stride_rows=strides.get(ratio, config.block_size // ratio),
+                dcp_size=config.dcp_size,
+                dcp_interleave=config.dcp_interleave,
+            ):
+                if key not in keys:
+                    keys.append(key)
+        return keys
+
+    def warmup_inputs(self, key: "CompressedSlotMapping.CompileKey") -> dict:
+        """Launch inputs in ``key``'s classes (meta tensors, no memory)."""
+        R, W = 4, 17
+        return dict(
+            query_start_loc=WarmupTensor(torch.int32, (R + 1,)),
+            seq_lens=WarmupTensor(torch.int32, (R,)),
+            block_table=WarmupTensor(torch.int32, (R, W)),
+            num_tokens=scalar_rep(100, specialize=False),
+            ratio=key.ratio,
+            block_size=key.cbs * key.ratio,
+            block_stride_rows=key.block_stride_rows,
+            dcp_size=key.dcp_size,
+            dcp_rank=0,
+            dcp_interleave=key.dcp_interleave,
+        )
+
+    def key_for(self, **inputs) -> "CompressedSlotMapping.CompileKey":
+        """The compile key ``__call__`` would launch for these inputs (after validating them)."""
+        return self._check(**inputs)
+
+    def _check(
+        self, *, query_start_loc, seq_lens, block_table, num_tokens, ratio, block_size, block_stride_rows,
+        dcp_size=1, dcp_rank=0, dcp_interleave=1,
+    ) -> "CompressedSlotMapping.CompileKey":
+        name = self.name
+        _tensor(name, "seq_lens", seq_lens, dim=1)
+        R, device = seq_lens.shape[0], seq_lens.device
+        _tensor(name, "query_start_loc", query_start_loc, dim=1, device=device)
+        if query_start_loc.shape[0] != R + 1:
+            raise KernelInputError(
+                name, "query_start_loc", f"must have R + 1 = {R + 1} entries (R = len(seq_lens)), got {query_start_loc.shape[0]}"
+            )
+        _tensor(name, "block_table", block_table, dim=2, device=device, rows_only=True)
+        if block_table.shape[0] < R:
+            raise KernelInputError(name, "block_table", f"has {block_table.shape[0]} rows, fewer than the R = {R} requests")
+        if block_table.stride(0) > _INT32_MAX:
+            raise KernelInputError(name, "block_table", f"row stride {block_table.stride(0)} does not fit int32")
+        if not _is_int(num_tokens) or not 0 <= num_tokens <= _INT32_MAX:
+            raise KernelInputError(name, "num_tokens", f"must be an int in [0, 2**31), got {num_tokens!r}")
+        if not _is_int(block_size) or block_size < 1:
+            raise KernelInputError(name, "block_size", f"must be a positive int, got {block_size!r}")
+        if not _is_int(ratio) or ratio < 1 or block_size % ratio:
+            raise KernelInputError(name, "ratio", f"must be an int >= 1 dividing block_size={block_size}, got {ratio!r}")
+        if not _is_int(block_stride_rows) or not 1 <= block_stride_rows <= _INT32_MAX:
+            raise KernelInputError(name, "block_stride_rows", f"must be a positive int32, got {block_stride_rows!r}")
+        for arg, v in (("dcp_size", dcp_size), ("dcp_interleave", dcp_interleave)):
+            if not _is_int(v) or not 1 <= v <= _INT32_MAX:
+                raise KernelInputError(name, arg, f"must be an int >= 1, got {v!r}")
+        if not _is_int(dcp_rank) or not 0 <= dcp_rank < dcp_size:
+            raise KernelInputError(name, "dcp_rank", f"must be an int in [0, dcp_size={dcp_size}), got {dcp_rank!r}")
+        if dcp_size > 1 and (block_size // ratio) % dcp_interleave:
+            raise KernelInputError(
+                name, "dcp_interleave", f"must divide block_size // ratio = {block_size // ratio} under DCP, got {dcp_interleave}"
+            )
+        return self.dispatch(
+            ratio=ratio, block_size=block_size, block_stride_rows=block_stride_rows, dcp_size=dcp_size,
+            dcp_interleave=dcp_interleave,
+        )
+
+    @kernel_launcher(host_only=("ratio", "block_size", "block_stride_rows", "dcp_size", "dcp_interleave"))
+    def __call__(
+        self,
+        *,
+        query_start_loc,
+        seq_lens,
+        block_table,
+        num_tokens,
+        ratio,
+        block_size,
+        block_stride_rows,
+        dcp_size=1,
+        dcp_rank=0,
+        dcp_interleave=1,
+    ) -> LaunchSpec:
+        """Launch K2; returns ``slot_mapping [num_tokens]`` int64 (see the class)."""
+        key = self._check(
+            query_start_loc=query_start_loc, seq_lens=seq_lens, block_table=block_table, num_tokens=num_tokens,
+            ratio=ratio, block_size=block_size, block_stride_rows=block_stride_rows, dcp_size=dcp_size,
+            dcp_rank=dcp_rank, dcp_interleave=dcp_interleave,
+        )
+        R, device = seq_lens.shape[0], seq_lens.device
+        if R == 0:  # no program to write the padding: fill on the host, launch nothing
+            out = torch.full((num_tokens,), -1, dtype=torch.int64, device=device)
+        else:
+            out = torch.empty((num_tokens,), dtype=torch.int64, device=device)
+        return LaunchSpec(
+            grid=(R,),
+            kwargs=dict(
+                slot_mapping=out,
+                bt_stride=block_table.stride(0),
+                RATIO=key.ratio,
+                CBS=key.cbs,
+                BLOCK_STRIDE_ROWS=key.block_stride_rows,
+                DCP_SIZE=key.dcp_size,
+                DCP_INTERLEAVE=key.dcp_interleave,
+                TILE=key.tile,
+            ),
+            returns=out,
+        )
+
+
+def _tensor(kernel, arg, t, *, dim, device=None, rows_only=False):
+    """Check one int32 tensor input by its metadata only (never its values)."""
+    if not isinstance(t, torch.Tensor):
+        raise KernelInputError(kernel, arg, f"must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.int32:
+        raise KernelInputError(kernel, arg, f"must be int32, got {t.dtype}")
+    if t.dim() != dim:
+        raise KernelInputError(kernel, arg, f"must have {dim} dimension(s), got shape {tuple(t.shape)}")
+    if device is not None and t.device != device:
+        raise KernelInputError(kernel, arg, f"is on {t.device}, seq_lens on {device}")
+    if t.shape[-1] > 1 and t.stride(-1) != 1:
+        what = "its last dimension must be contiguous (stride 1)" if rows_only else "must be contiguous"
+        raise KernelInputError(kernel, arg, f"{what}, got strides {t.stride()}")
+
+
+#: The module-level instance serving code launches.
+compressed_slot_mapping = CompressedSlotMapping()

@@ -1,0 +1,918 @@
+"""The runtime JIT monitor: proof, while serving, that nothing compiles after warm-up.
+
+A *runtime compile* is any miss of a ``@triton.jit`` function's in-process cache after warm-up,
+whether Triton then compiles the variant or loads it from its disk cache: both stall the request
+(a disk load still builds IR objects, reads files and, on a GPU, loads a module). The monitor
+counts the two apart, and also sees compiles that never pass through a ``triton.jit`` launch (a
+direct ``triton.compile``).
+
+Modes (``JitMonitor(mode)``, the environment variable ``ZEROJIT_JIT_MONITOR=off|warn|error``, or
+the CLI flag ``--jit-monitor-mode``):
+
+* ``off``: nothing is installed.
+* ``warn``: the compile goes ahead; one ``logging`` line (logger ``"zerojit.monitor"``, level
+  WARNING) per distinct runtime compile (kernel, Triton key); every occurrence is counted.
+* ``error``: :class:`RuntimeJitError` is raised *before* the compile, so a server in error mode
+  never stalls on one. The message names the kernel, the runtime specialization of every argument,
+  the nearest warmed key of that kernel and each argument whose class differs, in the words of
+  :mod:`zerojit.specialization` ("block_size: warmed as equal-to-one, called as divisible-by-16").
+  Nothing is compiled or cached, so the process stays usable: warmed variants still launch.
+  A direct ``triton.compile`` gives no hook before it runs; in error mode it raises *after* the
+  compile (the only point Triton reports it), still naming what compiled.
+
+How it hooks in (Triton 3.6):
+
+* ``triton.knobs.runtime.jit_cache_hook`` is called by ``JITFunction._do_compile`` on every
+  in-process cache miss, before compiling; raising there aborts the launch and leaves Triton's
+  caches untouched. The hook's ``compile`` info (signature, constants, attrs) is turned back into
+  one :class:`~zerojit.specialization.SpecClass` per parameter.
+* ``triton.knobs.compilation.listener`` is called after every ``triton.compile`` with
+  ``cache_hit`` (True: loaded from the disk cache). A listener call that follows one of our
+  cache-miss hook calls splits that miss into compile vs disk load; any other is a direct compile.
+* Hits: Triton calls no hook on a hit, so zerojit's launch path reports every launch to
+  :func:`zerojit.kernel.set_launch_observer`; launches are mapped back to warmed keys at audit time
+  by the identity of the compiled kernel (:attr:`CompiledVariant.compiled`).
+
+Each of the three is *chained*: the monitor keeps the hook, listener or observer that was set before
+it and calls it first (a user ``jit_cache_hook`` that returns True makes Triton skip the compile;
+the monitor then neither counts nor blocks anything). :meth:`JitMonitor.uninstall` restores the
+previous one when the monitor is still on top; when something else was chained on top since, the
+monitor unlinks itself from a chain of monitors, or else stays in place as a pass-through.
+
+Warm-up awareness: hook calls made inside a zerojit warm-up launch (``kernel.compile(key)``, in
+whatever thread the registry runs it) or inside :func:`allow_compiles` are ignored, so a second
+registry warming later is not a runtime compile. :meth:`JitWarmupRegistry.warmup` calls
+:func:`on_warmup_complete` at its end: it installs the *process monitor* when
+``ZEROJIT_JIT_MONITOR`` (or :func:`configure`) asks for warn/error, and hands the warm-up report to
+every installed monitor (warmed keys for the nearest-key explanation and the audit). A monitor you
+install yourself is armed at once.
+
+Async compile mode (``triton.runtime._async_compile``) is not specially supported: misses are
+seen, but a compile finished on another thread may be counted as a direct compile.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import contextvars
+import dataclasses
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from .specialization import SpecClass
+
+__all__ = [
+    "MODES",
+    "ENV_VAR",
+    "JitMonitor",
+    "RuntimeJitError",
+    "RuntimeCompile",
+    "ArgDifference",
+    "MissCount",
+    "MonitorCounts",
+    "allow_compiles",
+    "configure",
+    "configured_mode",
+    "current",
+    "on_warmup_complete",
+    "shutdown",
+    "installed_monitors",
+    "class_words",
+    "specialization_from_compile_info",
+]
+
+#: The monitor modes.
+MODES = ("off", "warn", "error")
+#: The environment variable that turns the process monitor on after warm-up.
+ENV_VAR = "ZEROJIT_JIT_MONITOR"
+
+logger = logging.getLogger("zerojit.monitor")
+
+# Compiles inside this context are deliberate (see allow_compiles); a ContextVar, so per thread.
+_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("zerojit_allow_compiles", default=False)
+
+
+def _check_mode(mode: str, where: str = "JitMonitor mode") -> str:
+    if mode not in MODES:
+        raise ValueError(f"{where} must be one of {', '.join(MODES)}, not {mode!r}")
+    return mode
+
+
+@contextlib.contextmanager
+def allow_compiles() -> Iterator[None]:
+    """Compiles inside the block (this thread/context) are deliberate: not counted, not blocked.
+
+    For a late warm-up done by hand, a test's own set-up, or a path that is allowed to compile.
+    zerojit's own warm-up launches need no such block.
+    """
+    token = _ALLOWED.set(True)
+    try:
+        yield
+    finally:
+        _ALLOWED.reset(token)
+
+
+def _in_warmup() -> bool:
+    from .kernel import _WARMUP_SINK  # set by TritonJitKernel.compile(key) around its warm-up launch
+
+    return _WARMUP_SINK.get() is not None or _ALLOWED.get()
+
+
+# ---------------------------------------------------------------------------------------------
+# Specialization classes, in words
+# ---------------------------------------------------------------------------------------------
+
+_INT_WORDS = {"D": "divisible-by-16", "": "not-divisible-by-16", None: "unspecialized"}
+_PTR_WORDS = {"D": "16-byte-aligned", "": "unaligned", None: "alignment-unspecialized"}
+
+
+def class_words(spec: SpecClass, *, width: bool = True) -> str:
+    """One argument's class in the specialization model's words.
+
+    ``"equal-to-one"``, ``"i32 divisible-by-16"`` (``"divisible-by-16"`` with ``width=False``),
+    ``"i64 not-divisible-by-16"``, ``"i32 unspecialized"`` (``do_not_specialize``),
+    ``"*fp32 16-byte-aligned"``, ``"*fp16 unaligned"``, ``"constexpr 24"``, ``"None"``,
+    ``"u1"`` / ``"fp32"`` (never specialized).
+    """
+    kind = spec.kind
+    if kind == "constexpr":
+        if type(spec.attr) is int and spec.attr == 1:
+            return "equal-to-one"
+        return f"constexpr {spec.attr!r}"
+    if kind == "none":
+        return "None"
+    if kind == "int":
+        prefix = f"{spec.type} " if width else ""
+        if spec.attr == 1:
+            return prefix + "equal-to-one"
+        return prefix + _INT_WORDS.get(spec.attr, repr(spec.attr))
+    if kind == "pointer":
+        return f"{spec.type} " + _PTR_WORDS.get(spec.attr, repr(spec.attr))
+    return spec.type
+
+
+def specialization_from_compile_info(
+    jit_fn: Any, signature: dict, constants: dict, attrs: dict
+) -> tuple[SpecClass, ...]:
+    """Rebuild Triton's ``(type, attr)`` pair of every parameter from a compile request.
+
+    ``signature`` maps parameter name -> type (``"constexpr"`` for constexprs), ``constants`` maps
+    ``(index,)`` -> value, ``attrs`` maps ``(index,)`` -> parsed attributes
+    (``[["tt.divisibility", 16]]`` for ``"D"``, ``[]`` for ``""``), as Triton's ``jit_cache_hook``
+    and ``ASTSource`` carry them. A parameter absent from ``attrs`` had a non-string attr: ``None``
+    (``do_not_specialize``, bool, float) or, for an annotated int, the value 1.
+    """
+    out = []
+    for i, p in enumerate(jit_fn.params):
+        ty = signature.get(p.name)
+        if ty == "constexpr":
+            out.append(SpecClass("constexpr", constants.get((i,))))
+            continue
+        if not isinstance(ty, str):  # a tuple argument: keep its type, no attr
+            out.append(SpecClass(str(ty), None))
+            continue
+        parsed = attrs.get((i,))
+        if parsed is not None:
+            divisible = any(list(a)[:2] == ["tt.divisibility", 16] for a in parsed)
+            attr: Any = "D" if divisible else ""
+        elif p.do_not_specialize or not (ty[:1] in "iu" and ty != "u1"):
+            attr = None
+        else:
+            attr = 1  # an annotated int (n: tl.int64) equal to one
+        out.append(SpecClass(ty, attr))
+    return tuple(out)
+
+
+def _options_part(triton_key: str) -> str | None:
+    """The launch-options part of a Triton cache key (``str(spec list) + str(options dict)``)."""
+    head, sep, tail = triton_key.rpartition("]{")
+    return "{" + tail if sep else None
+
+
+def _parse_options(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+_HIDDEN_OPTIONS = ("debug", "instrumentation_mode")
+
+
+def _shown_options(options: dict | None) -> str:
+    if not options:
+        return ""
+    return ", ".join(f"{k}={v!r}" for k, v in options.items() if k not in _HIDDEN_OPTIONS)
+
+
+# ---------------------------------------------------------------------------------------------
+# Records
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArgDifference:
+    """One argument whose class differs between the nearest warmed key and the runtime call."""
+
+    name: str
+    warmed: SpecClass
+    called: SpecClass
+
+    def __str__(self) -> str:
+        # an int's width is named when the widths differ or it is not the usual i32
+        w, c = self.warmed, self.called
+        widths_differ = w.kind == c.kind == "int" and w.type != c.type
+        w_width = w.kind == "int" and (widths_differ or w.type != "i32")
+        c_width = c.kind == "int" and (widths_differ or c.type != "i32")
+        return (f"{self.name}: warmed as {class_words(w, width=w_width)}, "
+                f"called as {class_words(c, width=c_width)}")
+
+    @property
+    def hint(self) -> str:
+        """What to change, for the usual causes of this difference."""
+        w, c = self.warmed, self.called
+        w_one = w.kind == "constexpr" and type(w.attr) is int and w.attr == 1
+        if w_one and c.kind == "int":
+            return ("warm-up passed the literal 1, which compiles the equal-to-one variant that no other "
+                    "value hits; warm with a value of the runtime class (scalar_rep(64) == 16)")
+        if w.kind == "constexpr" and c.kind == "constexpr":
+            return ("a constexpr that varies with the request recompiles for every value: make a "
+                    "request-dependent bound a do_not_specialize int, or put every value in the key space")
+        if w.kind == "int" and c.kind == "int":
+            if w.type != c.type:
+                return "the int width differs: warm with a value of the runtime width too (scalar_rep(2**40) is an i64)"
+            if w.attr is None or c.attr is None:
+                return "the parameter's do_not_specialize setting changed between warm-up and run"
+            return ("divisibility by 16 differs: warm both classes (scalar_rep gives one value of each) "
+                    "or list the parameter in do_not_specialize")
+        if w.kind == "pointer" and c.kind == "pointer":
+            if w.type != c.type:
+                return "a tensor of another dtype: add the dtype to the kernel's key space"
+            return "16-byte alignment differs: warm with WarmupTensor(..., aligned=False) as well"
+        if "none" in (w.kind, c.kind):
+            return "an optional argument is None in one and not the other: warm both"
+        return "warm a key in the runtime class"
+
+
+@dataclass(frozen=True)
+class RuntimeCompile:
+    """One distinct runtime compile (kernel, Triton key), explained.
+
+    Attributes:
+        kernel: the zerojit kernel's name (or the Triton function's name for a kernel zerojit
+            does not know).
+        function: the Triton function, ``module.qualname``.
+        param_names: the kernel parameters, in order.
+        specialization: the runtime class of every parameter.
+        triton_key: Triton's in-process cache key (empty for a direct compile).
+        options: the launch options passed (``num_warps=8``), as text; empty when none.
+        nearest_key: ``repr`` of the nearest warmed zerojit key, or None when none was warmed.
+        nearest_index: its 1-based warm-up position among ``warmed_count`` keys of this kernel.
+        warmed_count: how many keys of this kernel were warmed.
+        differences: each argument whose class differs from the nearest warmed key.
+        option_difference: the launch-option difference from it, if any.
+        direct: a direct ``triton.compile`` (no ``triton.jit`` launch).
+    """
+
+    kernel: str
+    function: str
+    param_names: tuple[str, ...]
+    specialization: tuple[SpecClass, ...]
+    triton_key: str = ""
+    options: str = ""
+    nearest_key: str | None = None
+    nearest_index: int | None = None
+    warmed_count: int = 0
+    differences: tuple[ArgDifference, ...] = ()
+    option_difference: str | None = None
+    direct: bool = False
+
+    @property
+    def arguments(self) -> str:
+        """Every argument's runtime class: ``"x_ptr: *fp32 16-byte-aligned, n: i32 unspecialized"``."""
+        return ", ".join(f"{n}: {class_words(s)}" for n, s in zip(self.param_names, self.specialization))
+
+    @property
+    def difference_lines(self) -> list[str]:
+        lines = [str(d) for d in self.differences]
+        if self.option_difference:
+            lines.append(self.option_difference)
+        return lines
+
+    def summary(self) -> str:
+        """One line: what compiled and why (the warn-mode log line)."""
+        what = "direct triton.compile" if self.direct else "runtime JIT compile"
+        text = f"{what} of kernel {self.kernel!r} after warm-up ({self.arguments})"
+        if self.options:
+            text += f" [{self.options}]"
+        if self.nearest_key is None:
+            return text + f"; {self.kernel!r} has no warmed key (was its registration dropped?)"
+        diffs = "; ".join(self.difference_lines) or "no argument class differs"
+        return text + f"; nearest warmed key {self.nearest_key}: {diffs}"
+
+    def explain(self, *, blocked: bool = False) -> str:
+        """The full multi-line explanation (the :class:`RuntimeJitError` message)."""
+        if self.direct:
+            head = (f"zerojit: direct triton.compile of {self.kernel!r} after warm-up (Triton reports a direct "
+                    "compile only after it ran)")
+        elif blocked:
+            head = (f"zerojit: kernel {self.kernel!r} would compile at run time, after warm-up; the JIT monitor "
+                    "is in error mode, so nothing was compiled")
+        else:
+            head = f"zerojit: kernel {self.kernel!r} compiled at run time, after warm-up"
+        lines = [head, f"  Triton function: {self.function}"]
+        lines.append("  runtime specialization:")
+        lines += [f"    {n}: {class_words(s)}" for n, s in zip(self.param_names, self.specialization)]
+        if self.options:
+            lines.append(f"    launch options: {self.options}")
+        if self.nearest_key is None:
+            lines.append(f"  no key of {self.kernel!r} was warmed: its registration was never reached. Call "
+                         f"register_warmup for it under registry.activate() where the model or KV cache is built.")
+        else:
+            lines.append(f"  nearest warmed key: {self.nearest_key} (warm-up #{self.nearest_index} of "
+                         f"{self.warmed_count} for this kernel)")
+            if self.differences or self.option_difference:
+                n = len(self.differences) + (1 if self.option_difference else 0)
+                lines.append(f"  differs in {n} argument{'s' if n != 1 else ''}:")
+                for d in self.differences:
+                    lines.append(f"    {d}")
+                    lines.append(f"      -> {d.hint}")
+                if self.option_difference:
+                    lines.append(f"    {self.option_difference}")
+                    lines.append("      -> Triton keys on the launch options passed; pass the same ones at warm-up")
+            else:
+                lines.append("  no argument class differs from it (the kernel's source or globals changed?)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+class RuntimeJitError(RuntimeError):
+    """A compile after warm-up under a monitor in error mode. ``.compile`` is the :class:`RuntimeCompile`."""
+
+    def __init__(self, record: RuntimeCompile) -> None:
+        super().__init__(record.explain(blocked=not record.direct))
+        self.compile = record
+
+
+@dataclass(frozen=True)
+class MissCount:
+    """How often one distinct runtime compile happened, and how it ended.
+
+    ``misses == compiled + disk_loads + blocked`` (plus any miss whose compile raised).
+    """
+
+    compile: RuntimeCompile
+    misses: int
+    compiled: int
+    disk_loads: int
+    blocked: int
+
+
+@dataclass(frozen=True)
+class MonitorCounts:
+    """The monitor's totals: ``runtime_compiles`` is every in-process cache miss after warm-up."""
+
+    runtime_compiles: int = 0
+    compiled: int = 0
+    disk_loads: int = 0
+    blocked: int = 0
+    distinct: int = 0
+    direct_compiles: int = 0
+    direct_disk_loads: int = 0
+    launches: int = 0
+
+    @property
+    def any_runtime_compile(self) -> bool:
+        return bool(self.runtime_compiles or self.direct_compiles or self.direct_disk_loads)
+
+
+@dataclass
+class _Stats:  # mutable, only touched under the monitor's lock
+    record: RuntimeCompile
+    jit_fn: Any = None
+    misses: int = 0
+    compiled: int = 0
+    disk_loads: int = 0
+    blocked: int = 0
+
+    def frozen(self) -> MissCount:
+        return MissCount(self.record, self.misses, self.compiled, self.disk_loads, self.blocked)
+
+
+@dataclass
+class _Launches:
+    kernel: Any
+    compiled: Any
+    count: int
+    triton_key: str | None  # found when first seen, for a variant that was not warmed
+
+
+@dataclass(frozen=True)
+class MonitorSnapshot:
+    """A consistent copy of what a monitor saw, for :mod:`zerojit.audit`."""
+
+    mode: str
+    variants: tuple[Any, ...]
+    misses: tuple[MissCount, ...]
+    miss_fns: tuple[Any, ...]
+    direct: tuple[MissCount, ...]
+    launches: tuple[_Launches, ...] = field(default=())
+
+
+# ---------------------------------------------------------------------------------------------
+# Hook chains
+# ---------------------------------------------------------------------------------------------
+
+
+class _Link:
+    """One monitor's place in a hook chain: the hook set before it runs first, then the monitor."""
+
+    __slots__ = ("handler", "previous", "enabled", "owner")
+
+    def __init__(self, handler: Callable[..., Any], previous: Callable[..., Any] | None, owner: "JitMonitor") -> None:
+        self.handler = handler
+        self.previous = previous
+        self.enabled = True
+        self.owner = owner
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        previous = self.previous
+        result = previous(*args, **kwargs) if previous is not None else None
+        if self.enabled:
+            self.handler(result, *args, **kwargs)
+        return result
+
+    def __repr__(self) -> str:
+        return f"<zerojit monitor hook of {self.owner!r}>"
+
+
+def _unlink(link: _Link, get: Callable[[], Any], set_: Callable[[Any], Any]) -> None:
+    top = get()
+    if top is link:
+        set_(link.previous)
+        return
+    node = top
+    while isinstance(node, _Link):
+        if node.previous is link:
+            node.previous = link.previous
+            return
+        node = node.previous
+    link.enabled = False  # a foreign hook wraps ours: stay in its chain as a pass-through
+
+
+def _get_cache_hook():
+    from triton import knobs
+
+    return knobs.runtime.jit_cache_hook
+
+
+def _set_cache_hook(hook):
+    from triton import knobs
+
+    knobs.runtime.jit_cache_hook = hook
+
+
+def _get_listener():
+    from triton import knobs
+
+    return knobs.compilation.listener
+
+
+def _set_listener(listener):
+    from triton import knobs
+
+    knobs.compilation.listener = listener
+
+
+def _get_observer():
+    from . import kernel
+
+    return kernel._launch_observer
+
+
+def _set_observer(observer):
+    from . import kernel
+
+    kernel.set_launch_observer(observer)
+
+
+_CHAIN_LOCK = threading.RLock()
+_INSTALLED: list["JitMonitor"] = []
+
+
+# ---------------------------------------------------------------------------------------------
+# The monitor
+# ---------------------------------------------------------------------------------------------
+
+
+class JitMonitor:
+    """Counts (warn) or blocks (error) every compile after warm-up; see the module doc.
+
+    Args:
+        mode: ``"off" | "warn" | "error"`` (``"off"``: :meth:`install` installs nothing).
+        report: a :class:`~zerojit.registry.WarmupReport` (or several via :meth:`add_report`)
+            whose warmed keys explain misses and are audited.
+
+    Usable as a context manager (install on enter, uninstall on exit). Thread-safe: counters and
+    records are updated under one lock; warn mode logs once per distinct (kernel, Triton key).
+    """
+
+    def __init__(self, mode: str = "warn", *, report: Any = None) -> None:
+        self._mode = _check_mode(mode)
+        self._lock = threading.RLock()
+        self._links: tuple[_Link, _Link, _Link] | None = None
+        self._reports: list[Any] = []
+        self._variants: list[Any] = []  # warmed CompiledVariants, warm-up order, deduplicated
+        self._variant_ids: dict[int, Any] = {}
+        self._by_fn: dict[int, list[Any]] = {}
+        self._names: dict[int, str] = {}  # id(jit function) -> zerojit kernel name
+        self._misses: dict[tuple[int, str], _Stats] = {}
+        self._direct: dict[Any, _Stats] = {}
+        self._pending: dict[int, tuple[Any, _Stats]] = {}  # id(signature dict) -> (dict, stats)
+        self._launches: dict[int, _Launches] = {}
+        self._launch_total = 0
+        if report is not None:
+            self.add_report(report)
+
+    # -- configuration ---------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: str) -> None:
+        self._mode = _check_mode(mode)
+
+    @property
+    def installed(self) -> bool:
+        return self._links is not None
+
+    def add_report(self, report: Any) -> None:
+        """Add a warm-up report's variants (or any iterable of CompiledVariants) to the warmed set."""
+        variants = report.variants if hasattr(report, "variants") else list(report)
+        with self._lock:
+            if hasattr(report, "variants"):
+                self._reports.append(report)
+            for v in variants:
+                compiled = getattr(v, "compiled", None)
+                if compiled is None or id(compiled) in self._variant_ids:
+                    continue
+                self._variant_ids[id(compiled)] = v
+                self._variants.append(v)
+                fn = getattr(getattr(compiled, "src", None), "fn", None)
+                if fn is not None:
+                    self._by_fn.setdefault(id(fn), []).append(v)
+                    self._names.setdefault(id(fn), v.kernel)
+
+    @property
+    def reports(self) -> tuple[Any, ...]:
+        return tuple(self._reports)
+
+    @property
+    def warmed_variants(self) -> tuple[Any, ...]:
+        """Every warmed CompiledVariant known to the monitor, in warm-up order."""
+        with self._lock:
+            return tuple(self._variants)
+
+    # -- install / uninstall ---------------------------------------------------------------------
+
+    def install(self) -> "JitMonitor":
+        """Chain onto Triton's cache hook and compile listener and zerojit's launch observer.
+
+        A no-op in ``off`` mode or when already installed. Returns self.
+        """
+        if self._mode == "off":
+            return self
+        with _CHAIN_LOCK:
+            if self._links is not None:
+                return self
+            cache = _Link(self._on_cache_miss, _get_cache_hook(), self)
+            listen = _Link(self._on_compiled, _get_listener(), self)
+            observe = _Link(self._on_launch, _get_observer(), self)
+            _set_cache_hook(cache)
+            _set_listener(listen)
+            _set_observer(observe)
+            self._links = (cache, listen, observe)
+            _INSTALLED.append(self)
+        return self
+
+    def uninstall(self) -> None:
+        """Take the monitor out of the chains (restoring what was there before when on top)."""
+        with _CHAIN_LOCK:
+            if self._links is None:
+                return
+            cache, listen, observe = self._links
+            _unlink(cache, _get_cache_hook, _set_cache_hook)
+            _unlink(listen, _get_listener, _set_listener)
+            _unlink(observe, _get_observer, _set_observer)
+            self._links = None
+            if self in _INSTALLED:
+                _INSTALLED.remove(self)
+
+    def __enter__(self) -> "JitMonitor":
+        return self.install()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.uninstall()
+
+    def __repr__(self) -> str:
+        state = "installed" if self.installed else "not installed"
+        return f"<JitMonitor mode={self._mode!r} {state}, {len(self._variants)} warmed variants>"
+
+    # -- results ---------------------------------------------------------------------------------
+
+    def misses(self) -> tuple[MissCount, ...]:
+        """Every distinct runtime compile (through a triton.jit launch), first seen first."""
+        with self._lock:
+            return tuple(s.frozen() for s in self._misses.values())
+
+    def direct_compiles(self) -> tuple[MissCount, ...]:
+        """Every distinct direct ``triton.compile`` after warm-up (``blocked`` is always 0)."""
+        with self._lock:
+            return tuple(s.frozen() for s in self._direct.values())
+
+    @property
+    def runtime_compiles(self) -> tuple[RuntimeCompile, ...]:
+        """The distinct runtime compiles, then the distinct direct compiles."""
+        return tuple(m.compile for m in self.misses() + self.direct_compiles())
+
+    def counts(self) -> MonitorCounts:
+        with self._lock:
+            misses = list(self._misses.values())
+            direct = list(self._direct.values())
+            return MonitorCounts(
+                runtime_compiles=sum(s.misses for s in misses),
+                compiled=sum(s.compiled for s in misses),
+                disk_loads=sum(s.disk_loads for s in misses),
+                blocked=sum(s.blocked for s in misses),
+                distinct=len(misses),
+                direct_compiles=sum(s.compiled for s in direct),
+                direct_disk_loads=sum(s.disk_loads for s in direct),
+                launches=self._launch_total,
+            )
+
+    def snapshot(self) -> MonitorSnapshot:
+        with self._lock:
+            return MonitorSnapshot(
+                mode=self._mode,
+                variants=tuple(self._variants),
+                misses=tuple(s.frozen() for s in self._misses.values()),
+                miss_fns=tuple(s.jit_fn for s in self._misses.values()),
+                direct=tuple(s.frozen() for s in self._direct.values()),
+                launches=tuple(_Launches(e.kernel, e.compiled, e.count, e.triton_key) for e in self._launches.values()),
+            )
+
+    def reset(self) -> None:
+        """Forget counts and records (warmed variants are kept)."""
+        with self._lock:
+            self._misses.clear()
+            self._direct.clear()
+            self._pending.clear()
+            self._launches.clear()
+            self._launch_total = 0
+
+    # -- naming and explaining -------------------------------------------------------------------
+
+    def kernel_name(self, jit_fn: Any) -> str:
+        """The zerojit name of a Triton function: from warmed variants, launches, or kernel classes."""
+        name = self._names.get(id(jit_fn))
+        if name is not None:
+            return name
+        from .kernel import TritonJitKernel
+
+        stack = list(TritonJitKernel.__subclasses__())
+        while stack:
+            cls = stack.pop()
+            if cls.__dict__.get("kernel") is jit_fn:
+                self._names[id(jit_fn)] = cls.name
+                return cls.name
+            stack.extend(cls.__subclasses__())
+        fn = getattr(jit_fn, "fn", None)
+        return getattr(fn, "__name__", None) or getattr(jit_fn, "__name__", repr(jit_fn))
+
+    def _candidates(self, jit_fn: Any, name: str) -> list[Any]:
+        found = self._by_fn.get(id(jit_fn)) if jit_fn is not None else None
+        return list(found) if found else [v for v in self._variants if v.kernel == name]
+
+    def _explain(self, jit_fn: Any, name: str, spec: tuple[SpecClass, ...], triton_key: str, direct: bool) -> RuntimeCompile:
+        params = tuple(p.name for p in jit_fn.params) if jit_fn is not None else ()
+        fn = getattr(jit_fn, "fn", None)
+        function = f"{fn.__module__}.{fn.__qualname__}" if fn is not None else name
+        options = _parse_options(_options_part(triton_key)) if triton_key else None
+        candidates = self._candidates(jit_fn, name)
+        best = None
+        for order, v in enumerate(candidates, start=1):
+            diffs = tuple(ArgDifference(n, w, c) for n, w, c in zip(params or v.param_names, v.specialization, spec) if w != c)
+            opt_diff = None
+            if triton_key and v.triton_key:
+                warmed_text, called_text = _options_part(v.triton_key), _options_part(triton_key)
+                if warmed_text != called_text:
+                    wo, co = _parse_options(warmed_text) or {}, _parse_options(called_text) or {}
+                    names = [k for k in dict.fromkeys([*wo, *co]) if wo.get(k, "<default>") != co.get(k, "<default>")]
+                    opt_diff = ("launch options: warmed with " + (", ".join(f"{k}={wo[k]!r}" for k in names if k in wo) or "defaults")
+                                + ", called with " + (", ".join(f"{k}={co[k]!r}" for k in names if k in co) or "defaults"))
+            score = len(diffs) + (opt_diff is not None)
+            if best is None or score < best[0]:
+                best = (score, order, v, diffs, opt_diff)
+        record = RuntimeCompile(
+            kernel=name, function=function, param_names=params, specialization=spec, triton_key=triton_key,
+            options=_shown_options(options), warmed_count=len(candidates), direct=direct,
+        )
+        if best is not None:
+            _, order, v, diffs, opt_diff = best
+            record = dataclasses.replace(record, nearest_key=repr(v.key), nearest_index=order,
+                                         differences=diffs, option_difference=opt_diff)
+        return record
+
+    # -- the three handlers ----------------------------------------------------------------------
+
+    def _on_cache_miss(self, previous_result: Any, *, key: str, fn: Any, compile: dict, **_: Any) -> None:
+        if previous_result or self._mode == "off" or _in_warmup():
+            return  # a user hook took the compile over, or this compile is deliberate
+        jit_fn = fn.jit_function
+        mode = self._mode
+        with self._lock:
+            ident = (id(jit_fn), key)
+            stats = self._misses.get(ident)
+            first = stats is None
+            if first:
+                spec = specialization_from_compile_info(
+                    jit_fn, compile["signature"], compile["constants"], compile["configs"][0]
+                )
+                record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
+                stats = self._misses[ident] = _Stats(record, jit_fn)
+            stats.misses += 1
+            if mode == "error":
+                stats.blocked += 1
+            else:
+                signature = compile["signature"]
+                self._pending[id(signature)] = (signature, stats)
+        if mode == "error":
+            if first:
+                logger.error("zerojit: blocked %s", stats.record.summary())
+            raise RuntimeJitError(stats.record)
+        if first:
+            logger.warning("zerojit: %s", stats.record.summary())
+
+    def _on_compiled(self, previous_result: Any, *, src: Any, metadata: Any = None, cache_hit: bool = False, **_: Any) -> None:
+        signature = getattr(src, "signature", None)
+        with self._lock:
+            pending = self._pending.get(id(signature)) if signature is not None else None
+            if pending is not None and pending[0] is signature:
+                del self._pending[id(signature)]
+                if cache_hit:
+                    pending[1].disk_loads += 1
+                else:
+                    pending[1].compiled += 1
+                return
+        if self._mode == "off" or _in_warmup():
+            return
+        jit_fn = getattr(src, "fn", None)
+        if jit_fn is not None and hasattr(jit_fn, "params"):
+            name = self.kernel_name(jit_fn)
+            spec = specialization_from_compile_info(jit_fn, src.signature, src.constants, src.attrs)
+            ident: Any = (id(jit_fn), spec)
+        else:
+            jit_fn, name, spec = None, str(getattr(src, "name", src)), ()
+            ident = ("ir", name)
+        mode = self._mode
+        with self._lock:
+            stats = self._direct.get(ident)
+            first = stats is None
+            if first:
+                stats = self._direct[ident] = _Stats(self._explain(jit_fn, name, spec, "", direct=True), jit_fn)
+            stats.misses += 1
+            if cache_hit:
+                stats.disk_loads += 1
+            else:
+                stats.compiled += 1
+        if first:
+            (logger.error if mode == "error" else logger.warning)("zerojit: %s", stats.record.summary())
+        if mode == "error":
+            raise RuntimeJitError(stats.record)
+
+    def _on_launch(self, previous_result: Any, kernel: Any, compiled: Any) -> None:
+        if compiled is None or self._mode == "off":
+            return
+        ident = id(compiled)
+        with self._lock:
+            self._launch_total += 1
+            entry = self._launches.get(ident)
+            if entry is not None:
+                entry.count += 1
+                return
+        jit_fn = getattr(kernel, "kernel", None)
+        triton_key = None
+        if ident not in self._variant_ids and jit_fn is not None:  # once per variant: find its Triton key
+            triton_key = next(
+                (k for caches in list(jit_fn.device_caches.values()) for k, v in list(caches[0].items()) if v is compiled),
+                None,
+            )
+        with self._lock:
+            if jit_fn is not None:
+                self._names.setdefault(id(jit_fn), kernel.name)
+            entry = self._launches.get(ident)
+            if entry is None:
+                self._launches[ident] = _Launches(kernel, compiled, 1, triton_key)
+            else:
+                entry.count += 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The process monitor (installed at the end of warm-up)
+# ---------------------------------------------------------------------------------------------
+
+_STATE_LOCK = threading.RLock()
+_configured: str | None = None
+_process_monitor: JitMonitor | None = None
+
+
+def configure(mode: str | None) -> None:
+    """Set the process monitor's mode for warm-ups to come (None: follow ``ZEROJIT_JIT_MONITOR``).
+
+    ``"off"`` also uninstalls a process monitor already installed; ``"warn"``/``"error"`` switch
+    an installed one's mode at once.
+    """
+    global _configured
+    if mode is not None:
+        _check_mode(mode, "--jit-monitor-mode")
+    with _STATE_LOCK:
+        _configured = mode
+        if _process_monitor is not None and mode is not None:
+            if mode == "off":
+                shutdown(keep_configuration=True)
+            else:
+                _process_monitor.mode = mode
+
+
+def configured_mode() -> str:
+    """The mode :func:`on_warmup_complete` will use: :func:`configure`'s, else the env var, else off.
+
+    Raises:
+        ValueError: ``ZEROJIT_JIT_MONITOR`` holds something other than off, warn or error.
+    """
+    if _configured is not None:
+        return _configured
+    value = os.environ.get(ENV_VAR, "").strip().lower()
+    return _check_mode(value, ENV_VAR) if value else "off"
+
+
+def current() -> JitMonitor | None:
+    """The process monitor installed by warm-up, or None."""
+    return _process_monitor
+
+
+def on_warmup_complete(report: Any) -> JitMonitor | None:
+    """Called by :meth:`JitWarmupRegistry.warmup` at its end; returns the process monitor.
+
+    Installs the process monitor when the configured mode is warn/error (once; later warm-ups add
+    their reports to it) and gives ``report`` to every installed monitor. When ``ZEROJIT_AUDIT_OUT``
+    is set (``zerojit audit``), the audit is written there when the process exits.
+    """
+    global _process_monitor
+    mode = configured_mode()
+    with _STATE_LOCK:
+        if mode != "off":
+            if _process_monitor is None:
+                _process_monitor = JitMonitor(mode)
+            else:
+                _process_monitor.mode = mode
+            _process_monitor.add_report(report)
+            _process_monitor.install()
+        with _CHAIN_LOCK:
+            others = [m for m in _INSTALLED if m is not _process_monitor]
+    for m in others:
+        m.add_report(report)
+    if _process_monitor is not None:
+        from . import audit
+
+        audit.write_at_exit_if_requested()
+    return _process_monitor
+
+
+def shutdown(*, keep_configuration: bool = False) -> None:
+    """Uninstall and forget the process monitor (and, unless asked, the configured mode)."""
+    global _process_monitor, _configured
+    with _STATE_LOCK:
+        if _process_monitor is not None:
+            _process_monitor.uninstall()
+            _process_monitor = None
+        if not keep_configuration:
+            _configured = None
+
+
+def installed_monitors() -> tuple[JitMonitor, ...]:
+    """Every monitor currently installed, oldest first."""
+    with _CHAIN_LOCK:
+        return tuple(_INSTALLED)
+

@@ -1,0 +1,299 @@
+"""The warm-up registry: kernels register where the model is built, warm-up compiles it all.
+
+Model construction and KV-cache binding call ``kernel.register_warmup(**request)`` wherever the
+facts that fix a kernel's keys become known (the configuration, the cache's block stride). Those
+calls reach the registry activated with :meth:`JitWarmupRegistry.activate` (a ContextVar, so
+nested activations and concurrent threads each see their own), and do nothing outside one.
+:meth:`JitWarmupRegistry.warmup` then asks each kernel for its keys, compiles every key, loads
+modules and launchers, and returns a :class:`WarmupReport`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import inspect
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+__all__ = [
+    "JitWarmupRegistry",
+    "WarmupReport",
+    "KernelWarmup",
+    "WarmupFailure",
+    "WarmupError",
+    "register",
+    "active_registry",
+]
+
+_ACTIVE: contextvars.ContextVar["JitWarmupRegistry | None"] = contextvars.ContextVar("zerojit_registry", default=None)
+
+
+def active_registry() -> "JitWarmupRegistry | None":
+    """The registry activated in this context, or None."""
+    return _ACTIVE.get()
+
+
+def register(kernel: Any, **request: Any) -> None:
+    """Register ``kernel`` with ``request`` in the active registry; a no-op when none is active."""
+    reg = _ACTIVE.get()
+    if reg is not None:
+        reg.register(kernel, **request)
+
+
+def _freeze(value: Any, where: str) -> Any:
+    """A hashable value-identity for a request value: tensors by dtype, shape, strides, alignment."""
+    if hasattr(value, "data_ptr") and hasattr(value, "dtype") and hasattr(value, "stride"):
+        return ("tensor", str(value.dtype), tuple(value.shape), tuple(value.stride()), value.data_ptr() % 16 == 0)
+    if isinstance(value, (bool, int, float)):
+        return (type(value).__name__, value)  # 1 == 1.0 == True in Python, three classes to Triton
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v, where) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _freeze(v, where)) for k, v in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        raise TypeError(f"{where}: a {type(value).__name__} cannot be compared by value; pass a hashable value") from None
+    return value
+
+
+@dataclass(frozen=True)
+class WarmupFailure:
+    """One key (or a kernel's key listing, ``key=None``) that failed, with the error."""
+
+    kernel: str
+    key: Any
+    error: str
+
+    def __str__(self) -> str:
+        where = "listing its keys" if self.key is None else f"key {self.key}"
+        return f"{self.kernel}: {where}: {self.error}"
+
+
+@dataclass(frozen=True)
+class KernelWarmup:
+    """One kernel's part of a warm-up: its keys, compiled variants and compile seconds."""
+
+    kernel: str
+    keys: tuple[Any, ...]
+    variants: tuple[Any, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class WarmupReport:
+    """What a warm-up did.
+
+    Attributes:
+        kernels: per kernel, keys, compiled variants and seconds (summed over its keys).
+        failures: every key that failed, with its kernel and error (none hides another).
+        seconds: wall-clock seconds of the whole warm-up.
+        target: the compile target (``"cuda:90"``) or ``"device"`` when compiled for the GPU present.
+    """
+
+    kernels: tuple[KernelWarmup, ...]
+    failures: tuple[WarmupFailure, ...] = ()
+    seconds: float = 0.0
+    target: str = "device"
+
+    @property
+    def num_keys(self) -> int:
+        return sum(len(k.keys) for k in self.kernels)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def variants(self) -> list[Any]:
+        """Every compiled variant, kernel by kernel."""
+        return [v for k in self.kernels for v in k.variants]
+
+    def keys_by_kernel(self) -> dict[str, tuple[Any, ...]]:
+        return {k.kernel: k.keys for k in self.kernels}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (keys as their field dicts)."""
+        return {
+            "keys": self.num_keys,
+            "seconds": round(self.seconds, 4),
+            "target": self.target,
+            "kernels": {
+                k.kernel: {"keys": [_key_dict(x) for x in k.keys], "seconds": round(k.seconds, 4)} for k in self.kernels
+            },
+            "failures": [{"kernel": f.kernel, "key": _key_dict(f.key), "error": f.error} for f in self.failures],
+        }
+
+    def summary(self) -> str:
+        """A short human-readable table."""
+        lines = [f"warm-up: {self.num_keys} keys over {len(self.kernels)} kernels in {self.seconds:.2f} s "
+                 f"(target {self.target}), {len(self.failures)} failures"]
+        for k in self.kernels:
+            lines.append(f"  {k.kernel:<40} {len(k.keys):>4} keys  {k.seconds:7.2f} s")
+        lines += [f"  FAILED {f}" for f in self.failures]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _key_dict(key: Any) -> Any:
+    if key is not None and dataclasses.is_dataclass(key):
+        return dataclasses.asdict(key)
+    return key if key is None or isinstance(key, (int, float, str, bool)) else repr(key)
+
+
+class WarmupError(RuntimeError):
+    """Warm-up failed for one or more keys; ``report`` holds every failure and every success."""
+
+    def __init__(self, report: WarmupReport) -> None:
+        lines = [f"zerojit warm-up failed for {len(report.failures)} key(s):"] + [f"  {f}" for f in report.failures]
+        super().__init__("\n".join(lines))
+        self.report = report
+
+
+class JitWarmupRegistry:
+    """Collects warm-up requests and compiles their whole key space.
+
+    Kernels are grouped by class (every instance of a kernel class shares its Triton function);
+    requests are compared by value, so a 61-layer model registering the same request 61 times
+    keeps one.
+    """
+
+    def __init__(self) -> None:
+        self._kernels: dict[type, Any] = {}
+        self._requests: dict[type, dict[Any, dict[str, Any]]] = {}
+
+    @contextlib.contextmanager
+    def activate(self) -> Iterator["JitWarmupRegistry"]:
+        """Make this the registry that ``register_warmup`` calls reach, inside the block."""
+        token = _ACTIVE.set(self)
+        try:
+            yield self
+        finally:
+            _ACTIVE.reset(token)
+
+    def register(self, kernel: Any, **request: Any) -> None:
+        """Record that ``kernel`` must be warmed for ``request`` (kept once per distinct value).
+
+        Raises:
+            TypeError: a request value that cannot be compared by value (names kernel and input).
+        """
+        group = type(kernel)
+        self._kernels.setdefault(group, kernel)
+        frozen = tuple(sorted((k, _freeze(v, f"{kernel.name}: request input {k!r}")) for k, v in request.items()))
+        self._requests.setdefault(group, {}).setdefault(frozen, dict(request))
+
+    @property
+    def kernels(self) -> list[Any]:
+        """The registered kernels, in registration order."""
+        return list(self._kernels.values())
+
+    def requests(self, kernel: Any) -> list[dict[str, Any]]:
+        """The distinct requests registered for ``kernel``'s class."""
+        return list(self._requests.get(type(kernel), {}).values())
+
+    def warmup_keys(self, config: Any = None) -> tuple[dict[Any, list[Any]], list[WarmupFailure]]:
+        """Every kernel's merged, deduplicated keys (first-seen order), and listing failures.
+
+        ``config`` goes only to ``get_warmup_keys`` methods that declare a ``config`` parameter.
+        """
+        plan: dict[Any, list[Any]] = {}
+        failures: list[WarmupFailure] = []
+        for group, kernel in self._kernels.items():
+            takes_config = "config" in inspect.signature(kernel.get_warmup_keys).parameters
+            keys: dict[Any, None] = {}
+            for request in self._requests[group].values():
+                try:
+                    found = kernel.get_warmup_keys(config=config, **request) if takes_config else kernel.get_warmup_keys(**request)
+                except Exception as e:
+                    failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}"))
+                    continue
+                for key in found:
+                    keys.setdefault(key, None)
+            plan[kernel] = list(keys)
+        return plan, failures
+
+    def warmup(
+        self,
+        config: Any = None,
+        *,
+        workers: int | None = None,
+        progress: bool = True,
+        raise_on_failure: bool = True,
+        target: str = "device",
+    ) -> WarmupReport:
+        """Compile (and on a GPU load) every key of every registered kernel.
+
+        Args:
+            config: the model configuration, passed to ``get_warmup_keys(config=...)`` where declared.
+            workers: compile threads (default 1).
+            progress: show a tqdm progress bar.
+            raise_on_failure: raise :class:`WarmupError` after trying every key if any failed.
+            target: recorded in the report (the caller's compile target).
+
+        Raises:
+            WarmupError: some key failed (only after every key was tried); ``.report`` has all.
+        """
+        from tqdm.auto import tqdm
+
+        start = time.perf_counter()
+        plan, failures = self.warmup_keys(config)
+        jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
+
+        def compile_one(job: tuple[Any, Any]) -> tuple[Any, float, BaseException | None]:
+            kernel, key = job
+            t0 = time.perf_counter()
+            try:
+                return kernel.compile(key), time.perf_counter() - t0, None
+            except Exception as e:  # reported with the others, never hidden
+                return None, time.perf_counter() - t0, e
+
+        with tqdm(total=len(jobs), desc="zerojit warm-up", unit="key", disable=not progress) as bar:
+            if workers and workers > 1:
+                with ThreadPoolExecutor(workers) as pool:
+                    outcomes = []
+                    for outcome in pool.map(compile_one, jobs):
+                        outcomes.append(outcome)
+                        bar.update()
+            else:
+                outcomes = []
+                for job in jobs:
+                    outcomes.append(compile_one(job))
+                    bar.update()
+
+        per_kernel: dict[Any, list] = {kernel: [] for kernel in plan}
+        for (kernel, key), (variant, seconds, error) in zip(jobs, outcomes):
+            if error is not None:
+                failures.append(WarmupFailure(kernel.name, key, f"{type(error).__name__}: {error}"))
+            else:
+                per_kernel[kernel].append((key, variant, seconds))
+        kernels = tuple(
+            KernelWarmup(
+                kernel=kernel.name,
+                keys=tuple(k for k, _, _ in done),
+                variants=tuple(v for _, v, _ in done),
+                seconds=sum(s for _, _, s in done),
+            )
+            for kernel, done in per_kernel.items()
+        )
+        if any(getattr(v, "loaded", False) for k in kernels for v in k.variants):
+            from .loading import prime_launch_path
+
+            prime_launch_path()
+        report = WarmupReport(kernels=kernels, failures=tuple(failures), seconds=time.perf_counter() - start, target=target)
+
+        # Runtime JIT monitor: from here on a compile is a runtime compile. Installs the process
+        # monitor when ZEROJIT_JIT_MONITOR / monitor.configure() asks for warn or error, and gives
+        # this report to every installed monitor (see zerojit.monitor.on_warmup_complete).
+        from . import monitor as _monitor
+
+        _monitor.on_warmup_complete(report)
+
+        if failures and raise_on_failure:
+            raise WarmupError(report)
+        return report

@@ -1,0 +1,271 @@
+"""A real production request trace: the Azure LLM inference trace 2023, as plain values.
+
+The reference runner replays this trace through the continuous-batching scheduler
+(:mod:`zerojit.runner.scheduler`); every prompt and output length in it becomes a shape that the
+sparse-MLA metadata kernels see at run time.
+
+Format (the AzurePublicDataset CSV, CRLF or LF line endings)::
+
+    TIMESTAMP,ContextTokens,GeneratedTokens
+    2023-11-16 18:15:46.6805900,374,44
+
+``TIMESTAMP`` is a wall-clock time with up to 9 fractional digits (the trace has 7, which
+``datetime.fromisoformat`` refuses before Python 3.11, so this module parses it itself, exactly,
+in integer nanoseconds). ``ContextTokens`` is the prompt length, ``GeneratedTokens`` the output
+length, both in tokens.
+
+The data: Microsoft AzurePublicDataset, CC-BY 4.0; cite Patel et al., "Splitwise: Efficient
+generative LLM inference using phase splitting", ISCA 2024. See ``runner/data/README.md``.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["DEFAULT_TRACE", "Trace", "TraceError", "TraceRequest", "load_trace"]
+
+#: The first 2,000 requests of the Azure conversation trace 2023, shipped inside the package
+#: (with its attribution in ``runner/data/README.md``).
+DEFAULT_TRACE: Path = Path(__file__).resolve().parent / "data" / "azure_conv_2023_first2000.csv"
+
+_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_TIMESTAMP_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?$"
+)
+_NS_PER_S = 1_000_000_000
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read as a request trace.
+
+    The message names the file and the 1-based line number of the offending row (line 1 is the
+    header), and says what is wrong with it. ``path`` and ``line`` carry the same facts.
+    """
+
+    def __init__(self, message: str, *, path: str, line: int) -> None:
+        super().__init__(f"{path}, line {line}: {message}")
+        self.path = path
+        self.line = line
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a trace.
+
+    Attributes:
+        request_id: 0-based position of the request in the trace (its data row index).
+        arrival_s: arrival time in seconds since the first request of the trace (the first
+            request arrives at 0.0; non-decreasing along the trace).
+        prompt_len: prompt length in tokens (>= 1).
+        output_len: number of tokens to generate (>= 1).
+    """
+
+    request_id: int
+    arrival_s: float
+    prompt_len: int
+    output_len: int
+
+    @property
+    def total_len(self) -> int:
+        """``prompt_len + output_len``, in tokens: what the request occupies of ``max_model_len``."""
+        return self.prompt_len + self.output_len
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A loaded request trace: requests in trace (= arrival) order and how they were adjusted.
+
+    Attributes:
+        requests: the requests, in file order (arrival times non-decreasing).
+        source: the file the trace was read from, as given to :func:`load_trace`.
+        clipped: how many requests were shortened to fit ``max_model_len``.
+        zero_output: how many rows had ``GeneratedTokens == 0`` and were given ``output_len=1``
+            (an engine samples at least one token from every prefill).
+    """
+
+    requests: tuple[TraceRequest, ...]
+    source: str
+    clipped: int = 0
+    zero_output: int = 0
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def __iter__(self) -> Iterator[TraceRequest]:
+        return iter(self.requests)
+
+    def __getitem__(self, index: int) -> TraceRequest:
+        return self.requests[index]
+
+    @property
+    def num_requests(self) -> int:
+        """Number of requests."""
+        return len(self.requests)
+
+    @property
+    def total_prompt_tokens(self) -> int:
+        """Sum of prompt lengths, in tokens."""
+        return sum(r.prompt_len for r in self.requests)
+
+    @property
+    def total_output_tokens(self) -> int:
+        """Sum of output lengths, in tokens."""
+        return sum(r.output_len for r in self.requests)
+
+    @property
+    def total_tokens(self) -> int:
+        """Sum of prompt and output lengths, in tokens."""
+        return self.total_prompt_tokens + self.total_output_tokens
+
+    @property
+    def max_prompt_len(self) -> int:
+        """Longest prompt, in tokens (0 for an empty trace)."""
+        return max((r.prompt_len for r in self.requests), default=0)
+
+    @property
+    def max_output_len(self) -> int:
+        """Longest output, in tokens (0 for an empty trace)."""
+        return max((r.output_len for r in self.requests), default=0)
+
+    @property
+    def max_total_len(self) -> int:
+        """Largest ``prompt_len + output_len``, in tokens (0 for an empty trace)."""
+        return max((r.total_len for r in self.requests), default=0)
+
+    @property
+    def duration_s(self) -> float:
+        """Seconds from the first arrival to the last (0.0 for fewer than two requests)."""
+        return self.requests[-1].arrival_s if self.requests else 0.0
+
+
+def _parse_timestamp_ns(text: str, *, path: str, line: int) -> int:
+    """Parse ``YYYY-MM-DD HH:MM:SS[.fffffffff]`` into integer nanoseconds since 0001-01-01."""
+    m = _TIMESTAMP_RE.match(text.strip())
+    if m is None:
+        raise TraceError(
+            f"bad TIMESTAMP {text!r}: expected 'YYYY-MM-DD HH:MM:SS.fffffff'", path=path, line=line
+        )
+    year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
+    try:
+        when = _dt.datetime(year, month, day, hour, minute, second)
+    except ValueError as exc:
+        raise TraceError(f"bad TIMESTAMP {text!r}: {exc}", path=path, line=line) from None
+    frac = m.group(7) or ""
+    seconds = when.toordinal() * 86_400 + hour * 3_600 + minute * 60 + second
+    return seconds * _NS_PER_S + int(frac.ljust(9, "0") or "0")
+
+
+def _parse_int(text: str, column: str, *, path: str, line: int) -> int:
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise TraceError(f"{column} {text!r} is not an integer", path=path, line=line) from None
+
+
+def load_trace(
+    path: str | os.PathLike[str] = DEFAULT_TRACE,
+    *,
+    limit: int | None = None,
+    max_model_len: int | None = None,
+) -> Trace:
+    """Read an Azure LLM trace CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``) into a :class:`Trace`.
+
+    Args:
+        path: the CSV file; defaults to :data:`DEFAULT_TRACE` (the shipped 2,000-request slice).
+        limit: keep only the first ``limit`` requests (rows after them are not read, so they are
+            not validated either). ``None`` reads the whole file.
+        max_model_len: when given, a request with ``prompt_len + output_len > max_model_len``
+            (tokens) is clipped: its prompt to at most ``max_model_len - 1`` tokens, then its
+            output to what is left (at least 1 token). Clipped requests are counted in
+            :attr:`Trace.clipped`. Must be >= 2.
+
+    Returns:
+        The trace: request ids are 0-based row indices, arrivals are seconds since the first row.
+        A row with ``GeneratedTokens == 0`` becomes ``output_len=1`` (every prefill samples one
+        token; the request still costs its whole prefill), counted in :attr:`Trace.zero_output`.
+        Blank lines are skipped.
+
+    Raises:
+        TraceError: a missing or wrong header, a row with the wrong number of columns, a
+            non-integer count, a prompt length < 1, a negative output length, a malformed
+            timestamp or a timestamp earlier than the row before it. The message names the file
+            and the 1-based line number.
+        ValueError: ``limit < 0`` or ``max_model_len < 2``.
+        OSError: the file cannot be opened.
+    """
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 or None, got {limit}")
+    if max_model_len is not None and max_model_len < 2:
+        raise ValueError(
+            f"max_model_len must be >= 2 (one prompt token and one output token), got {max_model_len}"
+        )
+    source = os.fspath(path)
+    requests: list[TraceRequest] = []
+    clipped = 0
+    zero_output = 0
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None or tuple(c.strip() for c in header) != _HEADER:
+            raise TraceError(
+                f"missing or wrong header {header!r}: expected {','.join(_HEADER)!r}",
+                path=source,
+                line=1,
+            )
+        first_ns: int | None = None
+        prev_ns: int | None = None
+        for row in reader:
+            if limit is not None and len(requests) >= limit:
+                break
+            line = reader.line_num
+            if not row or all(not c.strip() for c in row):
+                continue
+            if len(row) != len(_HEADER):
+                raise TraceError(
+                    f"expected {len(_HEADER)} columns ({','.join(_HEADER)}), got {len(row)}: {row!r}",
+                    path=source,
+                    line=line,
+                )
+            ts_ns = _parse_timestamp_ns(row[0], path=source, line=line)
+            prompt_len = _parse_int(row[1], "ContextTokens", path=source, line=line)
+            output_len = _parse_int(row[2], "GeneratedTokens", path=source, line=line)
+            if prompt_len < 1:
+                raise TraceError(
+                    f"ContextTokens must be >= 1, got {prompt_len}", path=source, line=line
+                )
+            if output_len < 0:
+                raise TraceError(
+                    f"GeneratedTokens must be >= 0, got {output_len}", path=source, line=line
+                )
+            if prev_ns is not None and ts_ns < prev_ns:
+                raise TraceError(
+                    f"TIMESTAMP {row[0].strip()!r} is earlier than the row before it "
+                    "(a trace must be in arrival order)",
+                    path=source,
+                    line=line,
+                )
+            if first_ns is None:
+                first_ns = ts_ns
+            prev_ns = ts_ns
+            if output_len == 0:
+                output_len = 1
+                zero_output += 1
+            if max_model_len is not None and prompt_len + output_len > max_model_len:
+                prompt_len = min(prompt_len, max_model_len - 1)
+                output_len = max(1, min(output_len, max_model_len - prompt_len))
+                clipped += 1
+            requests.append(
+                TraceRequest(
+                    request_id=len(requests),
+                    arrival_s=(ts_ns - first_ns) / _NS_PER_S,
+                    prompt_len=prompt_len,
+                    output_len=output_len,
+                )
+            )
+    return Trace(requests=tuple(requests), source=source, clipped=clipped, zero_output=zero_output)

@@ -1,0 +1,52 @@
+"""Test-session set-up shared by every test file.
+
+Triton decides at decoration time whether a kernel is interpreted, so the suite runs as two
+pytest processes (see tests/run.sh): one with ``TRITON_INTERPRET=1`` that runs only tests marked
+``interpreter`` (kernel correctness on CPU tensors), and one without it that runs the rest
+(specialization, key spaces, compile-only warm-up and dry launches). Tests marked ``gpu`` need
+CUDA and are skipped without it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        is_interp = item.get_closest_marker("interpreter") is not None
+        (keep if is_interp == INTERPRET else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    if not _has_cuda():
+        skip = pytest.mark.skip(reason="needs a CUDA GPU")
+        for item in items:
+            if item.get_closest_marker("gpu") is not None:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def compile_only_target(tmp_path, monkeypatch):
+    """Compile-only mode for ``cuda:90`` with a fresh Triton cache directory for this test."""
+    from triton import knobs
+
+    from zerojit.compile_only import compile_only
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton-cache"))
+    with compile_only("cuda:90") as drv:
+        yield drv

@@ -1,0 +1,372 @@
+"""The warm-up registry: registration by value, activation scoping, config passing, failures.
+
+Compiles are counted with Triton's own ``knobs.runtime.jit_post_compile_hook`` and the size of
+the kernel's in-process cache (both Triton's, not zerojit's bookkeeping).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton import knobs
+
+from zerojit.compile_only import compile_only
+from zerojit.kernel import JitKernel, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.keyspace import choices, trace_dispatch
+from zerojit.registry import JitWarmupRegistry, WarmupError, WarmupReport, active_registry
+from zerojit.specialization import SpecClass, WarmupTensor, bind, is_aligned, param_classes
+
+
+@pytest.fixture(scope="module", autouse=True)
+def co(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(knobs.cache, "dir", str(tmp_path_factory.mktemp("triton-cache-registry")))
+        with compile_only("cuda:90") as drv:
+            yield drv
+
+
+@triton.jit
+def _fill_kernel(out_ptr, value, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)  # a non-power-of-two BLOCK fails to compile
+    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
+
+
+class Fill(TritonJitKernel["Fill.CompileKey"]):
+    """A kernel whose keys depend on the registered output tensor (its dtype and alignment)."""
+
+    kernel = _fill_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        dtype: str
+        aligned: bool
+        block: int
+
+    def dispatch(self, *, out, block: int) -> "Fill.CompileKey":
+        return self.CompileKey(str(out.dtype).removeprefix("torch."), is_aligned(out), block)
+
+    def get_warmup_keys(self, *, out, blocks=(16, 32)) -> list:
+        return trace_dispatch(self.dispatch)(out=out, block=choices(*blocks))
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(out=WarmupTensor(getattr(torch, key.dtype), (key.block,), aligned=key.aligned), value=0.5,
+                    block=key.block)
+
+    @kernel_launcher(host_only=("block",))
+    def __call__(self, *, out, value: float, block: int = 16) -> LaunchSpec:
+        return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=block), returns=out)
+
+
+class FillF32(Fill):
+    """Config-free and request-free: one fixed key."""
+
+    def get_warmup_keys(self) -> list:
+        return [self.CompileKey("float32", True, 16)]
+
+
+@pytest.fixture
+def compiles(monkeypatch, co):
+    """Triton compiles of _fill_kernel in this test (in-process cache emptied first)."""
+    cache = _fill_kernel.device_caches[co.device][0]
+    cache.clear()
+    seen = []
+
+    def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
+        if fn.jit_function is _fill_kernel:
+            seen.append(key)
+
+    monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", hook)
+    return seen
+
+
+def fill_cache(co):
+    return _fill_kernel.device_caches[co.device][0]
+
+
+@dataclass(frozen=True)
+class RKey:
+    request: tuple
+
+
+class Recorder(JitKernel[RKey]):
+    """A pure-Python kernel: its key is its request; compile records the thread and key."""
+
+    CompileKey = RKey
+
+    def __init__(self, delay: float = 0.0):
+        self.calls = []
+        self.compiled = []
+        self.delay = delay
+
+    def get_warmup_keys(self, **request) -> list:
+        self.calls.append(request)
+        return [RKey(tuple(sorted((k, repr(v)) for k, v in request.items())))]
+
+    def compile(self, key):
+        time.sleep(self.delay)
+        self.compiled.append((key, threading.get_ident()))
+        return ("compiled", key)
+
+
+# --- registration ---------------------------------------------------------------------------
+
+def test_config_free_kernel_registered_with_no_request(compiles, co):
+    reg = JitWarmupRegistry()
+    k = FillF32()
+    with reg.activate():
+        k.register_warmup()
+    assert reg.kernels == [k] and reg.requests(k) == [{}]
+    report = reg.warmup(progress=False)
+    assert report.keys_by_kernel() == {"FillF32": (Fill.CompileKey("float32", True, 16),)}
+    assert len(compiles) == 1 and list(fill_cache(co)) == [report.variants[0].triton_key]
+
+
+def test_61_identical_registrations_compile_each_key_once(compiles, co):
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        for _layer in range(61):  # every layer builds its own instance and its own output buffer
+            Fill().register_warmup(out=torch.empty(64, dtype=torch.float32))
+    assert len(reg.kernels) == 1 and len(reg.requests(reg.kernels[0])) == 1
+    report = reg.warmup(progress=False)
+    assert report.num_keys == 2 and report.ok
+    assert [k.block for k in report.kernels[0].keys] == [16, 32]
+    assert len(compiles) == 2 and len(fill_cache(co)) == 2
+    assert sorted(compiles) == sorted(v.triton_key for v in report.variants)
+
+
+def test_requests_are_compared_by_value():
+    reg = JitWarmupRegistry()
+    r = Recorder()
+    base = torch.zeros(64)
+    with reg.activate():
+        r.register_warmup(t=torch.zeros(64))
+        r.register_warmup(t=torch.ones(64))  # another tensor, same dtype/shape/strides/alignment
+        r.register_warmup(t=WarmupTensor(torch.float32, (64,)))  # no memory at all: still the same
+        assert len(reg.requests(r)) == 1
+        r.register_warmup(t=torch.zeros(65)[1:])  # misaligned
+        r.register_warmup(t=torch.zeros(128)[::2])  # strides (2,) instead of (1,)
+        r.register_warmup(t=torch.zeros(8, 8))
+        r.register_warmup(t=torch.zeros(8, 8).t())  # transposed: strides (1, 8) instead of (8, 1)
+        r.register_warmup(t=torch.zeros(64, dtype=torch.float16))
+        assert base.data_ptr() % 16 == 0 and torch.zeros(65)[1:].data_ptr() % 16 != 0
+        assert len(reg.requests(r)) == 6
+        r.register_warmup(n=1)
+        r.register_warmup(n=True)  # 1 == True in Python, but Triton classes differ (constexpr 1 / u1)
+        r.register_warmup(n=1.0)
+        r.register_warmup(n=1)
+        r.register_warmup(n=[1, 2], m={"a": 1})
+        r.register_warmup(m={"a": 1}, n=[1, 2])
+    requests = reg.requests(r)
+    assert len(requests) == 10
+    assert [type(q["n"]) for q in requests[6:9]] == [int, bool, float]
+
+
+def test_unhashable_request_value_names_kernel_and_input():
+    reg = JitWarmupRegistry()
+    with reg.activate(), pytest.raises(TypeError, match=r"Recorder: request input 'ids'"):
+        Recorder().register_warmup(ids={1, 2})
+
+
+def test_registration_outside_activate_is_a_no_op():
+    reg = JitWarmupRegistry()
+    r = Recorder()
+    assert active_registry() is None
+    r.register_warmup(n=1)
+    with reg.activate():
+        assert active_registry() is reg
+    r.register_warmup(n=2)
+    assert reg.kernels == [] and active_registry() is None
+    assert reg.warmup(progress=False).num_keys == 0
+
+
+def test_nested_activations():
+    outer, inner = JitWarmupRegistry(), JitWarmupRegistry()
+    r = Recorder()
+    with outer.activate():
+        r.register_warmup(n=1)
+        with inner.activate():
+            assert active_registry() is inner
+            r.register_warmup(n=2)
+        assert active_registry() is outer
+        r.register_warmup(n=3)
+    assert outer.requests(r) == [{"n": 1}, {"n": 3}]
+    assert inner.requests(r) == [{"n": 2}]
+
+
+def test_concurrent_activations_in_threads():
+    regs = [JitWarmupRegistry(), JitWarmupRegistry()]
+    r = Recorder()
+    both_active = threading.Barrier(3)
+    done = threading.Barrier(3)
+    errors = []
+
+    def build(i):
+        try:
+            with regs[i].activate():
+                both_active.wait(timeout=10)
+                for layer in range(5):
+                    r.register_warmup(thread=i, layer=layer)
+                    time.sleep(0.001)  # interleave the two threads
+                done.wait(timeout=10)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=build, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    both_active.wait(timeout=10)
+    r.register_warmup(thread="main")  # the main thread activated nothing: a no-op
+    done.wait(timeout=10)
+    for t in threads:
+        t.join(timeout=10)
+    assert not errors
+    for i, reg in enumerate(regs):
+        assert reg.requests(r) == [{"thread": i, "layer": layer} for layer in range(5)]
+
+
+# --- warm-up ---------------------------------------------------------------------------------
+
+def test_key_depends_on_registration_argument(compiles, co):
+    half = torch.zeros(32, dtype=torch.float16)
+    odd = torch.zeros(33)[1:]
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Fill().register_warmup(out=half, blocks=(16,))
+        Fill().register_warmup(out=odd, blocks=(16,))
+    report = reg.warmup(progress=False)
+    assert report.kernels[0].keys == (Fill.CompileKey("float16", True, 16), Fill.CompileKey("float32", False, 16))
+    assert len(compiles) == 2
+    for tensor, variant in zip((half, odd), report.variants):
+        _, spec, _ = bind(_fill_kernel, tensor, 0.5, 16)  # Triton's binder on the registered tensor
+        assert variant.specialization[0] == param_classes(_fill_kernel, spec)["out_ptr"]
+    assert [v.specialization[0] for v in report.variants] == [SpecClass("*fp16", "D"), SpecClass("*fp32", "")]
+    Fill()(out=half, value=2.0)
+    Fill()(out=odd, value=3.0)  # dry launches with the registered tensors: all warm
+    assert len(compiles) == 2 and len(fill_cache(co)) == 2
+
+
+def test_config_goes_only_to_methods_declaring_it():
+    class WithConfig(Recorder):
+        def get_warmup_keys(self, config, *, n) -> list:
+            self.calls.append((config, n))
+            return [RKey((config["block"], n))]
+
+    class KwConfig(Recorder):
+        def get_warmup_keys(self, *, config=None) -> list:
+            self.calls.append(config)
+            return [RKey(("kw", config["block"]))]
+
+    a, b, c = WithConfig(), KwConfig(), Recorder()
+    cfg = {"block": 64}
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        a.register_warmup(n=3)
+        b.register_warmup()
+        c.register_warmup(n=5)  # takes no config: must not receive one
+    report = reg.warmup(cfg, progress=False)
+    assert report.ok
+    assert a.calls == [(cfg, 3)] and a.calls[0][0] is cfg
+    assert b.calls == [cfg]
+    assert c.calls == [{"n": 5}]
+    assert report.keys_by_kernel() == {"WithConfig": (RKey((64, 3)),), "KwConfig": (RKey(("kw", 64)),),
+                                       "Recorder": (RKey((("n", "5"),)),)}
+
+
+def test_one_failing_key_hides_no_other(compiles, co):
+    class BrokenListing(Recorder):
+        def get_warmup_keys(self, **request) -> list:
+            raise RuntimeError("config has no block_size")
+
+    ok = Recorder()
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Fill().register_warmup(out=torch.zeros(64), blocks=(16, 48, 32))  # 48: tl.arange fails
+        BrokenListing().register_warmup()
+        ok.register_warmup(n=1)
+    with pytest.raises(WarmupError) as info:
+        reg.warmup(progress=False)
+    report = info.value.report
+    assert isinstance(report, WarmupReport) and not report.ok
+    failures = {(f.kernel, f.key) for f in report.failures}
+    assert failures == {("fill", Fill.CompileKey("float32", True, 48)), ("BrokenListing", None)}
+    fill_failure = next(f for f in report.failures if f.kernel == "fill")
+    assert "arange's range must be a power of 2" in fill_failure.error
+    msg = str(info.value)
+    assert "2 key(s)" in msg and "fill: key" in msg and "block=48" in msg
+    assert "BrokenListing: listing its keys: RuntimeError: config has no block_size" in msg
+    keys = report.keys_by_kernel()
+    assert [k.block for k in keys["fill"]] == [16, 32]  # tried before and after the failure
+    assert keys["Recorder"] == (RKey((("n", "1"),)),) and len(ok.compiled) == 1
+    assert len(compiles) == 2 and len(fill_cache(co)) == 2
+    again = reg.warmup(progress=False, raise_on_failure=False)
+    assert {(f.kernel, f.key) for f in again.failures} == failures
+
+
+def test_workers_give_the_same_keys_as_serial(compiles, co):
+    def run(workers):
+        reg = JitWarmupRegistry()
+        slow = Recorder(delay=0.05)
+        with reg.activate():
+            Fill().register_warmup(out=torch.zeros(64), blocks=(16, 32))
+            Fill().register_warmup(out=torch.zeros(64, dtype=torch.float16), blocks=(16,))
+            for n in range(4):
+                slow.register_warmup(n=n)
+        fill_cache(co).clear()
+        start = len(compiles)
+        report = reg.warmup(workers=workers, progress=False)
+        return report, slow, compiles[start:]
+
+    serial, slow1, hooks1 = run(None)
+    parallel, slow2, hooks2 = run(2)
+    assert serial.ok and parallel.ok
+    assert serial.keys_by_kernel() == parallel.keys_by_kernel()
+    assert [v.triton_key for v in serial.variants[:3]] == [v.triton_key for v in parallel.variants[:3]]
+    assert len(hooks1) == len(hooks2) == 3 and sorted(hooks1) == sorted(hooks2)
+    assert set(fill_cache(co)) == set(hooks2)
+    assert len({tid for _, tid in slow1.compiled}) == 1
+    assert len({tid for _, tid in slow2.compiled}) == 2  # really two compile threads
+
+
+def test_parallel_warmup_of_a_cold_kernel_loses_no_variant(compiles, co, monkeypatch):
+    """Triton creates a kernel's per-device cache lazily; made slow (as a first compiler import
+    is), two warm-up threads would each create one and one thread's variants would be lost."""
+    def slow_binder():
+        time.sleep(0.2)
+        return _fill_kernel.create_binder()
+
+    monkeypatch.setattr(_fill_kernel, "device_caches", defaultdict(slow_binder))  # a cold kernel
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Fill().register_warmup(out=torch.zeros(64), blocks=(16, 32))
+    report = reg.warmup(workers=2, progress=False)
+    cache = fill_cache(co)
+    assert len(compiles) == 2 and set(cache) == set(compiles)  # every compiled variant was kept
+    assert sorted(v.triton_key for v in report.variants) == sorted(compiles)
+    Fill()(out=torch.zeros(64), value=1.0, block=16)
+    Fill()(out=torch.zeros(64), value=1.0, block=32)
+    assert len(compiles) == 2  # the first launches after warm-up compile nothing
+
+
+def test_report_is_a_plain_value():
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Recorder().register_warmup(n=2)
+    report = reg.warmup(progress=False, target="cuda:90")
+    d = json.loads(json.dumps(report.to_dict()))
+    assert d["keys"] == 1 and d["target"] == "cuda:90" and d["failures"] == []
+    assert d["kernels"]["Recorder"]["keys"] == [{"request": [["n", "2"]]}]
+    assert "Recorder" in report.summary() and "1 keys over 1 kernels" in report.summary()
