@@ -481,3 +481,40 @@ def test_environment_variable_and_modes(dry, monkeypatch):
 def test_difference_words(warmed, called, text):
     diff = monitor.ArgDifference("block_size", warmed, called)
     assert str(diff) == text and diff.hint
+
+
+def test_nearest_key_ties_go_to_the_earlier_warmup(dry):
+    monitor.configure("error")
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        last_block.register_warmup(max_blocks=32)
+        last_block.register_warmup(max_blocks=16)
+    registry.warmup(progress=False)
+    with pytest.raises(RuntimeJitError) as err:
+        last_block(block_table=torch.zeros(4, 24, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
+    assert "nearest warmed key: LastBlock.CompileKey(max_blocks=32) (warm-up #1 of 2 for this kernel)" in str(err.value)
+
+
+def test_cli_jit_monitor_mode_option(monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    from zerojit.cli import apply_jit_monitor_mode, jit_monitor_mode_option
+
+    seen = []
+    app = typer.Typer()
+
+    @app.command()
+    def serve(jit_monitor_mode: str = jit_monitor_mode_option("off")) -> None:
+        apply_jit_monitor_mode(jit_monitor_mode)
+        seen.append(monitor.configured_mode())
+
+    try:
+        runner = CliRunner()
+        assert runner.invoke(app, ["--jit-monitor-mode", "error"]).exit_code == 0 and seen[-1] == "error"
+        monkeypatch.setenv(monitor.ENV_VAR, "warn")
+        assert runner.invoke(app, []).exit_code == 0 and seen[-1] == "warn"
+        bad = runner.invoke(app, ["--jit-monitor-mode", "loud"])
+        assert bad.exit_code == 2 and "must be one of off, warn, error" in bad.output
+    finally:
+        monitor.shutdown()

@@ -54,6 +54,65 @@ def _root() -> None:
     """zerojit: zero JIT compilation at run time for Triton kernels."""
 
 
+@app.command("run")
+def run_command(
+    config: str = typer.Option("dsv4-like", "--config", help="a shipped config (deepseek-v3.2, dsv4-like) or a JSON file"),
+    trace: Optional[str] = typer.Option(None, "--trace", help="Azure-format trace CSV (default: the shipped 2,000-request slice)"),
+    requests: Optional[int] = typer.Option(None, "--requests", min=1, help="replay only the first N requests"),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)"),
+    target: str = typer.Option("cuda:90", "--target", help="compile-only target on cpu"),
+    warmup: str = typer.Option("zerojit", "--warmup", help="zerojit, triton (Triton's warmup(), no load) or none (plain JIT)"),
+    jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error"),
+    check: Optional[int] = typer.Option(None, "--check", min=0, help="steps checked against the PyTorch references "
+                                        "(cpu: in a TRITON_INTERPRET=1 child; default 0 on cpu, 8 on cuda)"),
+    dcp_size: Optional[int] = typer.Option(None, "--dcp-size", help="decode-context-parallel size S (one process plays one rank)"),
+    dcp_rank: Optional[int] = typer.Option(None, "--dcp-rank", help="the rank this process plays"),
+    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", help="draft tokens per decode step"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="attention backend (default: the config's)"),
+    seed: int = typer.Option(0, "--seed", help="seeds the top-k draws and the check sampling"),
+    json_out: Optional[str] = typer.Option(None, "--json", help="also write the report as JSON to this file"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="no progress bars"),
+) -> None:
+    """Replay a request trace through the sparse-MLA kernels with zero runtime JIT (the main job).
+
+    Loads the config, builds the model and a packed paged KV cache under the registry (their layers
+    register their kernels), warms up, installs the JIT monitor, replays the trace through a
+    continuous-batching scheduler (every step builds its attention metadata through the seven
+    kernels) and reports. Exit status: 0 on success; 1 when something compiled at run time after a
+    zerojit warm-up or a check failed; 2 for invalid input (config, trace, options).
+    """
+    import json
+    from pathlib import Path
+
+    from zerojit.kernels.mla.backends import BackendError
+    from zerojit.kernels.mla.config import ConfigError
+    from zerojit.monitor import RuntimeJitError
+    from zerojit.registry import WarmupError
+    from zerojit.runner.engine import RunError, RunOptions, run
+    from zerojit.runner.trace import TraceError
+
+    try:
+        options = RunOptions(
+            config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
+            jit_monitor_mode=jit_monitor_mode or "error", check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
+            num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=not no_progress,
+        )
+        report = run(options)
+    except (ConfigError, BackendError, TraceError) as e:
+        typer.echo(f"zerojit run: {e}", err=True)
+        raise typer.Exit(2) from None
+    except RunError as e:
+        typer.echo(f"zerojit run: {e}", err=True)
+        raise typer.Exit(2) from None
+    except (RuntimeJitError, WarmupError) as e:
+        typer.echo(f"zerojit run: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(report.summary())
+    if json_out:
+        Path(json_out).write_text(json.dumps(report.to_dict(), indent=2))
+    raise typer.Exit(0 if report.ok else 1)
+
+
 @app.command()
 def demo(target: str = typer.Option("cuda:90", help="compile-only target used when no GPU is present")) -> None:
     """Warm up the example kernel's key space and print the warm-up report."""
@@ -80,15 +139,15 @@ def audit(
 ) -> None:
     """Run a script under the JIT monitor (warn) and print its coverage audit.
 
-    The script runs as a child process with ZEROJIT_JIT_MONITOR=warn (its zerojit warm-up installs
-    the monitor) and writes its audit at exit. Exit status: 1 when anything compiled at run time;
-    otherwise the script's own status (0 when it succeeded); 2 when the script ran no zerojit
-    warm-up (nothing was monitored) and exited 0.
+    The script runs as a child process with ZEROJIT_JIT_MONITOR=warn;
+    its zerojit warm-up installs the monitor; it writes its audit at exit.
+
+    Exit status: 1 when anything compiled at run time, else the script's
+    own status; 2 when the script ran no zerojit warm-up and exited 0.
     """
     import json
     import os
     import subprocess
-    import sys
     import tempfile
     from pathlib import Path
 

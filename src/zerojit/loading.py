@@ -60,7 +60,10 @@ def prime_launch_path() -> None:
     device = torch.cuda.current_device()
     if device in _primed:
         return
+    from .monitor import allow_compiles
+
     buf = torch.empty(1, dtype=torch.int32, device=f"cuda:{device}")
-    primer(buf=buf)
+    with allow_compiles():  # still warm-up: the primer's own compile is no runtime compile
+        primer(buf=buf)
     torch.cuda.synchronize(device)
     _primed.add(device)

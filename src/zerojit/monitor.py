@@ -60,7 +60,7 @@ import dataclasses
 import logging
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .specialization import SpecClass
@@ -74,6 +74,7 @@ __all__ = [
     "ArgDifference",
     "MissCount",
     "MonitorCounts",
+    "MonitorSnapshot",
     "allow_compiles",
     "configure",
     "configured_mode",
@@ -425,7 +426,7 @@ class MonitorSnapshot:
     misses: tuple[MissCount, ...]
     miss_fns: tuple[Any, ...]
     direct: tuple[MissCount, ...]
-    launches: tuple[_Launches, ...] = field(default=())
+    launches: tuple[_Launches, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,6 +39,7 @@ every cache before allocating anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Mapping
 
 import torch
@@ -121,7 +122,8 @@ def _read_stride(t: torch.Tensor) -> int:
 class PagedKVCache:
     """An allocated paged KV cache, packed across layers (see the module docstring for the layout).
 
-    Build it with :func:`allocate_kv_cache`. Compared by identity (it holds tensors).
+    Build it with :func:`allocate_kv_cache`. Compared by identity (it holds tensors); its
+    mappings are read-only (the tensors' contents are not).
 
     Attributes:
         config: the model configuration it was allocated for.
@@ -317,7 +319,7 @@ def allocate_kv_cache(
         name: tuple(torch.zeros(lay.shape, dtype=torch.uint8, device=device) for _ in range(lay.num_packs))
         for name, lay in layouts.items()
     }
-    cache = PagedKVCache(config=config, layouts=layouts, tensors=tensors)
+    cache = PagedKVCache(config=config, layouts=MappingProxyType(layouts), tensors=MappingProxyType(tensors))
     for name, lay in layouts.items():  # the layout we meant is the layout we got
         assert cache.stride_of(name) == lay.expected_block_stride_rows, (name, cache.stride_of(name))
     return cache

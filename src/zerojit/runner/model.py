@@ -131,6 +131,9 @@ class SparseMLAModel:
     def bind_kv_cache(self, cache: PagedKVCache) -> None:
         """Bind ``cache`` to every layer; each registers its stride-derived kernels (K1, K2, K6).
 
+        Binding another cache later registers its strides too (a registry never forgets a
+        request), so bind the cache the model will serve with, once, before warm-up.
+
         Raises:
             KVCacheMismatchError: ``cache`` was allocated for another configuration; the message
                 names the fields that differ.

@@ -33,7 +33,7 @@ import triton.language as tl
 
 from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.keyspace import trace_dispatch, zip_inputs
-from zerojit.specialization import WarmupTensor
+from zerojit.specialization import WarmupTensor, scalar_rep
 
 from .prefill import _check_int, _check_tensor, _search_steps, _segment_of
 from .shapes import cdiv, padded_width
@@ -152,15 +152,15 @@ class CombineTopkSwaIndices(TritonJitKernel["CombineTopkSwaIndices.CompileKey"])
         )
 
     def warmup_inputs(self, key: "CombineTopkSwaIndices.CompileKey") -> dict:
-        # num_tokens, row_stride, swa_offset, the top-k row stride: do_not_specialize.
+        i32 = scalar_rep(0, specialize=False)  # num_tokens, row_stride, swa_offset, top-k row stride
         return dict(
-            topk=WarmupTensor(torch.int32, (17, key.top_k)) if key.top_k else None,
+            topk=WarmupTensor(torch.int32, (i32, key.top_k)) if key.top_k else None,
             query_start_loc=WarmupTensor(torch.int32, (5,)),
             seq_lens=WarmupTensor(torch.int32, (4,)),
             gather_lens=WarmupTensor(torch.int32, (4,)),
-            num_tokens=17,
-            row_stride=17,
-            swa_offset=0,
+            num_tokens=i32,
+            row_stride=i32,
+            swa_offset=i32,
             top_k=key.top_k,
             ratio=key.ratio,
             sliding_window=key.sliding_window,

@@ -34,7 +34,7 @@ import triton.language as tl
 
 from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.keyspace import choices, trace_dispatch
-from zerojit.specialization import WarmupTensor, is_aligned
+from zerojit.specialization import WarmupTensor, is_aligned, scalar_rep
 
 from .shapes import cdiv, next_power_of_2
 
@@ -227,17 +227,17 @@ class BuildPrefillChunkMetadata(TritonJitKernel["BuildPrefillChunkMetadata.Compi
         )
 
     def warmup_inputs(self, key: "BuildPrefillChunkMetadata.CompileKey") -> dict:
-        # Ints below are do_not_specialize: any int32 value is in their class.
+        i32 = scalar_rep(0, specialize=False)  # the do_not_specialize ints: one int32 representative
         return dict(
             query_start_loc=WarmupTensor(torch.int32, (5,)),
             seq_lens=WarmupTensor(torch.int32, (4,), aligned=key.seq_lens_aligned),
             cu_compressed=WarmupTensor(torch.int32, (5,)),
-            query_slice_start=0,
-            query_slice_stop=17,
-            num_compressed=17,
+            query_slice_start=i32,
+            query_slice_stop=i32,
+            num_compressed=i32,
             ratio=key.ratio,
             dcp_size=key.dcp_size,
-            dcp_rank=0,
+            dcp_rank=0,  # do_not_specialize too, but it must be < dcp_size: 0 is an int32 like any rank
             dcp_interleave=key.dcp_interleave,
         )
 
@@ -347,13 +347,14 @@ class ComputePrefillMetadata(TritonJitKernel["ComputePrefillMetadata.CompileKey"
         )
 
     def warmup_inputs(self, key: "ComputePrefillMetadata.CompileKey") -> dict:
-        r = key.tile  # num_prefills = tile dispatches to this key; the ints are do_not_specialize
+        i32 = scalar_rep(0, specialize=False)  # the do_not_specialize ints: one int32 representative
+        R = i32 + key.tile  # num_prefills = tile dispatches to this key
         return dict(
-            seq_lens=WarmupTensor(torch.int32, (r,)),
-            query_start_loc=WarmupTensor(torch.int32, (r + 1,)),
-            num_decodes=0,
+            seq_lens=WarmupTensor(torch.int32, (R,)),
+            query_start_loc=WarmupTensor(torch.int32, (R + 1,)),
+            num_decodes=i32,
             num_prefills=key.tile,
-            sliding_window=128,
+            sliding_window=i32,
         )
 
     @kernel_launcher

@@ -19,7 +19,7 @@ function                           kernels                 moment               
 :func:`register_metadata_kernels`  K3 (speculative), K5,   layer construction     every layer
                                    K7
 :func:`register_kv_cache_kernels`  K1 (indexer layers),    KV-cache binding       every layer
-                                   K2 (compressed layers),
+                                   K2 (layers of c > 1),
                                    K6
 =================================  ======================  =====================  =============
 

@@ -33,7 +33,7 @@ import triton.language as tl
 
 from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.keyspace import choices, trace_dispatch
-from zerojit.specialization import WarmupTensor
+from zerojit.specialization import WarmupTensor, scalar_rep
 
 from .prefill import _check_int, _check_tensor
 from .shapes import cdiv, next_power_of_2, swa_width
@@ -171,15 +171,15 @@ class ComputeSwaIndicesAndLens(TritonJitKernel["ComputeSwaIndicesAndLens.Compile
     def warmup_inputs(self, key: "ComputeSwaIndicesAndLens.CompileKey") -> dict:
         # wout = roundup(Wn - 1 + Lmax, 64) with Lmax = wout - Wn + 1 gives key.wout back.
         spec = 0 if key.causal else key.wout - key.sliding_window
-        # num_tokens, token_offset, the table's row stride: do_not_specialize (any int32 value).
+        i32 = scalar_rep(0, specialize=False)  # num_tokens, token_offset, table row stride: do_not_specialize
         return dict(
             token_to_req=WarmupTensor(torch.int32, (64,)),
             slot_mapping=WarmupTensor(torch.int64, (64,)),
             seq_lens=WarmupTensor(torch.int32, (4,)),
             query_start_loc=WarmupTensor(torch.int32, (5,)),
-            block_table=WarmupTensor(torch.int32, (4, 17)),
-            num_tokens=17,
-            token_offset=17,
+            block_table=WarmupTensor(torch.int32, (4, i32)),
+            num_tokens=i32,
+            token_offset=i32,
             sliding_window=key.sliding_window,
             block_size=key.block_size,
             block_stride_rows=key.block_stride_rows,

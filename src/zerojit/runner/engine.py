@@ -1,0 +1,872 @@
+"""``zerojit run``: replay a real request trace through the sparse-MLA kernels with zero runtime JIT.
+
+The pipeline, as :func:`run` reads::
+
+    config   = load_config(...)                        # 1. a shipped config or a JSON file
+    model    = SparseMLAModel(config, backend)          # 2. layers register K3/K4/K5/K7
+    cache    = allocate_kv_cache(config, ...)           # 3. packed across layers: real strides
+    model.bind_kv_cache(cache)                          #    layers register K1/K2/K6
+    warmup   = warm_up(registry, config, options)       # 4. compile (and on a GPU load) every key
+    monitor  = JitMonitor(mode).install()               # 5. from here on a compile is a runtime compile
+    replay   = replay_trace(trace, plan, options)       # 6. continuous batching, metadata every step
+    report   = RunReport(...)                           # 7. counts, times, the coverage audit
+
+Devices:
+
+* ``cpu`` (the default without a GPU): 2-4 run under :func:`zerojit.compile_only.compile_only`
+  (default target ``cuda:90``), so warm-up compiles real cubins and every launch is a *dry
+  launch*: Triton's binder on real CPU tensors and a cache lookup, which checks the zero-JIT
+  property exactly and executes nothing. Dry steps allocate their inputs with ``torch.empty``
+  (only dtypes, shapes, strides and alignment matter). ``check=N`` then replays the same seeded
+  schedule in a child process with ``TRITON_INTERPRET=1`` (Triton decides at decoration time
+  whether a kernel is interpreted) that fills N sampled steps with values, interprets the kernels
+  and compares them with the PyTorch references; the child neither warms up nor compiles.
+* ``cuda``: real launches on every step (every value filled, top-k drawn on the GPU);
+  ``check=N`` compares N sampled steps with the references in process.
+
+Warm-up modes (``RunOptions.warmup``), to compare what each puts on the request path:
+
+* ``zerojit``: :meth:`JitWarmupRegistry.warmup` (compile, load module, build launcher);
+* ``triton``: Triton's own ``JITFunction.warmup`` per warmed key (compile only, no module load
+  and no launcher: the first launch of each variant still pays those on a GPU);
+* ``none``: plain Triton JIT (every variant compiles at its first launch).
+
+``triton`` and ``none`` run the monitor in ``warn`` mode (their compiles are the point), in a
+fresh, empty Triton cache directory, and refuse to run in a process whose kernels already hold
+compiled variants (their counts would be too low): run each in a fresh process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+
+from zerojit.audit import CoverageAudit, build_audit
+from zerojit.kernel import _WARMUP_SINK, CompiledVariant
+from zerojit.kernels.mla.config import ModelConfig
+from zerojit.monitor import JitMonitor
+from zerojit.registry import JitWarmupRegistry, KernelWarmup, WarmupFailure, WarmupReport
+
+from .config import load_config
+from .kv_blocks import BlockAllocator
+from .kv_cache import PagedKVCache, allocate_kv_cache
+from .metadata import (
+    KERNELS,
+    REFERENCES,
+    DecodeBuffers,
+    MetadataPlan,
+    build_step_inputs,
+    compare_metadata,
+    step_metadata,
+)
+from .model import SparseMLAModel
+from .scheduler import Scheduler, SchedulerLimits
+from .trace import DEFAULT_TRACE, Trace, load_trace
+
+__all__ = [
+    "WARMUP_MODES",
+    "RunError",
+    "RunOptions",
+    "WarmupSummary",
+    "RequestPathCost",
+    "CheckReport",
+    "RunReport",
+    "run",
+    "warm_up",
+    "replay_trace",
+    "choose_check_steps",
+]
+
+#: ``RunOptions.warmup`` values.
+WARMUP_MODES = ("zerojit", "triton", "none")
+
+
+class RunError(RuntimeError):
+    """The run cannot start or go on as asked; the message says what to change."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What ``zerojit run`` does (one field per CLI option).
+
+    Attributes:
+        config: a shipped config name (``deepseek-v3.2``, ``dsv4-like``) or a JSON file path.
+        trace: an Azure-format trace CSV; None: the shipped 2,000-request slice.
+        requests: replay only the first N requests (None: all).
+        device: ``"cpu"`` or ``"cuda"``; None: cuda when available.
+        target: the compile-only target on cpu (``cuda:90`` = sm_90).
+        warmup: ``zerojit`` | ``triton`` | ``none`` (see the module docstring).
+        jit_monitor_mode: ``error`` (raise before any runtime compile), ``warn`` or ``off``;
+            ``triton`` / ``none`` warm-ups always use ``warn``.
+        check: steps to check against the references (None: 0 on cpu, 8 on cuda).
+        check_max_tokens: on cpu, only steps of at most this many tokens are sampled (the
+            interpreter runs one program at a time).
+        dcp_size, dcp_rank, num_speculative_tokens: override the config's (None: keep).
+        backend: attention backend name (None: the config's default).
+        seed: seeds the top-k draws and the check sampling.
+        progress: show progress bars.
+        kv_cache_tokens: context tokens the paged KV cache holds (over all DCP ranks).
+        step_interval_s: simulated seconds per scheduler step (arrivals replayed in that time).
+        workers: warm-up compile threads (None: 1).
+        fresh_triton_cache: compile into a new, empty Triton cache directory (always for the
+            ``triton`` / ``none`` warm-ups).
+    """
+
+    config: str = "dsv4-like"
+    trace: str | None = None
+    requests: int | None = None
+    device: str | None = None
+    target: str = "cuda:90"
+    warmup: str = "zerojit"
+    jit_monitor_mode: str = "error"
+    check: int | None = None
+    check_max_tokens: int = 512
+    dcp_size: int | None = None
+    dcp_rank: int | None = None
+    num_speculative_tokens: int | None = None
+    backend: str | None = None
+    seed: int = 0
+    progress: bool = True
+    kv_cache_tokens: int = 1 << 20
+    step_interval_s: float | None = 0.05
+    workers: int | None = None
+    fresh_triton_cache: bool = False
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.warmup not in WARMUP_MODES:
+            problems.append(f"warmup={self.warmup!r}: must be one of {', '.join(WARMUP_MODES)}")
+        if self.jit_monitor_mode not in ("off", "warn", "error"):
+            problems.append(f"jit_monitor_mode={self.jit_monitor_mode!r}: must be off, warn or error")
+        if self.device not in (None, "cpu", "cuda"):
+            problems.append(f"device={self.device!r}: must be cpu or cuda")
+        if self.requests is not None and self.requests < 1:
+            problems.append(f"requests={self.requests}: must be >= 1")
+        if self.check is not None and self.check < 0:
+            problems.append(f"check={self.check}: must be >= 0")
+        if self.kv_cache_tokens < 1:
+            problems.append(f"kv_cache_tokens={self.kv_cache_tokens}: must be >= 1")
+        if problems:
+            raise RunError("invalid run options:\n" + "\n".join(f"  - {p}" for p in problems))
+
+    @property
+    def config_overrides(self) -> dict[str, int]:
+        """The config fields this run overrides."""
+        fields = dict(dcp_size=self.dcp_size, dcp_rank=self.dcp_rank, num_speculative_tokens=self.num_speculative_tokens)
+        return {k: v for k, v in fields.items() if v is not None}
+
+    @property
+    def trace_path(self) -> Path:
+        return Path(self.trace) if self.trace else DEFAULT_TRACE
+
+    def resolved_device(self) -> torch.device:
+        """The run's device (cuda when available unless told).
+
+        Raises:
+            RunError: ``cuda`` asked for without a GPU.
+        """
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise RunError("--device cuda: no CUDA GPU is available; use --device cpu (compile-only dry launches)")
+        if self.device is None:
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def checks_for(self, device: torch.device) -> int:
+        return self.check if self.check is not None else (8 if device.type == "cuda" else 0)
+
+    @property
+    def monitor_mode(self) -> str:
+        """The monitor's mode for this run (``warn`` for the triton / none warm-ups)."""
+        return self.jit_monitor_mode if self.warmup == "zerojit" else "warn"
+
+
+# ---------------------------------------------------------------------------------------------
+# Report values
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WarmupSummary:
+    """What the warm-up did: its mode, keys, seconds, target, failures; ``report`` for the audit."""
+
+    mode: str
+    keys: int
+    seconds: float
+    target: str
+    keys_by_kernel: dict[str, int]
+    failures: tuple[str, ...] = ()
+    report: WarmupReport | None = field(default=None, compare=False, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mode": self.mode, "keys": self.keys, "seconds": round(self.seconds, 3), "target": self.target,
+                "kernels": dict(self.keys_by_kernel), "failures": list(self.failures)}
+
+
+@dataclass(frozen=True)
+class RequestPathCost:
+    """Compile and load work that landed on the request path (after warm-up).
+
+    Attributes:
+        compiles: runtime compiles (in-process cache misses: compiled or loaded from disk).
+        compile_ms: milliseconds inside those compiles (Triton's cache hook to its post-compile
+            hook).
+        loads: modules loaded on the request path (a GPU's first launch of a variant that was
+            compiled but not loaded: Triton's ``warmup()`` leaves these).
+        cold_steps: steps that compiled or loaded something.
+        extra_ms: the cold steps' time beyond the median step (compile, load, launcher build).
+    """
+
+    compiles: int = 0
+    compile_ms: float = 0.0
+    loads: int = 0
+    cold_steps: int = 0
+    extra_ms: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compiles": self.compiles, "compile_ms": round(self.compile_ms, 3), "loads": self.loads,
+                "cold_steps": self.cold_steps, "extra_ms": round(self.extra_ms, 3)}
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    """Checked steps against the PyTorch references.
+
+    Attributes:
+        where: ``"interpreter"`` (a TRITON_INTERPRET=1 child process) or ``"cuda"``.
+        steps: the checked step indices.
+        outputs: kernel outputs compared.
+        mismatches: one line per differing output (``"step 12: K1 decode out: ..."``).
+        seconds: wall time of the check.
+    """
+
+    where: str
+    steps: tuple[int, ...]
+    outputs: int
+    mismatches: tuple[str, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"where": self.where, "steps": list(self.steps), "outputs": self.outputs,
+                "mismatches": list(self.mismatches), "ok": self.ok, "seconds": round(self.seconds, 3)}
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """Everything ``zerojit run`` reports; :meth:`to_dict` is its ``--json`` output."""
+
+    config: ModelConfig
+    backend: str
+    device: str
+    target: str | None
+    monitor_mode: str
+    trace: str
+    requests: int
+    clipped: int
+    steps: int
+    tokens: int
+    prefill_tokens: int
+    decode_tokens: int
+    preemptions: int
+    launches: int
+    warmup: WarmupSummary
+    runtime_compiles: int
+    request_path: RequestPathCost
+    first_step_ms: float
+    median_step_ms: float
+    max_step_ms: float
+    replay_seconds: float
+    total_seconds: float
+    kv_cache: str
+    audit: CoverageAudit
+    checks: CheckReport | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Zero runtime compiles with a zerojit warm-up, and every check passed."""
+        zero = self.runtime_compiles == 0 or self.warmup.mode != "zerojit"
+        return zero and (self.checks is None or self.checks.ok)
+
+    def audit_counts(self) -> dict[str, int]:
+        return {
+            "misses": sum(len(k.misses) for k in self.audit.kernels) + len(self.audit.direct),
+            "dead": self.audit.dead_warmups,
+            "warmed": sum(len(k.warmed) for k in self.audit.kernels),
+            "runtime_compiles": self.audit.runtime_compiles,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "config": self.config.name,
+            "config_fields": self.config.to_dict(),
+            "backend": self.backend,
+            "device": self.device,
+            "target": self.target,
+            "monitor_mode": self.monitor_mode,
+            "trace": self.trace,
+            "requests": self.requests,
+            "clipped": self.clipped,
+            "steps": self.steps,
+            "tokens": self.tokens,
+            "prefill_tokens": self.prefill_tokens,
+            "decode_tokens": self.decode_tokens,
+            "preemptions": self.preemptions,
+            "launches": self.launches,
+            "warmup": self.warmup.to_dict(),
+            "runtime_compiles": self.runtime_compiles,
+            "request_path": self.request_path.to_dict(),
+            "first_step_ms": round(self.first_step_ms, 3),
+            "median_step_ms": round(self.median_step_ms, 3),
+            "max_step_ms": round(self.max_step_ms, 3),
+            "replay_seconds": round(self.replay_seconds, 3),
+            "total_seconds": round(self.total_seconds, 3),
+            "kv_cache": self.kv_cache,
+            "audit": {**self.audit_counts(), "detail": self.audit.to_dict()},
+            "checks": self.checks.to_dict() if self.checks is not None else None,
+            "ok": self.ok,
+        }
+
+    def summary(self) -> str:
+        """The human-readable report."""
+        c, w, rp = self.config, self.warmup, self.request_path
+        dcp = f", DCP {c.dcp_size} rank {c.dcp_rank}" if c.dcp_size > 1 else ""
+        where = f"{self.device} (dry launches, compile-only {self.target})" if self.target else self.device
+        lines = [
+            f"zerojit run: {c.name} ({c.num_layers} layers, block_size {c.block_size}{dcp}, "
+            f"{c.num_speculative_tokens} speculative), backend {self.backend}, on {where}",
+            f"  trace        {self.trace}: {self.requests} requests ({self.clipped} clipped to max_model_len)",
+            f"  replay       {self.steps} steps, {self.tokens} tokens ({self.prefill_tokens} prefill, "
+            f"{self.decode_tokens} decode), {self.preemptions} preemptions, {self.launches} launches, "
+            f"{self.replay_seconds:.1f} s",
+            f"  warm-up      {w.mode}: {w.keys} keys in {w.seconds:.2f} s ({len(w.failures)} failures)",
+            f"  monitor      {self.monitor_mode}: {self.runtime_compiles} runtime compiles",
+            f"  request path {rp.compiles} compiles ({rp.compile_ms:.1f} ms compiling), {rp.loads} module loads, "
+            f"{rp.cold_steps} cold steps (+{rp.extra_ms:.1f} ms over the median step)",
+            f"  step time    first {self.first_step_ms:.2f} ms, median {self.median_step_ms:.2f} ms, "
+            f"max {self.max_step_ms:.2f} ms",
+            f"  KV cache     {self.kv_cache}",
+        ]
+        counts = self.audit_counts()
+        lines.append(f"  audit        {counts['warmed']} warmed keys, {counts['dead']} dead, {counts['misses']} missed")
+        for k in self.audit.kernels:
+            dead = f", dead: {', '.join(w.key for w in k.dead)}" if k.dead else ""
+            lines.append(f"    {k.kernel:<36} {len(k.warmed):>3} warmed {k.hits:>8} hits {k.runtime_compiles:>4} "
+                         f"misses{dead}")
+        if self.checks is not None:
+            ch = self.checks
+            verdict = "all equal" if ch.ok else f"{len(ch.mismatches)} MISMATCHES"
+            lines.append(f"  checks       {len(ch.steps)} steps ({ch.where}) {list(ch.steps)}: {ch.outputs} outputs, "
+                         f"{verdict} ({ch.seconds:.1f} s)")
+            lines += [f"    {m}" for m in ch.mismatches[:20]]
+        lines.append(f"  total        {self.total_seconds:.1f} s")
+        if self.warmup.mode == "zerojit":
+            lines.append("zero runtime compiles" if self.runtime_compiles == 0
+                         else f"{self.runtime_compiles} RUNTIME COMPILES after warm-up")
+        else:
+            lines.append(f"--warmup {self.warmup.mode}: {rp.compiles} compiles and {rp.extra_ms:.0f} ms on the request "
+                         f"path (zerojit: 0)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline
+# ---------------------------------------------------------------------------------------------
+
+
+def run(options: RunOptions = RunOptions()) -> RunReport:
+    """Run the reference runner (the pipeline in the module docstring) and return its report.
+
+    Raises:
+        ConfigError: an invalid config (every bad field listed), BackendError: a backend that
+            cannot serve it, TraceError: a malformed trace row (naming the line),
+        RuntimeJitError: a runtime compile in error mode, RunError: options that cannot run,
+        WarmupError: keys that failed to compile. Checked outputs that differ from the references
+        are reported (``report.checks``, ``report.ok``), not raised.
+    """
+    start = time.perf_counter()
+    config = load_config(options.config, **options.config_overrides)                      # 1.
+    device = options.resolved_device()
+    trace = load_trace(options.trace_path, limit=options.requests, max_model_len=config.max_model_len)
+    target = options.target if device.type == "cpu" else None
+    num_blocks = kv_blocks_per_rank(config, options.kv_cache_tokens)
+
+    with _compile_target(target), _triton_cache_dir(options):
+        registry = JitWarmupRegistry()
+        with registry.activate():
+            model = SparseMLAModel(config, options.backend)                                  # 2.
+            cache = allocate_kv_cache(config, num_blocks * config.dcp_size, device=device)   # 3.
+            model.bind_kv_cache(cache)
+        warmup = warm_up(registry, config, options, target=target or "device")              # 4.
+        plan = MetadataPlan.for_cache(config, model.backend, cache)
+        check_steps = _cuda_check_steps(trace, config, options, device)
+        with JitMonitor(options.monitor_mode, report=warmup.report) as monitor, _RequestPathClock() as clock:  # 5.
+            replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,   # 6.
+                                  step_interval_s=options.step_interval_s, check_steps=check_steps,
+                                  progress=options.progress, clock=clock)
+        audit = build_audit(warmup.report, monitor)
+    counts = monitor.counts()
+
+    checks = replay.checks
+    if device.type == "cpu" and options.checks_for(device):
+        steps = choose_check_steps(replay.summaries, options.checks_for(device), options.seed,
+                                   max_tokens=options.check_max_tokens)
+        checks = check_in_interpreter(options, steps)
+
+    report = RunReport(                                                                      # 7.
+        config=config, backend=model.backend.name, device=device.type, target=target,
+        monitor_mode=options.monitor_mode, trace=str(options.trace_path), requests=len(trace),
+        clipped=trace.clipped, steps=replay.steps, tokens=replay.tokens, prefill_tokens=replay.prefill_tokens,
+        decode_tokens=replay.decode_tokens, preemptions=replay.preemptions, launches=counts.launches,
+        warmup=warmup, runtime_compiles=counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads,
+        request_path=replay.request_path(counts.runtime_compiles),
+        first_step_ms=replay.step_ms[0] if replay.step_ms else 0.0,
+        median_step_ms=statistics.median(replay.step_ms) if replay.step_ms else 0.0,
+        max_step_ms=max(replay.step_ms, default=0.0), replay_seconds=replay.seconds,
+        total_seconds=time.perf_counter() - start, kv_cache=_describe_cache(cache, num_blocks), audit=audit,
+        checks=checks,
+    )
+    return report
+
+
+def kv_blocks_per_rank(config: ModelConfig, kv_cache_tokens: int) -> int:
+    """Main-cache blocks the allocator hands out on each rank: ``cdiv(tokens, block_size * S)``
+    (a block-table entry covers ``block_size * S`` tokens of a sequence, ``block_size`` per rank).
+
+    The cache is allocated with ``S`` times as many blocks, for the sliding-window cache, which
+    DCP does not split (see :mod:`zerojit.runner.metadata`).
+    """
+    per_block = config.block_size * config.dcp_size
+    longest = -(-config.max_model_len // per_block) + 1  # the longest request, plus the null block
+    return max(-(-kv_cache_tokens // per_block), longest)
+
+
+def _describe_cache(cache: PagedKVCache, num_blocks: int) -> str:
+    comp = ", ".join(f"ratio {c}: {s}" for c, s in cache.compressed_block_strides)
+    return (f"{cache.num_blocks} blocks ({num_blocks} handed out), {cache.layers_per_pack} layers per pack: "
+            f"block_stride_rows {cache.block_stride_rows}, compressed {{{comp}}}, "
+            f"swa {cache.swa_block_stride_rows}; {cache.nbytes / 2**20:.0f} MiB")
+
+
+@contextlib.contextmanager
+def _compile_target(target: str | None) -> Iterator[None]:
+    """Compile-only for ``target`` (no GPU: warm-up compiles cubins, launches are dry), or nothing."""
+    if target is None:
+        yield
+        return
+    from zerojit.compile_only import compile_only
+
+    with compile_only(target):
+        yield
+
+
+@contextlib.contextmanager
+def _triton_cache_dir(options: RunOptions) -> Iterator[None]:
+    """A new, empty Triton cache directory for the run when asked (always for triton / none)."""
+    if not (options.fresh_triton_cache or options.warmup != "zerojit"):
+        yield
+        return
+    from triton import knobs
+
+    previous = knobs.cache.dir
+    with tempfile.TemporaryDirectory(prefix="zerojit-run-triton-cache-") as tmp:
+        knobs.cache.dir = tmp
+        try:
+            yield
+        finally:
+            knobs.cache.dir = previous
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Warm-up
+# ---------------------------------------------------------------------------------------------
+
+
+def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOptions, *, target: str) -> WarmupSummary:
+    """Warm up the registered kernels the way ``options.warmup`` says.
+
+    ``zerojit``: :meth:`JitWarmupRegistry.warmup` (raises :class:`WarmupError` on a failure).
+    ``triton``: for every key the registry would warm, Triton's ``JITFunction.warmup`` (its
+    ``run(..., warmup=True)``), reached through the kernel's own launcher with the kernel's
+    ``warmup_inputs(key)``, so the arguments are exactly the launch's; nothing is loaded.
+    ``none``: nothing.
+
+    Raises:
+        RunError: ``triton`` / ``none`` in a process whose kernels already hold compiled
+            variants (run each comparison in a fresh process).
+    """
+    if options.warmup != "zerojit":
+        _require_fresh_process(registry, options.warmup)
+    if options.warmup == "zerojit":
+        report = registry.warmup(config, progress=options.progress, workers=options.workers, target=target)
+    elif options.warmup == "triton":
+        report = _triton_warmup(registry, config, target, progress=options.progress)
+    else:
+        report = WarmupReport(kernels=(), target=target)
+    return WarmupSummary(
+        mode=options.warmup, keys=report.num_keys, seconds=report.seconds, target=report.target,
+        keys_by_kernel={k.kernel: len(k.keys) for k in report.kernels},
+        failures=tuple(str(f) for f in report.failures), report=report,
+    )
+
+
+def _require_fresh_process(registry: JitWarmupRegistry, mode: str) -> None:
+    from triton.runtime.driver import driver
+
+    device = driver.active.get_current_device()
+    held = [k.name for k in registry.kernels if device in k.kernel.device_caches and k.kernel.device_caches[device][0]]
+    if held:
+        raise RunError(
+            f"--warmup {mode} measures what lands on the request path, so it needs a fresh process: "
+            f"{', '.join(held)} already hold compiled variants in this one; run it in a new process"
+        )
+
+
+def _triton_warmup(registry: JitWarmupRegistry, config: ModelConfig, target: str, *, progress: bool) -> WarmupReport:
+    """Triton's own warm-up of every key the registry would warm (compile, no load)."""
+    from tqdm.auto import tqdm
+    from triton.runtime.driver import driver
+
+    from zerojit.specialization import SpecClass, bind
+
+    start = time.perf_counter()
+    plan, failures = registry.warmup_keys(config)
+    kernels = []
+    with tqdm(total=sum(len(v) for v in plan.values()), desc="triton warmup()", unit="key", disable=not progress) as bar:
+        for kernel, keys in plan.items():
+            done, t_kernel = [], 0.0
+            for key in keys:
+                t0 = time.perf_counter()
+                sink: list = []
+                token = _WARMUP_SINK.set(sink)  # the launch becomes kernel.run(grid, warmup=True, **args)
+                try:
+                    kernel(**kernel.warmup_inputs(key))
+                except Exception as e:  # reported, never hidden
+                    failures.append(WarmupFailure(kernel.name, key, f"{type(e).__name__}: {e}"))
+                    continue
+                finally:
+                    _WARMUP_SINK.reset(token)
+                    t_kernel += time.perf_counter() - t0
+                    bar.update()
+                compiled, args = sink[0]
+                _, spec, _ = bind(kernel.kernel, **args)
+                cache = kernel.kernel.device_caches[driver.active.get_current_device()][0]
+                triton_key = next((k for k, v in cache.items() if v is compiled), "")
+                done.append(CompiledVariant(
+                    kernel=kernel.name, key=key, triton_key=triton_key,
+                    specialization=tuple(SpecClass.from_triton(e) for e in spec),
+                    param_names=tuple(p.name for p in kernel.kernel.params), loaded=False, compiled=compiled))
+            kernels.append(KernelWarmup(kernel.name, tuple(v.key for v in done), tuple(done), t_kernel))
+    return WarmupReport(kernels=tuple(kernels), failures=tuple(failures), seconds=time.perf_counter() - start,
+                        target=target)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. What lands on the request path
+# ---------------------------------------------------------------------------------------------
+
+
+class _RequestPathClock:
+    """Times compiles and module loads after warm-up, chained onto Triton's hooks.
+
+    Compiles: from Triton's ``jit_cache_hook`` (before compiling) to its
+    ``jit_post_compile_hook`` (after), both chained (the hook set before is called too).
+    Loads: Triton's ``kernel_load_start_hook`` / ``kernel_load_end_hook`` chains (a GPU's module
+    load; nothing loads under compile-only).
+    """
+
+    def __init__(self) -> None:
+        self.compile_s = 0.0
+        self.misses = 0
+        self.compiles = 0
+        self.loads = 0
+        self.load_s = 0.0
+        self._starts: dict[str, float] = {}
+        self._load_t0: float | None = None
+        self._prev: tuple[Any, Any] = (None, None)
+
+    def _on_cache(self, **kw: Any) -> Any:
+        t = time.perf_counter()
+        prev = self._prev[0]
+        result = prev(**kw) if prev is not None else None  # the monitor's (raises in error mode)
+        self.misses += 1
+        self._starts[kw.get("key")] = t
+        return result
+
+    def _on_post(self, **kw: Any) -> Any:
+        prev = self._prev[1]
+        result = prev(**kw) if prev is not None else None
+        t0 = self._starts.pop(kw.get("key"), None)
+        if t0 is not None:
+            self.compiles += 1
+            self.compile_s += time.perf_counter() - t0
+        return result
+
+    def _on_load_start(self, *args: Any) -> None:
+        self._load_t0 = time.perf_counter()
+
+    def _on_load_end(self, *args: Any) -> None:
+        if self._load_t0 is not None:
+            self.loads += 1
+            self.load_s += time.perf_counter() - self._load_t0
+            self._load_t0 = None
+
+    def __enter__(self) -> "_RequestPathClock":
+        from triton import knobs
+
+        rt = knobs.runtime
+        self._prev = (rt.jit_cache_hook, rt.jit_post_compile_hook)
+        rt.jit_cache_hook, rt.jit_post_compile_hook = self._on_cache, self._on_post
+        rt.kernel_load_start_hook.add(self._on_load_start)
+        rt.kernel_load_end_hook.add(self._on_load_end)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from triton import knobs
+
+        rt = knobs.runtime
+        if rt.jit_cache_hook == self._on_cache:
+            rt.jit_cache_hook = self._prev[0]
+        if rt.jit_post_compile_hook == self._on_post:
+            rt.jit_post_compile_hook = self._prev[1]
+        rt.kernel_load_start_hook.remove(self._on_load_start)
+        rt.kernel_load_end_hook.remove(self._on_load_end)
+
+    def marker(self) -> tuple[int, int]:
+        """Changes when a compile or a load happened since the last call."""
+        return (self.misses, self.loads)
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. The scheduler loop
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """One step, as check sampling sees it."""
+
+    step: int
+    num_tokens: int
+    num_prefills: int
+    num_decodes: int
+
+
+@dataclass
+class Replay:
+    """What :func:`replay_trace` saw: counts, per-step times, summaries, checks."""
+
+    steps: int = 0
+    tokens: int = 0
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+    preemptions: int = 0
+    seconds: float = 0.0
+    step_ms: list[float] = field(default_factory=list)
+    cold: list[int] = field(default_factory=list)
+    summaries: list[StepSummary] = field(default_factory=list)
+    checks: CheckReport | None = None
+    compile_ms: float = 0.0
+    loads: int = 0
+
+    def request_path(self, compiles: int) -> RequestPathCost:
+        median = statistics.median(self.step_ms) if self.step_ms else 0.0
+        extra = sum(max(self.step_ms[i] - median, 0.0) for i in self.cold)
+        return RequestPathCost(compiles=compiles, compile_ms=self.compile_ms, loads=self.loads,
+                               cold_steps=len(self.cold), extra_ms=extra)
+
+
+def make_scheduler(trace: Trace, config: ModelConfig, *, num_blocks: int,
+                   step_interval_s: float | None) -> tuple[Scheduler, BlockAllocator]:
+    """The continuous-batching scheduler over ``trace`` with the config's limits, and its
+    allocator of ``num_blocks`` blocks of ``block_size * S`` tokens (see :func:`kv_blocks_per_rank`)."""
+    limits = SchedulerLimits(
+        max_num_batched_tokens=config.max_num_batched_tokens, max_num_seqs=config.max_num_seqs,
+        max_model_len=config.max_model_len, num_speculative_tokens=config.num_speculative_tokens)
+    allocator = BlockAllocator(num_blocks, config.block_size * config.dcp_size)
+    return Scheduler(trace, limits, step_interval_s=step_interval_s, allocator=allocator), allocator
+
+
+def replay_trace(
+    trace: Trace,
+    plan: MetadataPlan,
+    *,
+    num_blocks: int,
+    device: torch.device,
+    seed: int = 0,
+    step_interval_s: float | None = 0.05,
+    check_steps: Sequence[int] = (),
+    launch: bool = True,
+    progress: bool = False,
+    clock: _RequestPathClock | None = None,
+) -> Replay:
+    """Replay ``trace`` step by step, building every step's metadata through the kernels.
+
+    Args:
+        trace, plan: what to replay, and what each step launches.
+        num_blocks: the allocator's blocks (per rank).
+        device: cpu (dry launches under compile-only, or the interpreter) or cuda.
+        seed: seeds each step's top-k draws.
+        check_steps: steps whose values are filled and whose kernel outputs are compared with
+            the references.
+        launch: launch the kernels on every step (False: only on checked steps, as the
+            interpreter child does).
+        progress: a progress bar over steps.
+        clock: the request-path clock (marks the steps that compiled or loaded).
+    """
+    from tqdm.auto import tqdm
+
+    scheduler, allocator = make_scheduler(trace, plan.config, num_blocks=num_blocks, step_interval_s=step_interval_s)
+    on_gpu = device.type == "cuda"
+    buffers = DecodeBuffers.allocate(plan, device=device)
+    to_check = set(check_steps)
+    replay = Replay()
+    checked, outputs, mismatches, check_s = [], 0, [], 0.0
+    start = time.perf_counter()
+    bar = tqdm(total=len(trace), desc="replay", unit="req", disable=not progress)
+    for batch in scheduler:
+        checking = batch.step in to_check
+        if launch or checking:
+            mark = clock.marker() if clock is not None else None
+            t0 = time.perf_counter()
+            fill = on_gpu or checking
+            blocks = [allocator.blocks(r) for r in batch.request_ids] if fill else None
+            inputs = build_step_inputs(batch, plan, blocks=blocks, fill=fill, seed=seed, device=device)
+            step_buffers = DecodeBuffers.allocate(plan, device=device, fill=-7) if checking else buffers
+            got = step_metadata(inputs, plan, KERNELS, step_buffers)
+            if on_gpu:
+                torch.cuda.synchronize(device)
+            replay.step_ms.append((time.perf_counter() - t0) * 1e3)
+            if mark is not None and clock.marker() != mark:
+                replay.cold.append(len(replay.step_ms) - 1)
+            if checking:
+                t1 = time.perf_counter()
+                want = step_metadata(inputs, plan, REFERENCES, DecodeBuffers.allocate(plan, device=device, fill=-7))
+                checked.append(batch.step)
+                outputs += len(want)
+                mismatches += [f"step {batch.step}: {m}" for m in compare_metadata(got, want)]
+                check_s += time.perf_counter() - t1
+        replay.steps += 1
+        replay.tokens += batch.num_tokens
+        replay.decode_tokens += batch.num_decode_tokens
+        replay.prefill_tokens += batch.num_prefill_tokens
+        replay.preemptions += len(batch.preempted)
+        replay.summaries.append(StepSummary(batch.step, batch.num_tokens, batch.num_prefills, batch.num_decodes))
+        if batch.finished:
+            bar.update(len(batch.finished))
+    bar.close()
+    replay.seconds = time.perf_counter() - start
+    if clock is not None:
+        replay.compile_ms, replay.loads = clock.compile_s * 1e3, clock.loads
+    if to_check:
+        where = "cuda" if on_gpu else "interpreter"
+        replay.checks = CheckReport(where, tuple(checked), outputs, tuple(mismatches), check_s)
+    return replay
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks
+# ---------------------------------------------------------------------------------------------
+
+
+def choose_check_steps(summaries: Sequence[StepSummary], n: int, seed: int, *,
+                       max_tokens: int | None = None) -> tuple[int, ...]:
+    """``n`` steps to check, drawn with ``seed``: alternately steps with prefills (K4, K5, K7
+    run) and decode-only steps, among steps of at most ``max_tokens`` tokens (None: any)."""
+    pool = [s for s in summaries if max_tokens is None or s.num_tokens <= max_tokens]
+    rng = random.Random(seed)
+    groups = [[s.step for s in pool if s.num_prefills], [s.step for s in pool if not s.num_prefills]]
+    for g in groups:
+        rng.shuffle(g)
+    chosen: list[int] = []
+    while len(chosen) < n and any(groups):
+        for g in groups:
+            if g and len(chosen) < n:
+                chosen.append(g.pop())
+    return tuple(sorted(chosen))
+
+
+def _cuda_check_steps(trace: Trace, config: ModelConfig, options: RunOptions, device: torch.device) -> tuple[int, ...]:
+    """On cuda, the steps to check, from a pass of the (deterministic) scheduler alone."""
+    n = options.checks_for(device)
+    if device.type != "cuda" or n == 0:
+        return ()
+    scheduler, _ = make_scheduler(trace, config, num_blocks=kv_blocks_per_rank(config, options.kv_cache_tokens),
+                                  step_interval_s=options.step_interval_s)
+    summaries = [StepSummary(b.step, b.num_tokens, b.num_prefills, b.num_decodes) for b in scheduler]
+    return choose_check_steps(summaries, n, options.seed)
+
+
+def check_in_interpreter(options: RunOptions, steps: Sequence[int]) -> CheckReport:
+    """Replay the same seeded schedule in a ``TRITON_INTERPRET=1`` child process and compare the
+    kernels with the references on ``steps`` (the child neither warms up nor compiles).
+
+    Raises:
+        RunError: the interpreter cannot run here (it needs numpy) or the child failed.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("numpy") is None:
+        raise RunError("--check runs the kernels in Triton's interpreter, which needs numpy: "
+                       "`pip install numpy`, or run without --check")
+    src_root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
+    env.pop("ZEROJIT_JIT_MONITOR", None)
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="zerojit-check-") as tmp:
+        spec, result = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
+        Path(spec).write_text(json.dumps({"options": dataclasses.asdict(options), "steps": list(steps)}))
+        code = "from zerojit.runner.engine import _interpreter_child; _interpreter_child()"
+        proc = subprocess.run([sys.executable, "-c", code, spec, result], env=env, capture_output=True, text=True)
+        if proc.returncode != 0 or not os.path.exists(result):
+            raise RunError(f"the --check child process (TRITON_INTERPRET=1) failed with status {proc.returncode}:\n"
+                           f"{proc.stderr[-4000:]}")
+        data = json.loads(Path(result).read_text())
+    return CheckReport("interpreter", tuple(data["steps"]), data["outputs"], tuple(data["mismatches"]),
+                       time.perf_counter() - start)
+
+
+def _interpreter_child() -> None:
+    """The ``--check`` child: replay the schedule, interpret and compare the given steps."""
+    from triton import knobs
+
+    spec_path, result_path = sys.argv[1], sys.argv[2]
+    if not knobs.runtime.interpret:
+        raise SystemExit("the --check child must run with TRITON_INTERPRET=1")
+    spec = json.loads(Path(spec_path).read_text())
+    options = RunOptions(**spec["options"])
+    config = load_config(options.config, **options.config_overrides)
+    trace = load_trace(options.trace_path, limit=options.requests, max_model_len=config.max_model_len)
+    num_blocks = kv_blocks_per_rank(config, options.kv_cache_tokens)
+    model = SparseMLAModel(config, options.backend)  # no registry is active: registers nothing
+    cache = allocate_kv_cache(config, num_blocks * config.dcp_size, device="cpu")
+    plan = MetadataPlan.for_cache(config, model.backend, cache)
+    replay = replay_trace(trace, plan, num_blocks=num_blocks, device=torch.device("cpu"), seed=options.seed,
+                          step_interval_s=options.step_interval_s, check_steps=spec["steps"], launch=False)
+    checks = replay.checks or CheckReport("interpreter", (), 0, (), 0.0)
+    Path(result_path).write_text(json.dumps({"steps": list(checks.steps), "outputs": checks.outputs,
+                                             "mismatches": list(checks.mismatches)}))

@@ -1,0 +1,86 @@
+"""Shipped model configurations, loading by name or path, overrides and their errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zerojit.kernels.mla.config import ConfigError, ModelConfig
+from zerojit.runner.config import CONFIG_DIR, load_config, shipped_configs
+
+
+def test_shipped_names():
+    assert shipped_configs() == ["deepseek-v3.2", "dsv4-like"]
+
+
+def test_deepseek_v32():
+    cfg = load_config("deepseek-v3.2")
+    assert isinstance(cfg, ModelConfig) and cfg.name == "deepseek-v3.2"
+    assert cfg.num_layers == 61 and set(cfg.compress_ratios) == {4}  # every layer has the indexer
+    assert (cfg.block_size, cfg.index_topk, cfg.index_kpool, cfg.sliding_window) == (64, 2048, None, 128)
+    assert (cfg.max_num_batched_tokens, cfg.max_num_seqs, cfg.dcp_size, cfg.num_speculative_tokens) == (8192, 256, 1, 0)
+    assert cfg.layer_topk_pairs == ((4, 2048),)
+
+
+def test_dsv4_like():
+    cfg = load_config("dsv4-like")
+    assert cfg.num_layers == 61 and cfg.block_size == 256
+    assert cfg.compress_ratios[:2] == (1, 1)
+    assert cfg.compress_ratios[2:] == tuple(4 if i % 2 == 0 else 128 for i in range(59))
+    assert (cfg.index_topk, cfg.index_kpool, cfg.sliding_window, cfg.max_model_len) == (1024, 4, 128, 65536)
+    assert cfg.compressed_ratios == (4, 128) and cfg.indexer_ratios == (4,)
+    assert cfg.layer_topk_pairs == ((1, 0), (4, 1024), (128, 512))  # K7's TOP_K stays small
+    assert cfg.num_speculative_tokens == 1
+
+
+def test_files_are_plain_model_config_fields():
+    for name in shipped_configs():
+        data = json.loads((CONFIG_DIR / f"{name}.json").read_text())
+        assert data["name"] == name
+        assert {k for k in data if not k.startswith("_")} <= set(ModelConfig.field_names())
+
+
+def test_overrides():
+    cfg = load_config("dsv4-like", dcp_size=4, dcp_rank=3, dcp_interleave=2, num_speculative_tokens=3)
+    assert (cfg.dcp_size, cfg.dcp_rank, cfg.dcp_interleave, cfg.query_len) == (4, 3, 2, 4)
+    assert cfg.compress_ratios == load_config("dsv4-like").compress_ratios
+
+
+def test_bad_overrides_list_every_bad_field():
+    with pytest.raises(ConfigError) as e:
+        load_config("dsv4-like", dcp_size=2, dcp_rank=5, dcp_interleave=4, num_speculative_tokens=-1,
+                    max_num_seqs=0, nonsense=1)
+    msg = str(e.value)
+    for part in ("dcp_rank=5", "dcp_interleave=4", "num_speculative_tokens=-1", "max_num_seqs=0", "'nonsense'"):
+        assert part in msg, part
+    assert len(e.value.problems) >= 5
+
+
+def test_unknown_name_lists_shipped_configs():
+    with pytest.raises(ConfigError, match=r"unknown config 'dsv5'.*deepseek-v3\.2, dsv4-like"):
+        load_config("dsv5")
+
+
+def test_load_from_path(tmp_path):
+    p = tmp_path / "tiny.json"
+    p.write_text(json.dumps({"_comment": "ignored", "block_size": 128, "compress_ratios": [1, 4], "index_topk": 512}))
+    cfg = load_config(p, max_num_seqs=8)
+    assert (cfg.name, cfg.block_size, cfg.compress_ratios, cfg.max_num_seqs) == ("tiny", 128, (1, 4), 8)
+    assert load_config(str(p)) == load_config(p)
+
+
+def test_bad_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="cannot read a JSON object"):
+        load_config(bad)
+    bad.write_text("[1, 2]")
+    with pytest.raises(ConfigError, match="top level must be a JSON object"):
+        load_config(bad)
+    bad.write_text(json.dumps({"block_size": 96, "compress_ratios": [4, 128]}))
+    with pytest.raises(ConfigError) as e:
+        load_config(bad)
+    assert "block_size=96" in str(e.value) and "compress_ratios" in str(e.value)
