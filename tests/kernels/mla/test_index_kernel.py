@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zerojit.kernel import KernelInputError, set_launch_observer

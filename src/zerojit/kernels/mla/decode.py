@@ -115,6 +115,9 @@ class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
 
     kernel = _prepare_uniform_decode_kernel
 
+    def __init__(self) -> None:
+        self._keys = {aligned: self.dispatch(aligned=aligned) for aligned in (False, True)}  # the whole space
+
     @dataclass(frozen=True)
     class CompileKey:
         """One compiled variant of K3.
@@ -190,8 +193,11 @@ class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
         for arg, t in (("block_table", block_table), ("expanded_block_table", expanded_block_table)):
             if t.stride(0) > _INT32_MAX:
                 raise KernelInputError(name, arg, f"row stride {t.stride(0)} does not fit int32")
-        aligned = all(t.data_ptr() % 16 == 0 and t.stride(0) % 4 == 0 for t in (block_table, expanded_block_table))
-        return self.dispatch(aligned=aligned)
+        aligned = (
+            block_table.data_ptr() % 16 == 0 and block_table.stride(0) % 4 == 0
+            and expanded_block_table.data_ptr() % 16 == 0 and expanded_block_table.stride(0) % 4 == 0
+        )
+        return self._keys[aligned]
 
     @kernel_launcher(host_only=("num_decode_tokens",))
     def __call__(

@@ -29,11 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton.language as tl
 import triton
+import triton.language as tl
 
 from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
-from zerojit.keyspace import choices, trace_dispatch
+from zerojit.keyspace import trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
 
 __all__ = ["TILE", "CompressedSlotMapping", "compressed_slot_mapping"]
@@ -146,6 +146,10 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
 
     kernel = _compressed_slot_mapping_kernel
 
+    def __init__(self) -> None:
+        # launch facts -> (CompileKey, constexpr kwargs): keeps per-launch host work small
+        self._by_facts: dict[tuple, tuple] = {}
+
     @dataclass(frozen=True)
     class CompileKey:
         """One compiled variant of K2.
@@ -188,18 +192,17 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
                 caches; a ratio missing from it uses the dense stride ``block_size // ratio``.
         """
         strides = dict(compressed_block_strides)
-        keys: list = []
-        for ratio in config.compressed_ratios:
-            for key in trace_dispatch(self.dispatch)(
-                ratio=ratio,
-                block_size=config.block_size,
-                block_stride_rows=strides.get(ratio, config.block_size // ratio),
-                dcp_size=config.dcp_size,
-                dcp_interleave=config.dcp_interleave,
-            ):
-                if key not in keys:
-                    keys.append(key)
-        return keys
+        caches = [  # one compressed cache per ratio: its ratio and block stride vary together
+            dict(ratio=c, block_stride_rows=strides.get(c, config.block_size // c)) for c in config.compressed_ratios
+        ]
+        if not caches:
+            return []
+        return trace_dispatch(self.dispatch)(
+            zip_inputs(*caches),
+            block_size=config.block_size,
+            dcp_size=config.dcp_size,
+            dcp_interleave=config.dcp_interleave,
+        )
 
     def warmup_inputs(self, key: "CompressedSlotMapping.CompileKey") -> dict:
         """Launch inputs in ``key``'s classes (meta tensors, no memory)."""
@@ -219,12 +222,12 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
 
     def key_for(self, **inputs) -> "CompressedSlotMapping.CompileKey":
         """The compile key ``__call__`` would launch for these inputs (after validating them)."""
-        return self._check(**inputs)
+        return self._check(**inputs)[0]
 
     def _check(
         self, *, query_start_loc, seq_lens, block_table, num_tokens, ratio, block_size, block_stride_rows,
         dcp_size=1, dcp_rank=0, dcp_interleave=1,
-    ) -> "CompressedSlotMapping.CompileKey":
+    ) -> tuple["CompressedSlotMapping.CompileKey", dict]:
         name = self.name
         _tensor(name, "seq_lens", seq_lens, dim=1)
         R, device = seq_lens.shape[0], seq_lens.device
@@ -255,10 +258,17 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
             raise KernelInputError(
                 name, "dcp_interleave", f"must divide block_size // ratio = {block_size // ratio} under DCP, got {dcp_interleave}"
             )
-        return self.dispatch(
-            ratio=ratio, block_size=block_size, block_stride_rows=block_stride_rows, dcp_size=dcp_size,
-            dcp_interleave=dcp_interleave,
-        )
+        facts = (ratio, block_size, block_stride_rows, dcp_size, dcp_interleave)
+        found = self._by_facts.get(facts)
+        if found is None:  # once per distinct launch: the key and its constexpr kwargs
+            key = self.dispatch(
+                ratio=ratio, block_size=block_size, block_stride_rows=block_stride_rows, dcp_size=dcp_size,
+                dcp_interleave=dcp_interleave,
+            )
+            constexprs = dict(RATIO=key.ratio, CBS=key.cbs, BLOCK_STRIDE_ROWS=key.block_stride_rows,
+                              DCP_SIZE=key.dcp_size, DCP_INTERLEAVE=key.dcp_interleave, TILE=key.tile)
+            found = self._by_facts.setdefault(facts, (key, constexprs))
+        return found
 
     @kernel_launcher(host_only=("ratio", "block_size", "block_stride_rows", "dcp_size", "dcp_interleave"))
     def __call__(
@@ -276,7 +286,7 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
         dcp_interleave=1,
     ) -> LaunchSpec:
         """Launch K2; returns ``slot_mapping [num_tokens]`` int64 (see the class)."""
-        key = self._check(
+        key, constexprs = self._check(
             query_start_loc=query_start_loc, seq_lens=seq_lens, block_table=block_table, num_tokens=num_tokens,
             ratio=ratio, block_size=block_size, block_stride_rows=block_stride_rows, dcp_size=dcp_size,
             dcp_rank=dcp_rank, dcp_interleave=dcp_interleave,
@@ -288,16 +298,7 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
             out = torch.empty((num_tokens,), dtype=torch.int64, device=device)
         return LaunchSpec(
             grid=(R,),
-            kwargs=dict(
-                slot_mapping=out,
-                bt_stride=block_table.stride(0),
-                RATIO=key.ratio,
-                CBS=key.cbs,
-                BLOCK_STRIDE_ROWS=key.block_stride_rows,
-                DCP_SIZE=key.dcp_size,
-                DCP_INTERLEAVE=key.dcp_interleave,
-                TILE=key.tile,
-            ),
+            kwargs=dict(constexprs, slot_mapping=out, bt_stride=block_table.stride(0)),
             returns=out,
         )
 
