@@ -24,6 +24,15 @@ class Primer(TritonJitKernel["Primer.CompileKey"]):
     class CompileKey:
         pass
 
+    def warmup_inputs(self, key: "Primer.CompileKey") -> dict:
+        """An aligned int32 buffer, like the one :func:`~zerojit.loading.prime_launch_path` passes
+        (so a warm-up compiles and loads the primer with the other kernels, in parallel)."""
+        import torch
+
+        from .specialization import WarmupTensor
+
+        return dict(buf=WarmupTensor(torch.int32, (1,)))
+
     @kernel_launcher
     def __call__(self, *, buf) -> LaunchSpec:
         return LaunchSpec(grid=(1,))

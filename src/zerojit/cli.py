@@ -4,6 +4,7 @@ Commands:
     run      the reference runner on a real request trace (the main job)
     demo     warm up the example kernel and print its report
     audit    run a script under the monitor and print the coverage audit
+    bundle   export / import / inspect a cache bundle (the compiled key space as one archive)
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ def run_command(
     requests: Optional[int] = typer.Option(None, "--requests", min=1, help="replay only the first N requests"),
     device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)"),
     target: str = typer.Option("cuda:90", "--target", help="compile-only target on cpu"),
-    warmup: str = typer.Option("zerojit", "--warmup", help="zerojit, triton (Triton's warmup(), no load) or none (plain JIT)"),
+    warmup: str = typer.Option("zerojit", "--warmup", help="zerojit; or, to compare, triton (Triton's own warmup(): compile, no load) or "
+                        "none (plain JIT): these run the monitor in warn mode and need a fresh process"),
     jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error"),
     check: Optional[int] = typer.Option(None, "--check", min=0, help="steps checked against the PyTorch references "
                                         "(cpu: in a TRITON_INTERPRET=1 child; default 0 on cpu, 8 on cuda)"),
@@ -176,6 +178,114 @@ def audit(
     if rc != 0:
         typer.echo(f"zerojit audit: the script exited with status {rc}", err=True)
     raise typer.Exit(1 if not result.ok else rc)
+
+
+bundle_app = typer.Typer(no_args_is_help=True, help="Cache bundles: a model's compiled key space as one archive.")
+app.add_typer(bundle_app, name="bundle")
+
+
+def _register_model(config: Any, backend: Optional[str]) -> Any:
+    """A registry holding what the runner's model and KV cache register for ``config``."""
+    from zerojit.registry import JitWarmupRegistry
+    from zerojit.runner.kv_cache import allocate_kv_cache
+    from zerojit.runner.model import SparseMLAModel
+
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        model = SparseMLAModel(config, backend)
+        model.bind_kv_cache(allocate_kv_cache(config, 4 * config.dcp_size))  # strides do not depend on the size
+    return registry
+
+
+@bundle_app.command("export")
+def bundle_export(
+    output: str = typer.Option(..., "-o", "--output", help="the bundle file to write (.tar.gz)"),
+    config: str = typer.Option("dsv4-like", "--config", help="a shipped config (deepseek-v3.2, dsv4-like) or a JSON file"),
+    target: str = typer.Option("cuda:90", "--target", help="compile-only target (e.g. cuda:90), or 'device' for the GPU here"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="compile worker processes (default: CPU count)"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="attention backend (default: the config's)"),
+    dcp_size: Optional[int] = typer.Option(None, "--dcp-size", help="decode-context-parallel size"),
+    dcp_interleave: Optional[int] = typer.Option(None, "--dcp-interleave", help="DCP interleave"),
+    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", help="draft tokens per decode step"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+) -> None:
+    """Warm up a model's whole key space for TARGET and write it as one bundle.
+
+    Needs no GPU for a compile-only target (run it with CUDA_VISIBLE_DEVICES="" on a GPU host
+    to prove it). The manifest records the Triton version and build, Python, target, ptxas,
+    kernels and keys. Exit status: 0 written; 1 warm-up failed; 2 invalid input.
+    """
+    import contextlib
+    import os
+
+    from zerojit.cache import BundleError, export_bundle
+    from zerojit.compile_only import compile_only
+    from zerojit.kernels.mla.backends import BackendError
+    from zerojit.kernels.mla.config import ConfigError
+    from zerojit.registry import WarmupError
+    from zerojit.runner.config import load_config
+
+    overrides = {k: v for k, v in dict(dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                                       num_speculative_tokens=num_speculative_tokens).items() if v is not None}
+    if dcp_size is not None:
+        overrides.setdefault("dcp_rank", 0)
+    try:
+        cfg = load_config(config, **overrides)
+        with (compile_only(target) if target != "device" else contextlib.nullcontext()):
+            registry = _register_model(cfg, backend)
+            report = registry.warmup(cfg, workers=workers or os.cpu_count(), progress=not no_progress,
+                                     target=target)
+            manifest = export_bundle(report, output)
+    except (ConfigError, BackendError, ValueError) as e:
+        typer.echo(f"zerojit bundle export: {e}", err=True)
+        raise typer.Exit(2) from None
+    except (WarmupError, BundleError) as e:
+        typer.echo(f"zerojit bundle export: {e}", err=True)
+        raise typer.Exit(1) from None
+    s = report.stats
+    typer.echo(f"wrote {output}: {report.num_keys} keys ({s.total_compiled} compiled, {s.disk_loads} from the disk cache) "
+               f"in {report.seconds:.1f} s")
+    typer.echo(manifest.summary())
+
+
+@bundle_app.command("import")
+def bundle_import(
+    file: str = typer.Argument(..., help="the bundle to install"),
+    target: Optional[str] = typer.Option(None, "--target", help="the target it must be for (default: this GPU's)"),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Triton cache folder (default: TRITON_CACHE_DIR)"),
+) -> None:
+    """Verify a bundle (manifest fields, every file's SHA-256) and install it into the Triton cache.
+
+    A bundle for another Triton build, Python or target is refused, naming the field; a truncated
+    or corrupted one is refused; either way nothing is installed. Exit status: 0 installed;
+    1 refused.
+    """
+    from zerojit.cache import BundleError, import_bundle
+
+    try:
+        result = import_bundle(file, target=target, into=cache_dir)
+    except BundleError as e:
+        typer.echo(f"zerojit bundle import: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(result.summary())
+
+
+@bundle_app.command("inspect")
+def bundle_inspect(
+    file: str = typer.Argument(..., help="a bundle"),
+    json_out: bool = typer.Option(False, "--json", help="print the whole manifest as JSON"),
+) -> None:
+    """Print a bundle's manifest (nothing is verified or installed)."""
+    import json
+
+    from zerojit.cache import BundleError, read_manifest
+
+    try:
+        manifest = read_manifest(file)
+    except BundleError as e:
+        typer.echo(f"zerojit bundle inspect: {e}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps(manifest.to_dict(), indent=2) if json_out else manifest.summary())
 
 
 def main() -> None:

@@ -21,6 +21,13 @@ Launch modes (chosen per launch, no flag to pass):
 * under ``TRITON_INTERPRET=1``: the interpreter executes the kernel on CPU tensors;
 * inside ``compile(key)``: a warm-up launch that compiles and, on a GPU, loads the module and
   builds the launcher, so the first real launch costs what the thousandth does.
+
+The launch path (``zerojit._launch``): the launch entry has the method's own signature and passes
+the parameter values to ``JITFunction.run`` positionally, in parameter order (the mapping is
+generated once per set of ``LaunchSpec.kwargs`` names). A class with ``fast_path = True`` also
+records each warm-up launch, and launches a warmed ``CompiledKernel`` directly when the arguments
+provably share its specialization classes, skipping Triton's binder and cache-key string
+(:meth:`TritonJitKernel.select_variant` shows the choice without launching).
 """
 
 from __future__ import annotations
@@ -29,13 +36,16 @@ import contextvars
 import dataclasses
 import functools
 import inspect
+import sys
 import threading
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Generic, Hashable, Mapping, TypeVar
 
 from triton.runtime.driver import driver as _triton_driver
 
 from . import registry as _registry
+from ._launch import FastVariant, LaunchState, Plan
 from .compile_only import CompileOnlyDriver
 from .loading import load_compiled
 from .specialization import LAUNCH_OPTIONS, SpecClass
@@ -45,6 +55,7 @@ __all__ = [
     "KernelInputError",
     "LaunchSpec",
     "CompiledVariant",
+    "FastVariant",
     "JitKernel",
     "TritonJitKernel",
     "kernel_launcher",
@@ -67,7 +78,10 @@ class KernelInputError(ValueError):
         self.argument = argument
 
 
-@dataclass(frozen=True)
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, init=False)
 class LaunchSpec:
     """What a declarative ``__call__`` returns.
 
@@ -80,8 +94,15 @@ class LaunchSpec:
     """
 
     grid: tuple[int, ...]
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = field(default_factory=dict)  # default: an empty read-only mapping
     returns: Any = None
+
+    def __init__(self, grid: tuple[int, ...], kwargs: Mapping[str, Any] = _NO_KWARGS, returns: Any = None) -> None:
+        # Built on every launch: plain stores instead of three frozen __setattr__ calls (half the cost).
+        d = self.__dict__
+        d["grid"] = grid
+        d["kwargs"] = kwargs
+        d["returns"] = returns
 
 
 @dataclass(frozen=True)
@@ -112,6 +133,8 @@ _WARMUP_SINK: contextvars.ContextVar[list | None] = contextvars.ContextVar("zero
 # Triton creates a kernel's per-device cache lazily (a defaultdict); two warm-up threads creating it
 # at once would each get their own and one thread's compiled variants would be lost.
 _DEVICE_CACHE_LOCK = threading.Lock()
+# Driver class -> whether it is the compile-only driver (an ABC isinstance check costs ~0.5 us a launch).
+_DRY_DRIVERS: dict[type, bool] = {}
 # Called as observer(kernel, compiled_kernel) after each zerojit launch; the monitor counts hits.
 _launch_observer: Callable[[Any, Any], None] | None = None
 
@@ -173,7 +196,8 @@ def kernel_launcher(fn: Callable | None = None, *, host_only: tuple[str, ...] = 
 
     The wrapped call maps inputs to kernel parameters (table built at class creation), adds
     ``LaunchSpec.kwargs`` and launches (real, dry, interpreted or warm-up: see the module doc).
-    It returns ``LaunchSpec.returns``.
+    It returns ``LaunchSpec.returns``. The launch entry is generated with the method's own
+    signature, so inputs bind once, straight into the method call (no ``**kwargs`` dict).
     """
 
     def decorate(method: Callable) -> Callable:
@@ -187,24 +211,86 @@ def kernel_launcher(fn: Callable | None = None, *, host_only: tuple[str, ...] = 
         unknown_host = set(host_only) - {n for n, _ in inputs}
         if unknown_host:
             raise KernelDefinitionError(f"{method.__qualname__}: host_only names unknown inputs {sorted(unknown_host)}")
+        reserved = [n for n, _ in inputs if n == "self" or n.startswith("_zj_")]
+        if reserved:
+            raise KernelDefinitionError(f"{method.__qualname__}: input names {reserved} are reserved")
 
-        @functools.wraps(method)
-        def launch(self, **kwargs: Any) -> Any:
-            spec = method(self, **kwargs)
-            args = {param: kwargs.get(name, default) for name, param, default in self._arg_table}
-            resolve = self._resolve_kwarg
-            for name, value in spec.kwargs.items():
-                args[resolve(name)] = value
-            return self._launch(spec, args)
-
+        launch = functools.update_wrapper(_make_entry(method, inputs), method)
         launch._zerojit_inputs = inputs
         launch._zerojit_host_only = tuple(host_only)
+        launch._zerojit_method = method
         return launch
 
     return decorate(fn) if fn is not None else decorate
 
 
 _MISSING = object()
+
+
+def _make_entry(method: Callable, inputs: tuple[tuple[str, Any], ...]) -> Callable:
+    """Generate the launch entry: the method's own signature, the common launches inline.
+
+    For ``def __call__(self, *, a, b=2)`` it is, in outline::
+
+        def __call__(self, *, a, b=2):
+            spec = method(self, a=a, b=b)
+            plan = <the class's Plan for spec.kwargs' names>
+            if 0 in spec.grid: return spec.returns
+            if <a driver seen before, no warm-up in progress>:
+                if <fast path on and recorded>:
+                    entry = <the plan's fast launcher>(driver, dry, spec.grid, spec.kwargs, a, b)
+                    if entry: <observer>(self, entry.compiled); return spec.returns
+                compiled = plan.run(<kernel>.run, spec.grid, dry, spec.kwargs, a, b)
+                <observer>(self, compiled); return spec.returns
+            return self._zerojit_launch(spec, (a, b), plan)  # warm-up, first launch on a driver
+
+    The inputs bind once, into locals, and reach the plan without a dict or a tuple.
+    """
+    namespace: dict[str, Any] = {
+        "_zj_method": method, "_zj_sink": _WARMUP_SINK, "_zj_driver": _triton_driver, "_zj_dry": _DRY_DRIVERS,
+        "_zj_kmod": sys.modules[__name__],
+    }
+    sig = []
+    for i, (name, default) in enumerate(inputs):
+        if default is _MISSING:
+            sig.append(name)
+        else:
+            namespace[f"_zj_d{i}"] = default
+            sig.append(f"{name}=_zj_d{i}")
+    head = f"def __call__(self, *, {', '.join(sig)}):" if inputs else "def __call__(self):"
+    call = "".join(f", {n}={n}" for n, _ in inputs)
+    values = "".join(f", {n}" for n, _ in inputs)
+    src = f"""{head}
+    _zj_spec = _zj_method(self{call})
+    _zj_sk = _zj_spec.kwargs
+    _zj_state = self._launch_state
+    _zj_names = tuple(_zj_sk)
+    _zj_plan = _zj_state.plans.get(_zj_names) or _zj_state.plan(_zj_names)
+    _zj_grid = _zj_spec.grid
+    if 0 in _zj_grid:  # launches (and compiles) nothing, in warm-up as at run time
+        return _zj_spec.returns
+    _zj_drv = _zj_driver._active
+    _zj_warmup = _zj_dry.get(_zj_drv.__class__)
+    if _zj_warmup is not None and _zj_sink.get() is None:
+        if self.fast_path:
+            _zj_launcher = _zj_plan.fast or _zj_state.fast_launcher(_zj_plan)
+            _zj_entry = _zj_launcher and _zj_launcher(_zj_drv, _zj_warmup, _zj_grid, _zj_sk{values})
+            if _zj_entry is not None:
+                _zj_observer = _zj_kmod._launch_observer
+                if _zj_observer is not None:
+                    _zj_observer(self, _zj_entry.compiled)
+                return _zj_spec.returns
+        _zj_compiled = _zj_plan.run(_zj_state.run, _zj_grid, _zj_warmup, _zj_sk{values})
+        _zj_observer = _zj_kmod._launch_observer
+        if _zj_observer is not None:
+            _zj_observer(self, _zj_compiled)
+        return _zj_spec.returns
+    return self._zerojit_launch(_zj_spec, ({values[2:]}{',' if len(inputs) == 1 else ''}), _zj_plan)
+"""
+    exec(compile(src, f"<zerojit launch entry of {method.__qualname__}>", "exec"), namespace)
+    entry = namespace["__call__"]
+    entry._zerojit_source = src
+    return entry
 
 
 class TritonJitKernel(JitKernel[KeyT]):
@@ -220,7 +306,11 @@ class TritonJitKernel(JitKernel[KeyT]):
     """
 
     kernel: ClassVar[Any] = None
+    #: Launch warmed variants directly, skipping Triton's binder (see :meth:`select_variant`).
+    #: Set it on the class (or the instance) before warm-up: warm-up launches record the variants.
+    fast_path: ClassVar[bool] = False
     _arg_table: ClassVar[tuple[tuple[str, str, Any], ...]] = ()
+    _launch_state: ClassVar[LaunchState | None] = None
     _kernel_params: ClassVar[frozenset[str]] = frozenset()
     _kwarg_names: ClassVar[dict[str, str]]
 
@@ -249,6 +339,7 @@ class TritonJitKernel(JitKernel[KeyT]):
             table.append((name, param, None if default is _MISSING else default))
         cls._arg_table = tuple(table)
         cls._kwarg_names = {}
+        cls._launch_state = LaunchState(cls, launch._zerojit_inputs, cls._arg_table)
         if not named:  # "_foo_kernel" -> "foo": the name users know the kernel by
             cls.name = cls.kernel.fn.__name__.strip("_").removesuffix("_kernel")
 
@@ -270,7 +361,83 @@ class TritonJitKernel(JitKernel[KeyT]):
         """Launch inputs whose every argument lies in ``key``'s specialization class."""
         raise NotImplementedError
 
+    def _zerojit_launch(self, spec: LaunchSpec, inputs: tuple, plan: Plan | None = None) -> Any:
+        """The launch behind ``__call__`` where its inline paths do not apply (warm-up, first use).
+
+        ``inputs`` are the launcher's inputs, in order; ``plan`` the class's :class:`Plan` for
+        ``spec.kwargs``. Normal path: Triton's ``JITFunction.run`` with the parameter values passed
+        positionally (what Triton's binder would bind). Fast path (``fast_path``, a recorded
+        warm-up variant whose classes the arguments provably share): the warmed kernel directly.
+        """
+        state = self._launch_state
+        sk = spec.kwargs
+        if plan is None:
+            plan = state.plan(tuple(sk))
+        grid = spec.grid
+        if 0 in grid:  # launches (and compiles) nothing, in warm-up as at run time
+            return spec.returns
+        if _WARMUP_SINK.get() is not None:
+            return self._warmup_launch(spec, plan.args(sk, *inputs))
+        drv = _triton_driver._active
+        dry = False  # no driver yet: Triton's run creates the GPU driver
+        if drv is not None:
+            dry = _DRY_DRIVERS.get(drv.__class__)
+            if dry is None:
+                dry = _DRY_DRIVERS.setdefault(drv.__class__, isinstance(drv, CompileOnlyDriver))
+            launcher = state.fast_launcher(plan) if self.fast_path else None
+            if launcher is not None:
+                entry = launcher(drv, dry, grid, sk, *inputs)
+                if entry is not None:
+                    observer = _launch_observer
+                    if observer is not None:
+                        observer(self, entry.compiled)
+                    return spec.returns
+        compiled = plan.run(state.run, grid, dry, sk, *inputs)
+        observer = _launch_observer
+        if observer is not None:
+            observer(self, compiled)
+        return spec.returns
+
+    def _warmup_launch(self, spec: LaunchSpec, planned: tuple) -> Any:
+        """A launch inside ``compile(key)``: compile (never execute), hand the result to the sink."""
+        args, options, otoken = planned
+        if args is None:  # a kernel parameter has no value: the keyword call lets Triton name it
+            return self._launch(spec, options)
+        state = self._launch_state
+        compiled = self.kernel.run(*args, grid=spec.grid, warmup=True, **options)
+        _WARMUP_SINK.get().append((compiled, dict(zip(state.param_names, args), **options)))
+        if self.fast_path:
+            state.record(self, _triton_driver.active.get_current_device(), compiled, args, options, otoken)
+        return spec.returns
+
+    def select_variant(self, **inputs: Any) -> FastVariant | None:
+        """The warmed variant the fast path would launch for these inputs, or None (normal path).
+
+        Runs ``__call__``'s own checks and the very selection a launch runs (the same generated
+        fast launcher, in its dry mode) on the current device, launching nothing; so it works
+        under :func:`~zerojit.compile_only.compile_only`. None also when ``fast_path`` is off, no
+        warm-up recorded a variant, a warm-up is in progress, or the grid has a 0.
+        """
+        entry = type(self).__call__
+        spec = entry._zerojit_method(self, **inputs)
+        values = tuple(inputs[name] if name in inputs else default for name, default in entry._zerojit_inputs)
+        state = self._launch_state
+        sk = spec.kwargs
+        plan = state.plan(tuple(sk))
+        drv = _triton_driver._active
+        if (0 in spec.grid or state.fast is None or drv is None or not self.fast_path
+                or _WARMUP_SINK.get() is not None):
+            return None
+        found = state.fast_launcher(plan)(drv, True, spec.grid, sk, *values)
+        return None if found is None else found.variant
+
+    def fast_variants(self, device: Any = None) -> tuple[FastVariant, ...]:
+        """The variants the fast path can launch (on ``device``, or on every device), warm-up order."""
+        fast = self._launch_state.fast if self._launch_state is not None else None
+        return () if fast is None else fast.variants(device)
+
     def _launch(self, spec: LaunchSpec, args: dict[str, Any]) -> Any:
+        """A keyword launch (a warm-up whose plan leaves a kernel parameter without a value)."""
         grid = spec.grid
         if 0 in grid:  # launches (and compiles) nothing, in warm-up as at run time
             return spec.returns

@@ -456,6 +456,19 @@ class _Link:
         return f"<zerojit monitor hook of {self.owner!r}>"
 
 
+class _ObserverLink(_Link):
+    """The launch observer's link: called on every zerojit launch, so no ``*args`` packing."""
+
+    __slots__ = ()
+
+    def __call__(self, kernel: Any, compiled: Any) -> Any:
+        previous = self.previous
+        result = previous(kernel, compiled) if previous is not None else None
+        if self.enabled:
+            self.handler(result, kernel, compiled)
+        return result
+
+
 def _unlink(link: _Link, get: Callable[[], Any], set_: Callable[[Any], Any]) -> None:
     top = get()
     if top is link:
@@ -599,7 +612,7 @@ class JitMonitor:
                 return self
             cache = _Link(self._on_cache_miss, _get_cache_hook(), self)
             listen = _Link(self._on_compiled, _get_listener(), self)
-            observe = _Link(self._on_launch, _get_observer(), self)
+            observe = _ObserverLink(self._on_launch, _get_observer(), self)
             _set_cache_hook(cache)
             _set_listener(listen)
             _set_observer(observe)

@@ -6,6 +6,11 @@ calls reach the registry activated with :meth:`JitWarmupRegistry.activate` (a Co
 nested activations and concurrent threads each see their own), and do nothing outside one.
 :meth:`JitWarmupRegistry.warmup` then asks each kernel for its keys, compiles every key, loads
 modules and launchers, and returns a :class:`WarmupReport`.
+
+Start-up (docs/start-up.md): ``warmup(workers=N)`` compiles in N worker processes and loads here
+(:mod:`zerojit.precompile`); ``warmup(bundle=FILE)`` installs a cache bundle first
+(:mod:`zerojit.cache`); ``warmup(group=...)`` shards the compiles across ``torch.distributed``
+ranks (:mod:`zerojit.distributed`); and processes sharing a cache folder compile each entry once.
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ import contextlib
 import contextvars
 import dataclasses
 import inspect
+import os
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -25,6 +30,7 @@ __all__ = [
     "KernelWarmup",
     "WarmupFailure",
     "WarmupError",
+    "WarmupStats",
     "register",
     "active_registry",
 ]
@@ -85,6 +91,37 @@ class KernelWarmup:
 
 
 @dataclass(frozen=True)
+class WarmupStats:
+    """Where a warm-up's variants came from (Triton's compile events, counted by zerojit).
+
+    Attributes:
+        compiled: variants Triton compiled in this process.
+        worker_compiled: variants compiled by this warm-up's worker processes.
+        disk_loads: variants this process loaded from Triton's disk cache (compiled earlier, by
+            its workers, by another process, or installed from a bundle).
+        lock_waits: entries another process was compiling; this one waited, then loaded them.
+        workers: compile worker processes started.
+        worker_launchers: CUDA launcher modules built by workers (on a GPU).
+        recovered: what workers could not do (this process did it instead), one line each.
+        bundle_entries: cache entries installed from a bundle.
+    """
+
+    compiled: int = 0
+    worker_compiled: int = 0
+    disk_loads: int = 0
+    lock_waits: int = 0
+    workers: int = 0
+    worker_launchers: int = 0
+    recovered: tuple[str, ...] = ()
+    bundle_entries: int = 0
+
+    @property
+    def total_compiled(self) -> int:
+        """Kernel compiles this warm-up caused, in this process and its workers."""
+        return self.compiled + self.worker_compiled
+
+
+@dataclass(frozen=True)
 class WarmupReport:
     """What a warm-up did.
 
@@ -93,12 +130,14 @@ class WarmupReport:
         failures: every key that failed, with its kernel and error (none hides another).
         seconds: wall-clock seconds of the whole warm-up.
         target: the compile target (``"cuda:90"``) or ``"device"`` when compiled for the GPU present.
+        stats: compile, disk-load and worker counts (None for a report not made by ``warmup``).
     """
 
     kernels: tuple[KernelWarmup, ...]
     failures: tuple[WarmupFailure, ...] = ()
     seconds: float = 0.0
     target: str = "device"
+    stats: WarmupStats | None = None
 
     @property
     def num_keys(self) -> int:
@@ -126,12 +165,18 @@ class WarmupReport:
                 k.kernel: {"keys": [_key_dict(x) for x in k.keys], "seconds": round(k.seconds, 4)} for k in self.kernels
             },
             "failures": [{"kernel": f.kernel, "key": _key_dict(f.key), "error": f.error} for f in self.failures],
+            "stats": dataclasses.asdict(self.stats) if self.stats is not None else None,
         }
 
     def summary(self) -> str:
         """A short human-readable table."""
         lines = [f"warm-up: {self.num_keys} keys over {len(self.kernels)} kernels in {self.seconds:.2f} s "
                  f"(target {self.target}), {len(self.failures)} failures"]
+        if self.stats is not None:
+            s = self.stats
+            lines.append(f"  compiled {s.compiled} here, {s.worker_compiled} in {s.workers} worker processes; "
+                         f"{s.disk_loads} loaded from the disk cache" + (f" ({s.bundle_entries} entries from a bundle)"
+                                                                          if s.bundle_entries else ""))
         for k in self.kernels:
             lines.append(f"  {k.kernel:<40} {len(k.keys):>4} keys  {k.seconds:7.2f} s")
         lines += [f"  FAILED {f}" for f in self.failures]
@@ -154,6 +199,29 @@ class WarmupError(RuntimeError):
         lines = [f"zerojit warm-up failed for {len(report.failures)} key(s):"] + [f"  {f}" for f in report.failures]
         super().__init__("\n".join(lines))
         self.report = report
+
+
+def _primer_jobs(jobs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """The primer kernel's warm-up job when this warm-up will load Triton kernels on a GPU and then
+    prime the launch path (:func:`zerojit.loading.prime_launch_path`); otherwise none."""
+    from .compile_only import active_compile_only
+    from .kernel import TritonJitKernel
+
+    if active_compile_only() is not None or not any(isinstance(k, TritonJitKernel) for k, _ in jobs):
+        return []
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return []
+        from ._primer import primer
+        from .loading import _primed
+
+        if torch.cuda.current_device() in _primed:
+            return []
+        return [(primer, type(primer).CompileKey())]
+    except Exception:  # priming is an optimisation; prime_launch_path compiles it otherwise
+        return []
 
 
 class JitWarmupRegistry:
@@ -226,52 +294,63 @@ class JitWarmupRegistry:
         progress: bool = True,
         raise_on_failure: bool = True,
         target: str = "device",
+        bundle: str | os.PathLike | None = None,
+        group: Any = None,
     ) -> WarmupReport:
         """Compile (and on a GPU load) every key of every registered kernel.
 
         Args:
             config: the model configuration, passed to ``get_warmup_keys(config=...)`` where declared.
-            workers: compile threads (default 1).
+            workers: compile worker processes (default 1: compile in-process, key after key).
+                Workers compile into Triton's disk cache; this process then loads every key the
+                way a serial warm-up does, so the report is the same (see :mod:`zerojit.precompile`).
             progress: show a tqdm progress bar.
             raise_on_failure: raise :class:`WarmupError` after trying every key if any failed.
-            target: recorded in the report (the caller's compile target).
+            target: recorded in the report (the caller's compile target); also the target a
+                ``bundle`` must be for (``"device"``: the GPU's or the compile-only target).
+            bundle: a cache bundle (``zerojit bundle export``) to install first; its keys then
+                load with zero compiles (:func:`zerojit.cache.import_bundle`).
+            group: a ``torch.distributed`` process group: the keys are sharded across its ranks,
+                each compiles its share, then every rank loads all (:mod:`zerojit.distributed`).
+
+        Whatever ``workers``, ``bundle`` or ``group``, every compile of an entry missing from the
+        disk cache holds that entry's file lock, so processes sharing a cache folder compile each
+        entry once.
 
         Raises:
             WarmupError: some key failed (only after every key was tried); ``.report`` has all.
+            zerojit.cache.BundleError: the bundle is for another Triton build, Python or target,
+                or is truncated or corrupted (nothing installed, nothing warmed).
         """
-        from tqdm.auto import tqdm
+        from .precompile import WarmupSession
 
         start = time.perf_counter()
+        imported = None
+        if bundle is not None:
+            from .cache import import_bundle
+
+            imported = import_bundle(bundle, target=None if target == "device" else target)
         plan, failures = self.warmup_keys(config)
         jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
+        extra = _primer_jobs(jobs)  # on a GPU: the launch-path primer, compiled with the rest
 
-        def compile_one(job: tuple[Any, Any]) -> tuple[Any, float, BaseException | None]:
-            kernel, key = job
-            t0 = time.perf_counter()
-            try:
-                return kernel.compile(key), time.perf_counter() - t0, None
-            except Exception as e:  # reported with the others, never hidden
-                return None, time.perf_counter() - t0, e
+        with WarmupSession(workers=workers) as session:
+            if group is not None:
+                from .distributed import sharded_warmup
 
-        with tqdm(total=len(jobs), desc="zerojit warm-up", unit="key", disable=not progress) as bar:
-            if workers and workers > 1:
-                with ThreadPoolExecutor(workers) as pool:
-                    outcomes = []
-                    for outcome in pool.map(compile_one, jobs):
-                        outcomes.append(outcome)
-                        bar.update()
+                outcomes = sharded_warmup(session, jobs + extra, group, progress=progress)
             else:
-                outcomes = []
-                for job in jobs:
-                    outcomes.append(compile_one(job))
-                    bar.update()
+                outcomes = session.run(jobs + extra, progress=progress, expect_warm=imported is not None)
+        outcomes = outcomes[: len(jobs)]
+        counts = session.counts
 
         per_kernel: dict[Any, list] = {kernel: [] for kernel in plan}
-        for (kernel, key), (variant, seconds, error) in zip(jobs, outcomes):
-            if error is not None:
+        for (kernel, key), outcome in zip(jobs, outcomes):
+            if outcome.error is not None:
+                error = outcome.error
                 failures.append(WarmupFailure(kernel.name, key, f"{type(error).__name__}: {error}"))
             else:
-                per_kernel[kernel].append((key, variant, seconds))
+                per_kernel[kernel].append((key, outcome.variant, outcome.seconds))
         kernels = tuple(
             KernelWarmup(
                 kernel=kernel.name,
@@ -285,7 +364,13 @@ class JitWarmupRegistry:
             from .loading import prime_launch_path
 
             prime_launch_path()
-        report = WarmupReport(kernels=kernels, failures=tuple(failures), seconds=time.perf_counter() - start, target=target)
+        stats = WarmupStats(
+            compiled=counts.compiled, worker_compiled=counts.worker_compiled, disk_loads=counts.disk_loads,
+            lock_waits=counts.lock_waits, workers=counts.workers, worker_launchers=counts.worker_launchers,
+            recovered=tuple(counts.recovered), bundle_entries=len(imported.installed) if imported else 0,
+        )
+        report = WarmupReport(kernels=kernels, failures=tuple(failures), seconds=time.perf_counter() - start,
+                              target=target, stats=stats)
 
         # Runtime JIT monitor: from here on a compile is a runtime compile. Installs the process
         # monitor when ZEROJIT_JIT_MONITOR / monitor.configure() asks for warn or error, and gives

@@ -73,7 +73,7 @@ from .metadata import (
     step_metadata,
 )
 from .model import SparseMLAModel
-from .scheduler import Scheduler, SchedulerLimits
+from .scheduler import Batch, Scheduler, SchedulerLimits
 from .trace import DEFAULT_TRACE, Trace, load_trace
 
 __all__ = [
@@ -125,7 +125,7 @@ class RunOptions:
         progress: show progress bars.
         kv_cache_tokens: context tokens the paged KV cache holds (over all DCP ranks).
         step_interval_s: simulated seconds per scheduler step (arrivals replayed in that time).
-        workers: warm-up compile threads (None: 1).
+        workers: warm-up compile workers (None: 1, compiling in this process).
         fresh_triton_cache: compile into a new, empty Triton cache directory (always for the
             ``triton`` / ``none`` warm-ups).
     """
@@ -370,9 +370,10 @@ class RunReport:
         counts = self.audit_counts()
         lines.append(f"  audit        {counts['warmed']} warmed keys, {counts['dead']} dead, {counts['misses']} missed")
         for k in self.audit.kernels:
-            dead = f", dead: {', '.join(w.key for w in k.dead)}" if k.dead else ""
-            lines.append(f"    {k.kernel:<36} {len(k.warmed):>3} warmed {k.hits:>8} hits {k.runtime_compiles:>4} "
-                         f"misses{dead}")
+            lines.append(f"    {k.kernel:<36} {len(k.warmed):>3} warmed {len(k.dead):>3} dead {k.hits:>8} hits "
+                         f"{k.runtime_compiles:>4} misses")
+            lines += [f"      dead: {w.key}" for w in k.dead]
+            lines += [f"      MISS: {m.arguments} (nearest warmed key {m.nearest_key})" for m in k.misses]
         if self.checks is not None:
             ch = self.checks
             verdict = "all equal" if ch.ok else f"{len(ch.mismatches)} MISMATCHES"
@@ -526,6 +527,8 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
         report = _triton_warmup(registry, config, target, progress=options.progress)
     else:
         report = WarmupReport(kernels=(), target=target)
+    if options.progress and report.kernels:
+        print(report.summary(), file=sys.stderr, flush=True)
     return WarmupSummary(
         mode=options.warmup, keys=report.num_keys, seconds=report.seconds, target=report.target,
         keys_by_kernel={k.kernel: len(k.keys) for k in report.kernels},
@@ -744,6 +747,8 @@ def replay_trace(
     buffers = DecodeBuffers.allocate(plan, device=device)
     to_check = set(check_steps)
     replay = Replay()
+    if on_gpu and launch:
+        _warm_host_ops(plan, device, seed)
     checked, outputs, mismatches, check_s = [], 0, [], 0.0
     start = time.perf_counter()
     bar = tqdm(total=len(trace), desc="replay", unit="req", disable=not progress)
@@ -785,6 +790,16 @@ def replay_trace(
         where = "cuda" if on_gpu else "interpreter"
         replay.checks = CheckReport(where, tuple(checked), outputs, tuple(mismatches), check_s)
     return replay
+
+
+def _warm_host_ops(plan: MetadataPlan, device: torch.device, seed: int) -> None:
+    """Build one small step's inputs (no kernel launched) before the replay: PyTorch loads its own
+    CUDA kernels lazily at their first use, a cost that is not Triton's and would otherwise land
+    on the first step and blur what the warm-up mode changed."""
+    lq = plan.config.query_len
+    batch = Batch(step=-1, request_ids=(0, 1), query_lens=(lq, 2), seq_lens=(lq + 3, 2), num_decodes=1)
+    build_step_inputs(batch, plan, blocks=[[1], [2]], fill=True, seed=seed, device=device)
+    torch.cuda.synchronize(device)
 
 
 # ---------------------------------------------------------------------------------------------

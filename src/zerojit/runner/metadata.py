@@ -657,9 +657,9 @@ def compare_metadata(got: StepMetadata, want: StepMetadata) -> list[str]:
             if a.numel() and not bool((valid.to(I32).diff(dim=1) <= 0).all()):
                 problems.append(f"{name}: a row has -1 before a valid entry (not compacted to the front)")
                 continue
-            big = torch.iinfo(a.dtype).max
-            a = torch.where(a == -1, big, a.to(a.dtype)).sort(dim=1).values
-            b = torch.where(b == -1, big, b.to(b.dtype)).sort(dim=1).values
+            big = torch.iinfo(torch.int64).max  # -1 sorts last
+            a = torch.where(a == -1, big, a.to(I64)).sort(dim=1).values
+            b = torch.where(b == -1, big, b.to(I64)).sort(dim=1).values
         a, b = a.to(I64), b.to(I64)
         if not torch.equal(a, b):
             where = (a != b).nonzero()

@@ -1,0 +1,254 @@
+"""Host cost of one launch: raw Triton vs zerojit's normal path vs zerojit's fast path.
+
+One kernel with 8 arguments (4 pointers, 4 ints: ``n`` is ``do_not_specialize``, the strides
+and the period are specialized) plus a ``BLOCK`` constexpr, launched through:
+
+* ``triton kernel[grid]``: raw Triton, ``kernel[grid](a, b, c, out, n, 1, 2, 64, BLOCK=256)``;
+* ``triton compiled[grid]``: Triton's own direct call of the compiled kernel (reference only);
+* ``zerojit normal``: ``launch8(a=..., ...)`` with ``fast_path`` off, monitor off and in error mode;
+* ``zerojit fast``: the same call with ``fast_path`` on, monitor off and in error mode.
+
+The zerojit ``__call__`` does what the raw call site does (the grid from ``n``, the constexpr) and
+no input validation, so the difference is zerojit's launch machinery. Every mode runs
+``--launches`` launches per round without synchronizing (one sync before and one at the end,
+inside the timed interval), rounds interleave the modes, and the median over rounds is printed,
+in microseconds of host time per launch, with its ratio to raw Triton, all in the same run.
+
+On a machine without CUDA (or with ``--stub``) the kernel is compiled for ``cuda:90`` without a
+GPU and launched through a stub launcher: Triton's whole host path runs except the driver call
+(``CudaLauncher``), so the numbers show the host overhead only. The output says so.
+
+Usage: ``PYTHONPATH=src python benchmarks/launch.py [--launches 10000] [--rounds 7] [--stub] [--json OUT]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from zerojit import JitWarmupRegistry
+from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.keyspace import trace_dispatch
+from zerojit import monitor as zmonitor
+from zerojit.monitor import JitMonitor
+from zerojit.specialization import WarmupTensor, scalar_rep
+
+BLOCK = 256
+N, STRIDE_A, STRIDE_B, PERIOD = 1000, 1, 2, 64  # classes: n unspecialized, 1, other, divisible by 16
+
+
+@triton.jit(do_not_specialize=["n"])
+def _launch8_kernel(a_ptr, b_ptr, c_ptr, out_ptr, n, stride_a, stride_b, period, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(a_ptr + offs * stride_a, mask=mask) + tl.load(b_ptr + offs * stride_b, mask=mask)
+    tl.store(out_ptr + offs, x + tl.load(c_ptr + offs % period, mask=mask), mask=mask)
+
+
+class Launch8(TritonJitKernel["Launch8.CompileKey"]):
+    """``out[i] = a[i*sa] + b[i*sb] + c[i % period]``: 8 arguments, the launch-cost probe."""
+
+    kernel = _launch8_kernel
+    fast_path = True
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        stride_a: int  # scalar_rep of each specialized int: its class
+        stride_b: int
+        period: int
+
+    def dispatch(self, *, stride_a: int, stride_b: int, period: int) -> "Launch8.CompileKey":
+        return self.CompileKey(scalar_rep(stride_a), scalar_rep(stride_b), scalar_rep(period))
+
+    def get_warmup_keys(self, *, stride_a: int, stride_b: int, period: int) -> list["Launch8.CompileKey"]:
+        return trace_dispatch(self.dispatch)(stride_a=stride_a, stride_b=stride_b, period=period)
+
+    def warmup_inputs(self, key: "Launch8.CompileKey") -> dict:
+        t = WarmupTensor(torch.float32, (64,))
+        return dict(a=t, b=t, c=t, out=t, n=scalar_rep(N, specialize=False), stride_a=key.stride_a,
+                    stride_b=key.stride_b, period=key.period)
+
+    @kernel_launcher
+    def __call__(self, *, a, b, c, out, n: int, stride_a: int, stride_b: int, period: int) -> LaunchSpec:
+        return LaunchSpec(grid=((n + BLOCK - 1) // BLOCK,), kwargs={"BLOCK": BLOCK}, returns=out)
+
+
+launch8 = Launch8()
+
+
+class _StubLaunchDriver:
+    """Stands in for the CUDA driver after a compile-only warm-up: same device, stream 0."""
+
+    def __init__(self, compile_only_driver) -> None:
+        self._co = compile_only_driver
+
+    def get_current_device(self):
+        return self._co.device
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        return self._co.target
+
+    def __getattr__(self, name):
+        return getattr(self._co, name)
+
+
+def _stub_launcher(*args) -> None:
+    """What a launch costs once it reaches the driver, in stub mode: nothing."""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--launches", type=int, default=10_000, help="launches per mode per round")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median reported)")
+    parser.add_argument("--stub", action="store_true", help="stub launcher even where CUDA exists")
+    parser.add_argument("--json", help="also write the results here")
+    opts = parser.parse_args()
+
+    stub = opts.stub or not torch.cuda.is_available()
+    zmonitor.configure("off")  # no process monitor from ZEROJIT_JIT_MONITOR: the modes below choose
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        launch8.register_warmup(stride_a=STRIDE_A, stride_b=STRIDE_B, period=PERIOD)
+
+    if stub:
+        from triton.runtime.driver import driver
+
+        from zerojit.compile_only import compile_only
+
+        with compile_only("cuda:90") as co:
+            report = registry.warmup(progress=False, target="compile-only cuda:90")
+        for v in report.variants:  # a loaded-looking kernel whose launcher does nothing
+            v.compiled.module, v.compiled.function, v.compiled._run = object(), 0, _stub_launcher
+        previous_driver = driver._active
+        driver.set_active(_StubLaunchDriver(co))
+        device = "cpu"
+        sync = lambda: None  # noqa: E731
+    else:
+        report = registry.warmup(progress=False)
+        device = "cuda"
+        sync = torch.cuda.synchronize
+
+    a = torch.randn(N * STRIDE_A, device=device)
+    b = torch.randn(N * STRIDE_B, device=device)
+    c = torch.randn(PERIOD, device=device)
+    out = torch.zeros(N, device=device)
+    kernel = _launch8_kernel
+    compiled = report.variants[0].compiled
+    grid0 = ((N + BLOCK - 1) // BLOCK, 1, 1)
+    kernel[grid0[:1]](a, b, c, out, N, STRIDE_A, STRIDE_B, PERIOD, BLOCK=BLOCK)  # same Triton entry: a hit
+    if not stub:
+        sync()
+        want = a[: N * STRIDE_A : STRIDE_A] + b[: N * STRIDE_B : STRIDE_B] + c[torch.arange(N, device=device) % PERIOD]
+        for fast in (False, True):
+            out.zero_()
+            launch8.fast_path = fast
+            launch8(a=a, b=b, c=c, out=out, n=N, stride_a=STRIDE_A, stride_b=STRIDE_B, period=PERIOD)
+            sync()
+            assert torch.allclose(out, want), f"wrong result with fast_path={fast}"
+    assert launch8.select_variant(a=a, b=b, c=c, out=out, n=N, stride_a=STRIDE_A, stride_b=STRIDE_B,
+                                  period=PERIOD) is not None, "the fast path does not select the warmed variant"
+
+    def raw(count: int) -> None:
+        for _ in range(count):
+            kernel[((N + BLOCK - 1) // BLOCK,)](a, b, c, out, N, STRIDE_A, STRIDE_B, PERIOD, BLOCK=BLOCK)
+
+    def direct(count: int) -> None:
+        for _ in range(count):
+            compiled[((N + BLOCK - 1) // BLOCK, 1, 1)](a, b, c, out, N, STRIDE_A, STRIDE_B, PERIOD, BLOCK)
+
+    def zerojit(count: int) -> None:
+        for _ in range(count):
+            launch8(a=a, b=b, c=c, out=out, n=N, stride_a=STRIDE_A, stride_b=STRIDE_B, period=PERIOD)
+
+    body = Launch8.__call__._zerojit_method
+
+    def call_body(count: int) -> None:  # the declarative __call__ alone: grid + LaunchSpec, no launch
+        for _ in range(count):
+            body(launch8, a=a, b=b, c=c, out=out, n=N, stride_a=STRIDE_A, stride_b=STRIDE_B, period=PERIOD)
+
+    monitor = JitMonitor("error", report=report)
+    modes = {
+        "triton kernel[grid] (raw)": (raw, None, None),
+        "triton compiled[grid] (direct)": (direct, None, None),
+        "zerojit normal, monitor off": (zerojit, False, False),
+        "zerojit normal, monitor error": (zerojit, False, True),
+        "zerojit fast, monitor off": (zerojit, True, False),
+        "zerojit fast, monitor error": (zerojit, True, True),
+        "(zerojit __call__ body alone)": (call_body, None, None),
+    }
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    cpu_times: dict[str, list[float]] = {m: [] for m in modes}
+    for fn, fast, _ in modes.values():  # warm every path once (first-run effects)
+        launch8.fast_path = bool(fast)
+        fn(100)
+    sync()
+    for _ in range(opts.rounds):
+        for name, (fn, fast, monitored) in modes.items():
+            launch8.fast_path = bool(fast)
+            if monitored:
+                monitor.install()
+            gc.collect()
+            gc.disable()
+            sync()
+            t0, c0 = time.perf_counter(), time.thread_time()
+            fn(opts.launches)
+            sync()
+            elapsed, cpu = time.perf_counter() - t0, time.thread_time() - c0
+            gc.enable()
+            if monitored:
+                monitor.uninstall()
+            times[name].append(elapsed / opts.launches * 1e6)
+            cpu_times[name].append(cpu / opts.launches * 1e6)
+    counts = monitor.counts()
+    expected_hits = 2 * (opts.rounds * opts.launches)
+
+    raw_us = statistics.median(times["triton kernel[grid] (raw)"])
+    raw_cpu = statistics.median(cpu_times["triton kernel[grid] (raw)"])
+    kind = ("STUB LAUNCHER (compile-only cuda:90, no GPU launch: host overhead only, not a GPU result)"
+            if stub else f"GPU: {torch.cuda.get_device_name()}")
+    print(f"launch cost per call, {opts.launches} launches x {opts.rounds} rounds, median; {kind}")
+    print(f"  Triton {triton.__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}")
+    print("  wall: time.perf_counter over the launches and a final sync; cpu: this thread's CPU time")
+    print(f"  {'mode':<34} {'wall us':>9} {'vs raw':>7} {'cpu us':>9} {'vs raw':>7}")
+    results = {}
+    for name in modes:
+        us, cpu = statistics.median(times[name]), statistics.median(cpu_times[name])
+        results[name] = {"us_per_launch": round(us, 3), "ratio_vs_raw": round(us / raw_us, 3),
+                         "cpu_us_per_launch": round(cpu, 3), "cpu_ratio_vs_raw": round(cpu / raw_cpu, 3),
+                         "rounds_us": [round(t, 3) for t in times[name]]}
+        print(f"  {name:<34} {us:>9.2f} {us / raw_us:>6.2f}x {cpu:>9.2f} {cpu / raw_cpu:>6.2f}x")
+    normal = results["zerojit normal, monitor off"]["ratio_vs_raw"]
+    fast = results["zerojit fast, monitor off"]["ratio_vs_raw"]
+    print(f"  goal normal <= 1.05x raw: {'met' if normal <= 1.05 else 'NOT met'} ({normal:.2f}x); "
+          f"goal fast <= 0.50x raw: {'met' if fast <= 0.5 else 'NOT met'} ({fast:.2f}x)  [wall]")
+    body_us = results["(zerojit __call__ body alone)"]["us_per_launch"]
+    print(f"  of zerojit's cost, {body_us:.2f} us is the declarative __call__ body itself (grid, LaunchSpec), "
+          "which the raw call site does not run")
+    if stub:
+        print("  (stub launcher: the driver's launch cost, paid in every mode but the body alone, is missing "
+              "from every number; with it every ratio moves toward 1)")
+    print(f"  monitor (error mode): {counts.launches} launches counted of {expected_hits}, "
+          f"{counts.runtime_compiles} runtime compiles")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"mode": "stub" if stub else "gpu", "launches": opts.launches, "rounds": opts.rounds,
+                       "results": results, "monitor_launches": counts.launches,
+                       "monitor_runtime_compiles": counts.runtime_compiles}, f, indent=2)
+    if stub:
+        driver._active = previous_driver
+
+
+if __name__ == "__main__":
+    main()

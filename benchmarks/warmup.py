@@ -1,0 +1,252 @@
+"""Start-up: cold and warm warm-up of a whole key space, plain Triton vs zerojit, in one run.
+
+The key space is the sparse-MLA kernels' (``zerojit.kernels.mla``) as a serving image for a
+*deployment matrix* registers it: ``--space matrix`` (default) is the union of the keys of the
+shipped ``dsv4-like`` and ``deepseek-v3.2`` configs x block size {64, 128, 256} x decode-context
+parallelism {1, 2 (interleave 1 and 2), 4, 8} x speculative tokens {0, 1} (48 valid configs,
+111 keys of 7 kernels); ``--space dsv4-like`` is the one shipped config (21 keys). Each config
+is built the way the runner builds it (model, then a packed KV cache bound to it, under a
+registry), so the keys are the ones serving would launch.
+
+Modes, each in a fresh process with a fresh, empty ``TRITON_CACHE_DIR`` (cold):
+
+* ``triton-serial``: Triton's own ``warmup()`` (``JITFunction.run(..., warmup=True)``) for every
+  key, one after the other, through the kernel's launcher with its ``warmup_inputs(key)``;
+* ``triton-threads``: the same inside Triton's ``AsyncCompileMode`` with a thread pool of
+  ``--workers`` threads (Triton's own parallel compile);
+* ``zerojit``: ``JitWarmupRegistry.warmup(workers=--workers)`` (worker processes; then module
+  loads and launchers on a GPU, which Triton's ``warmup()`` leaves to the first launch).
+
+Then warm starts, in fresh processes over the cache the ``zerojit`` run left:
+
+* ``triton-warm``: Triton's ``warmup()`` for every key (disk-cache hits);
+* ``zerojit-warm``: ``JitWarmupRegistry.warmup()`` (disk-cache hits, module loads, launchers).
+
+Not timed, in every mode: imports, building the configs and registering, and the Triton driver's
+start (on a GPU: CUDA's and Triton's ``cuda_utils`` build, printed apart). Timed: the warm-up call.
+Printed: seconds, ms per key, compiles counted by Triton's listener, and the ratios to
+``triton-serial`` (cold) and ``triton-warm`` (warm), all measured in this run.
+
+Without a GPU (or with ``--target``), every mode compiles for ``--target`` (default ``cuda:90``)
+with zerojit's compile-only driver: real cubins, nothing loaded; the output says so.
+
+Usage::
+
+    PYTHONPATH=src python benchmarks/warmup.py [--workers N] [--space matrix|dsv4-like]
+        [--target cuda:90] [--repeat 1] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+COLD = ("triton-serial", "triton-threads", "zerojit")
+WARM = ("triton-warm", "zerojit-warm")
+
+MATRIX_BASES = ("dsv4-like", "deepseek-v3.2")
+MATRIX_BLOCK_SIZES = (64, 128, 256)
+MATRIX_DCP = ((1, 1), (2, 1), (2, 2), (4, 1), (8, 1))  # (dcp_size, dcp_interleave)
+MATRIX_SPEC = (0, 1)
+
+
+def matrix_configs(space: str) -> list:
+    """The configs of ``space`` (invalid combinations, e.g. an interleave that does not divide a
+    compressed block, are skipped the way ``ModelConfig`` rejects them)."""
+    from zerojit.kernels.mla.config import ConfigError
+    from zerojit.runner.config import load_config
+
+    if space != "matrix":
+        return [load_config(space)]
+    out = []
+    for base in MATRIX_BASES:
+        for bs in MATRIX_BLOCK_SIZES:
+            for dcp, il in MATRIX_DCP:
+                for spec in MATRIX_SPEC:
+                    try:
+                        out.append(load_config(base, block_size=bs, dcp_size=dcp, dcp_rank=dcp - 1, dcp_interleave=il,
+                                               num_speculative_tokens=spec))
+                    except ConfigError:
+                        pass
+    return out
+
+
+def key_space(space: str):
+    """A registry whose key space is the union of every config's (first-seen order)."""
+    from zerojit.registry import JitWarmupRegistry
+    from zerojit.runner.kv_cache import allocate_kv_cache
+    from zerojit.runner.model import SparseMLAModel
+
+    union: dict = {}
+    for config in matrix_configs(space):
+        registry = JitWarmupRegistry()
+        with registry.activate():
+            model = SparseMLAModel(config)
+            model.bind_kv_cache(allocate_kv_cache(config, 4 * config.dcp_size))
+        plan, failures = registry.warmup_keys(config)
+        if failures:
+            sys.exit(f"listing keys failed for {config.name}: {failures}")
+        for kernel, keys in plan.items():
+            mine = union.setdefault(kernel, {})
+            for key in keys:
+                mine.setdefault(key, None)
+
+    class MatrixRegistry(JitWarmupRegistry):
+        """The union key space of several configs, warmed as one."""
+
+        def warmup_keys(self, config=None):
+            return {k: list(v) for k, v in union.items()}, []
+
+    return MatrixRegistry()
+
+
+def triton_warmup(registry, *, threads: int = 0) -> int:
+    """Triton's own ``warmup()`` of every key (compile only), optionally in its thread mode."""
+    from zerojit.kernel import _WARMUP_SINK
+
+    plan, _ = registry.warmup_keys()
+    jobs = [(k, key) for k, keys in plan.items() for key in keys]
+
+    def run_all():
+        for kernel, key in jobs:
+            sink: list = []
+            token = _WARMUP_SINK.set(sink)  # the kernel's launch becomes kernel.run(grid, warmup=True, ...)
+            try:
+                kernel(**kernel.warmup_inputs(key))
+            finally:
+                _WARMUP_SINK.reset(token)
+
+    if threads:
+        from concurrent.futures import ThreadPoolExecutor
+
+        from triton.runtime._async_compile import AsyncCompileMode
+
+        with ThreadPoolExecutor(threads) as pool, AsyncCompileMode(pool):
+            run_all()  # leaving the mode waits for every compile
+    else:
+        run_all()
+    return len(jobs)
+
+
+def child(mode: str, args: argparse.Namespace) -> dict:
+    import contextlib
+
+    import torch
+    from triton import knobs
+
+    from zerojit.compile_only import compile_only
+
+    gpu = torch.cuda.is_available() and not args.target
+    target = None if gpu else (args.target or "cuda:90")
+    t0 = time.perf_counter()
+    registry = key_space(args.space)
+    setup_s = time.perf_counter() - t0
+    events = {"compiled": 0, "disk": 0}
+
+    def listener(*, cache_hit, **_):
+        events["disk" if cache_hit else "compiled"] += 1
+
+    with (compile_only(target) if target else contextlib.nullcontext()):
+        t0 = time.perf_counter()
+        from triton.runtime.driver import driver
+
+        driver.active.get_current_device()  # the driver's start: not warm-up (on a GPU: CUDA, cuda_utils)
+        if gpu:
+            torch.cuda.init()
+        driver_s = time.perf_counter() - t0
+        knobs.compilation.listener = listener
+        t0 = time.perf_counter()
+        stats = None
+        if mode in ("triton-serial", "triton-warm"):
+            keys = triton_warmup(registry)
+        elif mode == "triton-threads":
+            keys = triton_warmup(registry, threads=args.workers)
+        else:
+            report = registry.warmup(workers=args.workers, progress=False, target=target or "device")
+            keys, stats = report.num_keys, report.to_dict()["stats"]
+        seconds = time.perf_counter() - t0
+        knobs.compilation.listener = None
+        steady = None
+        if mode in WARM:  # again, in-process caches emptied: the per-key cost without one-time costs
+            device = driver.active.get_current_device()  # (Triton's first-launch imports, binders, ...)
+            for kernel in registry.warmup_keys()[0]:
+                kernel.kernel.device_caches[device][0].clear()
+            t0 = time.perf_counter()
+            if mode == "triton-warm":
+                triton_warmup(registry)
+            else:
+                registry.warmup(workers=args.workers, progress=False, target=target or "device")
+            steady = 1e3 * (time.perf_counter() - t0) / keys
+    return {"mode": mode, "seconds": seconds, "keys": keys, "ms_per_key": 1e3 * seconds / keys, "steady_ms_per_key": steady,
+            "compiled": events["compiled"] + (stats["worker_compiled"] if stats else 0), "disk_loads": events["disk"], "setup_s": setup_s, "driver_s": driver_s,
+            "target": target or "device", "stats": stats, "cpus": os.cpu_count()}
+
+
+def run_child(mode: str, cache: str, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, TRITON_CACHE_DIR=cache)
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--workers", str(args.workers),
+           "--space", args.space] + (["--target", args.target] if args.target else [])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(f"{mode} failed:\n{proc.stdout}\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="zerojit worker processes and Triton "
+                        "compile threads (default: os.cpu_count())")
+    parser.add_argument("--space", default="matrix", help="matrix (48 configs, 111 keys) or a shipped config name")
+    parser.add_argument("--target", default=None, help="compile-only target (default: the GPU, or cuda:90 without one)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per mode (medians printed)")
+    parser.add_argument("--json", help="also write every run here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args)))
+        return
+
+    rows = []
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory(prefix="zerojit-bench-") as root:
+            for mode in COLD:
+                rows.append(run_child(mode, os.path.join(root, mode), args))
+            for mode in WARM:  # over the cache the zerojit cold run left
+                rows.append(run_child(mode, os.path.join(root, "zerojit"), args))
+
+    med = {m: {f: statistics.median(r[f] for r in rows if r["mode"] == m)
+               for f in ("seconds", "ms_per_key", "compiled", "disk_loads", "driver_s")} for m in COLD + WARM}
+    for m in WARM:
+        med[m]["steady_ms_per_key"] = statistics.median(r["steady_ms_per_key"] for r in rows if r["mode"] == m)
+    first = rows[0]
+    where = (f"compile-only target {first['target']} (no GPU: nothing loaded)" if first["target"] != "device"
+             else "GPU (zerojit also loads modules and builds launchers)")
+    print(f"key space {args.space!r}: {first['keys']} keys; {where}; {first['cpus']} CPUs, --workers {args.workers}; "
+          f"medians of {args.repeat} run(s); driver start {med['triton-serial']['driver_s']:.2f} s (not timed)")
+    print(f"{'mode':<16}{'seconds':>9}{'ms/key':>9}{'steady':>8}{'compiles':>10}{'disk loads':>12}{'speed-up':>10}")
+    for group, base in ((COLD, "triton-serial"), (WARM, "triton-warm")):
+        for m in group:
+            r = med[m]
+            steady = f"{r['steady_ms_per_key']:>8.2f}" if r.get("steady_ms_per_key") is not None else f"{'':>8}"
+            print(f"{m:<16}{r['seconds']:>9.2f}{r['ms_per_key']:>9.2f}{steady}{r['compiled']:>10.0f}"
+                  f"{r['disk_loads']:>12.0f}{med[base]['seconds'] / r['seconds']:>9.1f}x")
+    print("steady: ms per key of a second warm pass in the same process (in-process caches emptied), i.e. "
+          "without the process's one-time costs (Triton's first-launch imports, binders, source hashes)")
+    z = [r for r in rows if r["mode"] == "zerojit"][-1]["stats"]
+    if z:
+        print(f"zerojit cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in the "
+              f"parent, {z['worker_launchers']} launchers built by workers"
+              + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "medians": med, "runs": rows}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""A compile worker process: compiles Triton kernels into the shared disk cache for a warm-up.
+
+:mod:`zerojit.precompile` starts it as ``python <this file>`` (a plain script, so that importing
+it does not import the ``zerojit`` package first). It imports only what compiling needs: Triton
+and the modules that define the ``@triton.jit`` functions. ``torch`` is replaced by a stand-in
+module that imports the real one on first attribute use, so kernel modules that merely
+``import torch`` (and use it inside functions) do not pay its 1.5 s import; one that really uses
+it at import time gets the real module, only more slowly. The worker never touches a GPU: its
+Triton driver is zerojit's compile-only driver for the parent's exact target, and the parent
+starts it with ``CUDA_VISIBLE_DEVICES=""``.
+
+Protocol: the parent writes requests to stdin, the worker answers on its original stdout (then
+points its fd 1 at stderr, so stray prints cannot corrupt the stream). Each message is a 4-byte
+little-endian length and a pickle. The first request is the set-up (``sys.path``, cache folder,
+target, the parent's Triton key); then ``("compile", ...)`` and ``("launcher", ...)`` requests,
+each answered by one dict; ``None`` ends the worker.
+
+A compile runs under the entry's file lock, so workers of several warm-ups (several processes on
+one host) compile each entry once; Triton's ``compile`` re-checks the disk cache inside the lock.
+"""
+
+import os
+import sys
+
+import importlib
+import pickle
+import struct
+import time
+import types
+
+_LEN = struct.Struct("<I")
+
+
+def read_message(stream):
+    head = stream.read(_LEN.size)
+    if len(head) < _LEN.size:
+        raise EOFError("stream closed")
+    (n,) = _LEN.unpack(head)
+    body = stream.read(n)
+    if len(body) < n:
+        raise EOFError("stream closed mid-message")
+    return pickle.loads(body)
+
+
+def write_message(stream, obj) -> None:
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(_LEN.pack(len(body)) + body)
+    stream.flush()
+
+
+class _ImportOnUse(types.ModuleType):
+    """A stand-in for a heavy module: the real one is imported when something really uses it.
+
+    An attribute read (``torch.cuda``, ``from torch import Tensor``) gives a :class:`_LazyAttr`,
+    so module-level aliases do not import it; using the attribute (calling it, reading from it)
+    or reading a dunder (``__path__`` for a submodule import) does.
+    """
+
+    def _zerojit_real(self):
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return importlib.import_module(self.__name__)
+
+    def __getattr__(self, attr):
+        if attr.startswith("__") and attr.endswith("__"):
+            return getattr(self._zerojit_real(), attr)
+        return _LazyAttr(self, attr)
+
+
+class _LazyAttr:
+    """``module.attr`` of an :class:`_ImportOnUse` module, resolved on first use."""
+
+    __slots__ = ("_owner", "_attr")
+
+    def __init__(self, owner, attr):
+        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_attr", attr)
+
+    def _zerojit_value(self):
+        return getattr(object.__getattribute__(self, "_owner")._zerojit_real(), object.__getattribute__(self, "_attr"))
+
+    def __getattr__(self, attr):
+        return getattr(self._zerojit_value(), attr)
+
+    def __call__(self, *args, **kwargs):
+        return self._zerojit_value()(*args, **kwargs)
+
+    def __repr__(self):
+        return f"<{object.__getattribute__(self, '_owner').__name__}.{object.__getattribute__(self, '_attr')}, not imported>"
+
+
+def install_lazy(name: str = "torch") -> None:
+    """Put an :class:`_ImportOnUse` stand-in for module ``name`` in ``sys.modules`` (if not imported)."""
+    if name not in sys.modules:
+        sys.modules[name] = _ImportOnUse(name)
+
+
+def lazy_still(name: str = "torch") -> bool:
+    """True while module ``name`` is still the stand-in (nothing used it for real)."""
+    return isinstance(sys.modules.get(name), _ImportOnUse)
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (ptxas)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+class Worker:
+    def __init__(self, setup: dict) -> None:
+        sys.path[:] = setup["sys_path"]
+        if setup.get("lazy_torch", True):
+            install_lazy("torch")
+        import triton
+        from triton import knobs
+        from triton.backends.compiler import GPUTarget
+
+        knobs.cache.dir = setup["cache_dir"]
+        key = setup.get("triton_key")
+        if key and os.path.abspath(triton.__file__) == setup.get("triton_file"):
+            import triton.runtime.cache as tcache
+
+            tcache.triton_key = lambda: key  # the parent's: same installation, no need to hash it again
+        self.target = GPUTarget(*setup["target"])
+        from triton.runtime.driver import driver
+
+        from zerojit.compile_only import CompileOnlyDriver
+
+        drv = CompileOnlyDriver(f"{self.target.backend}:{self.target.arch}")
+        drv.target = self.target  # the parent's exact target (warp size included)
+        driver.set_active(drv)
+        self.functions: dict = {}
+        self.hit: list = []
+        previous = knobs.compilation.listener
+
+        def listener(*, src, metadata, metadata_group, times, cache_hit, **kw):
+            self.hit.append(cache_hit)
+            if previous is not None:
+                previous(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit, **kw)
+
+        knobs.compilation.listener = listener
+
+    def function(self, qualified: str):
+        fn = self.functions.get(qualified)
+        if fn is None:
+            module_name, _, qualname = qualified.partition(":")
+            obj = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+            from triton.runtime.jit import JITFunction
+
+            if not isinstance(obj, JITFunction):
+                raise TypeError(f"{qualified} is a {type(obj).__name__}, not a triton.jit function")
+            fn = self.functions[qualified] = obj
+        return fn
+
+    def compile(self, task: dict) -> dict:
+        from filelock import FileLock
+        from triton.compiler import ASTSource, compile as triton_compile
+
+        try:
+            fn = self.function(task["function"])
+            signature, constants, attrs = pickle.loads(task["payload"])
+        except Exception as e:
+            return {"ok": False, "unavailable": True, "error": f"{type(e).__name__}: {e}"}
+        start, cpu = time.perf_counter(), _cpu()
+        try:
+            with FileLock(task["lock"]):
+                self.hit.clear()
+                compiled = triton_compile(ASTSource(fn, signature, constants, attrs), target=self.target,
+                                          options=task["options"])
+        except Exception as e:
+            return {"ok": False, "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - start}
+        return {"ok": True, "hash": compiled.hash, "compiled": self.hit == [False],
+                "seconds": time.perf_counter() - start, "cpu_seconds": _cpu() - cpu}
+
+    def launcher(self, task: dict) -> dict:
+        """Build (and cache) the CUDA launcher module of a signature, as Triton's ``CudaLauncher``
+        would at the kernel's first load."""
+        start = time.perf_counter()
+        try:
+            from filelock import FileLock
+            from triton.backends.nvidia.driver import include_dirs, libraries, library_dirs, make_launcher
+            from triton.runtime.build import compile_module_from_src
+
+            src = make_launcher({}, dict(enumerate(task["signature"])), None)
+            with FileLock(task["lock"]):
+                compile_module_from_src(src=src, name="__triton_launcher", library_dirs=library_dirs(),
+                                        include_dirs=include_dirs, libraries=libraries)
+        except Exception as e:
+            return {"ok": False, "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - start}
+        return {"ok": True, "seconds": time.perf_counter() - start}
+
+
+def probe(modules) -> None:
+    """``python _compile_worker.py --probe MODULE...``: import the modules as a worker would and print
+    whether torch had to be imported for real (a regression guard: a module that uses torch at
+    import time costs every worker torch's whole import)."""
+    install_lazy("torch")
+    for m in modules:
+        importlib.import_module(m)
+    print("torch imported" if not lazy_still("torch") else "torch not imported")
+
+
+def main() -> None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # no sibling as a top-level module
+    if sys.argv[1:2] == ["--probe"]:
+        return probe(sys.argv[2:])
+    requests = sys.stdin.buffer
+    replies = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything printed from here on goes to stderr, never into the reply stream
+    sys.stdout = sys.stderr
+    setup = read_message(requests)
+    try:
+        worker = Worker(setup)
+    except Exception as e:
+        write_message(replies, {"ok": False, "fatal": True, "error": f"worker set-up failed: {type(e).__name__}: {e}"})
+        return
+    write_message(replies, {"ok": True, "ready": True, "pid": os.getpid(), "torch_imported": not lazy_still("torch")})
+    while True:
+        try:
+            task = read_message(requests)
+        except EOFError:
+            return
+        if task is None:
+            return
+        kind = task["kind"]
+        reply = worker.compile(task) if kind == "compile" else worker.launcher(task)
+        reply["torch_imported"] = not lazy_still("torch")
+        write_message(replies, reply)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,591 @@
+"""The launch path behind ``@kernel_launcher``: argument plans and the fast path.
+
+**Plans.** A launch maps the declarative ``__call__``'s inputs and ``LaunchSpec.kwargs`` to the
+Triton function's parameters. For each kernel class and each tuple of ``LaunchSpec.kwargs`` names
+a :class:`Plan` is generated once: a function that calls ``JITFunction.run`` with the parameter
+values *positionally*, in parameter order, the kernel's own defaults filled in (exactly the
+``bound_args`` Triton's binder builds), and the launch options as keywords in their given order
+(they are part of Triton's key). Binding nine keywords twice (into ``run``, then into its binder)
+costs more than the rest of zerojit's wrapper.
+
+**The fast path** (``fast_path = True`` on a kernel class). Every warm-up launch of such a kernel
+records its arguments with the ``CompiledKernel`` Triton returned for them (checked against
+Triton's own key). A generated *key function* turns arguments into a tuple that refines Triton's
+specialization: equal tuples imply equal Triton keys (same dtype, same 16-byte alignment where
+specialized, same int class: equal to one / divisible by 16 / other, and the width i32 / i64 /
+u64; same constexpr values *and types*; same launch options; same debug knobs). Each plan gets a
+generated *fast launcher* built from the same guard and slot expressions: at run time a launch
+whose tuple was recorded on the current device launches that kernel directly,
+``compiled.run(grid, stream, function, packed_metadata, None, None, None, *args)`` with ``args``
+the parameter values in order (constexprs included), exactly what ``JITFunction.run`` passes
+(launch metadata and the two hooks are None: none is set, see below). Triton's binder, cache-key
+string, launch metadata and option parsing are skipped. Anything unproven takes the normal path:
+
+* an argument of a type the key does not model (a tensor subclass, a numpy scalar, a tuple), of a
+  kind never seen at warm-up for that parameter, or of a class no warmed variant has;
+* a constexpr of another type than at warm-up (``False`` where ``0`` was warmed), or one that is
+  not an int, bool, str, None, float or ``tl.dtype``;
+* other launch options, or ``TRITON_DEBUG`` / instrumentation / the function's ``debug`` changed;
+* launch hooks set (``knobs.runtime.launch_enter_hook``/``launch_exit_hook`` not empty),
+  ``pre_run_hooks`` on the function, or a global the kernel reads that changed since it compiled
+  (Triton raises there; the normal path lets it);
+* a device that was not warmed, a warm-up in progress.
+
+On a Triton 3.6 ``CudaLauncher`` without scratch memory the fast launcher calls the launcher's C
+entry itself, with the arguments ``CudaLauncher.__call__`` would pass it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+import triton
+from triton import knobs as _knobs
+from triton.knobs import HookChain
+
+from .specialization import SpecClass
+
+__all__ = ["FastVariant", "LaunchState", "Plan", "FAST_PATH_ENV", "current_device"]
+
+#: ``ZEROJIT_FAST_PATH=0`` turns the fast path off for the whole process (nothing is recorded).
+FAST_PATH_ENV = "ZEROJIT_FAST_PATH"
+
+_NO_OPTIONS: dict = {}  # shared, never mutated
+_UNPROVABLE = object()  # a token no recorded key contains
+_NOT_PRESENT = object()
+_SAFE_CONST = frozenset({int, bool, str, type(None)})
+_FAST_LOCK = threading.Lock()
+
+
+def _cuda_current_device() -> int:
+    """``torch.cuda.current_device()`` without its two Python frames once CUDA is initialized."""
+    if _torch_cuda._initialized and not _torch_cuda._is_in_bad_fork():
+        return torch._C._cuda_getDevice()
+    return _torch_cuda.current_device()
+
+
+_torch_cuda = torch.cuda
+_last_device_getter: tuple[Any, Callable | None] = (None, None)
+
+
+def current_device(drv: Any) -> Any:
+    """``drv.get_current_device()``, the same value by a shorter route for Triton's CUDA driver."""
+    global _last_device_getter
+    last = _last_device_getter
+    if last[0] is drv:
+        return last[1]()
+    get = drv.get_current_device
+    if (get is getattr(_torch_cuda, "current_device", None) and hasattr(_torch_cuda, "_initialized")
+            and hasattr(_torch_cuda, "_is_in_bad_fork") and hasattr(torch._C, "_cuda_getDevice")):
+        get = _cuda_current_device
+    _last_device_getter = (drv, get)
+    return get()
+
+
+def _fast_path_disabled() -> bool:
+    return os.environ.get(FAST_PATH_ENV, "").strip().lower() in ("0", "off", "false", "no")
+
+
+@dataclass(frozen=True)
+class FastVariant:
+    """A warmed Triton variant the fast path launches directly (recorded by a warm-up launch).
+
+    Attributes:
+        kernel: the zerojit kernel's name.
+        triton_key: Triton's in-process cache key of the variant (what the normal path looks up).
+        specialization: each kernel parameter's :class:`SpecClass`, in parameter order.
+        param_names: the kernel parameters' names, in order.
+        device: the device it was warmed on (Triton's device id; a string under compile-only).
+        compiled: Triton's ``CompiledKernel`` (the same object the warm-up's
+            :class:`~zerojit.kernel.CompiledVariant` holds; not compared).
+    """
+
+    kernel: str
+    triton_key: str
+    specialization: tuple[SpecClass, ...]
+    param_names: tuple[str, ...]
+    device: Any
+    compiled: Any = field(default=None, compare=False, repr=False)
+
+
+class _Entry:
+    """A table entry: the variant and, once first launched, how to call its launcher."""
+
+    __slots__ = ("variant", "compiled", "direct")
+
+    def __init__(self, variant: FastVariant) -> None:
+        self.variant = variant
+        self.compiled = variant.compiled
+        self.direct: Any = None  # None: not resolved; False: compiled.run(...); else see resolve()
+
+    def resolve(self) -> Any:
+        """``(launch, function, cooperative_grid, pdl, packed_metadata)`` for a plain
+        ``CudaLauncher`` (its C entry is called directly), else False (``compiled.run(...)``)."""
+        c = self.compiled
+        launcher = c.run  # loads the module and builds the launcher if warm-up did not
+        direct: Any = False
+        if _is_plain_cuda_launcher(launcher):
+            direct = (launcher.launch, c.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+                      c.packed_metadata)
+        self.direct = direct
+        return direct
+
+
+def _is_plain_cuda_launcher(launcher: Any) -> bool:
+    """A Triton 3.6 ``CudaLauncher`` whose ``__call__`` only forwards to its C ``launch``."""
+    if not triton.__version__.startswith("3.6."):
+        return False
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+    except Exception:  # pragma: no cover - no NVIDIA backend in this wheel
+        return False
+    return (type(launcher) is CudaLauncher and launcher.global_scratch_size == 0
+            and launcher.profile_scratch_size == 0)
+
+
+def _wide(v: int) -> Any:
+    """The width token of an int outside int32 (2: i64, 3: u64; unprovable: Triton raises)."""
+    if -(2**63) <= v < 2**63:
+        return 2
+    if 2**63 <= v < 2**64:
+        return 3
+    return _UNPROVABLE
+
+
+def _const_token(v: Any) -> Any:
+    c = v.__class__
+    if c in _SAFE_CONST:
+        return (c, v)
+    if c is float:  # 0.0 == -0.0 but Triton's key spells them apart
+        return (c, repr(v))
+    if c is triton.language.dtype:
+        return (c, v)
+    return _UNPROVABLE
+
+
+def _value_token(v: Any, specialize: bool, align: bool, annotated: bool) -> Any:
+    """The class token of a non-constexpr argument whose kind varies between warm-ups."""
+    c = v.__class__
+    if c is torch.Tensor:
+        return ("t", v.dtype, (not v.data_ptr() & 15) if specialize and align else None)
+    if c is int:
+        if annotated:
+            width = True if -(2**63) <= v < 2**64 else _UNPROVABLE
+        else:
+            width = True if -(2**31) <= v < 2**31 else _wide(v)
+        if not specialize:
+            return ("i", width)
+        return ("i", width, v == 1 if not align else ("one" if v == 1 else v & 15 == 0))
+    if c is bool:
+        return "b"
+    if c is float:
+        return "f"
+    if v is None:
+        return "n"
+    return _UNPROVABLE
+
+
+def _kind(kp: Any, v: Any) -> str:
+    if kp.is_constexpr:
+        return "const" if v.__class__ in _SAFE_CONST else "const*"
+    ann = kp.annotation_type
+    if ann and (ann == "u1" or ann[:2] in ("fp", "bf")):
+        return "free"  # Triton never looks at the value
+    c = v.__class__
+    if c is torch.Tensor:
+        return "tensor"
+    if c is int:
+        return "int"
+    if c is bool:
+        return "bool"
+    if c is float:
+        return "float"
+    if v is None:
+        return "none"
+    return "any"
+
+
+def _merge_kind(a: str | None, b: str) -> str:
+    if a is None or a == b:
+        return b
+    return "const*" if b.startswith("const") else "any"
+
+
+def _globals_unchanged(used: dict) -> bool:
+    """Triton's check before every launch: each global the kernel read still has its value."""
+    for (name, _), (val, globals_dict) in used.items():
+        if globals_dict.get(name, _NOT_PRESENT) != val:
+            return False
+    return True
+
+
+def _guards_and_slots(jit_fn: Any, kinds: list[str]) -> tuple[list[str], list[str]]:
+    """Per parameter ``i`` (its value in the local ``_a{i}``): the type guards and the key slots.
+
+    A guard proves the value is of the parameter's kind (what the slots assume); the slots then
+    hold what Triton's specialization reads of it. The key function that records warm-ups and the
+    fast launchers that look them up are generated from these same strings.
+    """
+    guards: list[str] = []
+    slots: list[str] = []
+    for i, (kp, kind) in enumerate(zip(jit_fn.params, kinds)):
+        a = f"_a{i}"
+        specialize = not kp.do_not_specialize
+        align = not kp.do_not_specialize_on_alignment
+        annotated = bool(kp.annotation_type)
+        if kind == "const":  # every warm-up value was an int, bool, str or None: a value of
+            slots += [f"{a}.__class__", a]  # another class cannot equal a recorded (class, value)
+        elif kind == "const*":
+            slots.append(f"_const_token({a})")
+        elif kind == "free":
+            pass
+        elif kind == "tensor":
+            guards.append(f"{a}.__class__ is _Tensor")
+            slots.append(f"{a}.dtype")
+            if specialize and align:
+                slots.append(f"not {a}.data_ptr() & 15")
+        elif kind == "int":
+            guards.append(f"{a}.__class__ is _int")
+            if annotated:
+                slots.append(f"(-9223372036854775808 <= {a} <= 18446744073709551615 or _UNPROVABLE)")
+            else:
+                slots.append(f"(-2147483648 <= {a} <= 2147483647 or _wide({a}))")
+            if specialize:
+                slots.append(f"{a} == 1" if not align else f"('one' if {a} == 1 else {a} & 15 == 0)")
+        elif kind == "bool":
+            guards.append(f"{a}.__class__ is _bool")
+        elif kind == "float":
+            guards.append(f"{a}.__class__ is _float")
+        elif kind == "none":
+            guards.append(f"{a} is None")
+        else:
+            slots.append(f"_value_token({a}, {specialize}, {align}, {annotated})")
+    return guards, slots
+
+
+def _key_expr(slots: list[str], option_token: str) -> str:
+    return "(" + "".join(f"{s}, " for s in slots) + (
+        f"_K.runtime.debug, _J.debug, _K.compilation.instrumentation_mode, {option_token})")
+
+
+def _namespace(jit_fn: Any) -> dict[str, Any]:
+    import sys
+
+    return dict(
+        _SAFE_CONST=_SAFE_CONST, _Tensor=torch.Tensor, _int=int, _bool=bool, _float=float, _wide=_wide,
+        _UNPROVABLE=_UNPROVABLE, _const_token=_const_token, _value_token=_value_token, _K=_knobs, _J=jit_fn,
+        _HookChain=HookChain, _globals_unchanged=_globals_unchanged, _zj_mod=sys.modules[__name__],
+        _current_device=current_device,
+    )
+
+
+def build_key_fn(jit_fn: Any, kinds: list[str]) -> Callable[[tuple, tuple], Any]:
+    """``key(args, option_token)``: the hashable key a warm-up launch is recorded under (None when
+    an argument is not of its parameter's kind). Equal keys imply equal Triton cache keys."""
+    guards, slots = _guards_and_slots(jit_fn, kinds)
+    names = [f"_a{i}" for i in range(len(kinds))]
+    unpack = f"    {', '.join(names)}, = _p\n" if names else ""
+    guard = f"    if not ({' and '.join(guards)}):\n        return None\n" if guards else ""
+    src = f"def _zj_key(_p, _ot):\n{unpack}{guard}    return {_key_expr(slots, '_ot')}\n"
+    namespace = _namespace(jit_fn)
+    exec(compile(src, f"<zerojit fast-path key of {jit_fn.fn.__name__}>", "exec"), namespace)
+    fn = namespace["_zj_key"]
+    fn.source = src
+    return fn
+
+
+_FAST_TEMPLATE = """def _zj_fast(_drv, _dry, _grid, _sk{inputs}):
+{assign}{guard}    _last = _zj_mod._last_device_getter
+    _dev = _last[1]() if _last[0] is _drv else _current_device(_drv)
+    _table = _tables.get(_dev)
+    if _table is None:
+        return None
+    try:
+        _e = _table.get({key})
+    except TypeError:  # an unhashable constexpr or option value
+        return None
+    if _e is None or _J.pre_run_hooks:
+        return None
+    _used = _J.used_global_vals
+    if _used and not _globals_unchanged(_used):
+        return None  # Triton raises "Global variable ... has changed": the normal path lets it
+    _rt = _K.runtime
+    _enter, _exit = _rt.launch_enter_hook, _rt.launch_exit_hook
+    if ((_enter is not None and (_enter.__class__ is not _HookChain or _enter.calls))
+            or (_exit is not None and (_exit.__class__ is not _HookChain or _exit.calls))):
+        return None  # hooks want launch metadata: the normal path builds it
+    if not _dry:
+        _stream = _drv.get_current_stream(_dev)
+        _n = len(_grid)
+        _d = _e.direct
+        if _d is None:
+            _d = _e.resolve()
+        if _d is False:
+            _c = _e.compiled
+            _c.run(_grid[0], _grid[1] if _n > 1 else 1, _grid[2] if _n > 2 else 1, _stream, _c.function,
+                   _c.packed_metadata, None, None, None{args})
+        else:  # CudaLauncher.__call__ without scratch memory is exactly this call of its C entry
+            _d[0](_grid[0], _grid[1] if _n > 1 else 1, _grid[2] if _n > 2 else 1, _stream, _d[1], _d[2], _d[3],
+                  None, None, _d[4], None, None, None{args})
+    return _e
+"""
+
+
+def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict) -> Callable:
+    """The fast launcher of one plan: ``fast(driver, dry, grid, spec_kwargs, *inputs)``.
+
+    Builds the parameter values as the plan does, proves their classes (the guards and slots of
+    :func:`build_key_fn`) and looks them up in ``tables[current device]``. Returns the table
+    entry, or None (normal path) when there is none or the process state is not the one the
+    variants were warmed in (launch hooks, ``pre_run_hooks``, changed globals, debug knobs).
+    Unless ``dry``, it launches the entry's kernel with the parameter values in order, exactly
+    the arguments ``JITFunction.run`` passes its launcher (launch metadata and hooks None).
+    """
+    inputs = "".join(f", _i{i}" for i in range(plan.num_inputs))
+    if plan.positional is None:  # a parameter without a value: never fast
+        src = f"def _zj_fast(_drv, _dry, _grid, _sk{inputs}):\n    return None\n"
+    else:
+        guards, slots = _guards_and_slots(jit_fn, kinds)
+        assign = "".join(f"    _a{i} = {e}\n" for i, e in enumerate(plan.positional))
+        assign += "".join(f"    _o{j} = {e}\n" for j, e in enumerate(plan.options.values()))
+        guard = f"    if not ({' and '.join(guards)}):\n        return None\n" if guards else ""
+        args = "".join(f", _a{i}" for i in range(len(plan.positional)))
+        src = _FAST_TEMPLATE.format(inputs=inputs, assign=assign, guard=guard, args=args,
+                                    key=_key_expr(slots, plan.option_token))
+    namespace = _namespace(jit_fn)
+    namespace.update(plan.defaults, _tables=tables)
+    exec(compile(src, f"<zerojit fast path of {jit_fn.fn.__name__}>", "exec"), namespace)
+    fn = namespace["_zj_fast"]
+    fn.source = src
+    return fn
+
+
+def _provable(key: Any) -> bool:
+    return key is not None and not any(t is _UNPROVABLE for t in key)
+
+
+class _FastTables:
+    """The fast path of one kernel class: recorded warm-up launches and the lookup tables.
+
+    ``current`` is ``(kinds, tables, fast launchers by plan names)``, replaced as one value when a
+    record brings a new kind for some parameter, so a reader always sees a consistent triple.
+    """
+
+    def __init__(self, jit_fn: Any, plans: dict) -> None:
+        self.jit_fn = jit_fn
+        self.plans = plans  # the class's plans, whose cached fast launchers a new kind invalidates
+        self.kinds: list[str | None] = [None] * len(jit_fn.params)
+        self.key_fn: Callable | None = None
+        self.records: list[tuple[Any, tuple, tuple, FastVariant]] = []
+        self.current: tuple[list, dict, dict] = ([], {}, {})
+
+    def record(self, device: Any, args: tuple, otoken: tuple, variant: FastVariant) -> None:
+        with _FAST_LOCK:
+            kinds = [_merge_kind(k, _kind(kp, v)) for k, kp, v in zip(self.kinds, self.jit_fn.params, args)]
+            self.records.append((device, args, otoken, variant))
+            if kinds != self.kinds:  # a new kind for some parameter: regenerate, re-key every record
+                self.kinds = kinds
+                self.key_fn = build_key_fn(self.jit_fn, kinds)
+                tables: dict = {}
+                for dev, a, ot, v in self.records:
+                    self._put(tables, dev, a, ot, v)
+                self.current = (kinds, tables, {})
+                for plan in self.plans.values():  # launchers of the old tables: generate anew
+                    plan.fast = None
+            else:
+                self._put(self.current[1], device, args, otoken, variant)
+
+    def _put(self, tables: dict, device: Any, args: tuple, otoken: tuple, variant: FastVariant) -> None:
+        key = self.key_fn(args, otoken)
+        if _provable(key):
+            try:
+                tables.setdefault(device, {})[key] = _Entry(variant)
+            except TypeError:  # an unhashable option value: never fast
+                pass
+
+    def launcher(self, plan: "Plan") -> Callable:
+        """The fast launcher of ``plan`` for the current tables (generated once per plan, and kept
+        on the plan until a record brings a new kind and regenerates the tables)."""
+        kinds, tables, fns = self.current
+        fn = fns.get(plan.names)
+        if fn is None:
+            fn = fns.setdefault(plan.names, build_fast_fn(self.jit_fn, kinds, plan, tables))
+        with _FAST_LOCK:  # keep it on the plan unless a record replaced the tables meanwhile
+            if self.current[2] is fns:
+                plan.fast = fn
+        return fn
+
+    def variants(self, device: Any = None) -> tuple[FastVariant, ...]:
+        with _FAST_LOCK:
+            return tuple(v for dev, _, _, v in self.records if device is None or dev == device)
+
+
+class Plan:
+    """How one kernel class maps inputs and ``LaunchSpec.kwargs`` with these names to parameters.
+
+    Attributes:
+        names: the ``LaunchSpec.kwargs`` names, in order.
+        run: ``run(triton_run, grid, warmup, spec_kwargs, *inputs)`` calls Triton's
+            ``JITFunction.run`` with every parameter value positionally, in parameter order (the
+            kernel's defaults filled in: what Triton's binder would bind), and the launch options
+            as keywords in ``LaunchSpec.kwargs`` order (part of Triton's key, order included).
+        args: ``args(spec_kwargs, *inputs)`` returns ``(args, options, option_token)``: those
+            values as a tuple, the options, and a hashable token of the options with their types.
+        positional: the source expression of each parameter value (None: a parameter without a
+            value; ``run`` then passes everything by keyword so Triton's binder names it, and
+            ``args`` returns ``(None, kwargs, None)``).
+        options: launch option -> source expression. option_token: the token's expression.
+        defaults: the kernel defaults the expressions refer to. num_inputs: the launcher's inputs.
+        fast: the plan's fast launcher (see :func:`build_fast_fn`) once generated, else None.
+    """
+
+    __slots__ = ("names", "run", "args", "positional", "options", "option_token", "defaults", "num_inputs", "fast")
+
+
+class LaunchState:
+    """Per kernel class: argument plans (one per set of ``LaunchSpec.kwargs`` names) and the fast path.
+
+    Args:
+        cls: the :class:`~zerojit.kernel.TritonJitKernel` subclass.
+        inputs: the launcher's inputs, ``(name, default)`` in order.
+        arg_table: ``(input, parameter, default)`` of the inputs that map to kernel parameters.
+    """
+
+    def __init__(self, cls: type, inputs: tuple, arg_table: tuple) -> None:
+        self.cls = cls
+        self.jit_fn = cls.kernel
+        self.run = cls.kernel.run  # JITFunction.run, bound once
+        self.param_names = tuple(inspect_params(cls.kernel))
+        self.param_defaults = inspect_defaults(cls.kernel)
+        self.input_index = {name: i for i, (name, _) in enumerate(inputs)}
+        self.arg_table = arg_table
+        self.plans: dict[tuple, Plan] = {}
+        self.fast: _FastTables | None = None
+
+    def fast_launcher(self, plan: Plan) -> Callable | None:
+        """``plan``'s fast launcher, or None when no warm-up recorded a variant of this class."""
+        fast = self.fast
+        return None if fast is None else fast.launcher(plan)
+
+    # -- argument plans ----------------------------------------------------------------------------
+
+    def plan(self, sk_names: tuple) -> Plan:
+        """The :class:`Plan` for ``LaunchSpec.kwargs`` with these names (generated once).
+
+        Raises:
+            KernelDefinitionError: a ``LaunchSpec.kwargs`` name maps to no parameter or option.
+        """
+        found = self.plans.get(sk_names)
+        if found is not None:
+            return found
+        resolve = self.cls._resolve_kwarg
+        params = self.param_names
+        source: dict[str, str] = {}
+        keyword_order: list[str] = []  # the dict order of the keyword call
+        for name, param, _ in self.arg_table:
+            source[param] = f"_i{self.input_index[name]}"
+            keyword_order.append(param)
+        options: dict[str, str] = {}
+        for k in sk_names:
+            target = resolve(k)
+            expr = f"_sk[{k!r}]"
+            if target in params:
+                source[target] = expr
+                if target not in keyword_order:
+                    keyword_order.append(target)
+            else:
+                options[target] = expr
+        defaults: dict[str, Any] = {}
+        positional: list[str] | None = []
+        for i, p in enumerate(params):
+            if p in source:
+                positional.append(source[p])
+            elif p in self.param_defaults:
+                defaults[f"_d{i}"] = self.param_defaults[p]
+                positional.append(f"_d{i}")
+            else:
+                positional = None
+                break
+        opt_kw = "".join(f", {opt}={expr}" for opt, expr in options.items())
+        inputs = "".join(f", _i{i}" for i in range(len(self.input_index)))
+        run = [f"def _zj_run(_run, _grid, _warmup, _sk{inputs}):"]
+        args = [f"def _zj_args(_sk{inputs}):"]
+        args += [f"    _o{j} = {expr}" for j, expr in enumerate(options.values())]
+        opts = "{" + ", ".join(f"{opt!r}: _o{j}" for j, opt in enumerate(options)) + "}" if options else "_NO_OPTIONS"
+        token = "(" + "".join(f"{opt!r}, _o{j}.__class__, _o{j}, " for j, opt in enumerate(options)) + ")"
+        if positional is not None:
+            values = "".join(f"{e}, " for e in positional)
+            run.append(f"    return _run({values}grid=_grid, warmup=_warmup{opt_kw})")
+            args.append(f"    return ({values}), {opts}, {token}")
+        else:
+            kw = "".join(f", {p}={source[p]}" for p in keyword_order)
+            run.append(f"    return _run(grid=_grid, warmup=_warmup{kw}{opt_kw})")
+            args.append("    _kw = {" + ", ".join(f"{p!r}: {source[p]}" for p in keyword_order) + "}")
+            if options:
+                args.append(f"    _kw.update({opts})")
+            args.append("    return None, _kw, None")
+        src = "\n".join(run) + "\n\n" + "\n".join(args) + "\n"
+        namespace: dict[str, Any] = {"_NO_OPTIONS": _NO_OPTIONS, **defaults}
+        exec(compile(src, f"<zerojit plan of {self.cls.__name__}>", "exec"), namespace)
+        plan = Plan()
+        plan.names, plan.run, plan.args = sk_names, namespace["_zj_run"], namespace["_zj_args"]
+        plan.run.source = plan.args.source = src
+        plan.positional, plan.options, plan.option_token = positional, options, token
+        plan.defaults, plan.num_inputs, plan.fast = defaults, len(self.input_index), None
+        return self.plans.setdefault(sk_names, plan)
+
+    # -- the fast path ---------------------------------------------------------------------------
+
+    def record(self, kernel: Any, device: Any, compiled: Any, args: tuple, options: Mapping, otoken: tuple) -> None:
+        """Record a warm-up launch's arguments and the ``CompiledKernel`` Triton returned for them.
+
+        Recorded only when Triton's own lookup of these arguments yields ``compiled`` (so the
+        table never holds anything Triton would not launch for them).
+        """
+        if compiled is None or hasattr(compiled, "result") or _fast_path_disabled():
+            return
+        if len(args) != len(self.param_names):
+            return
+        from triton.runtime.jit import compute_cache_key
+
+        from .specialization import bind
+
+        jit = self.jit_fn
+        try:
+            _, specialization, opts = bind(jit, *args, **options)
+            triton_key = compute_cache_key({}, specialization, opts)
+            cache = jit.device_caches[device][0]
+        except Exception:
+            return
+        if cache.get(triton_key) is not compiled:
+            return
+        variant = FastVariant(
+            kernel=kernel.name,
+            triton_key=triton_key,
+            specialization=tuple(SpecClass.from_triton(e) for e in specialization),
+            param_names=self.param_names,
+            device=device,
+            compiled=compiled,
+        )
+        with _FAST_LOCK:
+            if self.fast is None:
+                self.fast = _FastTables(jit, self.plans)
+        self.fast.record(device, args, otoken, variant)
+
+
+def inspect_params(jit_fn: Any) -> list[str]:
+    import inspect
+
+    return list(inspect.signature(jit_fn.fn).parameters)
+
+
+def inspect_defaults(jit_fn: Any) -> dict[str, Any]:
+    import inspect
+
+    return {n: p.default for n, p in inspect.signature(jit_fn.fn).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+

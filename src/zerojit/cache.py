@@ -1,0 +1,721 @@
+"""Triton's disk cache as zerojit uses it: fingerprints, per-entry locks, cache bundles.
+
+Triton keeps each compiled variant in its disk cache (``TRITON_CACHE_DIR``) as one *entry*: a
+folder named by the variant's cache key, holding the IR stages, the binary (``.cubin``), a
+metadata ``.json`` and a ``__grp__<name>.json`` that lists the others (by absolute path) and is
+written last, so an entry without it is incomplete and Triton treats it as a miss.
+
+The cache key hashes Triton's own build (:func:`triton.runtime.cache.triton_key`: every compiler
+source and ``libtriton``), the kernel source, the target, the compile options, ``ptxas``'s
+version and the environment variables that change code generation. A cache is therefore valid
+only for the same Triton build, target and ``ptxas`` (and a launcher, for the same Python).
+
+This module provides:
+
+* :func:`fingerprint`: those facts for this machine, the fields a bundle's manifest records;
+* :func:`use_fast_triton_key`: Triton hashes its whole build (a 400 MB ``libtriton.so``) once per
+  process, about 0.4 s; the result is remembered in the cache folder, keyed by the size, time
+  and inode of every file it hashes, so a warm start does not pay it again;
+* :func:`entry_lock`: a file lock per entry, so processes sharing a cache folder compile each
+  entry once (the others wait, then load it);
+* bundles: :func:`export_bundle` writes the entries of a warm-up as one archive with a manifest,
+  :func:`import_bundle` verifies everything (manifest fields, every file's SHA-256) before
+  installing anything, then moves whole entries into the cache folder.
+
+A bundle is a ``tar.gz``: ``manifest.json`` first, then ``entries/<entry>/<file>``. The manifest
+(:class:`BundleManifest`) names the Triton version and build, Python, target, ``ptxas``, the
+cache-relevant environment, every kernel with its keys, and every file with its SHA-256.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import tarfile
+import tempfile
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+__all__ = [
+    "cache_dir",
+    "entry_name",
+    "entry_complete",
+    "entry_lock",
+    "launcher_lock",
+    "use_fast_triton_key",
+    "triton_build_hash",
+    "current_target_name",
+    "target_name",
+    "fingerprint",
+    "check_fingerprint",
+    "FINGERPRINT_FIELDS",
+    "BundleError",
+    "BundleMismatchError",
+    "BundleCorruptError",
+    "BundleManifest",
+    "BundleImport",
+    "export_bundle",
+    "read_manifest",
+    "import_bundle",
+    "entries_of",
+    "pack_entries",
+    "install_entries",
+]
+
+BUNDLE_FORMAT = "zerojit-bundle"
+BUNDLE_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+_LOCK_DIR = ".zerojit-locks"
+_STATE_DIR = ".zerojit"
+_ENTRY_RE = re.compile(r"^[A-Z2-7]+$")  # Triton names entries by the base32 of a SHA-256
+_MEMBER_RE = re.compile(r"^entries/([A-Z2-7]+)/([^/\\]+)$")
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache folder and its entries
+# ---------------------------------------------------------------------------------------------
+
+
+def cache_dir() -> str:
+    """Triton's disk-cache folder for this process (``TRITON_CACHE_DIR`` / ``knobs.cache.dir``)."""
+    from triton import knobs
+
+    return knobs.cache.dir
+
+
+def entry_name(cache_hash: str) -> str:
+    """The folder name of the entry of Triton cache key ``cache_hash`` (a SHA-256 hex digest)."""
+    return base64.b32encode(bytes.fromhex(cache_hash)).decode("ascii").rstrip("=")
+
+
+def entry_complete(cache_hash: str, kernel_name: str) -> bool:
+    """True when Triton's ``compile`` would find this entry (its metadata group is complete)."""
+    from triton.runtime.cache import get_cache_manager
+
+    metadata = f"{kernel_name[:150]}.json"  # Triton truncates file names the same way
+    group = get_cache_manager(cache_hash).get_group(metadata)
+    return bool(group) and metadata in group
+
+
+def _lock(name: str, folder: str | None = None):
+    from filelock import FileLock
+
+    root = os.path.join(folder or cache_dir(), _LOCK_DIR)
+    os.makedirs(root, exist_ok=True)
+    return FileLock(os.path.join(root, f"{name}.lock"))
+
+
+def entry_lock(entry: str, folder: str | None = None):
+    """A ``filelock.FileLock`` for cache entry ``entry`` (its folder name), shared by every process
+    using the cache folder. The OS releases it if its holder dies."""
+    return _lock(entry, folder)
+
+
+def launcher_lock(launcher_key: str, folder: str | None = None):
+    """A ``filelock.FileLock`` for the launcher module of cache key ``launcher_key``."""
+    return _lock(f"launcher-{entry_name(launcher_key)}", folder)
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton's build fingerprint, remembered
+# ---------------------------------------------------------------------------------------------
+
+
+def _triton_root() -> str:
+    import triton
+
+    return os.path.dirname(os.path.abspath(triton.__file__))
+
+
+def _libtriton_path(root: str) -> str:
+    import sysconfig
+
+    ext = sysconfig.get_config_var("EXT_SUFFIX").split(".")[-1]
+    return os.path.join(root, "_C", f"libtriton.{ext}")
+
+
+def _build_stat_signature(root: str) -> str:
+    """A digest of the size, mtime and inode of every file ``triton_key()`` hashes (a superset:
+    every .py/.so under compiler/, backends/ and language/, runtime/cache.py and libtriton)."""
+    paths = [os.path.join(root, "runtime", "cache.py"), _libtriton_path(root)]
+    for sub in ("compiler", "backends", "language"):
+        for folder, dirs, files in os.walk(os.path.join(root, sub)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            paths += [os.path.join(folder, f) for f in sorted(files) if f.endswith((".py", ".so"))]
+    h = hashlib.sha256(sys.executable.encode())
+    for p in paths:
+        st = os.stat(p)
+        h.update(f"{os.path.relpath(p, root)}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}\n".encode())
+    return h.hexdigest()
+
+
+def _memo_path(folder: str | None = None) -> str:
+    return os.path.join(folder or cache_dir(), _STATE_DIR, "triton-build.json")
+
+
+def _read_memo(signature: str, folder: str | None = None) -> dict:
+    try:
+        with open(_memo_path(folder)) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return data.get("values", {}) if data.get("signature") == signature else {}
+
+
+def _write_memo(signature: str, values: dict, folder: str | None = None) -> None:
+    path = _memo_path(folder)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"signature": signature, "values": values}, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache folder: the memo is only an optimisation
+
+
+def _remembered(name: str, compute) -> str:
+    root = _triton_root()
+    signature = _build_stat_signature(root)
+    values = _read_memo(signature)
+    if name not in values:
+        values = dict(values, **{name: compute()})
+        _write_memo(signature, values)
+    return values[name]
+
+
+def use_fast_triton_key() -> str:
+    """Make ``triton_key()`` cost a few ``stat`` calls instead of hashing Triton's build.
+
+    Triton computes ``triton_key()`` (SHA-256 of every compiler source and of ``libtriton.so``)
+    once per process, about 0.4 s. The value is remembered in ``<cache>/.zerojit/triton-build.json``
+    under a digest of the size, mtime and inode of every file it reads; when that digest matches,
+    ``triton.runtime.cache.triton_key`` is replaced by a function returning the remembered value
+    (any change to Triton's files changes the digest, and the value is computed afresh). Returns
+    the key.
+    """
+    import triton.runtime.cache as tcache
+
+    current = tcache.triton_key
+    if getattr(current, "_zerojit_memo", False):
+        return current()
+    if hasattr(current, "cache_info") and current.cache_info().currsize:
+        return current()  # already computed in this process
+    computed: list[bool] = []
+
+    def compute() -> str:
+        computed.append(True)
+        return current()  # Triton's own, now cached by its lru_cache for this process
+
+    value = _remembered("triton_key", compute)
+    if not computed:  # remembered: install it, Triton's own function is never called
+
+        def triton_key() -> str:
+            return value
+
+        triton_key._zerojit_memo = True  # type: ignore[attr-defined]
+        triton_key.__wrapped__ = current  # type: ignore[attr-defined]
+        triton_key.cache_clear = lambda: setattr(tcache, "triton_key", current)  # type: ignore[attr-defined]
+        tcache.triton_key = triton_key
+    return value
+
+
+def triton_build_hash() -> str:
+    """SHA-256 of this Triton's ``libtriton`` shared library (remembered like the Triton key)."""
+    path = _libtriton_path(_triton_root())
+
+    def compute() -> str:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+        return h.hexdigest()
+
+    return _remembered("libtriton_sha256", compute)
+
+
+def target_name(target: Any) -> str:
+    """``"cuda:90"`` for Triton's ``GPUTarget("cuda", 90, 32)``, ``"hip:gfx942"`` for HIP."""
+    return f"{target.backend}:{target.arch}"
+
+
+def current_target_name() -> str | None:
+    """The target this process compiles for: the compile-only target, else the GPU's; None when
+    there is neither (no GPU and no :func:`zerojit.compile_only.compile_only` block)."""
+    from .compile_only import active_compile_only
+
+    co = active_compile_only()
+    if co is not None:
+        return co.target_name
+    try:
+        from triton.runtime.driver import driver
+
+        return target_name(driver.active.get_current_target())
+    except Exception:
+        return None
+
+
+def _python_tag() -> str:
+    return f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def _ptxas_version(target: str) -> str | None:
+    if not target.startswith("cuda:"):
+        return None
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas_version
+
+        arch = int(target.split(":")[1])
+        return get_ptxas_version(arch).strip().splitlines()[-1]
+    except Exception:
+        return None
+
+
+#: The manifest fields a bundle must match on the importing machine, in the order checked.
+FINGERPRINT_FIELDS = ("triton_version", "triton_build", "python", "target", "triton_key", "ptxas", "cache_env")
+
+
+def fingerprint(target: str) -> dict[str, Any]:
+    """What a cache built here for ``target`` depends on (every field of :data:`FINGERPRINT_FIELDS`).
+
+    ``triton_build`` is the SHA-256 of ``libtriton``; ``triton_key`` the SHA-256 of Triton's
+    ``triton_key()`` (its compiler sources and ``libtriton``); ``python`` e.g. ``"cpython-3.11"``;
+    ``ptxas`` the version line of the ``ptxas`` Triton runs (CUDA targets); ``cache_env`` the
+    environment variables Triton hashes into its cache keys.
+    """
+    import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    return {
+        "triton_version": triton.__version__,
+        "triton_build": triton_build_hash(),
+        "python": _python_tag(),
+        "target": target,
+        "triton_key": hashlib.sha256(use_fast_triton_key().encode()).hexdigest(),
+        "ptxas": _ptxas_version(target),
+        "cache_env": dict(sorted(get_cache_invalidating_env_vars().items())),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Bundles
+# ---------------------------------------------------------------------------------------------
+
+
+class BundleError(RuntimeError):
+    """A bundle cannot be written, read or installed; nothing was installed."""
+
+
+class BundleMismatchError(BundleError):
+    """The bundle was built for another Triton build, Python, target, ``ptxas`` or environment.
+
+    Attributes:
+        field: the first manifest field that differs (one of :data:`FINGERPRINT_FIELDS`).
+        bundle: the bundle's value; local: this machine's value.
+    """
+
+    def __init__(self, path: str, field: str, bundle: Any, local: Any) -> None:
+        hint = {
+            "triton_version": "install the Triton the bundle was built with, or rebuild the bundle here",
+            "triton_build": "the same Triton version but another build (wheel) of it: use the same wheel",
+            "python": "rebuild the bundle with this Python version (Triton's cache is per build and Python)",
+            "target": "rebuild the bundle for this GPU (zerojit bundle export --target ...)",
+            "triton_key": "Triton's compiler sources differ from the builder's: use the same installation",
+            "ptxas": "another ptxas (TRITON_PTXAS_PATH?) than the builder's: use the same one",
+            "cache_env": "set the same cache-relevant environment variables as the builder",
+        }[field]
+        super().__init__(
+            f"bundle {path} refused: field {field!r} differs: bundle has {bundle!r}, this machine has {local!r}; "
+            f"{hint}. Nothing was installed."
+        )
+        self.field = field
+        self.bundle = bundle
+        self.local = local
+
+
+class BundleCorruptError(BundleError):
+    """The archive is truncated, corrupted or malformed (a file missing, a SHA-256 that differs)."""
+
+
+@dataclass(frozen=True)
+class BundleManifest:
+    """A bundle's manifest.
+
+    Attributes:
+        triton_version, triton_build, python, target, triton_key, ptxas, cache_env: see
+            :func:`fingerprint`.
+        kernels: per kernel name, ``{"function": "module.qualname", "keys": [key fields, ...]}``.
+        entries: per cache entry (folder name), ``{"kernel": name, "files": {file: sha256}}``.
+        created: ISO-8601 UTC time of export; zerojit_version: the exporter's zerojit.
+    """
+
+    triton_version: str
+    triton_build: str
+    python: str
+    target: str
+    triton_key: str
+    ptxas: str | None
+    cache_env: dict = field(default_factory=dict)
+    kernels: dict = field(default_factory=dict)
+    entries: dict = field(default_factory=dict)
+    created: str = ""
+    zerojit_version: str = ""
+
+    @property
+    def num_keys(self) -> int:
+        return sum(len(k["keys"]) for k in self.kernels.values())
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in FINGERPRINT_FIELDS}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BundleManifest":
+        """Raises: BundleCorruptError: not a zerojit bundle manifest, or a field missing."""
+        if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT:
+            raise BundleCorruptError("not a zerojit bundle: its manifest.json has no 'format': 'zerojit-bundle'")
+        if data.get("version") != BUNDLE_VERSION:
+            raise BundleCorruptError(f"bundle format version {data.get('version')!r} is not {BUNDLE_VERSION}")
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and f.default is dataclasses.MISSING
+                   and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise BundleCorruptError(f"bundle manifest lacks field(s) {missing}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def summary(self) -> str:
+        lines = [f"zerojit bundle: {self.num_keys} keys of {len(self.kernels)} kernels, {len(self.entries)} cache entries",
+                 f"  target {self.target}, Triton {self.triton_version} (build {self.triton_build[:12]}), "
+                 f"{self.python}, created {self.created}"]
+        lines += [f"  {name:<40} {len(k['keys']):>4} keys" for name, k in self.kernels.items()]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class BundleImport:
+    """What :func:`import_bundle` did.
+
+    Attributes:
+        manifest: the bundle's manifest.
+        cache_dir: the cache folder it was installed into.
+        installed: entries moved into the cache; present: entries the cache already held complete.
+        target_checked: False when there was no target to check against (no GPU, no ``target``).
+    """
+
+    manifest: BundleManifest
+    cache_dir: str
+    installed: tuple[str, ...]
+    present: tuple[str, ...]
+    target_checked: bool = True
+
+    def summary(self) -> str:
+        note = "" if self.target_checked else " (target not checked: no GPU and no --target)"
+        return (f"imported {len(self.installed)} cache entries ({len(self.present)} already present) for "
+                f"{self.manifest.num_keys} keys of {len(self.manifest.kernels)} kernels into {self.cache_dir}{note}")
+
+
+def _key_fields(key: Any) -> Any:
+    if dataclasses.is_dataclass(key) and not isinstance(key, type):
+        return dataclasses.asdict(key)
+    return repr(key)
+
+
+def entries_of(variants: Iterable[Any]) -> dict[str, dict[str, str]]:
+    """The cache entries of compiled variants: ``{entry folder: {file name: path}}``, the
+    ``__grp__`` file included.
+
+    Raises:
+        BundleError: a variant without a compiled kernel, or an entry with a missing file.
+    """
+    out: dict[str, dict[str, str]] = {}
+    for v in variants:
+        ck = getattr(v, "compiled", None)
+        group = getattr(ck, "metadata_group", None)
+        if not group:
+            raise BundleError(f"{v.kernel}: key {v.key} has no compiled kernel on disk to bundle")
+        files = dict(group)
+        folders = {os.path.dirname(p) for p in files.values()}
+        if len(folders) != 1:
+            raise BundleError(f"{v.kernel}: key {v.key}: its cache files span several folders: {sorted(folders)}")
+        folder = folders.pop()
+        meta = next(n for n in files if n.endswith(".json"))
+        files[f"__grp__{meta}"] = os.path.join(folder, f"__grp__{meta}")
+        for name, path in files.items():
+            if not os.path.isfile(path):
+                raise BundleError(f"{v.kernel}: key {v.key}: cache file {path} is missing (cache cleaned?)")
+        out[os.path.basename(folder)] = files
+    return out
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = None) -> BundleManifest:
+    """Write the cache entries of ``report``'s variants to ``path`` as one bundle.
+
+    Args:
+        report: a :class:`~zerojit.registry.WarmupReport` (its variants hold the compiled kernels).
+        path: the archive to write (``.tar.gz``); written to a temporary name, then renamed.
+        target: the target the variants were compiled for; default the report's, or this
+            process's when the report says ``"device"``.
+
+    Returns the manifest written.
+
+    Raises:
+        BundleError: a failed warm-up (a bundle must be complete), a missing cache file, or no
+            target known.
+    """
+    import zerojit
+
+    if getattr(report, "failures", ()):
+        raise BundleError(f"the warm-up had {len(report.failures)} failure(s); a bundle must hold the whole key space")
+    target = target or (report.target if report.target != "device" else current_target_name())
+    if not target:
+        raise BundleError("no target known for the bundle: pass target= (e.g. 'cuda:90')")
+    variants = list(report.variants)
+    if target.startswith("cuda:"):
+        variants += _primer_variant()
+    entries = entries_of(variants)
+    kernels: dict[str, dict] = {}
+    entry_kernel: dict[str, str] = {}
+    for v in variants:
+        if v.kernel == "primer":  # not the model's: in the entries only
+            entry_kernel[os.path.basename(os.path.dirname(next(iter(v.compiled.metadata_group.values()))))] = v.kernel
+            continue
+        fn = getattr(v.compiled, "src", None)
+        fn = getattr(fn, "fn", None)
+        k = kernels.setdefault(v.kernel, {"function": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",
+                                          "keys": []})
+        k["keys"].append(_key_fields(v.key))
+        entry_kernel[os.path.basename(os.path.dirname(next(iter(v.compiled.metadata_group.values()))))] = v.kernel
+    blobs: dict[tuple[str, str], bytes] = {}
+    for entry, files in entries.items():
+        for name, p in files.items():
+            with open(p, "rb") as f:
+                blobs[(entry, name)] = f.read()
+    manifest = BundleManifest(
+        **fingerprint(target),
+        kernels=kernels,
+        entries={e: {"kernel": entry_kernel.get(e, "?"),
+                     "files": {n: _sha256(blobs[(e, n)]) for n in sorted(files)}} for e, files in entries.items()},
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        zerojit_version=getattr(zerojit, "__version__", ""),
+    )
+    path = os.fspath(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with tarfile.open(tmp, "w:gz") as tar:
+            _add(tar, MANIFEST_NAME, json.dumps(manifest.to_dict(), indent=1).encode())
+            for (entry, name), data in sorted(blobs.items()):
+                _add(tar, f"entries/{entry}/{name}", data)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise BundleError(f"cannot write bundle {path}: {e}") from None
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return manifest
+
+
+def _primer_variant() -> list:
+    """The launch-path primer (:func:`zerojit.loading.prime_launch_path`) compiled for the current
+    target, so a GPU warm-up from the bundle compiles nothing at all; [] if it cannot be."""
+    try:
+        from ._primer import primer
+        from .monitor import allow_compiles
+
+        with allow_compiles():
+            return [primer.compile(type(primer).CompileKey())]
+    except Exception:
+        return []
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    info.mode = 0o644
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _open(path: str) -> tarfile.TarFile:
+    if not os.path.isfile(path):
+        raise BundleError(f"bundle {path} does not exist")
+    try:
+        return tarfile.open(path, "r:*")
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+        raise BundleCorruptError(f"bundle {path} is not a readable archive (truncated or corrupted?): {e}") from None
+
+
+def _read_manifest(tar: tarfile.TarFile, path: str) -> BundleManifest:
+    try:
+        first = tar.next()
+        if first is None or first.name != MANIFEST_NAME or not first.isfile():
+            raise BundleCorruptError(f"bundle {path} does not start with {MANIFEST_NAME}")
+        data = json.loads(tar.extractfile(first).read())
+    except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
+        raise BundleCorruptError(f"bundle {path}: cannot read its manifest (truncated or corrupted?): {e}") from None
+    return BundleManifest.from_dict(data)
+
+
+def read_manifest(path: str | os.PathLike) -> BundleManifest:
+    """The manifest of the bundle at ``path`` (nothing is verified beyond its form).
+
+    Raises:
+        BundleError / BundleCorruptError: no file, not an archive, no manifest.
+    """
+    path = os.fspath(path)
+    with _open(path) as tar:
+        return _read_manifest(tar, path)
+
+
+def check_fingerprint(manifest: BundleManifest, path: str, target: str | None) -> bool:
+    """Raise :class:`BundleMismatchError` on the first field that differs; returns whether the
+    target was checked (it is not when ``target`` is None)."""
+    local = fingerprint(target or manifest.target)
+    for f in FINGERPRINT_FIELDS:
+        if f == "target" and target is None:
+            continue
+        theirs = getattr(manifest, f)
+        if f == "ptxas" and target is None and not manifest.target.startswith("cuda:"):
+            continue
+        if theirs != local[f]:
+            raise BundleMismatchError(path, f, theirs, local[f])
+    return target is not None
+
+
+def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: str | None = None) -> BundleImport:
+    """Verify the bundle at ``path`` completely, then install its entries into the cache folder.
+
+    Args:
+        path: the bundle.
+        target: the target it must be for; default this process's (:func:`current_target_name`),
+            and unchecked when there is none (no GPU, no compile-only block).
+        into: the cache folder; default Triton's (``TRITON_CACHE_DIR``).
+
+    Every check happens before anything is written to the cache: the manifest's fields against
+    this machine (:data:`FINGERPRINT_FIELDS`), then every file against its SHA-256 and the file
+    list. Entries are then staged in the cache folder and each moved into place whole (an entry
+    the cache already holds complete is kept); a ``__grp__`` file is rewritten to the entry's
+    new paths and moved last, so no process ever sees a partial entry.
+
+    Raises:
+        BundleMismatchError: another Triton version or build, Python, target, ptxas or
+            environment (names the field).
+        BundleCorruptError: a truncated or corrupted archive, a file missing or altered.
+        BundleError: no such file.
+    """
+    path = os.fspath(path)
+    target = target or current_target_name()
+    with _open(path) as tar:
+        manifest = _read_manifest(tar, path)
+        checked = check_fingerprint(manifest, path, target)
+        blobs: dict[tuple[str, str], bytes] = {}
+        try:
+            for member in tar:
+                if member.name == MANIFEST_NAME and member.offset == 0:
+                    continue
+                m = _MEMBER_RE.match(member.name)
+                if not m or not member.isfile():
+                    raise BundleCorruptError(f"bundle {path}: unexpected member {member.name!r}")
+                blobs[(m.group(1), m.group(2))] = tar.extractfile(member).read()
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+            raise BundleCorruptError(f"bundle {path} is truncated or corrupted: {e}; nothing was installed") from None
+    expected = {(e, n): h for e, spec in manifest.entries.items() for n, h in spec["files"].items()}
+    missing = sorted(set(expected) - set(blobs))
+    extra = sorted(set(blobs) - set(expected))
+    if missing or extra:
+        raise BundleCorruptError(
+            f"bundle {path}: files differ from its manifest (missing {[f'{e}/{n}' for e, n in missing][:3]}, "
+            f"unexpected {[f'{e}/{n}' for e, n in extra][:3]}); truncated? nothing was installed"
+        )
+    for (e, n), h in expected.items():
+        if _sha256(blobs[(e, n)]) != h:
+            raise BundleCorruptError(f"bundle {path}: {e}/{n} is corrupted (SHA-256 differs from the manifest); "
+                                     "nothing was installed")
+    files: dict[str, dict[str, bytes]] = {}
+    for (e, n), data in blobs.items():
+        if not _ENTRY_RE.match(e):
+            raise BundleCorruptError(f"bundle {path}: bad entry name {e!r}")
+        files.setdefault(e, {})[n] = data
+    installed, present = install_entries(files, into)
+    return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present), checked)
+
+
+def pack_entries(entries: dict[str, dict[str, str]]) -> dict[str, dict[str, bytes]]:
+    """Read entries (as :func:`entries_of` gives them) into memory: ``{entry: {file: bytes}}``."""
+    out: dict[str, dict[str, bytes]] = {}
+    for entry, names in entries.items():
+        out[entry] = {}
+        for name, p in names.items():
+            with open(p, "rb") as f:
+                out[entry][name] = f.read()
+    return out
+
+
+def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None) -> tuple[list[str], list[str]]:
+    """Install whole cache entries (``{entry: {file: bytes}}``, each with its ``__grp__`` file).
+
+    Stages every entry in a temporary folder inside the cache folder, rewrites each group file's
+    paths to the entry's final place, then moves each entry in under its entry lock: a missing
+    entry folder is renamed into place at once; an existing incomplete one gets its files first
+    and its group file last; a complete one is kept. Returns ``(installed, already_present)``.
+
+    Raises:
+        BundleCorruptError: an entry without exactly one ``__grp__`` file or an unreadable one.
+    """
+    root = into or cache_dir()
+    os.makedirs(root, exist_ok=True)
+    for entry, names in files.items():
+        groups = [n for n in names if n.startswith("__grp__")]
+        if len(groups) != 1:
+            raise BundleCorruptError(f"cache entry {entry} has {len(groups)} __grp__ files, not 1")
+    staging = tempfile.mkdtemp(prefix=".zerojit-import-", dir=root)
+    installed: list[str] = []
+    present: list[str] = []
+    try:
+        for entry, names in files.items():
+            final = os.path.join(root, entry)
+            folder = os.path.join(staging, entry)
+            os.makedirs(folder)
+            for name, data in names.items():
+                if name.startswith("__grp__"):
+                    try:
+                        group = json.loads(data)
+                        children = group["child_paths"]
+                    except (ValueError, KeyError, TypeError):
+                        raise BundleCorruptError(f"cache entry {entry}: unreadable {name}") from None
+                    group["child_paths"] = {c: os.path.join(final, c) for c in children}
+                    data = json.dumps(group).encode()
+                with open(os.path.join(folder, name), "wb") as f:
+                    f.write(data)
+        for entry, names in files.items():
+            final = os.path.join(root, entry)
+            folder = os.path.join(staging, entry)
+            group = next(n for n in names if n.startswith("__grp__"))
+            with entry_lock(entry, root):
+                if os.path.isfile(os.path.join(final, group)) and all(
+                        os.path.isfile(os.path.join(final, n)) for n in names):
+                    present.append(entry)
+                    continue
+                try:
+                    os.rename(folder, final)  # a missing entry appears whole
+                except OSError:  # an incomplete one exists: its files first, the group file last
+                    os.makedirs(final, exist_ok=True)
+                    for name in sorted(names, key=lambda n: n == group):
+                        os.replace(os.path.join(folder, name), os.path.join(final, name))
+                installed.append(entry)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return installed, present

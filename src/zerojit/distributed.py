@@ -1,0 +1,112 @@
+"""Warm-up across the ranks of a ``torch.distributed`` group: shard the compiles, share the results.
+
+Every rank of a tensor-parallel group needs the same kernels, so compiling them on every rank is
+wasted work. ``registry.warmup(group=...)`` (which calls :func:`sharded_warmup`):
+
+1. checks that every rank has the same key space (same kernels, same keys, same order);
+2. finds out whether the ranks share one Triton cache folder (rank 0 writes a probe file there,
+   the others look for it in theirs);
+3. has each rank compile its round-robin share of the keys (key ``i`` on rank ``i % world``,
+   with its own worker processes when ``workers > 1``), under the per-entry file locks;
+4. shares the results: with one shared cache folder a barrier suffices; otherwise every rank
+   sends the cache entries it compiled to all the others (``all_gather_object``), which install
+   them (:func:`zerojit.cache.install_entries`: staged, verified, moved in whole);
+5. has every rank load every key: disk-cache hits now, module and launcher loads on a GPU.
+
+Ranks whose Triton builds differ (another wheel or Python) do not install each other's entries,
+which would be unreachable anyway; they compile what they lack in step 5. A key that fails on
+its rank in step 3 is tried again by every rank in step 5, so every rank reports the same
+failures. Object collectives on an NCCL group need each rank's current CUDA device set.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from typing import Any, Sequence
+
+from .cache import cache_dir, entries_of, install_entries, pack_entries, use_fast_triton_key
+from .precompile import plan_digest
+
+__all__ = ["DistributedWarmupError", "sharded_warmup", "shard"]
+
+
+class DistributedWarmupError(RuntimeError):
+    """The ranks cannot warm up together (torch.distributed not initialised, different key spaces)."""
+
+
+def shard(num_jobs: int, rank: int, world: int) -> list[int]:
+    """The job indices rank ``rank`` of ``world`` compiles: ``rank, rank + world, ...``."""
+    return list(range(rank, num_jobs, world))
+
+
+def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *, progress: bool = False) -> list:
+    """Warm ``jobs`` on every rank of ``group``, compiling each key on one rank only.
+
+    Args:
+        session: the warm-up's :class:`zerojit.precompile.WarmupSession` (already entered).
+        jobs: ``(kernel, key)`` pairs, identical on every rank.
+        group: a ``torch.distributed`` process group (``torch.distributed.group.WORLD`` for all).
+
+    Returns one :class:`zerojit.precompile.JobOutcome` per job (from the loading pass; a key's
+    seconds include its compile on its own rank).
+
+    Raises:
+        DistributedWarmupError: torch.distributed is not initialised, or the ranks' key spaces
+            differ (the message names the ranks).
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise DistributedWarmupError("warmup(group=...) needs torch.distributed initialised (init_process_group)")
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    folder = cache_dir()
+
+    # 1-2. one exchange: each rank's key space, build, and whether it sees rank 0's probe file
+    probe = [f"probe-{uuid.uuid4().hex}" if rank == 0 else None]
+    dist.broadcast_object_list(probe, group=group, group_src=0)
+    probe_path = os.path.join(folder, ".zerojit", probe[0])
+    if rank == 0:
+        os.makedirs(os.path.dirname(probe_path), exist_ok=True)
+        open(probe_path, "w").close()
+    dist.barrier(group=group)
+    mine = {"plan": plan_digest(jobs), "keys": len(jobs), "build": hashlib.sha256(use_fast_triton_key().encode()).hexdigest(),
+            "shared": os.path.exists(probe_path)}
+    facts: list[Any] = [None] * world
+    dist.all_gather_object(facts, mine, group=group)
+    if rank == 0:
+        os.unlink(probe_path)
+    differ = [r for r, f in enumerate(facts) if f["plan"] != facts[0]["plan"]]
+    if differ:
+        raise DistributedWarmupError(
+            f"ranks {differ} have another key space than rank 0 ({[facts[r]['keys'] for r in differ]} keys vs "
+            f"{facts[0]['keys']}): every rank must register the same kernels and requests before warmup(group=...)"
+        )
+    shared = all(f["shared"] for f in facts)
+
+    # 3. compile (and load) this rank's share
+    share = shard(len(jobs), rank, world)
+    first = session.run([jobs[i] for i in share], progress=progress,
+                        desc=f"zerojit warm-up, rank {rank}: {len(share)} of {len(jobs)} keys")
+
+    # 4. share the results
+    if shared:
+        dist.barrier(group=group)
+    else:
+        compiled = [o.variant for o in first if o.error is None and getattr(o.variant, "compiled", None) is not None]
+        try:
+            payload = pack_entries(entries_of(compiled))
+        except Exception:  # nothing to share beats a wrong share; the others compile what they lack
+            payload = {}
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, {"build": mine["build"], "entries": payload}, group=group)
+        for r, theirs in enumerate(gathered):
+            if r != rank and theirs["build"] == mine["build"] and theirs["entries"]:
+                install_entries(theirs["entries"])
+
+    # 5. load everything
+    outcomes = session.run(jobs, progress=progress, desc=f"zerojit warm-up, rank {rank}: loading {len(jobs)} keys",
+                           expect_warm=True)
+    spent = {i: o.seconds for i, o in zip(share, first)}
+    return [type(o)(o.variant, o.seconds + spent.get(i, 0.0), o.error) for i, o in enumerate(outcomes)]

@@ -1,0 +1,584 @@
+"""How :meth:`~zerojit.registry.JitWarmupRegistry.warmup` compiles: worker processes, file locks.
+
+Triton's compile front end holds the GIL, so compile threads barely scale; worker *processes* do.
+A warm-up runs its keys through a :class:`WarmupSession`, in two sweeps over the code path a
+serial warm-up uses (``kernel.compile(key)``: a fake launch through the kernel's launcher):
+
+1. Each key's warm-up launch misses Triton's in-process cache; the session's ``jit_cache_hook``
+   (chained on top of any other) notes the compile request, and Triton's ``compile`` then looks
+   the entry up on disk through the session's cache manager (Triton's own, subclassed for the
+   session's jobs only). A hit goes through untouched. A miss, when ``workers > 1``, is shipped
+   to a worker process (the ``triton.jit`` function's module and name, signature, constexprs,
+   attributes and options) and this launch is aborted before anything is cached. On a GPU the
+   kernel's launcher module (a C extension Triton builds per signature with a C compiler, at
+   load time) is shipped too when it is missing, so its build also runs in a worker.
+2. Once the workers have drained, the deferred keys run again: every entry is on disk now, and
+   Triton's ``compile`` loads it, exactly as a serial warm-up does over a warm disk cache.
+
+The parent's in-process caches are filled by the same calls, with the same keys, as a serial
+warm-up: the results are identical by construction. Worker processes (``_compile_worker.py``)
+import only Triton and the kernels' modules (no torch, no CUDA context) and compile for the
+parent's exact target with zerojit's compile-only driver, into the parent's cache folder. They
+start with the warm-up unless a marker file says this key space was warmed into this cache
+folder before (a warm start then starts none).
+
+Across processes: every compile of a missing entry (in a worker or in-process) holds the entry's
+file lock (:func:`zerojit.cache.entry_lock`), and the entry is looked up again inside it, so N
+processes warming one key space into one cache folder compile each entry once; the others wait
+and load it. Triton writes each file atomically and an entry's group file last, so no reader
+ever sees a partial entry.
+
+Anything a worker cannot do (a function defined in ``__main__`` or in a function, an argument
+that does not pickle, a crash, a compile error) is done again in-process by the second sweep, so
+a failing key fails with the same error as in a serial warm-up; ``WarmupStats.recovered`` says
+what happened.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import os
+import pickle
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from . import _compile_worker as _wire
+from .cache import cache_dir, entry_lock, launcher_lock, use_fast_triton_key
+
+__all__ = ["WarmupSession", "JobOutcome"]
+
+_SESSION: contextvars.ContextVar["WarmupSession | None"] = contextvars.ContextVar("zerojit_warmup_session", default=None)
+_JOB: contextvars.ContextVar["_JobState | None"] = contextvars.ContextVar("zerojit_warmup_job", default=None)
+_WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_compile_worker.py")
+
+
+class _Deferred(BaseException):
+    """Raised by the session's hook to abort a warm-up launch whose compile went to a worker.
+
+    A BaseException, so a kernel's ``except Exception`` cannot swallow it."""
+
+
+@dataclass
+class _JobState:
+    locks: list = field(default_factory=list)  # entry locks held until the key is done
+    entries: list = field(default_factory=list)  # entries sent to workers
+    pending: Any = None  # (jit function, compile request) of the in-process miss being looked up
+    launcher: Any = None  # (signature types, launcher key) when its launcher is missing
+
+
+def _manager_class(session: "WarmupSession", base: type) -> type:
+    """Triton's cache manager class, with ``get_group`` (Triton's disk lookup in ``compile``)
+    reporting to ``session`` for its own warm-up jobs; everything else is ``base``'s."""
+
+    class ZerojitCacheManager(base):  # type: ignore[misc, valid-type]
+        def __init__(self, key: str, *args: Any, **kwargs: Any) -> None:
+            super().__init__(key, *args, **kwargs)
+            self._zerojit_key = key  # the entry's folder name
+
+        def get_group(self, filename: str) -> Any:
+            group = super().get_group(filename)
+            if _SESSION.get() is session and not session._closed:
+                job = _JOB.get()
+                if job is not None and job.pending is not None and filename.endswith(".json") \
+                        and filename == f"{job.pending[0].__name__[:150]}.json":
+                    return session._on_lookup(self, base, filename, group, job)
+            return group
+
+    return ZerojitCacheManager
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """One key's result: its compiled variant, or the error it raised, and the seconds spent on it
+    (in this process and in workers)."""
+
+    variant: Any
+    seconds: float
+    error: BaseException | None
+
+
+@dataclass(frozen=True)
+class _Request:
+    function: str  # "module:qualname" of the triton.jit function
+    entry: str  # Triton's cache entry folder
+    payload: bytes | None  # pickle of (signature, constexprs, attrs); None: cannot be shipped
+    options: dict
+    target: Any
+
+
+@dataclass
+class _Counts:
+    compiled: int = 0
+    worker_compiled: int = 0
+    disk_loads: int = 0
+    lock_waits: int = 0
+    workers: int = 0
+    worker_launchers: int = 0
+    deferred: int = 0
+    recovered: list = field(default_factory=list)
+
+
+def _options(specialization_data: str) -> dict:
+    """The launch's compile options, from the JSON Triton's hook carries (as ``preload`` reads it)."""
+    options = json.loads(specialization_data)["options"]
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+
+
+def plan_digest(jobs: Sequence[tuple[Any, Any]]) -> str:
+    """A digest of a warm-up's jobs (kernel names and keys, in order)."""
+    h = hashlib.sha256()
+    for kernel, key in jobs:
+        h.update(f"{kernel.name}\0{key!r}\n".encode())
+    return h.hexdigest()
+
+
+def _marker(jobs: Sequence[tuple[Any, Any]], target: Any) -> str:
+    """The file that says this key space was warmed into this cache folder before."""
+    return os.path.join(cache_dir(), ".zerojit", f"warmed-{plan_digest(jobs)[:32]}-{target.backend}-{target.arch}")
+
+
+def _current_target() -> Any:
+    from triton.runtime.driver import driver
+
+    return driver.active.get_current_target()
+
+
+def _flat(values) -> list:
+    out = []
+    for v in values:
+        out += _flat(v) if isinstance(v, tuple) else [v]
+    return out
+
+
+class WarmupSession:
+    """Runs warm-up jobs ``(kernel, key)``: in-process loading, worker-process compiling, locks.
+
+    Use as a context manager (it chains a ``jit_cache_hook`` and a compilation listener onto
+    Triton's, for this context only) and call :meth:`run` once or more. ``counts`` accumulates
+    what happened (see :class:`zerojit.registry.WarmupStats`).
+
+    Args:
+        workers: compile worker processes (and in-process threads for the sweeps); ``<= 1``
+            compiles in-process, one key after the other.
+    """
+
+    def __init__(self, *, workers: int | None = 1) -> None:
+        self.workers = max(int(workers or 1), 1)
+        self.counts = _Counts()
+        self._lock = threading.Lock()
+        self._pool: _WorkerPool | None = None
+        self._deferring = False
+        self._launchers: dict[tuple, tuple[str, bool]] = {}
+
+    # ------------------------------------------------------------------ hooks
+    def __enter__(self) -> "WarmupSession":
+        from triton import knobs
+        from triton.runtime.cache import FileCacheManager
+
+        from .compile_only import active_compile_only
+
+        use_fast_triton_key()
+        self._need_launchers = active_compile_only() is None and self.workers > 1 and _cuda_launchers_available()
+        self._prev_hook = knobs.runtime.jit_cache_hook
+        self._prev_listener = knobs.compilation.listener
+        self._prev_manager_set = "manager_class" in knobs.cache.__dict__
+        self._prev_manager = knobs.cache.manager_class
+        session = self
+
+        def jit_cache_hook(**kw: Any) -> Any:
+            result = session._prev_hook(**kw) if session._prev_hook is not None else None
+            if not result and _SESSION.get() is session and not session._closed:
+                session._on_miss(**kw)
+            return result
+
+        def listener(**kw: Any) -> None:
+            if session._prev_listener is not None:
+                session._prev_listener(**kw)
+            if _SESSION.get() is session and not session._closed:
+                with session._lock:
+                    if kw.get("cache_hit"):
+                        session.counts.disk_loads += 1
+                    else:
+                        session.counts.compiled += 1
+
+        self._closed = False
+        self._hook, self._listener = jit_cache_hook, listener
+        self._manager = _manager_class(self, self._prev_manager or FileCacheManager)
+        knobs.runtime.jit_cache_hook = jit_cache_hook
+        knobs.compilation.listener = listener
+        knobs.cache.manager_class = self._manager
+        self._token = _SESSION.set(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from triton import knobs
+
+        _SESSION.reset(self._token)
+        self._closed = True  # a hook left under another one's link becomes a pass-through
+        if knobs.runtime.jit_cache_hook is self._hook:
+            knobs.runtime.jit_cache_hook = self._prev_hook
+        if knobs.compilation.listener is self._listener:
+            knobs.compilation.listener = self._prev_listener
+        if knobs.cache.manager_class is self._manager:
+            if self._prev_manager_set:
+                knobs.cache.manager_class = self._prev_manager
+            else:
+                del knobs.cache.manager_class
+        if self._pool is not None:
+            self._pool.finish()
+            self._pool = None
+
+    def _on_miss(self, *, fn: Any, compile: dict, **_: Any) -> None:
+        """Triton's in-process cache missed: note the request; the disk lookup that follows decides."""
+        job = _JOB.get()
+        if job is None:  # a launch outside our jobs (another thread's code, in this context)
+            return
+        job.pending = (fn.jit_function, compile)
+        job.launcher = None
+        if self._deferring and self._need_launchers:
+            job.launcher = self._launcher_missing(compile["signature"])
+
+    def _on_lookup(self, manager: Any, base: type, filename: str, group: Any, job: "_JobState") -> Any:
+        """Triton's ``compile`` looked up its entry on disk (``group``): defer to a worker, or lock
+        the entry for an in-process compile, or let the hit through."""
+        jit_fn, compile = job.pending
+        job.pending = None
+        present = bool(group) and filename in group
+        entry = manager._zerojit_key
+        if self._deferring and (not present or job.launcher is not None):
+            request = self._shippable(jit_fn, compile, entry)
+            pool = self._ensure_pool(request.target) if request is not None else None
+            if pool is not None:
+                if not present:
+                    pool.submit_compile(request, entry_lock(entry).lock_file)
+                    job.entries.append(entry)
+                if job.launcher is not None:
+                    types, key = job.launcher
+                    pool.submit_launcher(types, key, launcher_lock(key).lock_file)
+                    with self._lock:
+                        self._launchers[types] = (key, True)  # on disk once the pool drains
+                with self._lock:
+                    self.counts.deferred += 1
+                raise _Deferred()
+        if present:
+            return group
+        # compile in-process, holding the entry's lock until this key is done; another process
+        # may have compiled it meanwhile (then this is a disk hit)
+        lock = entry_lock(entry)
+        start = time.perf_counter()
+        lock.acquire()
+        job.locks.append(lock)
+        group = base.get_group(manager, filename)
+        if time.perf_counter() - start > 0.005 or (group and filename in group):
+            with self._lock:
+                self.counts.lock_waits += 1
+        return group
+
+    def _shippable(self, jit_fn: Any, compile: dict, entry: str) -> "_Request | None":
+        """The compile request a worker can run, or None (a closure, ``__main__``, unpicklable)."""
+        function = f"{jit_fn.fn.__module__}:{jit_fn.fn.__qualname__}"
+        if jit_fn.fn.__module__ == "__main__" or "<locals>" in function:
+            return None
+        signature, constants, attrs = compile["signature"], compile["constants"], compile["configs"][0]
+        try:
+            payload = pickle.dumps((signature, constants, attrs), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            return None
+        target = jit_fn.device_caches[compile["device"]][2]
+        return _Request(function, entry, payload, _options(compile["specialization_data"]), target)
+
+    def _launcher_missing(self, signature: dict) -> tuple[tuple, str] | None:
+        """(signature types, launcher key) of this kernel's CUDA launcher when it is not on disk."""
+        types = tuple(signature.values())
+        with self._lock:
+            state = self._launchers.get(types)
+        if state is None:
+            if any(isinstance(t, str) and t.startswith("tensordesc") for t in _flat(types)):
+                state = ("", True)  # its launcher depends on compile results: Triton builds it at load
+            else:
+                import sysconfig
+
+                from triton.backends.nvidia.driver import make_launcher
+                from triton.runtime.build import platform_key
+                from triton.runtime.cache import get_cache_manager
+
+                src = make_launcher({}, dict(enumerate(types)), None)  # what CudaLauncher builds
+                key = hashlib.sha256((src + platform_key()).encode("utf-8")).hexdigest()
+                name = f"__triton_launcher{sysconfig.get_config_var('EXT_SUFFIX')}"
+                state = (key, get_cache_manager(key).get_file(name) is not None)
+            with self._lock:
+                self._launchers[types] = state
+        key, on_disk = state
+        return None if on_disk else (types, key)
+
+    def _ensure_pool(self, target: Any) -> "_WorkerPool | None":
+        with self._lock:
+            if self._pool is None:
+                self._pool = _WorkerPool(self.workers, target, self.counts, self._lock)
+            return self._pool if self._pool.target == target else None
+
+    # ------------------------------------------------------------------ sweeps
+    def _attempt(self, kernel: Any, key: Any) -> tuple[str, Any, float, _JobState]:
+        state = _JobState()
+        token = _JOB.set(state)
+        start = time.perf_counter()
+        try:
+            return "ok", kernel.compile(key), time.perf_counter() - start, state
+        except _Deferred:
+            return "deferred", None, time.perf_counter() - start, state
+        except Exception as e:  # reported with the others, never hidden
+            return "error", e, time.perf_counter() - start, state
+        finally:
+            _JOB.reset(token)
+            for lock in state.locks:
+                lock.release()
+
+    def _sweep(self, jobs: Sequence[tuple[Any, Any]], indices: Sequence[int], done: Callable) -> None:
+        """Run ``jobs[i]`` for ``i`` in ``indices``: Triton kernels one after the other in this thread
+        (their compiles go to worker processes; loading is GIL-bound, threads only slow it), other
+        kernels' own ``compile`` on up to ``workers`` threads meanwhile."""
+        from .kernel import TritonJitKernel
+
+        others = [i for i in indices if not isinstance(jobs[i][0], TritonJitKernel)]
+        futures = []
+        threads = ThreadPoolExecutor(min(self.workers, len(others))) if self.workers > 1 and len(others) > 1 else None
+        try:
+            for i in others if threads is not None else ():
+                futures.append((i, threads.submit(contextvars.copy_context().run, self._attempt, *jobs[i])))
+            for i in indices:
+                if threads is None or i not in others:
+                    done(i, self._attempt(*jobs[i]))
+            for i, f in futures:
+                done(i, f.result())
+        finally:
+            if threads is not None:
+                threads.shutdown()
+
+    def run(self, jobs: Sequence[tuple[Any, Any]], *, progress: bool = False, desc: str = "zerojit warm-up",
+            expect_warm: bool = False) -> list[JobOutcome]:
+        """Warm every ``(kernel, key)`` job; one :class:`JobOutcome` per job, in job order.
+
+        With ``workers > 1`` the workers start at once unless this key space was warmed into
+        this cache folder before (a marker file says so) or ``expect_warm``; else at the first
+        entry missing from the disk cache.
+        """
+        from tqdm.auto import tqdm
+
+        from .kernel import TritonJitKernel
+
+        outcomes: list[JobOutcome | None] = [None] * len(jobs)
+        worker_seconds: dict[str, float] = {}
+        spent = [0.0] * len(jobs)
+        entries: dict[int, list] = {}
+        deferred: list[int] = []
+        with tqdm(total=len(jobs), desc=desc, unit="key", disable=not progress) as bar:
+
+            def done(i: int, result: tuple) -> None:
+                status, value, seconds, state = result
+                spent[i] += seconds
+                entries.setdefault(i, []).extend(state.entries)
+                if status == "deferred":
+                    deferred.append(i)
+                    return
+                outcomes[i] = JobOutcome(value if status == "ok" else None, spent[i], value if status == "error" else None)
+                bar.update()
+
+            self._deferring = self.workers > 1
+            marker = None
+            triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
+            if self._deferring and triton_jobs and not expect_warm:
+                try:
+                    target = _current_target()
+                except Exception:  # no GPU and no compile-only target: nothing will compile anyway
+                    target = None
+                marker = _marker(jobs, target) if target is not None else None
+                if marker is not None and not os.path.exists(marker):  # cold: start the workers now
+                    pool = self._ensure_pool(target)
+                    if pool is not None:
+                        pool.prestart(min(self.workers, triton_jobs))
+            try:
+                self._sweep(jobs, range(len(jobs)), done)
+            finally:
+                self._deferring = False
+            pool, self._pool = self._pool, None
+            if pool is not None:  # wait for the workers' compiles (or stop workers that got none)
+                bar.set_postfix_str(f"{pool.started} compile workers")
+                worker_seconds = pool.finish()
+            if deferred:
+                for i in deferred:
+                    spent[i] += sum(worker_seconds.get(e, 0.0) for e in entries.get(i, ()))
+                again, deferred[:] = sorted(deferred), []
+                self._sweep(jobs, again, done)
+        if marker is not None and all(o is not None and o.error is None for o in outcomes):
+            try:
+                os.makedirs(os.path.dirname(marker), exist_ok=True)
+                open(marker, "w").close()
+            except OSError:
+                pass
+        return [o if o is not None else JobOutcome(None, spent[i], RuntimeError("zerojit: the key was deferred twice"))
+                for i, o in enumerate(outcomes)]
+
+
+def _cuda_launchers_available() -> bool:
+    """True when this process launches through Triton's CUDA launcher (a GPU, not compile-only)."""
+    try:
+        from triton.backends.nvidia.driver import CudaLauncher
+        from triton.runtime.driver import driver
+
+        return driver.active.launcher_cls is CudaLauncher
+    except Exception:
+        return False
+
+
+class _WorkerPool:
+    """Up to ``size`` worker processes, started as requests arrive, fed from one queue.
+
+    One thread per worker process writes a request and waits for its reply (the GIL is free while
+    it waits), so the parent's sweep goes on. Requests are deduplicated by entry (or launcher).
+    """
+
+    def __init__(self, size: int, target: Any, counts: _Counts, lock: threading.Lock) -> None:
+        self.size = size
+        self.target = target
+        self.counts = counts
+        self.lock = lock
+        self.tasks: queue.Queue = queue.Queue()
+        self.seen: set[str] = set()
+        self.threads: list[threading.Thread] = []
+        self.seconds: dict[str, float] = {}
+        self.started = 0
+        self.setup = {
+            "sys_path": [p if p else os.getcwd() for p in sys.path],
+            "cache_dir": cache_dir(),
+            "target": (target.backend, target.arch, target.warp_size),
+            "triton_key": use_fast_triton_key(),
+            "triton_file": _triton_file(),
+            "lazy_torch": True,
+        }
+
+    def prestart(self, n: int) -> None:
+        """Start ``n`` workers now (they boot while the parent goes on)."""
+        with self.lock:
+            while len(self.threads) < min(n, self.size):
+                self._start_thread()
+
+    def _start_thread(self) -> None:
+        t = threading.Thread(target=self._serve, name=f"zerojit-compile-{len(self.threads)}", daemon=True)
+        self.threads.append(t)
+        t.start()
+
+    def _submit(self, name: str, task: dict) -> None:
+        with self.lock:
+            if name in self.seen:
+                return
+            self.seen.add(name)
+            self.tasks.put(task)
+            if len(self.threads) < min(self.size, len(self.seen)):
+                self._start_thread()
+
+    def submit_compile(self, request: _Request, lock_path: str) -> None:
+        self._submit(request.entry, {"kind": "compile", "name": request.entry, "function": request.function,
+                                     "payload": request.payload, "options": request.options, "lock": lock_path})
+
+    def submit_launcher(self, types: tuple, key: str, lock_path: str) -> None:
+        self._submit(f"launcher:{key}", {"kind": "launcher", "name": f"launcher:{key}", "signature": types,
+                                         "lock": lock_path})
+
+    def _recovered(self, message: str) -> None:
+        with self.lock:
+            self.counts.recovered.append(message)
+
+    def _serve(self) -> None:
+        env = dict(os.environ, TRITON_CACHE_DIR=self.setup["cache_dir"], CUDA_VISIBLE_DEVICES="")
+        stderr = tempfile.TemporaryFile()
+        try:
+            proc = subprocess.Popen([sys.executable, _WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=stderr, env=env, close_fds=True)
+        except OSError as e:
+            self._recovered(f"cannot start a compile worker: {e}")
+            stderr.close()
+            return
+        with self.lock:
+            self.started += 1
+            self.counts.workers += 1
+        task, ready = None, False
+        try:
+            _wire.write_message(proc.stdin, self.setup)
+            while True:
+                task = self.tasks.get()
+                if task is None:
+                    break
+                if not ready:  # the worker booted while this thread waited for work
+                    status = _wire.read_message(proc.stdout)
+                    if not status.get("ok"):
+                        self.tasks.put(task)  # another worker may take it; else the parent does
+                        self._recovered(status.get("error", "compile worker set-up failed"))
+                        return
+                    ready = True
+                _wire.write_message(proc.stdin, task)
+                reply = _wire.read_message(proc.stdout)
+                self._record(task, reply)
+                task = None
+        except (EOFError, OSError, pickle.PickleError) as e:
+            stderr.seek(0)
+            tail = stderr.read()[-2000:].decode(errors="replace").strip()
+            what = f" while compiling {task.get('function') or task['name']}" if task else ""
+            self._recovered(f"compile worker {proc.pid} died{what}: {type(e).__name__}: {e}" + (f"\n{tail}" if tail else ""))
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+            if not ready:  # never used: do not wait for it to finish booting
+                proc.kill()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            stderr.close()
+
+    def _record(self, task: dict, reply: dict) -> None:
+        with self.lock:
+            self.seconds[task["name"]] = reply.get("seconds", 0.0)
+            if reply.get("ok"):
+                if task["kind"] == "compile" and reply.get("compiled"):
+                    self.counts.worker_compiled += 1
+                elif task["kind"] == "launcher":
+                    self.counts.worker_launchers += 1
+                return
+        what = task.get("function") or f"launcher {task['signature']}"
+        reason = "cannot be loaded in a worker" if reply.get("unavailable") else "failed in a worker"
+        self._recovered(f"{what} {reason} ({reply.get('error')}); compiled in-process instead")
+
+    def finish(self) -> dict[str, float]:
+        """Wait for every request, stop the workers; returns worker seconds per entry."""
+        with self.lock:
+            threads = list(self.threads)
+        for _ in threads:
+            self.tasks.put(None)
+        for t in threads:
+            t.join()
+        while True:  # requests no worker took (every worker died): the second sweep does them
+            try:
+                task = self.tasks.get_nowait()
+            except queue.Empty:
+                break
+            if task is not None:
+                self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
+        return dict(self.seconds)
+
+
+def _triton_file() -> str:
+    import triton
+
+    return os.path.abspath(triton.__file__)

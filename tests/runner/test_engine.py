@@ -1,0 +1,211 @@
+"""``zerojit run``: the reference runner on the shipped trace slice, its report, its errors.
+
+In-process runs share one process's Triton caches, so a variant compiled by an earlier run could
+hide a miss of a later one; every in-process run therefore also asserts the audit's *unwarmed
+hits* are zero (a launch of a variant its own warm-up did not produce). The runs that must start
+cold (``--warmup none``, the ``--check`` child) run in fresh processes through the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+from triton import knobs
+
+from zerojit.runner.engine import RunError, RunOptions, choose_check_steps, run, StepSummary
+from zerojit.runner.metadata import REFERENCES, StepMetadata, compare_metadata, random_positions
+from zerojit.runner.trace import TraceError
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+@pytest.fixture(scope="module")
+def triton_cache(tmp_path_factory):
+    """One Triton disk cache for this module's runs (in process and in children)."""
+    path = str(tmp_path_factory.mktemp("triton-cache-engine"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(knobs.cache, "dir", path)
+        yield path
+
+
+def cli(args: list[str], cache_dir: str, *, env: dict | None = None) -> subprocess.CompletedProcess:
+    """``python -m zerojit run ...`` in a fresh process."""
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (SRC, os.environ.get("PYTHONPATH")) if p),
+                TRITON_CACHE_DIR=cache_dir, **(env or {}))
+    full.pop("TRITON_INTERPRET", None)
+    full.pop("ZEROJIT_JIT_MONITOR", None)
+    return subprocess.run([sys.executable, "-m", "zerojit", "run", "--no-progress", *args], env=full,
+                          capture_output=True, text=True, timeout=600)
+
+
+def unwarmed_hits(report) -> int:
+    return sum(u.hits for k in report.audit.kernels for u in k.unwarmed_hits)
+
+
+# ------------------------------------------------------------------------------ zero runtime JIT
+@pytest.mark.parametrize(
+    "config, dcp",
+    [
+        ("deepseek-v3.2", None),
+        ("dsv4-like", None),
+        ("dsv4-like", (2, 0)),
+        ("dsv4-like", (2, 1)),
+        ("deepseek-v3.2", (2, 1)),
+    ],
+    ids=["v3.2", "dsv4", "dsv4-dcp2-rank0", "dsv4-dcp2-rank1", "v3.2-dcp2-rank1"],
+)
+def test_zero_runtime_compiles_in_error_mode(triton_cache, config, dcp):
+    dcp_size, dcp_rank = dcp or (None, None)
+    report = run(RunOptions(config=config, requests=80, device="cpu", dcp_size=dcp_size, dcp_rank=dcp_rank,
+                            jit_monitor_mode="error", progress=False))
+    assert report.runtime_compiles == 0
+    assert report.audit.runtime_compiles == 0
+    assert unwarmed_hits(report) == 0
+    assert report.ok
+    assert report.requests == 80 and report.steps > 80 and report.launches > report.steps
+    assert report.warmup.mode == "zerojit" and report.warmup.keys > 0 and not report.warmup.failures
+    # every kernel the backend launches was warmed and launched (no kernel silently dropped out)
+    warmed = {k.kernel: k for k in report.audit.kernels}
+    from zerojit.kernels.mla.backends import get_backend
+
+    for name in get_backend(report.backend).kernels_for(report.config):
+        assert warmed[name].hits > 0, name
+    if dcp:
+        assert report.backend == "flashmla_sparse_dcp" and report.config.dcp_rank == dcp_rank
+
+
+def test_speculative_decode_hits_the_uniform_decode_and_draft_variants(triton_cache):
+    report = run(RunOptions(config="deepseek-v3.2", requests=50, device="cpu", num_speculative_tokens=2,
+                            progress=False))
+    assert report.runtime_compiles == 0 and unwarmed_hits(report) == 0
+    cov = {k.kernel: k for k in report.audit.kernels}
+    assert cov["prepare_uniform_decode"].hits > 0
+    swa = cov["compute_swa_indices_and_lens"]
+    assert len(swa.warmed) == 2 and not swa.dead  # causal and non-causal both launched
+
+
+# ------------------------------------------------------------------------------ the report
+def test_cli_writes_the_json_report(triton_cache, tmp_path):
+    out = tmp_path / "report.json"
+    proc = cli(["--config", "dsv4-like", "--requests", "60", "--device", "cpu", "--json", str(out)], triton_cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    for key in ("requests", "steps", "runtime_compiles", "tokens", "first_step_ms", "median_step_ms"):
+        assert key in data, key
+    assert data["requests"] == 60 and data["runtime_compiles"] == 0
+    assert data["warmup"]["keys"] > 0 and data["warmup"]["seconds"] > 0
+    assert data["audit"]["misses"] == 0 and isinstance(data["audit"]["dead"], int)
+    assert "zero runtime compiles" in proc.stdout
+
+
+def test_warmup_none_puts_compiles_on_the_request_path(triton_cache, tmp_path):
+    out = tmp_path / "none.json"
+    proc = cli(["--config", "dsv4-like", "--requests", "50", "--device", "cpu", "--warmup", "none",
+                "--json", str(out)], triton_cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["warmup"]["keys"] == 0 and data["monitor_mode"] == "warn"
+    assert data["runtime_compiles"] > 0
+    assert data["request_path"]["compiles"] == data["runtime_compiles"]
+    assert data["request_path"]["compile_ms"] > 0 and data["request_path"]["cold_steps"] > 0
+    assert data["audit"]["misses"] > 0
+
+
+def test_warmup_none_refuses_a_process_with_compiled_kernels(triton_cache):
+    run(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False))
+    with pytest.raises(RunError, match="fresh process"):
+        run(RunOptions(config="dsv4-like", requests=5, device="cpu", warmup="none", progress=False))
+
+
+# ------------------------------------------------------------------------------ input errors
+def test_malformed_trace_row_names_the_line(tmp_path):
+    bad = tmp_path / "trace.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                   "2023-11-16 18:15:46.6805900,374,44\n"
+                   "2023-11-16 18:15:47.0000000,lots,12\n")
+    with pytest.raises(TraceError, match=r"line 3") as info:
+        run(RunOptions(trace=str(bad), device="cpu", progress=False))
+    assert "ContextTokens" in str(info.value)
+
+
+def test_cli_reports_bad_input_with_status_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"block_size": 48, "dcp_rank": 3, "dcp_size": 2, "sliding_window": 0}))
+    result = CliRunner().invoke(app, ["run", "--config", str(bad), "--no-progress"])
+    assert result.exit_code == 2
+    text = result.output
+    for name in ("block_size", "dcp_rank", "sliding_window"):
+        assert name in text, text
+
+
+# ------------------------------------------------------------------------------ checks
+@pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="Triton's interpreter needs numpy")
+def test_check_two_steps_in_the_interpreter(triton_cache, tmp_path):
+    out = tmp_path / "check.json"
+    proc = cli(["--config", "dsv4-like", "--requests", "50", "--device", "cpu", "--check", "2", "--json", str(out)],
+               triton_cache)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    checks = json.loads(out.read_text())["checks"]
+    assert checks["where"] == "interpreter" and len(checks["steps"]) == 2
+    assert checks["ok"] and checks["outputs"] > 0
+
+
+def test_check_steps_alternate_prefill_and_decode_steps():
+    summaries = [StepSummary(i, 10 * (i + 1), i % 3 == 0, 1) for i in range(30)]
+    steps = choose_check_steps(summaries, 4, seed=1, max_tokens=200)
+    assert len(steps) == 4 and all(s < 20 for s in steps)
+    assert sum(summaries[s].num_prefills > 0 for s in steps) == 2
+    assert choose_check_steps(summaries, 4, seed=1, max_tokens=200) == steps  # deterministic
+
+
+def test_random_positions_are_distinct_and_in_range():
+    g = torch.Generator().manual_seed(0)
+    limit = torch.tensor([1, 5, 8, 100, 3000])
+    pos = random_positions(limit, 8, g)
+    assert pos.dtype == torch.int32 and pos.shape == (5, 8)
+    for row, n in zip(pos.tolist(), limit.tolist()):
+        valid = [v for v in row if v >= 0]
+        assert len(valid) == min(n, 8) and len(set(valid)) == len(valid)
+        assert all(0 <= v < n for v in valid) and row[len(valid):] == [-1] * (8 - len(valid))
+
+
+def test_compare_metadata_is_exact_except_compact_rows():
+    a, b = StepMetadata(), StepMetadata()
+    a.add("x", torch.tensor([[1, 2, -1]]))
+    b.add("x", torch.tensor([[1, 2, -1]]))
+    a.add("c", torch.tensor([[5, 3, -1]]), compact=True)
+    b.add("c", torch.tensor([[3, 5, -1]]), compact=True)
+    assert compare_metadata(a, b) == []
+    a.outputs["c"] = torch.tensor([[5, -1, 3]])
+    assert "compacted" in compare_metadata(a, b)[0]
+    a.outputs["c"] = torch.tensor([[5, 3, -1]])
+    a.outputs["x"] = torch.tensor([[1, 7, -1]])
+    assert "1 element(s) differ" in compare_metadata(a, b)[0]
+    assert REFERENCES.name == "reference"
+
+
+# ------------------------------------------------------------------------------ GPU
+@pytest.mark.gpu
+def test_cuda_run_with_checks(tmp_path):
+    report = run(RunOptions(config="dsv4-like", requests=60, device="cuda", check=6, progress=False,
+                            fresh_triton_cache=True))
+    assert report.runtime_compiles == 0 and unwarmed_hits(report) == 0
+    assert report.checks is not None and report.checks.where == "cuda"
+    assert len(report.checks.steps) == 6 and report.checks.ok, report.checks.mismatches
+    assert report.request_path.loads == 0  # zerojit loaded every module at warm-up

@@ -1,0 +1,85 @@
+"""Sharded warm-up across ``torch.distributed`` ranks (gloo, CPU, compile-only cuda:90).
+
+Two ranks warm the DSv4-like model's 21 keys with ``warmup(group=WORLD)``: each compiles about
+half (Triton's listener in each rank), then every rank has all 21 loaded and serves them with
+zero runtime compiles. With one shared cache folder the ranks only need a barrier; with a folder
+per rank the compiled entries travel through ``all_gather_object``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import json
+import re
+
+import torch.multiprocessing as mp
+
+ENTRY = re.compile(r"^[A-Z2-7]+$")
+WORLD = 2
+
+
+def _rank(rank: int, init_file: str, caches: list[str], out: str) -> None:
+    os.environ["TRITON_CACHE_DIR"] = caches[rank]
+    import torch.distributed as dist
+    from triton import knobs
+
+    from zerojit.compile_only import compile_only
+    from zerojit.monitor import JitMonitor
+    from zerojit.registry import JitWarmupRegistry
+    from zerojit.runner.config import load_config
+    from zerojit.runner.kv_cache import allocate_kv_cache
+    from zerojit.runner.model import SparseMLAModel
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    events: list[bool] = []
+    knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)
+    config = load_config("dsv4-like")
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        model = SparseMLAModel(config)
+        model.bind_kv_cache(allocate_kv_cache(config, 8))
+    with compile_only("cuda:90"):
+        report = registry.warmup(config, group=dist.group.WORLD, progress=False, target="cuda:90")
+        with JitMonitor("error", report=report) as monitor:
+            for kernel, keys in registry.warmup_keys(config)[0].items():
+                for key in keys:
+                    kernel(**kernel.warmup_inputs(key))
+    counts = monitor.counts()
+    entries = [e for e in os.listdir(caches[rank]) if ENTRY.match(e)]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"keys": report.num_keys, "ok": report.ok, "compiled": events.count(False),
+                   "loaded": events.count(True), "entries": len(entries), "runtime_compiles": counts.runtime_compiles,
+                   "launches": counts.launches}, f)
+    dist.destroy_process_group()
+
+
+def run_ranks(tmp_path, caches: list[str]) -> list[dict]:
+    mp.spawn(_rank, args=(str(tmp_path / "init"), caches, str(tmp_path)), nprocs=WORLD, join=True)
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+def check(results: list[dict]) -> None:
+    for r in results:
+        assert r["ok"] and r["keys"] == 21
+        assert r["runtime_compiles"] == 0 and r["launches"] == 21  # every key loaded on every rank
+    compiled = [r["compiled"] for r in results]
+    assert sum(compiled) == 21 and sorted(compiled) == [10, 11]  # each key compiled once, sharded
+
+
+def test_ranks_sharing_a_cache_folder_compile_half_each(tmp_path):
+    shared = str(tmp_path / "cache")
+    results = run_ranks(tmp_path, [shared, shared])
+    check(results)
+    assert [r["loaded"] for r in results] == [21 - r["compiled"] for r in results]
+
+
+def test_ranks_with_their_own_cache_folders_share_entries(tmp_path):
+    results = run_ranks(tmp_path, [str(tmp_path / "cache0"), str(tmp_path / "cache1")])
+    check(results)
+    assert [r["entries"] for r in results] == [21, 21]  # each folder got the other rank's entries

@@ -1,0 +1,262 @@
+"""Parallel warm-up (``workers=N``): worker processes compile, the parent loads; same result as serial.
+
+Everything is checked against Triton's own artefacts: its in-process cache keys, the
+specializations its binder returns, the entries it wrote to the disk cache and its compilation
+listener (compiles vs disk loads), not against zerojit's bookkeeping alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import re
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton import knobs
+
+from zerojit import precompile
+from zerojit.compile_only import compile_only
+from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.keyspace import choices, trace_dispatch
+from zerojit.registry import JitWarmupRegistry, WarmupError
+from zerojit.runner.config import load_config
+from zerojit.runner.kv_cache import allocate_kv_cache
+from zerojit.runner.model import SparseMLAModel
+from zerojit.specialization import WarmupTensor
+
+ENTRY = re.compile(r"^[A-Z2-7]+$")
+
+
+@pytest.fixture(autouse=True)
+def co():
+    with compile_only("cuda:90") as drv:
+        yield drv
+
+
+def use_cache(monkeypatch, path) -> str:
+    monkeypatch.setattr(knobs.cache, "dir", str(path))
+    return str(path)
+
+
+def dsv4_registry():
+    config = load_config("dsv4-like")
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        model = SparseMLAModel(config)
+        model.bind_kv_cache(allocate_kv_cache(config, 8))
+    return registry, config
+
+
+def forget_in_process(registry, config=None) -> None:
+    """Drop Triton's in-process caches of every registered kernel (the disk cache stays)."""
+    for kernel in registry.warmup_keys(config)[0]:
+        kernel.kernel.device_caches.clear()
+
+
+def entries(folder) -> set[str]:
+    """Complete Triton cache entries in ``folder`` (a folder with its __grp__ file)."""
+    return {e for e in os.listdir(folder) if ENTRY.match(e)
+            and any(f.startswith("__grp__") for f in os.listdir(os.path.join(folder, e)))}
+
+
+def variants(report):
+    return [(v.kernel, v.key, v.triton_key, v.specialization, v.param_names) for v in report.variants]
+
+
+@pytest.fixture(scope="module")
+def serial_and_parallel(tmp_path_factory):
+    """The DSv4-like key space warmed cold, serially and with two worker processes."""
+    out = {}
+    for workers in (1, 2):
+        folder = tmp_path_factory.mktemp(f"cache-w{workers}")
+        with pytest.MonkeyPatch.context() as mp, compile_only("cuda:90"):
+            mp.setattr(knobs.cache, "dir", str(folder))
+            registry, config = dsv4_registry()
+            forget_in_process(registry, config)
+            events = []
+            mp.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
+            report = registry.warmup(config, workers=workers, progress=False, target="cuda:90")
+            out[workers] = (report, list(events), entries(folder), str(folder))
+    return out
+
+
+def test_workers_give_exactly_the_serial_result(serial_and_parallel):
+    serial, s_events, s_entries, _ = serial_and_parallel[1]
+    parallel, p_events, p_entries, _ = serial_and_parallel[2]
+    assert serial.ok and parallel.ok and serial.num_keys == parallel.num_keys == 21
+    assert serial.keys_by_kernel() == parallel.keys_by_kernel()
+    assert variants(serial) == variants(parallel)  # Triton keys and specializations, in order
+    assert s_entries == p_entries and len(s_entries) == 21  # the workers wrote the entries serial writes
+
+
+def test_workers_compile_and_the_parent_only_loads(serial_and_parallel):
+    serial, s_events, _, _ = serial_and_parallel[1]
+    parallel, p_events, _, _ = serial_and_parallel[2]
+    assert s_events == [False] * 21  # Triton's listener: 21 compiles in-process
+    assert p_events == [True] * 21  # in the parent: 21 disk loads, no compile
+    s = parallel.stats
+    assert (s.worker_compiled, s.compiled, s.disk_loads, s.workers, s.recovered) == (21, 0, 21, 2, ())
+    assert serial.stats.compiled == 21 and serial.stats.workers == 0
+
+
+def test_warm_start_starts_no_worker_and_compiles_nothing(serial_and_parallel, monkeypatch):
+    _, _, _, folder = serial_and_parallel[2]
+    use_cache(monkeypatch, folder)
+    registry, config = dsv4_registry()
+    forget_in_process(registry, config)
+    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    s = report.stats
+    assert (s.compiled, s.worker_compiled, s.disk_loads, s.workers) == (0, 0, 21, 0)
+    assert variants(report) == variants(serial_and_parallel[1][0])
+
+
+# --- failures, and what workers cannot do -----------------------------------------------------
+
+
+@triton.jit
+def _ramp_kernel(out_ptr, value, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)  # a non-power-of-two BLOCK fails to compile
+    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
+
+
+class Ramp(TritonJitKernel["Ramp.CompileKey"]):
+    kernel = _ramp_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        block: int
+
+    def get_warmup_keys(self, *, blocks=(16, 48, 32)) -> list:
+        return trace_dispatch(self.CompileKey)(block=choices(*blocks))
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(out=WarmupTensor(torch.float32, (key.block,)), value=0.5, block=key.block)
+
+    @kernel_launcher(host_only=("block",))
+    def __call__(self, *, out, value: float, block: int = 16) -> LaunchSpec:
+        return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=block), returns=out)
+
+
+def failures_of(workers: int, kernel) -> tuple:
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        kernel.register_warmup()
+    kernel.kernel.device_caches.clear()
+    with pytest.raises(WarmupError) as info:
+        registry.warmup(workers=workers, progress=False)
+    report = info.value.report
+    return report, {(f.kernel, f.key, f.error) for f in report.failures}
+
+
+def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path / "serial")
+    serial, serial_failures = failures_of(1, Ramp())
+    use_cache(monkeypatch, tmp_path / "parallel")
+    parallel, parallel_failures = failures_of(2, Ramp())
+    assert serial_failures == parallel_failures and len(parallel_failures) == 1
+    ((kernel, key, error),) = parallel_failures
+    assert kernel == "ramp" and key == Ramp.CompileKey(48) and "power of 2" in error
+    assert [k.block for k in parallel.keys_by_kernel()["ramp"]] == [16, 32]  # the others still warmed
+    assert variants(serial) == variants(parallel)
+    assert parallel.stats.worker_compiled == 2 and any("failed in a worker" in r for r in parallel.stats.recovered)
+
+
+def test_a_kernel_defined_in_a_function_compiles_in_process(monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path)
+
+    @triton.jit
+    def _local_kernel(out_ptr, value, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
+
+    class Local(Ramp):
+        kernel = _local_kernel
+
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        Local().register_warmup(blocks=(16, 32))
+    report = registry.warmup(workers=2, progress=False)
+    assert report.ok and report.num_keys == 2
+    assert (report.stats.compiled, report.stats.worker_compiled, report.stats.recovered) == (2, 0, ())
+
+
+def test_dead_workers_are_recovered_from(monkeypatch, tmp_path):
+    """Workers that die at once: the parent compiles everything itself, same keys as serial."""
+    use_cache(monkeypatch, tmp_path / "cache")
+    script = tmp_path / "dies.py"
+    script.write_text("import sys\nsys.exit(3)\n")
+    monkeypatch.setattr(precompile, "_WORKER_SCRIPT", str(script))
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        Ramp().register_warmup(blocks=(16, 32))
+    Ramp.kernel.device_caches.clear()
+    report = registry.warmup(workers=2, progress=False)
+    assert report.ok and [k.block for k in report.keys_by_kernel()["ramp"]] == [16, 32]
+    assert report.stats.compiled == 2 and report.stats.worker_compiled == 0
+    assert any("died" in r for r in report.stats.recovered)
+
+
+def test_compile_workers_import_no_torch():
+    """A worker imports the kernels' modules with torch stubbed out until something really uses
+    it; if a module of zerojit or of the MLA kernels used torch at import time, every worker would
+    pay torch's whole import (1.5 s) before its first compile."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    modules = ["zerojit.compile_only", "zerojit.examples.scale_add"] + [
+        f"zerojit.kernels.mla.{m}" for m in ("slot_mapping", "index", "swa", "combine", "prefill", "decode")]
+    src = str(Path(precompile.__file__).resolve().parents[1])
+    proc = subprocess.run([sys.executable, precompile._WORKER_SCRIPT, "--probe", *modules], capture_output=True,
+                          text=True, env=dict(os.environ, PYTHONPATH=src), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "torch not imported"
+
+
+GPU_WARMUP = r"""
+import json, sys
+from triton import knobs
+from zerojit.cli import _register_model
+from zerojit.runner.config import load_config
+events = []
+knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)
+config = load_config("dsv4-like")
+report = _register_model(config, None).warmup(config, workers=int(sys.argv[1]), progress=False)
+print(json.dumps({"variants": [[v.kernel, repr(v.key), v.triton_key, [repr(s) for s in v.specialization], v.loaded]
+                               for v in report.variants],
+                  "compiled": events.count(False), "loaded": events.count(True), "stats": report.to_dict()["stats"]}))
+"""
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_workers_compile_and_build_launchers_and_the_result_is_serial(tmp_path):
+    """On the GPU: serial vs 4 workers, each in a fresh process with a fresh cache. Same variants,
+    all loaded; with workers the parent compiles nothing and the workers also build launchers."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(precompile.__file__).resolve().parents[1])
+
+    def run(workers: int) -> dict:
+        env = dict(os.environ, PYTHONPATH=src, TRITON_CACHE_DIR=str(tmp_path / f"cache{workers}"))
+        proc = subprocess.run([sys.executable, "-c", GPU_WARMUP, str(workers)], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    serial, parallel = run(1), run(4)
+    assert serial["variants"] == parallel["variants"] and len(serial["variants"]) == 21
+    assert all(v[4] for v in parallel["variants"])  # loaded: module, function, launcher
+    assert parallel["compiled"] == 0 and parallel["stats"]["recovered"] == []
+    assert parallel["stats"]["worker_compiled"] == 22  # 21 keys + the launch-path primer
+    assert parallel["stats"]["worker_launchers"] >= 1
