@@ -15,12 +15,14 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zerojit.kernel import KernelInputError, set_launch_observer
+from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference as ref
 from zerojit.kernels.mla.combine import combine_topk_swa_indices
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.shapes import cdiv, padded_width
 from zerojit.registry import JitWarmupRegistry
+
+from _support import to_cuda
 
 I32 = torch.int32
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -134,20 +136,12 @@ def test_k7_topk_minus_one_padding_stays_minus_one():
     assert (got[:, :32] == -1).all() and (lens > 16).all()
 
 
-def _cuda(value):
-    """``value`` on the GPU with the same strides and storage offset (views stay views)."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    flat = torch.tensor([], dtype=value.dtype).set_(value.untyped_storage())
-    return flat.cuda().as_strided(value.size(), value.stride(), value.storage_offset())
-
-
 # ------------------------------------------------------------------------------------ on a GPU
 @pytest.mark.gpu
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(k7_cases())
 def test_k7_gpu_matches_reference(inputs):
-    _check({k: _cuda(v) for k, v in inputs.items()})
+    _check({k: to_cuda(v) for k, v in inputs.items()})
 
 
 @pytest.mark.gpu
@@ -163,7 +157,7 @@ def test_k7_gpu_serving_size(ratio, top_k):
         inputs.update(topk=wide, top_k=top_k)
     elif ratio == 128:
         inputs.update(topk=torch.arange(top_k, dtype=I32).expand(inputs["num_tokens"], top_k), top_k=top_k)
-    _check({k: _cuda(v) for k, v in inputs.items()})
+    _check({k: to_cuda(v) for k, v in inputs.items()})
 
 
 # ------------------------------------------------------------------------------------ compile-only coverage
@@ -174,23 +168,6 @@ CONFIGS = [
     ModelConfig(name="odd-window", block_size=128, compress_ratios=(128, 1), max_model_len=100_000,
                 sliding_window=100),
 ]
-
-
-class _Hits:
-    """Records the compiled variants zerojit launches hit (the launch observer), per kernel name."""
-
-    def __enter__(self):
-        self.seen: dict[str, dict[int, object]] = {}
-        self._prev = set_launch_observer(self)
-        return self
-
-    def __call__(self, kernel, compiled):
-        self.seen.setdefault(kernel.name, {})[id(compiled)] = compiled
-        if self._prev is not None:
-            self._prev(kernel, compiled)
-
-    def __exit__(self, *exc):
-        set_launch_observer(self._prev)
 
 
 def _runtime_chunks(config: ModelConfig, rng: random.Random) -> int:
@@ -219,7 +196,7 @@ def _runtime_chunks(config: ModelConfig, rng: random.Random) -> int:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name)
-def test_warmup_covers_runtime_calls(config, compile_only_target):
+def test_warmup_covers_runtime_calls(config, assert_warmup_covers):
     reg = JitWarmupRegistry()
     with reg.activate():
         for _ in config.compress_ratios:  # every layer registers; the registry keeps one request
@@ -227,15 +204,8 @@ def test_warmup_covers_runtime_calls(config, compile_only_target):
     report = reg.warmup(config, progress=False, target="cuda:90")
     keys = report.keys_by_kernel()["combine_topk_swa_indices"]
     assert {(k.ratio, k.top_k) for k in keys} == set(config.layer_topk_pairs)
-    cache = combine_topk_swa_indices.kernel.device_caches[compile_only_target.device][0]
-    before = len(cache)
-    with _Hits() as hits:
+    with assert_warmup_covers(combine_topk_swa_indices, report):
         _runtime_chunks(config, random.Random(config.name))
-    assert len(cache) == before, "runtime compile after warm-up"
-    warmed = {id(v.compiled): v.key for v in report.variants}
-    hit = set(hits.seen["combine_topk_swa_indices"])
-    assert hit <= set(warmed)
-    assert set(warmed) <= hit, f"dead keys: {[k for i, k in warmed.items() if i not in hit]}"
 
 
 def test_warmup_keys():

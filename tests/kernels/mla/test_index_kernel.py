@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zerojit.kernel import KernelInputError, set_launch_observer
+from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.index import (
@@ -177,24 +177,6 @@ CONFIGS = {
 }
 
 
-class HitRecorder:
-    """Collects the compiled variant every zerojit launch used (the monitor's hook)."""
-
-    def __init__(self):
-        self.hits: list = []
-
-    def __enter__(self):
-        self.previous = set_launch_observer(lambda kernel, compiled: self.hits.append(compiled))
-        return self
-
-    def __exit__(self, *exc):
-        set_launch_observer(self.previous)
-
-
-def cache_of(kernel, drv) -> dict:
-    return kernel.kernel.device_caches[drv.device][0]
-
-
 def runtime_calls(config: ModelConfig, stride: int, flavours, *, seed=0):
     """Calls shaped like serving steps: varying T, R, block-table widths, strides, ranks."""
     g = torch.Generator().manual_seed(seed)
@@ -217,7 +199,7 @@ def runtime_calls(config: ModelConfig, stride: int, flavours, *, seed=0):
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_warmup_covers_runtime_with_no_dead_key(name, compile_only_target):
+def test_warmup_covers_runtime_with_no_dead_key(name, assert_warmup_covers):
     config = CONFIGS[name]
     stride = 3 * config.block_size  # a packed cache: three layers' blocks interleaved
     registry = JitWarmupRegistry()
@@ -229,21 +211,14 @@ def test_warmup_covers_runtime_with_no_dead_key(name, compile_only_target):
     expected = len(FLAVOURS) if config.dcp_size > 1 else len(FLAVOURS) - 2
     assert len(keys) == expected
     assert all(k.block_stride_rows == stride and k.K == config.index_topk for k in keys)
-    # Triton's in-process cache lives as long as the process: count growth, not size.
-    cache = cache_of(convert_req_index_to_global_index, compile_only_target)
-    warmed = {id(v.compiled) for v in report.variants}
-    assert len(warmed) == len(keys)
-    size = len(cache)
-
-    with HitRecorder() as rec:
+    assert len({id(v.compiled) for v in report.variants}) == len(keys)
+    with assert_warmup_covers(convert_req_index_to_global_index, report):
         for _flavour, case in runtime_calls(config, stride, FLAVOURS):
             assert convert_req_index_to_global_index.key_for(**case) in keys
             convert_req_index_to_global_index(**case)
-    assert len(cache) == size, "a dry launch compiled: a runtime call missed the warmed keys"
-    assert {id(c) for c in rec.hits} == warmed, "a warmed key was never used (dead warm-up)"
 
 
-def test_keys_use_the_physical_block_stride(compile_only_target):
+def test_keys_use_the_physical_block_stride(dry_launches, compile_only_target):
     """Design test: a packed cache's stride (not block_size) is what K1 compiles for."""
     config = CONFIGS["v32"]
     packed = 5 * config.block_size
@@ -251,13 +226,10 @@ def test_keys_use_the_physical_block_stride(compile_only_target):
     with registry.activate():
         convert_req_index_to_global_index.register_warmup(block_stride_rows=packed, flavours=("count_valid",))
     report = registry.warmup(config, progress=False)
-    cache = cache_of(convert_req_index_to_global_index, compile_only_target)
-    size = len(cache)
     case = make_case(seed=1, T=9, K=config.index_topk, R=2, W=8, max_blocks=8, block_size=config.block_size,
                      stride=packed, count_valid=True)
-    with HitRecorder() as rec:
+    with dry_launches(convert_req_index_to_global_index) as rec:  # a hit: nothing compiles
         convert_req_index_to_global_index(**case)
-    assert len(cache) == size  # hit
     assert [id(c) for c in rec.hits] == [id(report.variants[0].compiled)]
     # A key space built from block_size would warm the dense-stride variant, which this call
     # (the real, packed layout) never uses, and miss the variant it needs.
@@ -265,6 +237,8 @@ def test_keys_use_the_physical_block_stride(compile_only_target):
         config, block_stride_rows=config.block_size, flavours=("count_valid",))
     assert convert_req_index_to_global_index.key_for(**case) not in from_block_size
     # (No other test compiles this dense-stride variant, so the miss shows as a compile here.)
+    cache = convert_req_index_to_global_index.kernel.device_caches[compile_only_target.device][0]
+    size = len(cache)
     convert_req_index_to_global_index(**{**case, "block_stride_rows": config.block_size})
     assert len(cache) == size + 1  # the dense stride is another variant: it compiled at "run time"
 
@@ -288,7 +262,7 @@ def test_key_space_shape():
         assert k1.key_for(**k1.warmup_inputs(key)) == key
 
 
-def test_unaligned_indices_class_is_reachable(compile_only_target):
+def test_unaligned_indices_class_is_reachable(assert_warmup_covers):
     """indices_aligned=False is a real class: warm it and an unaligned runtime view hits it."""
     config = CONFIGS["v32"]
     registry = JitWarmupRegistry()
@@ -297,15 +271,11 @@ def test_unaligned_indices_class_is_reachable(compile_only_target):
             block_stride_rows=64, flavours=("plain",), indices_aligned=(True, False))
     report = registry.warmup(config, progress=False)
     assert len(report.variants) == 2
-    cache = cache_of(convert_req_index_to_global_index, compile_only_target)
-    size = len(cache)
-    with HitRecorder() as rec:
+    with assert_warmup_covers(convert_req_index_to_global_index, report):
         for offset, extra in [(0, 0), (1, 0), (0, 1), (2, 6)]:
             case = make_case(seed=offset, T=4, K=config.index_topk, R=1, W=4, max_blocks=4, block_size=64,
                              stride=64, ti_offset=offset, ti_extra_cols=extra)
             convert_req_index_to_global_index(**case)
-    assert len(cache) == size
-    assert {id(c) for c in rec.hits} == {id(v.compiled) for v in report.variants}
 
 
 # ----------------------------------------------------------------------------- bad inputs

@@ -15,11 +15,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zerojit.kernel import KernelInputError, set_launch_observer
+from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference as ref
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.prefill import build_prefill_chunk_metadata, compute_prefill_metadata
 from zerojit.registry import JitWarmupRegistry
+
+from _support import to_cuda
 
 I32 = torch.int32
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -158,20 +160,12 @@ def test_k5_edge_cases():
               sliding_window=128)  # decodes only: no launch
 
 
-def _cuda(value):
-    """``value`` on the GPU with the same strides and storage offset (views stay views)."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    flat = torch.tensor([], dtype=value.dtype).set_(value.untyped_storage())
-    return flat.cuda().as_strided(value.size(), value.stride(), value.storage_offset())
-
-
 # ------------------------------------------------------------------------------------ on a GPU
 @pytest.mark.gpu
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(k4_cases())
 def test_k4_gpu_matches_reference(inputs):
-    _check_k4({k: _cuda(v) for k, v in inputs.items()})
+    _check_k4({k: to_cuda(v) for k, v in inputs.items()})
 
 
 @pytest.mark.gpu
@@ -179,7 +173,7 @@ def test_k4_gpu_matches_reference(inputs):
 @given(k5_cases())
 def test_k5_gpu_matches_reference(case):
     seq_lens, qsl, kw = case
-    _check_k5(_cuda(seq_lens), _cuda(qsl), **kw)
+    _check_k5(to_cuda(seq_lens), to_cuda(qsl), **kw)
 
 
 @pytest.mark.gpu
@@ -191,7 +185,7 @@ def test_k4_gpu_serving_size():
         counts = [(q + p) // 4 // S + I for q, p in zip(qlens, prefixes)]
         inputs = _k4_inputs(qlens, prefixes, counts, seq_offset=1, ratio=4, S=S, r=r, I=I,
                             slice_=(100, sum(qlens) - 7))
-        _check_k4({k: _cuda(v) for k, v in inputs.items()})
+        _check_k4({k: to_cuda(v) for k, v in inputs.items()})
 
 
 # ------------------------------------------------------------------------------------ compile-only coverage
@@ -204,38 +198,6 @@ CONFIGS = [
                 dcp_size=8, dcp_rank=3, dcp_interleave=8, num_speculative_tokens=1, max_num_seqs=48),
     ModelConfig(name="window-only", block_size=128, compress_ratios=(1, 1), max_num_seqs=7),
 ]
-
-
-class _Hits:
-    """Records the compiled variants zerojit launches hit (the launch observer), per kernel name."""
-
-    def __enter__(self):
-        self.seen: dict[str, dict[int, object]] = {}
-        self._prev = set_launch_observer(self)
-        return self
-
-    def __call__(self, kernel, compiled):
-        self.seen.setdefault(kernel.name, {})[id(compiled)] = compiled
-        if self._prev is not None:
-            self._prev(kernel, compiled)
-
-    def __exit__(self, *exc):
-        set_launch_observer(self._prev)
-
-
-def _assert_no_compile_and_no_dead_key(kernel, report, drv, run_calls) -> int:
-    """Dry-launch ``run_calls()``; the cache must not grow and every warmed variant must be hit."""
-    cache = kernel.kernel.device_caches[drv.device][0]
-    before = len(cache)
-    with _Hits() as hits:
-        calls = run_calls()
-    assert len(cache) == before, f"{kernel.name}: {len(cache) - before} runtime compile(s) after warm-up"
-    warmed = {id(v.compiled) for v in report.variants if v.kernel == kernel.name}
-    hit = set(hits.seen.get(kernel.name, {}))
-    assert hit <= warmed, f"{kernel.name}: a runtime call hit a variant this warm-up did not list"
-    dead = [v.key for v in report.variants if v.kernel == kernel.name and id(v.compiled) not in hit]
-    assert not dead, f"{kernel.name}: warmed keys no runtime call reached: {dead}"
-    return calls
 
 
 def _k4_runtime_calls(config: ModelConfig, rng: random.Random) -> int:
@@ -276,7 +238,7 @@ def _k5_runtime_calls(config: ModelConfig, rng: random.Random) -> int:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name)
-def test_warmup_covers_runtime_calls(config, compile_only_target):
+def test_warmup_covers_runtime_calls(config, assert_warmup_covers):
     reg = JitWarmupRegistry()
     with reg.activate():  # what the indexer layers and the attention backend register
         build_prefill_chunk_metadata.register_warmup(seq_lens_aligned=(True, False))
@@ -287,10 +249,10 @@ def test_warmup_covers_runtime_calls(config, compile_only_target):
     assert [k.tile for k in keys["compute_prefill_metadata"]] == [
         1 << i for i in range((config.max_num_seqs - 1).bit_length() + 1)]
     rng = random.Random(config.name)
-    _assert_no_compile_and_no_dead_key(build_prefill_chunk_metadata, report, compile_only_target,
-                                       lambda: _k4_runtime_calls(config, rng))
-    _assert_no_compile_and_no_dead_key(compute_prefill_metadata, report, compile_only_target,
-                                       lambda: _k5_runtime_calls(config, rng))
+    with assert_warmup_covers(build_prefill_chunk_metadata, report):
+        _k4_runtime_calls(config, rng)
+    with assert_warmup_covers(compute_prefill_metadata, report):
+        _k5_runtime_calls(config, rng)
 
 
 def test_warmup_keys_are_config_values():

@@ -8,7 +8,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zerojit.kernel import KernelInputError, set_launch_observer
+from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.slot_mapping import CompressedSlotMapping, compressed_slot_mapping
@@ -133,20 +133,6 @@ CONFIGS = {
 }
 
 
-class HitRecorder:
-    """Collects the compiled variant every zerojit launch used (the monitor's hook)."""
-
-    def __init__(self):
-        self.hits: list = []
-
-    def __enter__(self):
-        self.previous = set_launch_observer(lambda kernel, compiled: self.hits.append(compiled))
-        return self
-
-    def __exit__(self, *exc):
-        set_launch_observer(self.previous)
-
-
 def packed_strides(config: ModelConfig) -> tuple[tuple[int, int], ...]:
     """A packed cache for the smallest ratio; the others dense (missing from the tuple)."""
     ratios = config.compressed_ratios
@@ -168,7 +154,7 @@ def runtime_steps(config: ModelConfig):
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_warmup_covers_runtime_with_no_dead_key(name, compile_only_target):
+def test_warmup_covers_runtime_with_no_dead_key(name, assert_warmup_covers):
     config = CONFIGS[name]
     registry = JitWarmupRegistry()
     with registry.activate():
@@ -177,18 +163,13 @@ def test_warmup_covers_runtime_with_no_dead_key(name, compile_only_target):
     report = registry.warmup(config, progress=False)
     keys = report.keys_by_kernel()["compressed_slot_mapping"]
     assert sorted(k.ratio for k in keys) == list(config.compressed_ratios)
-    # Triton's in-process cache lives as long as the process: count growth, not size.
-    cache = compressed_slot_mapping.kernel.device_caches[compile_only_target.device][0]
-    size = len(cache)
-    with HitRecorder() as rec:
+    with assert_warmup_covers(compressed_slot_mapping, report):
         for case in runtime_steps(config):
             assert compressed_slot_mapping.key_for(**case) in keys
             compressed_slot_mapping(**case)
-    assert len(cache) == size, "a dry launch compiled: a runtime call missed the warmed keys"
-    assert {id(c) for c in rec.hits} == {id(v.compiled) for v in report.variants}, "dead warm-up key"
 
 
-def test_keys_include_index_kpool(compile_only_target):
+def test_keys_include_index_kpool(dry_launches):
     config = CONFIGS["kpool_only"]  # layers of ratio 1 and 128 only; the pooled selector adds 4
     keys = compressed_slot_mapping.get_warmup_keys(config)
     assert [(k.ratio, k.cbs, k.block_stride_rows) for k in keys] == [(4, 64, 64), (128, 2, 2)]
@@ -196,12 +177,9 @@ def test_keys_include_index_kpool(compile_only_target):
     with registry.activate():
         compressed_slot_mapping.register_warmup()
     report = registry.warmup(config, progress=False)
-    cache = compressed_slot_mapping.kernel.device_caches[compile_only_target.device][0]
-    size = len(cache)
     case = make_case(seed=0, qlens=[8, 1], contexts=[0, 33], ratio=4, block_size=256, stride=64, pad=3)
-    with HitRecorder() as rec:
+    with dry_launches(compressed_slot_mapping) as rec:
         compressed_slot_mapping(**case)
-    assert len(cache) == size
     kpool_variant = report.variants[[k.ratio for k in report.kernels[0].keys].index(4)]
     assert [id(c) for c in rec.hits] == [id(kpool_variant.compiled)]
 

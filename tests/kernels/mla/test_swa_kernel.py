@@ -16,13 +16,15 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zerojit.kernel import KernelInputError, set_launch_observer
+from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference as ref
 from zerojit.kernels.mla import swa as swa_module
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.shapes import cdiv
 from zerojit.kernels.mla.swa import compute_swa_indices_and_lens
 from zerojit.registry import JitWarmupRegistry
+
+from _support import to_cuda
 
 I32, I64 = torch.int32, torch.int64
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -139,20 +141,12 @@ def test_k6_never_leaves_stale_values(causal, monkeypatch):
         assert not (got[0] == 123456).any() and not (got[1] == 123456).any()
 
 
-def _cuda(value):
-    """``value`` on the GPU with the same strides and storage offset (views stay views)."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    flat = torch.tensor([], dtype=value.dtype).set_(value.untyped_storage())
-    return flat.cuda().as_strided(value.size(), value.stride(), value.storage_offset())
-
-
 # ------------------------------------------------------------------------------------ on a GPU
 @pytest.mark.gpu
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(k6_cases())
 def test_k6_gpu_matches_reference(inputs):
-    _check({k: _cuda(v) for k, v in inputs.items()})
+    _check({k: to_cuda(v) for k, v in inputs.items()})
 
 
 @pytest.mark.gpu
@@ -162,9 +156,9 @@ def test_k6_gpu_serving_size(causal):
     qlens = [4] * 200 if not causal else [4] * 100 + [rng.randint(1, 2000) for _ in range(8)]
     inputs, total = _batch(qlens, [rng.randint(0, 100_000) for _ in qlens], block_size=64, rng=rng, pad=33,
                            extra_cols=5, num_blocks=100_000)
-    _check({k: _cuda(v) for k, v in dict(inputs, num_tokens=total, token_offset=0, sliding_window=128,
-                                         block_size=64, block_stride_rows=192, causal=causal,
-                                         num_speculative_tokens=3, max_query_len=4).items()})
+    _check({k: to_cuda(v) for k, v in dict(inputs, num_tokens=total, token_offset=0, sliding_window=128,
+                                           block_size=64, block_stride_rows=192, causal=causal,
+                                           num_speculative_tokens=3, max_query_len=4).items()})
 
 
 # ------------------------------------------------------------------------------------ compile-only coverage
@@ -174,23 +168,6 @@ CONFIGS = [
                 num_speculative_tokens=3, dcp_size=2, dcp_interleave=2),
     ModelConfig(name="odd-window", block_size=128, compress_ratios=(1,), sliding_window=100, num_speculative_tokens=1),
 ]
-
-
-class _Hits:
-    """Records the compiled variants zerojit launches hit (the launch observer), per kernel name."""
-
-    def __enter__(self):
-        self.seen: dict[str, dict[int, object]] = {}
-        self._prev = set_launch_observer(self)
-        return self
-
-    def __call__(self, kernel, compiled):
-        self.seen.setdefault(kernel.name, {})[id(compiled)] = compiled
-        if self._prev is not None:
-            self._prev(kernel, compiled)
-
-    def __exit__(self, *exc):
-        set_launch_observer(self._prev)
 
 
 def _runtime_steps(config: ModelConfig, stride: int, rng: random.Random) -> int:
@@ -218,7 +195,7 @@ def _runtime_steps(config: ModelConfig, stride: int, rng: random.Random) -> int:
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.name)
-def test_warmup_covers_runtime_calls(config, compile_only_target):
+def test_warmup_covers_runtime_calls(config, assert_warmup_covers):
     stride = 3 * config.block_size  # a packed cache: three layers' blocks interleaved
     variants = (True, False) if config.num_speculative_tokens else (True,)
     reg = JitWarmupRegistry()
@@ -226,15 +203,8 @@ def test_warmup_covers_runtime_calls(config, compile_only_target):
         compute_swa_indices_and_lens.register_warmup(block_stride_rows=stride, causal=variants)
     report = reg.warmup(config, progress=False, target="cuda:90")
     assert len(report.keys_by_kernel()["compute_swa_indices_and_lens"]) == len(variants)
-    cache = compute_swa_indices_and_lens.kernel.device_caches[compile_only_target.device][0]
-    before = len(cache)
-    with _Hits() as hits:
+    with assert_warmup_covers(compute_swa_indices_and_lens, report):
         _runtime_steps(config, stride, random.Random(config.name))
-    assert len(cache) == before, "runtime compile after warm-up"
-    warmed = {id(v.compiled): v.key for v in report.variants}
-    hit = set(hits.seen["compute_swa_indices_and_lens"])
-    assert hit <= set(warmed)
-    assert set(warmed) <= hit, f"dead keys: {[k for i, k in warmed.items() if i not in hit]}"
 
 
 def test_warmup_keys():

@@ -35,7 +35,8 @@ from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel
 from zerojit.keyspace import trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
 
-from .prefill import _check_int, _check_tensor, _search_steps, _segment_of
+from ._checks import check_int, check_tensor
+from ._device import segment_of, segment_search_steps
 from .shapes import cdiv, padded_width
 
 __all__ = ["CombineTopkSwaIndices", "combine_topk_swa_indices"]
@@ -60,7 +61,7 @@ def _combine_topk_swa_indices_kernel(
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     t_ok = t < num_tokens
     in_req = t_ok & (t >= tl.load(query_start_loc_ptr)) & (t < tl.load(query_start_loc_ptr + num_reqs))
-    b = _segment_of(query_start_loc_ptr, t, num_reqs, search_steps, in_req)
+    b = segment_of(query_start_loc_ptr, t, num_reqs, search_steps, in_req)
     q_start = tl.load(query_start_loc_ptr + b, mask=in_req, other=0)
     qlen = tl.load(query_start_loc_ptr + b + 1, mask=in_req, other=0) - q_start
     seq = tl.load(seq_lens_ptr + b, mask=in_req, other=0)
@@ -171,21 +172,23 @@ class CombineTopkSwaIndices(TritonJitKernel["CombineTopkSwaIndices.CompileKey"])
                  swa_offset: int, top_k: int, ratio: int, sliding_window: int, max_gather_len: int | None = None,
                  max_compressed_len: int | None = None) -> LaunchSpec:
         name = self.name
-        _check_tensor(name, "seq_lens", seq_lens, torch.int32, 1)
+        check_tensor(name, "seq_lens", seq_lens, ndim=1)
         n = seq_lens.shape[0]
         dev = seq_lens.device
-        _check_tensor(name, "query_start_loc", query_start_loc, torch.int32, 1, numel=n + 1, device=dev)
-        _check_tensor(name, "gather_lens", gather_lens, torch.int32, 1, numel=n, device=dev)
+        check_tensor(name, "query_start_loc", query_start_loc, ndim=1, device=dev, device_of="seq_lens",
+                     length=n + 1, length_of="len(seq_lens) + 1")
+        check_tensor(name, "gather_lens", gather_lens, ndim=1, device=dev, device_of="seq_lens", length=n,
+                     length_of="len(seq_lens)")
         for arg, v in (("num_tokens", num_tokens), ("row_stride", row_stride), ("swa_offset", swa_offset),
                        ("top_k", top_k)):
-            _check_int(name, arg, v)
-        _check_int(name, "ratio", ratio, low=1)
-        _check_int(name, "sliding_window", sliding_window, low=1)
+            check_int(name, arg, v)
+        check_int(name, "ratio", ratio, low=1)
+        check_int(name, "sliding_window", sliding_window, low=1)
         if top_k > 0:
             if topk is None:
                 raise KernelInputError(name, "topk", f"is None but top_k={top_k} > 0; pass the top-k indices "
                                                      "(topk[t, k] = k for a layer without indexer)")
-            _check_tensor(name, "topk", topk, torch.int32, 2, device=dev)
+            check_tensor(name, "topk", topk, ndim=2, device=dev, device_of="seq_lens")
             if topk.shape[0] < num_tokens or topk.shape[1] < top_k:
                 raise KernelInputError(name, "topk", f"must be [>= num_tokens={num_tokens}, >= top_k={top_k}], "
                                                      f"got {tuple(topk.shape)}")
@@ -208,7 +211,7 @@ class CombineTopkSwaIndices(TritonJitKernel["CombineTopkSwaIndices.CompileKey"])
         lens = torch.empty(num_tokens, dtype=torch.int32, device=dev)
         return LaunchSpec(
             grid=(cdiv(num_tokens, key.block_t), key.width // key.block_w),
-            kwargs=dict(topk=topk, combined=combined, lens=lens, num_reqs=n, search_steps=_search_steps(n),
+            kwargs=dict(topk=topk, combined=combined, lens=lens, num_reqs=n, search_steps=segment_search_steps(n),
                         topk_stride=topk.stride(0) if topk is not None else 0, WIDTH=key.width,
                         BLOCK_T=key.block_t, BLOCK_W=key.block_w, num_warps=key.num_warps),
             returns=(combined, lens),

@@ -28,12 +28,12 @@ from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel
 from zerojit.keyspace import choices, trace_dispatch
 from zerojit.specialization import WarmupTensor, scalar_rep
 
+from ._checks import INT32_MAX, check_int, check_row_stride, check_tensor
+
 __all__ = ["TILE", "PrepareUniformDecode", "prepare_uniform_decode"]
 
 #: Block-table columns copied per loop iteration.
 TILE = 512
-
-_INT32_MAX = 2**31 - 1
 
 
 @triton.jit(
@@ -79,10 +79,6 @@ def _prepare_uniform_decode_kernel(
     c = full + cols
     m = c < width
     tl.store(dst + c, tl.load(src + c, mask=m), mask=m)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
@@ -163,16 +159,14 @@ class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
         self, *, seq_lens, block_table, expanded_seq_lens, expanded_block_table, query_len, num_decode_tokens
     ) -> "PrepareUniformDecode.CompileKey":
         name = self.name
-        _tensor(name, "seq_lens", seq_lens, dim=1)
+        check_tensor(name, "seq_lens", seq_lens, ndim=1)
         device = seq_lens.device
-        _tensor(name, "block_table", block_table, dim=2, device=device, rows_only=True)
-        _tensor(name, "expanded_seq_lens", expanded_seq_lens, dim=1, device=device)
-        _tensor(name, "expanded_block_table", expanded_block_table, dim=2, device=device, rows_only=True)
-        if not _is_int(query_len) or not 1 <= query_len <= _INT32_MAX:
-            raise KernelInputError(name, "query_len", f"must be an int >= 1, got {query_len!r}")
+        check_tensor(name, "block_table", block_table, ndim=2, device=device, device_of="seq_lens")
+        check_tensor(name, "expanded_seq_lens", expanded_seq_lens, ndim=1, device=device, device_of="seq_lens")
+        check_tensor(name, "expanded_block_table", expanded_block_table, ndim=2, device=device, device_of="seq_lens")
+        check_int(name, "query_len", query_len, low=1, high=INT32_MAX)
         Nd = num_decode_tokens
-        if not _is_int(Nd) or not 0 <= Nd <= _INT32_MAX:
-            raise KernelInputError(name, "num_decode_tokens", f"must be an int in [0, 2**31), got {Nd!r}")
+        check_int(name, "num_decode_tokens", Nd, high=INT32_MAX)
         W = block_table.shape[1]
         if expanded_seq_lens.shape[0] < Nd:
             raise KernelInputError(name, "expanded_seq_lens", f"holds {expanded_seq_lens.shape[0]} rows, num_decode_tokens={Nd}")
@@ -190,9 +184,8 @@ class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
                 raise KernelInputError(
                     name, arg, f"has {t.shape[0]} requests but num_decode_tokens={Nd} with query_len={query_len} needs {need}"
                 )
-        for arg, t in (("block_table", block_table), ("expanded_block_table", expanded_block_table)):
-            if t.stride(0) > _INT32_MAX:
-                raise KernelInputError(name, arg, f"row stride {t.stride(0)} does not fit int32")
+        check_row_stride(name, "block_table", block_table)
+        check_row_stride(name, "expanded_block_table", expanded_block_table)
         aligned = (
             block_table.data_ptr() % 16 == 0 and block_table.stride(0) % 4 == 0
             and expanded_block_table.data_ptr() % 16 == 0 and expanded_block_table.stride(0) % 4 == 0
@@ -219,21 +212,6 @@ class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
             ),
             returns=(expanded_seq_lens, expanded_block_table),
         )
-
-
-def _tensor(kernel, arg, t, *, dim, device=None, rows_only=False):
-    """Check one int32 tensor input by its metadata only (never its values)."""
-    if not isinstance(t, torch.Tensor):
-        raise KernelInputError(kernel, arg, f"must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.int32:
-        raise KernelInputError(kernel, arg, f"must be int32, got {t.dtype}")
-    if t.dim() != dim:
-        raise KernelInputError(kernel, arg, f"must have {dim} dimension(s), got shape {tuple(t.shape)}")
-    if device is not None and t.device != device:
-        raise KernelInputError(kernel, arg, f"is on {t.device}, seq_lens on {device}")
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        what = "its last dimension must be contiguous (stride 1)" if rows_only else "must be contiguous"
-        raise KernelInputError(kernel, arg, f"{what}, got strides {t.stride()}")
 
 
 #: The module-level instance serving code launches.

@@ -37,6 +37,8 @@ from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel
 from zerojit.keyspace import choices, trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
 
+from ._checks import INT32_MAX, check_dcp, check_int, check_row_stride, check_tensor, is_int
+
 __all__ = [
     "FLAVOURS",
     "FLAVOUR_INPUTS",
@@ -63,8 +65,6 @@ FLAVOUR_INPUTS: dict[str, dict[str, bool]] = {
     "dcp_count_valid": dict(has_workspace=False, count_valid=True, compact=False, dcp=True),
     "dcp_compact": dict(has_workspace=False, count_valid=False, compact=True, dcp=True),
 }
-
-_INT32_MAX = 2**31 - 1
 
 
 @triton.jit(
@@ -153,10 +153,6 @@ def _convert_req_index_to_global_index_kernel(
                 tl.atomic_add(valid_counts_ptr + row, n_valid)
     if COMPACT and COUNT_VALID and BLOCK_N >= K:
         tl.store(valid_counts_ptr + row, n_valid)
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def _is_pow2(v: int) -> bool:
@@ -374,27 +370,23 @@ class ConvertReqIndexToGlobalIndex(TritonJitKernel["ConvertReqIndexToGlobalIndex
         compact=False,
     ):
         name = self.name
-        _tensor(name, "token_indices", token_indices, dim=2, inner_contiguous=True)
+        check_tensor(name, "token_indices", token_indices, ndim=2)
         T, K = token_indices.shape
         device = token_indices.device
-        _tensor(name, "req_id", req_id, dim=1, contiguous=True, device=device, length=T, length_of="T (rows of token_indices)")
-        _tensor(name, "block_table", block_table, dim=2, inner_contiguous=True, device=device)
-        for arg, v in (("block_size", block_size), ("block_stride_rows", block_stride_rows)):
-            if not _is_int(v) or not 1 <= v <= _INT32_MAX:
-                raise KernelInputError(name, arg, f"must be a positive int32, got {v!r}")
+        check_tensor(name, "req_id", req_id, ndim=1, device=device, device_of="token_indices", length=T,
+                     length_of="T (rows of token_indices)")
+        check_tensor(name, "block_table", block_table, ndim=2, device=device, device_of="token_indices")
+        check_int(name, "block_size", block_size, low=1, high=INT32_MAX)
+        check_int(name, "block_stride_rows", block_stride_rows, low=1, high=INT32_MAX)
         if K < 1:
             raise KernelInputError(name, "token_indices", f"needs at least one column (K >= 1), got shape {tuple(token_indices.shape)}")
         W = block_table.shape[1]
-        if not _is_int(max_num_blocks_per_req) or not 0 <= max_num_blocks_per_req <= W:
+        if not is_int(max_num_blocks_per_req) or not 0 <= max_num_blocks_per_req <= W:
             raise KernelInputError(
                 name, "max_num_blocks_per_req",
                 f"must be an int in [0, block_table.shape[1]={W}], got {max_num_blocks_per_req!r}",
             )
-        for arg, v in (("dcp_size", dcp_size), ("dcp_interleave", dcp_interleave)):
-            if not _is_int(v) or not 1 <= v <= _INT32_MAX:
-                raise KernelInputError(name, arg, f"must be an int >= 1, got {v!r}")
-        if not _is_int(dcp_rank) or not 0 <= dcp_rank < dcp_size:
-            raise KernelInputError(name, "dcp_rank", f"must be an int in [0, dcp_size={dcp_size}), got {dcp_rank!r}")
+        check_dcp(name, dcp_size, dcp_rank, dcp_interleave)
         if compact and dcp_size == 1:
             raise KernelInputError(name, "compact", "COMPACT_TO_FRONT is a DCP-only flavour: it needs dcp_size > 1")
         has_ws = prefill_workspace_request_ids is not None or prefill_workspace_starts is not None
@@ -407,13 +399,12 @@ class ConvertReqIndexToGlobalIndex(TritonJitKernel["ConvertReqIndexToGlobalIndex
                     name, "prefill_workspace_request_ids",
                     f"the prefill workspace is only supported with dcp_size == 1 (got {dcp_size})",
                 )
-            _tensor(name, "prefill_workspace_request_ids", prefill_workspace_request_ids, dim=1, contiguous=True,
-                    device=device, length=T, length_of="T (rows of token_indices)")
-            _tensor(name, "prefill_workspace_starts", prefill_workspace_starts, dim=1, contiguous=True, device=device)
-        ti_stride, bt_stride = token_indices.stride(0), block_table.stride(0)
-        for arg, v in (("token_indices", ti_stride), ("block_table", bt_stride)):
-            if v > _INT32_MAX:
-                raise KernelInputError(name, arg, f"row stride {v} does not fit int32")
+            check_tensor(name, "prefill_workspace_request_ids", prefill_workspace_request_ids, ndim=1, device=device,
+                         device_of="token_indices", length=T, length_of="T (rows of token_indices)")
+            check_tensor(name, "prefill_workspace_starts", prefill_workspace_starts, ndim=1, device=device,
+                         device_of="token_indices")
+        ti_stride = check_row_stride(name, "token_indices", token_indices)
+        bt_stride = check_row_stride(name, "block_table", block_table)
         aligned = token_indices.data_ptr() % 16 == 0 and ti_stride % 4 == 0
         facts = (block_size, block_stride_rows, K, has_ws, bool(count_valid), bool(compact), dcp_size, dcp_interleave, aligned)
         found = self._by_facts.get(facts)
@@ -489,24 +480,6 @@ def _num_warps(block_n: int, compact: bool = False) -> int:
     """8 elements per thread (two 128-bit vectors), 1 to 8 warps; at most 4 for a compacting
     row, whose scan and scattered store ran fastest so (H200, T=8192, K=2048)."""
     return max(1, min(4 if compact else 8, block_n // 256))
-
-
-def _tensor(kernel, arg, t, *, dim, contiguous=False, inner_contiguous=False, device=None, length=None, length_of=""):
-    """Check one int32 tensor input by its metadata only (never its values)."""
-    if not isinstance(t, torch.Tensor):
-        raise KernelInputError(kernel, arg, f"must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.int32:
-        raise KernelInputError(kernel, arg, f"must be int32, got {t.dtype}")
-    if t.dim() != dim:
-        raise KernelInputError(kernel, arg, f"must have {dim} dimension(s), got shape {tuple(t.shape)}")
-    if device is not None and t.device != device:
-        raise KernelInputError(kernel, arg, f"is on {t.device}, token_indices on {device}")
-    if contiguous and t.numel() > 1 and t.stride(-1) != 1:
-        raise KernelInputError(kernel, arg, f"must be contiguous, got strides {t.stride()}")
-    if inner_contiguous and t.shape[-1] > 1 and t.stride(-1) != 1:
-        raise KernelInputError(kernel, arg, f"its last dimension must be contiguous (stride 1), got strides {t.stride()}")
-    if length is not None and t.shape[0] != length:
-        raise KernelInputError(kernel, arg, f"must have {length_of} = {length} entries, got {t.shape[0]}")
 
 
 #: The module-level instance serving code launches.

@@ -32,10 +32,12 @@ import torch
 import triton
 import triton.language as tl
 
-from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.keyspace import choices, trace_dispatch
 from zerojit.specialization import WarmupTensor, is_aligned, scalar_rep
 
+from ._checks import check_dcp, check_int, check_tensor
+from ._device import segment_of, segment_search_steps
 from .shapes import cdiv, next_power_of_2
 
 __all__ = [
@@ -47,71 +49,6 @@ __all__ = [
 
 _K4_BLOCK = 1024  # rows / compressed entries per program
 _K4_WARPS = 4
-
-
-# ------------------------------------------------------------------------------- shared helper
-@triton.jit
-def _segment_of(bounds_ptr, x, num_segments, search_steps, mask):
-    """For each ``x``, the largest ``b`` in ``[0, num_segments)`` with ``bounds[b] <= x``.
-
-    ``bounds`` is a non-decreasing ``[num_segments + 1]`` array (``query_start_loc``,
-    ``cu_compressed``) and ``x >= bounds[0]``; empty segments are skipped because the *last* of
-    equal bounds wins. A vectorised binary search of ``search_steps = (num_segments - 1).bit_length()``
-    steps (host-computed, ``>= ceil(log2(num_segments))``); 0 when ``num_segments <= 1``.
-    """
-    lo = tl.zeros_like(x)
-    hi = tl.zeros_like(x) + num_segments
-    step = 0
-    while step < search_steps:  # a while loop, not range(search_steps): see _search_steps
-        step += 1
-        go = mask & (hi - lo > 1)
-        mid = (lo + hi) // 2
-        v = tl.load(bounds_ptr + mid, mask=go, other=0)
-        right = v <= x
-        lo = tl.where(go & right, mid, lo)
-        hi = tl.where(go & (v > x), mid, hi)
-    return lo
-
-
-def _search_steps(num_segments: int) -> int:
-    """Binary-search steps :func:`_segment_of` needs for ``num_segments`` segments.
-
-    The loop over them is a ``while`` because Triton 3.6's interpreter cannot take a runtime
-    ``range`` bound with NumPy >= 2.4 (it calls ``int()`` on a one-element 1-D array).
-    """
-    return max(num_segments - 1, 0).bit_length()
-
-
-def _check_tensor(kernel: str, arg: str, t, dtype: torch.dtype, ndim: int, *, numel: int | None = None,
-                  device=None) -> None:
-    """Metadata-only checks of one tensor input; raises :class:`KernelInputError`."""
-    if (isinstance(t, torch.Tensor) and t.dtype == dtype and t.dim() == ndim  # the fast path: all good
-            and (numel is None or t.numel() == numel) and (device is None or t.device == device)
-            and (t.stride(-1) == 1 or t.shape[-1] <= 1)):
-        return
-    if not isinstance(t, torch.Tensor):
-        raise KernelInputError(kernel, arg, f"must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != dtype:
-        raise KernelInputError(kernel, arg, f"must be {dtype}, got {t.dtype}")
-    if t.dim() != ndim:
-        raise KernelInputError(kernel, arg, f"must be {ndim}-D, got shape {tuple(t.shape)}")
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        raise KernelInputError(kernel, arg, f"its last dimension must be contiguous (stride 1), got strides {t.stride()}")
-    if numel is not None and t.numel() != numel:
-        raise KernelInputError(kernel, arg, f"must have {numel} elements, got {t.numel()} (shape {tuple(t.shape)})")
-    if device is not None and t.device != device:
-        raise KernelInputError(kernel, arg, f"is on {t.device}, the other inputs on {device}")
-
-
-def _check_int(kernel: str, arg: str, v, *, low: int = 0, high: int | None = None) -> None:
-    """``v`` is a Python int in ``[low, high]``; raises :class:`KernelInputError`."""
-    if type(v) is int and v >= low and (high is None or v <= high):  # the fast path
-        return
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise KernelInputError(kernel, arg, f"must be a Python int, got {type(v).__name__}")
-    if v < low or (high is not None and v > high):
-        bound = f">= {low}" if high is None else f"in [{low}, {high}]"
-        raise KernelInputError(kernel, arg, f"must be {bound}, got {v}")
 
 
 # ------------------------------------------------------------------------------- K4
@@ -133,7 +70,7 @@ def _build_prefill_chunk_metadata_kernel(
     if pid < num_row_programs:
         a = query_slice_start + pid * BLOCK + lanes
         m = a < query_slice_stop
-        b = _segment_of(query_start_loc_ptr, a, num_reqs, search_steps, m)
+        b = segment_of(query_start_loc_ptr, a, num_reqs, search_steps, m)
         q_start = tl.load(query_start_loc_ptr + b, mask=m, other=0)
         q_stop = tl.load(query_start_loc_ptr + b + 1, mask=m, other=0)
         seq = tl.load(seq_lens_ptr + b, mask=m, other=0)
@@ -150,7 +87,7 @@ def _build_prefill_chunk_metadata_kernel(
     else:
         e = (pid - num_row_programs) * BLOCK + lanes
         m = e < num_compressed
-        b = _segment_of(cu_compressed_ptr, e, num_reqs, search_steps, m)
+        b = segment_of(cu_compressed_ptr, e, num_reqs, search_steps, m)
         first = tl.load(cu_compressed_ptr)
         owned = (e >= first) & (num_reqs > 0)
         tl.store(token_to_seq_ptr + e, tl.where(owned, b, -1), mask=m)
@@ -246,18 +183,17 @@ class BuildPrefillChunkMetadata(TritonJitKernel["BuildPrefillChunkMetadata.Compi
                  num_compressed: int, ratio: int, dcp_size: int = 1, dcp_rank: int = 0,
                  dcp_interleave: int = 1) -> LaunchSpec:
         name = self.name
-        _check_tensor(name, "seq_lens", seq_lens, torch.int32, 1)
+        check_tensor(name, "seq_lens", seq_lens, ndim=1)
         n = seq_lens.shape[0]
         dev = seq_lens.device
-        _check_tensor(name, "query_start_loc", query_start_loc, torch.int32, 1, numel=n + 1, device=dev)
-        _check_tensor(name, "cu_compressed", cu_compressed, torch.int32, 1, numel=n + 1, device=dev)
-        _check_int(name, "query_slice_start", query_slice_start)
-        _check_int(name, "query_slice_stop", query_slice_stop, low=query_slice_start)
-        _check_int(name, "num_compressed", num_compressed)
-        _check_int(name, "ratio", ratio, low=1)
-        _check_int(name, "dcp_size", dcp_size, low=1)
-        _check_int(name, "dcp_rank", dcp_rank, high=dcp_size - 1)
-        _check_int(name, "dcp_interleave", dcp_interleave, low=1)
+        for arg, t in (("query_start_loc", query_start_loc), ("cu_compressed", cu_compressed)):
+            check_tensor(name, arg, t, ndim=1, device=dev, device_of="seq_lens", length=n + 1,
+                         length_of="len(seq_lens) + 1")
+        check_int(name, "query_slice_start", query_slice_start)
+        check_int(name, "query_slice_stop", query_slice_stop, low=query_slice_start)
+        check_int(name, "num_compressed", num_compressed)
+        check_int(name, "ratio", ratio, low=1)
+        check_dcp(name, dcp_size, dcp_rank, dcp_interleave)
         key = self.dispatch(ratio=ratio, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
                             seq_lens_aligned=is_aligned(seq_lens))
         rows = query_slice_stop - query_slice_start
@@ -267,7 +203,7 @@ class BuildPrefillChunkMetadata(TritonJitKernel["BuildPrefillChunkMetadata.Compi
         row_programs = cdiv(rows, key.block)
         return LaunchSpec(
             grid=(row_programs + cdiv(num_compressed, key.block),),
-            kwargs=dict(ks=ks, ke=ke, token_to_seq=token_to_seq, num_reqs=n, search_steps=_search_steps(n),
+            kwargs=dict(ks=ks, ke=ke, token_to_seq=token_to_seq, num_reqs=n, search_steps=segment_search_steps(n),
                         num_row_programs=row_programs, BLOCK=key.block, num_warps=key.num_warps),
             returns=(ks, ke, token_to_seq),
         )
@@ -361,13 +297,14 @@ class ComputePrefillMetadata(TritonJitKernel["ComputePrefillMetadata.CompileKey"
     def __call__(self, *, seq_lens, query_start_loc, num_decodes: int, num_prefills: int,
                  sliding_window: int) -> LaunchSpec:
         name = self.name
-        _check_tensor(name, "seq_lens", seq_lens, torch.int32, 1)
+        check_tensor(name, "seq_lens", seq_lens, ndim=1)
         R = seq_lens.shape[0]
         dev = seq_lens.device
-        _check_tensor(name, "query_start_loc", query_start_loc, torch.int32, 1, numel=R + 1, device=dev)
-        _check_int(name, "num_decodes", num_decodes, high=R)
-        _check_int(name, "num_prefills", num_prefills, high=R - num_decodes)
-        _check_int(name, "sliding_window", sliding_window, low=1)
+        check_tensor(name, "query_start_loc", query_start_loc, ndim=1, device=dev, device_of="seq_lens",
+                     length=R + 1, length_of="len(seq_lens) + 1")
+        check_int(name, "num_decodes", num_decodes, high=R)
+        check_int(name, "num_prefills", num_prefills, high=R - num_decodes)
+        check_int(name, "sliding_window", sliding_window, low=1)
         key = self.dispatch(num_prefills=num_prefills)
         gather_lens = torch.empty(num_prefills, dtype=torch.int32, device=dev)
         if num_prefills == 0:

@@ -36,12 +36,12 @@ from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel
 from zerojit.keyspace import trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
 
+from ._checks import INT32_MAX, check_dcp, check_int, check_row_stride, check_tensor, is_int
+
 __all__ = ["TILE", "CompressedSlotMapping", "compressed_slot_mapping"]
 
 #: Tokens per loop iteration of one program.
 TILE = 128
-
-_INT32_MAX = 2**31 - 1
 
 
 @triton.jit(
@@ -105,10 +105,6 @@ def _compressed_slot_mapping_kernel(
             j = j0 + lanes
             tl.store(slot_mapping_ptr + j, none, mask=j < q_start)
             j0 += TILE
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"]):
@@ -229,31 +225,20 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
         dcp_size=1, dcp_rank=0, dcp_interleave=1,
     ) -> tuple["CompressedSlotMapping.CompileKey", dict]:
         name = self.name
-        _tensor(name, "seq_lens", seq_lens, dim=1)
+        check_tensor(name, "seq_lens", seq_lens, ndim=1)
         R, device = seq_lens.shape[0], seq_lens.device
-        _tensor(name, "query_start_loc", query_start_loc, dim=1, device=device)
-        if query_start_loc.shape[0] != R + 1:
-            raise KernelInputError(
-                name, "query_start_loc", f"must have R + 1 = {R + 1} entries (R = len(seq_lens)), got {query_start_loc.shape[0]}"
-            )
-        _tensor(name, "block_table", block_table, dim=2, device=device, rows_only=True)
+        check_tensor(name, "query_start_loc", query_start_loc, ndim=1, device=device, device_of="seq_lens",
+                     length=R + 1, length_of="len(seq_lens) + 1")
+        check_tensor(name, "block_table", block_table, ndim=2, device=device, device_of="seq_lens")
         if block_table.shape[0] < R:
             raise KernelInputError(name, "block_table", f"has {block_table.shape[0]} rows, fewer than the R = {R} requests")
-        if block_table.stride(0) > _INT32_MAX:
-            raise KernelInputError(name, "block_table", f"row stride {block_table.stride(0)} does not fit int32")
-        if not _is_int(num_tokens) or not 0 <= num_tokens <= _INT32_MAX:
-            raise KernelInputError(name, "num_tokens", f"must be an int in [0, 2**31), got {num_tokens!r}")
-        if not _is_int(block_size) or block_size < 1:
-            raise KernelInputError(name, "block_size", f"must be a positive int, got {block_size!r}")
-        if not _is_int(ratio) or ratio < 1 or block_size % ratio:
+        check_row_stride(name, "block_table", block_table)
+        check_int(name, "num_tokens", num_tokens, high=INT32_MAX)
+        check_int(name, "block_size", block_size, low=1)
+        if not is_int(ratio) or ratio < 1 or block_size % ratio:
             raise KernelInputError(name, "ratio", f"must be an int >= 1 dividing block_size={block_size}, got {ratio!r}")
-        if not _is_int(block_stride_rows) or not 1 <= block_stride_rows <= _INT32_MAX:
-            raise KernelInputError(name, "block_stride_rows", f"must be a positive int32, got {block_stride_rows!r}")
-        for arg, v in (("dcp_size", dcp_size), ("dcp_interleave", dcp_interleave)):
-            if not _is_int(v) or not 1 <= v <= _INT32_MAX:
-                raise KernelInputError(name, arg, f"must be an int >= 1, got {v!r}")
-        if not _is_int(dcp_rank) or not 0 <= dcp_rank < dcp_size:
-            raise KernelInputError(name, "dcp_rank", f"must be an int in [0, dcp_size={dcp_size}), got {dcp_rank!r}")
+        check_int(name, "block_stride_rows", block_stride_rows, low=1, high=INT32_MAX)
+        check_dcp(name, dcp_size, dcp_rank, dcp_interleave)
         if dcp_size > 1 and (block_size // ratio) % dcp_interleave:
             raise KernelInputError(
                 name, "dcp_interleave", f"must divide block_size // ratio = {block_size // ratio} under DCP, got {dcp_interleave}"
@@ -301,21 +286,6 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
             kwargs=dict(constexprs, slot_mapping=out, bt_stride=block_table.stride(0)),
             returns=out,
         )
-
-
-def _tensor(kernel, arg, t, *, dim, device=None, rows_only=False):
-    """Check one int32 tensor input by its metadata only (never its values)."""
-    if not isinstance(t, torch.Tensor):
-        raise KernelInputError(kernel, arg, f"must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != torch.int32:
-        raise KernelInputError(kernel, arg, f"must be int32, got {t.dtype}")
-    if t.dim() != dim:
-        raise KernelInputError(kernel, arg, f"must have {dim} dimension(s), got shape {tuple(t.shape)}")
-    if device is not None and t.device != device:
-        raise KernelInputError(kernel, arg, f"is on {t.device}, seq_lens on {device}")
-    if t.shape[-1] > 1 and t.stride(-1) != 1:
-        what = "its last dimension must be contiguous (stride 1)" if rows_only else "must be contiguous"
-        raise KernelInputError(kernel, arg, f"{what}, got strides {t.stride()}")
 
 
 #: The module-level instance serving code launches.

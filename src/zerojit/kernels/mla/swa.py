@@ -35,7 +35,7 @@ from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel
 from zerojit.keyspace import choices, trace_dispatch
 from zerojit.specialization import WarmupTensor, scalar_rep
 
-from .prefill import _check_int, _check_tensor
+from ._checks import check_int, check_tensor
 from .shapes import cdiv, next_power_of_2, swa_width
 
 __all__ = ["ComputeSwaIndicesAndLens", "compute_swa_indices_and_lens"]
@@ -194,24 +194,25 @@ class ComputeSwaIndicesAndLens(TritonJitKernel["ComputeSwaIndicesAndLens.Compile
                  causal: bool = True, num_speculative_tokens: int = 0,
                  max_query_len: int | None = None) -> LaunchSpec:
         name = self.name
-        _check_tensor(name, "slot_mapping", slot_mapping, torch.int64, 1)
+        check_tensor(name, "slot_mapping", slot_mapping, ndim=1, dtype=torch.int64)
         dev = slot_mapping.device
-        _check_tensor(name, "token_to_req", token_to_req, torch.int32, 1, device=dev)
-        _check_tensor(name, "seq_lens", seq_lens, torch.int32, 1, device=dev)
+        check_tensor(name, "token_to_req", token_to_req, ndim=1, device=dev, device_of="slot_mapping")
+        check_tensor(name, "seq_lens", seq_lens, ndim=1, device=dev, device_of="slot_mapping")
         R = seq_lens.shape[0]
-        _check_tensor(name, "query_start_loc", query_start_loc, torch.int32, 1, numel=R + 1, device=dev)
-        _check_tensor(name, "block_table", block_table, torch.int32, 2, device=dev)
-        _check_int(name, "num_tokens", num_tokens)
-        _check_int(name, "token_offset", token_offset)
+        check_tensor(name, "query_start_loc", query_start_loc, ndim=1, device=dev, device_of="slot_mapping",
+                     length=R + 1, length_of="len(seq_lens) + 1")
+        check_tensor(name, "block_table", block_table, ndim=2, device=dev, device_of="slot_mapping")
+        check_int(name, "num_tokens", num_tokens)
+        check_int(name, "token_offset", token_offset)
         last = token_offset + num_tokens
         for arg, t in (("slot_mapping", slot_mapping), ("token_to_req", token_to_req)):
             if last > t.shape[0]:
                 raise KernelInputError(name, arg, f"has {t.shape[0]} entries but rows token_offset={token_offset} + "
                                                   f"num_tokens={num_tokens} need {last}")
-        _check_int(name, "sliding_window", sliding_window, low=1)
-        _check_int(name, "block_size", block_size, low=1)
-        _check_int(name, "block_stride_rows", block_stride_rows, low=1)
-        _check_int(name, "num_speculative_tokens", num_speculative_tokens)
+        check_int(name, "sliding_window", sliding_window, low=1)
+        check_int(name, "block_size", block_size, low=1)
+        check_int(name, "block_stride_rows", block_stride_rows, low=1)
+        check_int(name, "num_speculative_tokens", num_speculative_tokens)
         if not isinstance(causal, bool):
             raise KernelInputError(name, "causal", f"must be a bool, got {type(causal).__name__}")
         if not causal and num_tokens:
@@ -232,7 +233,7 @@ class ComputeSwaIndicesAndLens(TritonJitKernel["ComputeSwaIndicesAndLens.Compile
                           lmax: int, max_query_len: int | None) -> None:
         """Non-causal rows need ``qlen_b <= Lmax`` (see the class docstring for where it runs)."""
         if max_query_len is not None:
-            _check_int(self.name, "max_query_len", max_query_len)
+            check_int(self.name, "max_query_len", max_query_len)
             if max_query_len > lmax:
                 raise KernelInputError(
                     self.name, "max_query_len",
