@@ -15,6 +15,8 @@ from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.decode import TILE, PrepareUniformDecode, prepare_uniform_decode
 from zerojit.registry import JitWarmupRegistry
 
+from _support import to_cuda
+
 I32 = torch.int32
 SENTINEL = -12345
 
@@ -223,3 +225,19 @@ def test_bad_inputs_name_kernel_and_argument(arg, over):
     assert info.value.kernel == "prepare_uniform_decode"
     assert info.value.argument == arg
     assert "prepare_uniform_decode" in str(info.value) and repr(arg) in str(info.value)
+
+
+# ----------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k3_cases())
+def test_gpu_matches_reference(case):
+    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+
+
+@pytest.mark.gpu
+def test_gpu_serving_size():
+    """256 decodes with 2 query tokens each over a 1,024-wide block table, sentinels around."""
+    case = make_case(seed=5, num_decodes=256, query_len=2, width=1024, Nd=512, extra_reqs=2, extra_rows=8,
+                     extra_cols=16)
+    check_against_reference({k: to_cuda(v) for k, v in case.items()})

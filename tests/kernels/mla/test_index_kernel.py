@@ -18,6 +18,8 @@ from zerojit.kernels.mla.index import (
 )
 from zerojit.registry import JitWarmupRegistry
 
+from _support import to_cuda
+
 I32 = torch.int32
 
 
@@ -330,3 +332,23 @@ def test_validation_reads_metadata_only():
     k1 = ConvertReqIndexToGlobalIndex()
     key = k1.dispatch(block_size=64, block_stride_rows=192, K=2048, count_valid=True)
     assert k1.key_for(**k1.warmup_inputs(key)) == key
+
+
+# ----------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k1_cases())
+def test_gpu_matches_reference(case):
+    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "kw",
+    [dict(count_valid=True), dict(workspace=True, count_valid=True), dict(S=2, rank=1, I=8, count_valid=True)],
+    ids=["count_valid", "workspace_count_valid", "dcp_count_valid"],
+)
+def test_gpu_serving_size(kw):
+    """T = 8,192 tokens, top-k 2,048, a packed stride: the size the kernel benchmark times."""
+    case = make_case(seed=7, T=8192, K=2048, R=64, W=1024, max_blocks=1024, block_size=64, stride=64 * 30, **kw)
+    check_against_reference({k: to_cuda(v) for k, v in case.items()})

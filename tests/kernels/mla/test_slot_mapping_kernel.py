@@ -14,6 +14,8 @@ from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.slot_mapping import CompressedSlotMapping, compressed_slot_mapping
 from zerojit.registry import JitWarmupRegistry
 
+from _support import to_cuda
+
 I32 = torch.int32
 
 
@@ -234,3 +236,22 @@ def test_bad_inputs_name_kernel_and_argument(arg, over):
     assert info.value.kernel == "compressed_slot_mapping" == CompressedSlotMapping.name
     assert info.value.argument == arg
     assert "compressed_slot_mapping" in str(info.value) and repr(arg) in str(info.value)
+
+
+# ----------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(k2_cases())
+def test_gpu_matches_reference(case):
+    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("S, I", [(1, 1), (4, 8)])
+def test_gpu_serving_size(S, I):
+    """A prefill-heavy step: 8,192 tokens over a few long requests, plus decodes."""
+    qlens = [4000, 3000, 1000] + [1] * 192
+    contexts = [0, 5000, 60000] + [30000 + 97 * i for i in range(192)]
+    case = make_case(seed=3, qlens=qlens, contexts=contexts, ratio=4, block_size=256, stride=64 * 30, S=S,
+                     rank=S - 1, I=I, pad=64)
+    check_against_reference({k: to_cuda(v) for k, v in case.items()})
