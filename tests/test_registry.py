@@ -369,4 +369,4 @@ def test_report_is_a_plain_value():
     d = json.loads(json.dumps(report.to_dict()))
     assert d["keys"] == 1 and d["target"] == "cuda:90" and d["failures"] == []
     assert d["kernels"]["Recorder"]["keys"] == [{"request": [["n", "2"]]}]
-    assert "Recorder" in report.summary() and "1 keys over 1 kernels" in report.summary()
+    assert "Recorder" in report.summary() and "1 key over 1 kernel in" in report.summary()

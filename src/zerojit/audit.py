@@ -79,6 +79,8 @@ class RuntimeMiss:
         nearest_key: repr of the nearest warmed key, or None when nothing of the kernel was warmed.
         differences: ``"block_size: warmed as equal-to-one, called as divisible-by-16"``, ...
         options: launch options passed (text), empty when none.
+        no_warmup: set when no zerojit warm-up ran before the run (``"no zerojit warm-up ran
+            (--warmup none)"``): then there is no nearest key to name.
     """
 
     arguments: str
@@ -90,6 +92,16 @@ class RuntimeMiss:
     nearest_key: str | None = None
     differences: tuple[str, ...] = ()
     options: str = ""
+    no_warmup: str | None = None
+
+    @property
+    def nearest(self) -> str:
+        """Where this miss stands against the warm-up, in words (never "None")."""
+        if self.no_warmup:
+            return self.no_warmup
+        if self.nearest_key is None:
+            return "no key of this kernel was warmed (registration dropped?)"
+        return f"nearest warmed key {self.nearest_key}"
 
 
 @dataclass(frozen=True)
@@ -153,6 +165,25 @@ class CoverageAudit:
     @property
     def dead_warmups(self) -> int:
         return sum(len(k.dead) for k in self.kernels)
+
+    def dead_notes(self) -> list[str]:
+        """Footnotes that say what the dead keys mean (none when there are none).
+
+        A kernel with dead keys and no miss: warm-up covered everything this run launched and
+        more; the dead keys are the part of its declared key space that this traffic did not
+        reach (a longer or different trace may). With misses too, warm-up and dispatch may
+        disagree: compare each miss with its nearest warmed key.
+        """
+        unreached = [k.kernel for k in self.kernels if k.dead and not k.misses]
+        suspect = [k.kernel for k in self.kernels if k.dead and k.misses]
+        notes = []
+        if unreached:
+            notes.append(f"dead = warmed, never hit by this run ({', '.join(unreached)}): keys of the declared key "
+                         "space that this traffic did not reach; no miss, so not a bug")
+        if suspect:
+            notes.append(f"dead keys of a kernel that also missed ({', '.join(suspect)}): warm-up and dispatch may "
+                         "disagree; compare each MISS with its nearest warmed key")
+        return notes
 
     def kernel(self, name: str) -> KernelCoverage:
         """The coverage of kernel ``name``.
@@ -235,16 +266,15 @@ class CoverageAudit:
             for m in k.misses:
                 how = f"{m.compiled} compiled, {m.disk_loads} from disk cache, {m.blocked} blocked"
                 lines.append(f"  MISS  {m.arguments}  ({m.misses} misses: {how}; {m.hits} launches)")
-                if m.nearest_key is None:
-                    lines.append("        no key of this kernel was warmed (registration dropped?)")
-                else:
-                    lines.append(f"        nearest warmed key {m.nearest_key}")
+                lines.append(f"        {m.nearest}")
+                if m.nearest_key is not None:
                     lines += [f"        {d}" for d in m.differences]
             for u in k.unwarmed_hits:
                 lines.append(f"  other {u.triton_key}  ({u.hits} launches of a variant neither warmed nor monitored)")
         for d in self.direct:
             lines.append(f"direct triton.compile after warm-up: {d.arguments} "
                          f"({d.compiled} compiled, {d.disk_loads} from disk cache)")
+        lines += [f"note: {n}" for n in self.dead_notes()]
         if self.ok:
             lines.append(f"zero runtime compiles; {self.dead_warmups} dead warm-up key(s)")
         else:
@@ -267,6 +297,7 @@ def _miss_from(count: Any, hits: int = 0, prefix: str = "") -> RuntimeMiss:
         nearest_key=rec.nearest_key,
         differences=tuple(rec.difference_lines),
         options=rec.options,
+        no_warmup=rec.no_warmup,
     )
 
 

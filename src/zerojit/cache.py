@@ -45,6 +45,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .registry import count
+
 __all__ = [
     "cache_dir",
     "entry_name",
@@ -323,7 +325,7 @@ class BundleMismatchError(BundleError):
         bundle: the bundle's value; local: this machine's value.
     """
 
-    def __init__(self, path: str, field: str, bundle: Any, local: Any) -> None:
+    def __init__(self, path: str, field: str, bundle: Any, local: Any, *, target_given: bool = False) -> None:
         hint = {
             "triton_version": "install the Triton the bundle was built with, or rebuild the bundle here",
             "triton_build": "the same Triton version but another build (wheel) of it: use the same wheel",
@@ -333,10 +335,12 @@ class BundleMismatchError(BundleError):
             "ptxas": "another ptxas (TRITON_PTXAS_PATH?) than the builder's: use the same one",
             "cache_env": "set the same cache-relevant environment variables as the builder",
         }[field]
-        super().__init__(
-            f"bundle {path} refused: field {field!r} differs: bundle has {bundle!r}, this machine has {local!r}; "
-            f"{hint}. Nothing was installed."
-        )
+        here = f"this machine has {local!r}"
+        if field == "target" and target_given:  # the value came from the caller, not from this machine
+            here = f"the target given (--target) is {local!r}"
+            hint = f"import it with --target {bundle}, or rebuild the bundle for {local} (zerojit bundle export --target {local})"
+        super().__init__(f"bundle {path} refused: field {field!r} differs: bundle has {bundle!r}, {here}; {hint}. "
+                         "Nothing was installed.")
         self.field = field
         self.bundle = bundle
         self.local = local
@@ -395,10 +399,12 @@ class BundleManifest:
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def summary(self) -> str:
-        lines = [f"zerojit bundle: {self.num_keys} keys of {len(self.kernels)} kernels, {len(self.entries)} cache entries",
+        lines = [f"zerojit bundle: {count(self.num_keys, 'key')} of {count(len(self.kernels), 'kernel')}, "
+                 f"{count(len(self.entries), 'cache entry', 'cache entries')}",
                  f"  target {self.target}, Triton {self.triton_version} (build {self.triton_build[:12]}), "
                  f"{self.python}, created {self.created}"]
-        lines += [f"  {name:<40} {len(k['keys']):>4} keys" for name, k in self.kernels.items()]
+        lines += [f"  {name:<40} {len(k['keys']):>4} {'key' if len(k['keys']) == 1 else 'keys'}"
+                  for name, k in self.kernels.items()]
         return "\n".join(lines)
 
 
@@ -421,8 +427,9 @@ class BundleImport:
 
     def summary(self) -> str:
         note = "" if self.target_checked else " (target not checked: no GPU and no --target)"
-        return (f"imported {len(self.installed)} cache entries ({len(self.present)} already present) for "
-                f"{self.manifest.num_keys} keys of {len(self.manifest.kernels)} kernels into {self.cache_dir}{note}")
+        return (f"imported {count(len(self.installed), 'cache entry', 'cache entries')} ({len(self.present)} already "
+                f"present) for {count(self.manifest.num_keys, 'key')} of {count(len(self.manifest.kernels), 'kernel')} "
+                f"into {self.cache_dir}{note}")
 
 
 def _key_fields(key: Any) -> Any:
@@ -580,9 +587,10 @@ def read_manifest(path: str | os.PathLike) -> BundleManifest:
         return _read_manifest(tar, path)
 
 
-def check_fingerprint(manifest: BundleManifest, path: str, target: str | None) -> bool:
+def check_fingerprint(manifest: BundleManifest, path: str, target: str | None, *, target_given: bool = False) -> bool:
     """Raise :class:`BundleMismatchError` on the first field that differs; returns whether the
-    target was checked (it is not when ``target`` is None)."""
+    target was checked (it is not when ``target`` is None). ``target_given``: the target came
+    from the caller (``--target``), not from this machine's GPU, and the error says so."""
     local = fingerprint(target or manifest.target)
     for f in FINGERPRINT_FIELDS:
         if f == "target" and target is None:
@@ -591,7 +599,7 @@ def check_fingerprint(manifest: BundleManifest, path: str, target: str | None) -
         if f == "ptxas" and target is None and not manifest.target.startswith("cuda:"):
             continue
         if theirs != local[f]:
-            raise BundleMismatchError(path, f, theirs, local[f])
+            raise BundleMismatchError(path, f, theirs, local[f], target_given=target_given)
     return target is not None
 
 
@@ -617,10 +625,11 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
         BundleError: no such file.
     """
     path = os.fspath(path)
+    given = bool(target)
     target = target or current_target_name()
     with _open(path) as tar:
         manifest = _read_manifest(tar, path)
-        checked = check_fingerprint(manifest, path, target)
+        checked = check_fingerprint(manifest, path, target, target_given=given)
         blobs: dict[tuple[str, str], bytes] = {}
         try:
             for member in tar:

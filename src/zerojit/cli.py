@@ -9,11 +9,42 @@ Commands:
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import inspect
+import os
+from typing import Any, Callable, Optional
 
 import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="zerojit: zero JIT compilation at run time for Triton kernels.")
+
+
+def _reflowed(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Join the hard-wrapped lines of each docstring paragraph, so ``--help`` wraps them to the
+    terminal (typer keeps a docstring's line breaks). Apply below ``@app.command``."""
+    paragraphs = inspect.cleandoc(fn.__doc__ or "").split("\n\n")
+    fn.__doc__ = "\n\n".join(" ".join(line.strip() for line in p.splitlines()) for p in paragraphs)
+    return fn
+
+
+def _check_output_file(command: str, option: str, path: Optional[str]) -> None:
+    """Refuse (exit 2), before any work, an output file that cannot be written: its directory
+    missing or read-only, or the path a directory."""
+    if not path:
+        return
+    full = os.path.abspath(path)
+    parent = os.path.dirname(full)
+    problem = None
+    if os.path.isdir(full):
+        problem = "is a directory"
+    elif not os.path.isdir(parent):
+        problem = f"its directory {parent!r} does not exist"
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        problem = f"its directory {parent!r} is not writable"
+    elif os.path.exists(full) and not os.access(full, os.W_OK):
+        problem = "exists and is not writable"
+    if problem:
+        typer.echo(f"zerojit {command}: {option} {path!r}: cannot write there: {problem}", err=True)
+        raise typer.Exit(2)
 
 
 JIT_MONITOR_MODES = ("off", "warn", "error")
@@ -38,6 +69,7 @@ def jit_monitor_mode_option(default: Optional[str] = None) -> Any:
         "--jit-monitor-mode",
         envvar="ZEROJIT_JIT_MONITOR",
         callback=_check_jit_monitor_mode,
+        metavar="MODE",
         help="runtime JIT monitor after warm-up: off, warn (log each runtime compile once) or "
         "error (raise RuntimeJitError before compiling)",
     )
@@ -50,30 +82,48 @@ def apply_jit_monitor_mode(mode: Optional[str]) -> None:
     monitor.configure(mode)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        import zerojit
+
+        typer.echo(f"zerojit {zerojit.__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True, metavar="",
+                                 help="print the zerojit version and exit"),
+) -> None:
     """zerojit: zero JIT compilation at run time for Triton kernels."""
 
 
 @app.command("run")
+@_reflowed
 def run_command(
-    config: str = typer.Option("dsv4-like", "--config", help="a shipped config (deepseek-v3.2, dsv4-like) or a JSON file"),
-    trace: Optional[str] = typer.Option(None, "--trace", help="Azure-format trace CSV (default: the shipped 2,000-request slice)"),
-    requests: Optional[int] = typer.Option(None, "--requests", min=1, help="replay only the first N requests"),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu or cuda (default: cuda when available)"),
-    target: str = typer.Option("cuda:90", "--target", help="compile-only target on cpu"),
-    warmup: str = typer.Option("zerojit", "--warmup", help="zerojit; or, to compare, triton (Triton's own warmup(): compile, no load) or "
-                        "none (plain JIT): these run the monitor in warn mode and need a fresh process"),
+    config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE",
+                               help="a shipped config (deepseek-v3.2, dsv4-like) or a JSON file"),
+    trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE",
+                                        help="Azure-format trace CSV (default: the shipped 2,000-request slice)"),
+    requests: Optional[int] = typer.Option(None, "--requests", min=1, metavar="N", help="replay only the first N requests"),
+    device: Optional[str] = typer.Option(None, "--device", metavar="DEV", help="cpu or cuda (default: cuda when available)"),
+    target: str = typer.Option("cuda:90", "--target", metavar="TARGET", help="compile-only target on cpu (e.g. cuda:80)"),
+    warmup: str = typer.Option("zerojit", "--warmup", metavar="MODE",
+                               help="zerojit; or, to compare, triton (Triton's own warmup(): compile, no load) or "
+                               "none (plain JIT): these run the monitor in warn mode and need a fresh process"),
     jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error"),
-    check: Optional[int] = typer.Option(None, "--check", min=0, help="steps checked against the PyTorch references "
+    check: Optional[int] = typer.Option(None, "--check", min=0, metavar="N",
+                                        help="steps checked against the PyTorch references "
                                         "(cpu: in a TRITON_INTERPRET=1 child; default 0 on cpu, 8 on cuda)"),
-    dcp_size: Optional[int] = typer.Option(None, "--dcp-size", help="decode-context-parallel size S (one process plays one rank)"),
-    dcp_rank: Optional[int] = typer.Option(None, "--dcp-rank", help="the rank this process plays"),
-    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", help="draft tokens per decode step"),
-    backend: Optional[str] = typer.Option(None, "--backend", help="attention backend (default: the config's)"),
-    seed: int = typer.Option(0, "--seed", help="seeds the top-k draws and the check sampling"),
-    json_out: Optional[str] = typer.Option(None, "--json", help="also write the report as JSON to this file"),
-    no_progress: bool = typer.Option(False, "--no-progress", help="no progress bars"),
+    dcp_size: Optional[int] = typer.Option(None, "--dcp-size", metavar="S",
+                                           help="decode-context-parallel size (one process plays one rank)"),
+    dcp_rank: Optional[int] = typer.Option(None, "--dcp-rank", metavar="R", help="the rank this process plays"),
+    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", metavar="N",
+                                                         help="draft tokens per decode step"),
+    backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
+    seed: int = typer.Option(0, "--seed", metavar="N", help="seeds the top-k draws and the check sampling"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="also write the report as JSON to this file"),
+    no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bars"),
 ) -> None:
     """Replay a request trace through the sparse-MLA kernels with zero runtime JIT (the main job).
 
@@ -93,6 +143,7 @@ def run_command(
     from zerojit.runner.engine import RunError, RunOptions, run
     from zerojit.runner.trace import TraceError
 
+    _check_output_file("run", "--json", json_out)
     try:
         options = RunOptions(
             config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
@@ -116,13 +167,19 @@ def run_command(
 
 
 @app.command()
-def demo(target: str = typer.Option("cuda:90", help="compile-only target used when no GPU is present")) -> None:
+def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-only target used when no GPU is present")) -> None:
     """Warm up the example kernel's key space and print the warm-up report."""
     import torch
 
     from zerojit import JitWarmupRegistry, compile_only
+    from zerojit.compile_only import parse_target
     from zerojit.examples.scale_add import scale_add
 
+    try:
+        parse_target(target)
+    except ValueError as e:
+        typer.echo(f"zerojit demo: {e}", err=True)
+        raise typer.Exit(2) from None
     registry = JitWarmupRegistry()
     with registry.activate():
         scale_add.register_warmup(periods=(16, 7), aligned=(True, False))
@@ -135,9 +192,10 @@ def demo(target: str = typer.Option("cuda:90", help="compile-only target used wh
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@_reflowed
 def audit(
-    command: list[str] = typer.Argument(..., help="the command to run, after '--' (e.g. -- python serve.py --trace t.csv)"),
-    json_out: Optional[str] = typer.Option(None, "--json", help="also write the audit as JSON to this file"),
+    command: list[str] = typer.Argument(..., metavar="COMMAND...", help="the command to run, after '--' (e.g. -- python serve.py --trace t.csv)"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="also write the audit as JSON to this file"),
 ) -> None:
     """Run a script under the JIT monitor (warn) and print its coverage audit.
 
@@ -155,6 +213,7 @@ def audit(
 
     from zerojit.audit import AUDIT_OUT_ENV, CoverageAudit
 
+    _check_output_file("audit", "--json", json_out)
     src_root = str(Path(__file__).resolve().parent.parent)  # the child imports this same zerojit
     with tempfile.TemporaryDirectory(prefix="zerojit-audit-") as tmp:
         out = os.path.join(tmp, "audit.json")
@@ -198,16 +257,21 @@ def _register_model(config: Any, backend: Optional[str]) -> Any:
 
 
 @bundle_app.command("export")
+@_reflowed
 def bundle_export(
-    output: str = typer.Option(..., "-o", "--output", help="the bundle file to write (.tar.gz)"),
-    config: str = typer.Option("dsv4-like", "--config", help="a shipped config (deepseek-v3.2, dsv4-like) or a JSON file"),
-    target: str = typer.Option("cuda:90", "--target", help="compile-only target (e.g. cuda:90), or 'device' for the GPU here"),
-    workers: Optional[int] = typer.Option(None, "--workers", min=1, help="compile worker processes (default: CPU count)"),
-    backend: Optional[str] = typer.Option(None, "--backend", help="attention backend (default: the config's)"),
-    dcp_size: Optional[int] = typer.Option(None, "--dcp-size", help="decode-context-parallel size"),
-    dcp_interleave: Optional[int] = typer.Option(None, "--dcp-interleave", help="DCP interleave"),
-    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", help="draft tokens per decode step"),
-    no_progress: bool = typer.Option(False, "--no-progress", help="no progress bar"),
+    output: str = typer.Option(..., "-o", "--output", metavar="FILE", help="the bundle file to write (.tar.gz)"),
+    config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE",
+                               help="a shipped config (deepseek-v3.2, dsv4-like) or a JSON file"),
+    target: str = typer.Option("cuda:90", "--target", metavar="TARGET",
+                               help="compile-only target (e.g. cuda:90), or 'device' for the GPU here"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
+                                          help="compile worker processes (default: CPU count)"),
+    backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
+    dcp_size: Optional[int] = typer.Option(None, "--dcp-size", metavar="S", help="decode-context-parallel size"),
+    dcp_interleave: Optional[int] = typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
+    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", metavar="N",
+                                                         help="draft tokens per decode step"),
+    no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
 ) -> None:
     """Warm up a model's whole key space for TARGET and write it as one bundle.
 
@@ -225,6 +289,7 @@ def bundle_export(
     from zerojit.registry import WarmupError
     from zerojit.runner.config import load_config
 
+    _check_output_file("bundle export", "--output", output)
     overrides = {k: v for k, v in dict(dcp_size=dcp_size, dcp_interleave=dcp_interleave,
                                        num_speculative_tokens=num_speculative_tokens).items() if v is not None}
     if dcp_size is not None:
@@ -242,17 +307,21 @@ def bundle_export(
     except (WarmupError, BundleError) as e:
         typer.echo(f"zerojit bundle export: {e}", err=True)
         raise typer.Exit(1) from None
-    s = report.stats
-    typer.echo(f"wrote {output}: {report.num_keys} keys ({s.total_compiled} compiled, {s.disk_loads} from the disk cache) "
-               f"in {report.seconds:.1f} s")
+    from zerojit.registry import count
+
+    origin = report.stats.origin(len({id(getattr(v, "compiled", v)) for v in report.variants}))
+    typer.echo(f"wrote {output}: {count(report.num_keys, 'key')} ({origin}) in {report.seconds:.1f} s")
     typer.echo(manifest.summary())
 
 
 @bundle_app.command("import")
+@_reflowed
 def bundle_import(
-    file: str = typer.Argument(..., help="the bundle to install"),
-    target: Optional[str] = typer.Option(None, "--target", help="the target it must be for (default: this GPU's)"),
-    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Triton cache folder (default: TRITON_CACHE_DIR)"),
+    file: str = typer.Argument(..., metavar="FILE", help="the bundle to install"),
+    target: Optional[str] = typer.Option(None, "--target", metavar="TARGET",
+                                         help="the target it must be for (default: this GPU's)"),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", metavar="DIR",
+                                            help="Triton cache folder (default: TRITON_CACHE_DIR)"),
 ) -> None:
     """Verify a bundle (manifest fields, every file's SHA-256) and install it into the Triton cache.
 
@@ -271,11 +340,13 @@ def bundle_import(
 
 
 @bundle_app.command("inspect")
+@_reflowed
 def bundle_inspect(
-    file: str = typer.Argument(..., help="a bundle"),
-    json_out: bool = typer.Option(False, "--json", help="print the whole manifest as JSON"),
+    file: str = typer.Argument(..., metavar="FILE", help="a bundle"),
+    json_out: bool = typer.Option(False, "--json", metavar="", help="print the whole manifest as JSON"),
 ) -> None:
-    """Print a bundle's manifest (nothing is verified or installed)."""
+    """Print a bundle's manifest (nothing is verified or installed). Exit status: 0 printed; 2 no such
+    file, or not a readable bundle."""
     import json
 
     from zerojit.cache import BundleError, read_manifest
@@ -284,7 +355,7 @@ def bundle_inspect(
         manifest = read_manifest(file)
     except BundleError as e:
         typer.echo(f"zerojit bundle inspect: {e}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2) from None
     typer.echo(json.dumps(manifest.to_dict(), indent=2) if json_out else manifest.summary())
 
 

@@ -20,10 +20,12 @@ affects every thread of the process while it is open.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from typing import Iterator
 
-__all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "compile_only", "parse_target", "active_compile_only"]
+__all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "compile_only", "parse_target", "supported_cuda_capabilities",
+           "active_compile_only"]
 
 _TARGET = re.compile(r"^(cuda):(\d+)$|^(hip):(gfx\w+)$")
 
@@ -32,11 +34,20 @@ class CompileOnlyLaunchError(RuntimeError):
     """Something tried to execute a kernel under the compile-only driver."""
 
 
+#: The lowest compute capability accepted: Triton's NVIDIA backend has code paths down to sm_70
+#: (``convert_custom_float8_sm70``) and none below.
+MIN_CUDA_CAPABILITY = 70
+
+
 def parse_target(target: str):
     """Parse ``"cuda:90"`` (compute capability 9.0) or ``"hip:gfx942"`` into a Triton ``GPUTarget``.
 
+    A CUDA capability must be one this Triton can compile for (:func:`supported_cuda_capabilities`):
+    an unknown one would otherwise abort the whole process inside LLVM, or fail in ``ptxas``.
+
     Raises:
-        ValueError: the string is not of that form.
+        ValueError: the string is not of that form, or names a CUDA architecture this Triton
+            cannot compile for (the message lists those it can).
     """
     from triton.backends.compiler import GPUTarget
 
@@ -44,8 +55,72 @@ def parse_target(target: str):
     if not m:
         raise ValueError(f"compile-only target {target!r} is not of the form 'cuda:90' or 'hip:gfx942'")
     if m.group(1):
-        return GPUTarget("cuda", int(m.group(2)), 32)
+        capability = int(m.group(2))
+        supported = supported_cuda_capabilities()
+        if supported and capability not in supported:
+            import triton
+
+            why = (f"its NVIDIA backend has no code below sm_{MIN_CUDA_CAPABILITY}" if capability < MIN_CUDA_CAPABILITY
+                   else f"its ptxas does not know {_sm_name(capability)}")
+            raise ValueError(
+                f"compile-only target {target.strip()!r}: Triton {triton.__version__} cannot compile for "
+                f"compute capability {capability} ({why}); supported: {', '.join(f'cuda:{c}' for c in supported)}"
+            )
+        return GPUTarget("cuda", capability, 32)
     return GPUTarget("hip", m.group(4), 64)
+
+
+def _sm_name(capability: int) -> str:
+    try:
+        from triton.backends.nvidia.compiler import sm_arch_from_capability
+
+        return sm_arch_from_capability(capability)
+    except Exception:  # no NVIDIA backend
+        return f"sm_{capability}"
+
+
+@functools.lru_cache(maxsize=None)
+def supported_cuda_capabilities() -> tuple[int, ...]:
+    """The compute capabilities this Triton installation can compile for, derived from it.
+
+    Triton's NVIDIA backend compiles for capability ``C`` with the ``ptxas`` it picks for ``C``
+    (``get_ptxas``: ``ptxas-blackwell`` from 100 on) and the processor name it derives
+    (``sm_arch_from_capability``: ``sm_90a`` from 90 on); LLVM's NVPTX target knows every
+    processor these ``ptxas`` list. So ``C`` is supported when that ``ptxas --help`` lists that
+    name among its ``--gpu-name`` values (and ``C >= MIN_CUDA_CAPABILITY``). With Triton 3.6:
+    70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 120, 121.
+
+    Returns ``()`` (no check) when the NVIDIA backend or its ``ptxas`` cannot be asked.
+    """
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+    except Exception:
+        return ()
+    known: dict[str, set[str]] = {}
+    for arch in (MIN_CUDA_CAPABILITY, 100):  # the two ptxas Triton picks between
+        try:
+            path = get_ptxas(arch).path
+            if path not in known:
+                known[path] = _ptxas_gpu_names(path)
+        except Exception:
+            return ()
+    capabilities: set[int] = set()
+    for path, names in known.items():
+        for name in names:
+            m = re.fullmatch(r"sm_(\d+)a?", name)
+            if m:
+                capabilities.add(int(m.group(1)))
+    return tuple(sorted(c for c in capabilities if c >= MIN_CUDA_CAPABILITY
+                        and sm_arch_from_capability(c) in known.get(get_ptxas(c).path, ())))
+
+
+def _ptxas_gpu_names(path: str) -> set[str]:
+    """The ``--gpu-name`` values a ``ptxas`` lists in its ``--help``."""
+    import subprocess
+
+    text = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60).stdout
+    section = text.partition("--gpu-name")[2].partition("Default value")[0]
+    return set(re.findall(r"'(\w+)'", section))
 
 
 def _driver_base():

@@ -280,6 +280,8 @@ class RuntimeCompile:
         differences: each argument whose class differs from the nearest warmed key.
         option_difference: the launch-option difference from it, if any.
         direct: a direct ``triton.compile`` (no ``triton.jit`` launch).
+        no_warmup: set when no zerojit warm-up ran before it (the monitor held no warmed key
+            of any kernel): says so, e.g. ``"no zerojit warm-up ran (--warmup none)"``.
     """
 
     kernel: str
@@ -294,6 +296,7 @@ class RuntimeCompile:
     differences: tuple[ArgDifference, ...] = ()
     option_difference: str | None = None
     direct: bool = False
+    no_warmup: str | None = None
 
     @property
     def arguments(self) -> str:
@@ -310,9 +313,12 @@ class RuntimeCompile:
     def summary(self) -> str:
         """One line: what compiled and why (the warn-mode log line)."""
         what = "direct triton.compile" if self.direct else "runtime JIT compile"
-        text = f"{what} of kernel {self.kernel!r} after warm-up ({self.arguments})"
+        when = "" if self.no_warmup else " after warm-up"
+        text = f"{what} of kernel {self.kernel!r}{when} ({self.arguments})"
         if self.options:
             text += f" [{self.options}]"
+        if self.no_warmup:
+            return text + f"; {self.no_warmup}"
         if self.nearest_key is None:
             return text + f"; {self.kernel!r} has no warmed key (was its registration dropped?)"
         diffs = "; ".join(self.difference_lines) or "no argument class differs"
@@ -320,7 +326,10 @@ class RuntimeCompile:
 
     def explain(self, *, blocked: bool = False) -> str:
         """The full multi-line explanation (the :class:`RuntimeJitError` message)."""
-        if self.direct:
+        if self.no_warmup:
+            head = (f"zerojit: kernel {self.kernel!r} {'would compile' if blocked else 'compiled'} at run time; "
+                    f"{self.no_warmup}")
+        elif self.direct:
             head = (f"zerojit: direct triton.compile of {self.kernel!r} after warm-up (Triton reports a direct "
                     "compile only after it ran)")
         elif blocked:
@@ -333,7 +342,9 @@ class RuntimeCompile:
         lines += [f"    {n}: {class_words(s)}" for n, s in zip(self.param_names, self.specialization)]
         if self.options:
             lines.append(f"    launch options: {self.options}")
-        if self.nearest_key is None:
+        if self.no_warmup:
+            pass  # the head says why no key is warmed; there is no nearest one to name
+        elif self.nearest_key is None:
             lines.append(f"  no key of {self.kernel!r} was warmed: its registration was never reached. Call "
                          f"register_warmup for it under registry.activate() where the model or KV cache is built.")
         else:
@@ -535,13 +546,17 @@ class JitMonitor:
         mode: ``"off" | "warn" | "error"`` (``"off"``: :meth:`install` installs nothing).
         report: a :class:`~zerojit.registry.WarmupReport` (or several via :meth:`add_report`)
             whose warmed keys explain misses and are audited.
+        no_warmup_note: why nothing was warmed, when that is deliberate (``"--warmup none"``):
+            while the monitor holds no warmed key at all, a runtime compile is explained as
+            "no zerojit warm-up ran (<note>)" instead of as a dropped registration.
 
     Usable as a context manager (install on enter, uninstall on exit). Thread-safe: counters and
     records are updated under one lock; warn mode logs once per distinct (kernel, Triton key).
     """
 
-    def __init__(self, mode: str = "warn", *, report: Any = None) -> None:
+    def __init__(self, mode: str = "warn", *, report: Any = None, no_warmup_note: str | None = None) -> None:
         self._mode = _check_mode(mode)
+        self._no_warmup_note = no_warmup_note
         self._lock = threading.RLock()
         self._links: tuple[_Link, _Link, _Link] | None = None
         self._reports: list[Any] = []
@@ -742,6 +757,8 @@ class JitMonitor:
             kernel=name, function=function, param_names=params, specialization=spec, triton_key=triton_key,
             options=_shown_options(options), warmed_count=len(candidates), direct=direct,
         )
+        if not self._variants and self._no_warmup_note is not None:
+            record = dataclasses.replace(record, no_warmup=f"no zerojit warm-up ran ({self._no_warmup_note})")
         if best is not None:
             _, order, v, diffs, opt_diff = best
             record = dataclasses.replace(record, nearest_key=repr(v.key), nearest_index=order,

@@ -50,6 +50,11 @@ def register(kernel: Any, **request: Any) -> None:
         reg.register(kernel, **request)
 
 
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 kernel"``, ``"2 kernels"``, ``"0 processes"`` (``plural`` when not ``noun + "s"``)."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
 def _freeze(value: Any, where: str) -> Any:
     """A hashable value-identity for a request value: tensors by dtype, shape, strides, alignment."""
     if hasattr(value, "data_ptr") and hasattr(value, "dtype") and hasattr(value, "stride"):
@@ -120,6 +125,26 @@ class WarmupStats:
         """Kernel compiles this warm-up caused, in this process and its workers."""
         return self.compiled + self.worker_compiled
 
+    def origin(self, variants: int | None = None) -> str:
+        """Where the variants came from, in one phrase, e.g. ``"21 compiled by 2 worker processes,
+        then loaded from the disk cache"`` (worker compiles reach this process through the disk
+        cache, so they are also among ``disk_loads``). ``variants``: how many the warm-up
+        produced, to count those that were already in this process."""
+        parts = []
+        if self.worker_compiled:
+            parts.append(f"{self.worker_compiled} compiled by {count(self.workers, 'worker process', 'worker processes')}, "
+                         "then loaded from the disk cache")
+        if self.compiled:
+            parts.append(f"{self.compiled} compiled in this process")
+        cached = self.disk_loads - self.worker_compiled
+        if cached > 0:
+            bundle = f", {self.bundle_entries} entries installed from a bundle" if self.bundle_entries else ""
+            parts.append(f"{cached} loaded from the disk cache, compiled before this warm-up{bundle}")
+        held = (variants or 0) - self.compiled - max(self.disk_loads, self.worker_compiled)
+        if parts and held > 0:
+            parts.append(f"{held} already in this process")
+        return "; ".join(parts) or "nothing compiled or loaded: every variant was already in this process"
+
 
 @dataclass(frozen=True)
 class WarmupReport:
@@ -129,7 +154,8 @@ class WarmupReport:
         kernels: per kernel, keys, compiled variants and seconds (summed over its keys).
         failures: every key that failed, with its kernel and error (none hides another).
         seconds: wall-clock seconds of the whole warm-up.
-        target: the compile target (``"cuda:90"``) or ``"device"`` when compiled for the GPU present.
+        target: the compile target (``"cuda:90"``, also when taken from an active ``compile_only``
+            block) or ``"device"`` when compiled for the GPU present.
         stats: compile, disk-load and worker counts (None for a report not made by ``warmup``).
     """
 
@@ -170,15 +196,12 @@ class WarmupReport:
 
     def summary(self) -> str:
         """A short human-readable table."""
-        lines = [f"warm-up: {self.num_keys} keys over {len(self.kernels)} kernels in {self.seconds:.2f} s "
-                 f"(target {self.target}), {len(self.failures)} failures"]
+        lines = [f"warm-up: {count(self.num_keys, 'key')} over {count(len(self.kernels), 'kernel')} in "
+                 f"{self.seconds:.2f} s (target {self.target}), {count(len(self.failures), 'failure')}"]
         if self.stats is not None:
-            s = self.stats
-            lines.append(f"  compiled {s.compiled} here, {s.worker_compiled} in {s.workers} worker processes; "
-                         f"{s.disk_loads} loaded from the disk cache" + (f" ({s.bundle_entries} entries from a bundle)"
-                                                                          if s.bundle_entries else ""))
+            lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
         for k in self.kernels:
-            lines.append(f"  {k.kernel:<40} {len(k.keys):>4} keys  {k.seconds:7.2f} s")
+            lines.append(f"  {k.kernel:<40} {len(k.keys):>4} {'key ' if len(k.keys) == 1 else 'keys'}  {k.seconds:7.2f} s")
         lines += [f"  FAILED {f}" for f in self.failures]
         return "\n".join(lines)
 
@@ -369,6 +392,11 @@ class JitWarmupRegistry:
             lock_waits=counts.lock_waits, workers=counts.workers, worker_launchers=counts.worker_launchers,
             recovered=tuple(counts.recovered), bundle_entries=len(imported.installed) if imported else 0,
         )
+        if target == "device":  # name what was really compiled for
+            from .compile_only import active_compile_only
+
+            compile_only_driver = active_compile_only()
+            target = compile_only_driver.target_name if compile_only_driver is not None else target
         report = WarmupReport(kernels=kernels, failures=tuple(failures), seconds=time.perf_counter() - start,
                               target=target, stats=stats)
 

@@ -108,6 +108,10 @@ def test_cli_writes_the_json_report(triton_cache, tmp_path):
     assert data["warmup"]["keys"] > 0 and data["warmup"]["seconds"] > 0
     assert data["audit"]["misses"] == 0 and isinstance(data["audit"]["dead"], int)
     assert "zero runtime compiles" in proc.stdout
+    # the tile keys of compute_prefill_metadata above this trace's prefill counts are dead: said why
+    assert data["audit"]["dead"] > 0
+    assert "note: dead = warmed, never hit by this run (compute_prefill_metadata" in proc.stdout
+    assert "1 kernels" not in proc.stdout and "(0 failures)" in proc.stdout
 
 
 def test_warmup_none_puts_compiles_on_the_request_path(triton_cache, tmp_path):
@@ -121,6 +125,11 @@ def test_warmup_none_puts_compiles_on_the_request_path(triton_cache, tmp_path):
     assert data["request_path"]["compiles"] == data["runtime_compiles"]
     assert data["request_path"]["compile_ms"] > 0 and data["request_path"]["cold_steps"] > 0
     assert data["audit"]["misses"] > 0
+    # nothing was warmed on purpose: said so, never "None" as a key nor a dropped registration
+    for text in (proc.stdout, proc.stderr):
+        assert "no zerojit warm-up ran (--warmup none)" in text
+        assert "key None" not in text and "registration" not in text and "after warm-up (" not in text
+    assert all(m["no_warmup"] for k in data["audit"]["detail"]["kernels"] for m in k["misses"])
 
 
 def test_warmup_none_refuses_a_process_with_compiled_kernels(triton_cache):

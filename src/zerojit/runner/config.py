@@ -64,6 +64,8 @@ def load_config(name_or_path: str | os.PathLike, **overrides: Any) -> ModelConfi
     """
     if _is_path(name_or_path):
         path = Path(name_or_path)
+        if path.is_dir():
+            raise ConfigError([f"config path {str(path)!r} is a directory, not a JSON file"], what="config path")
         if not path.is_file():
             raise ConfigError([f"config file {str(path)!r} does not exist"], what="config path")
     else:

@@ -58,7 +58,7 @@ from zerojit.audit import CoverageAudit, build_audit
 from zerojit.kernel import _WARMUP_SINK, CompiledVariant
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.monitor import JitMonitor
-from zerojit.registry import JitWarmupRegistry, KernelWarmup, WarmupFailure, WarmupReport
+from zerojit.registry import JitWarmupRegistry, KernelWarmup, WarmupFailure, WarmupReport, count
 
 from .config import load_config
 from .kv_blocks import BlockAllocator
@@ -164,6 +164,12 @@ class RunOptions:
             problems.append(f"check={self.check}: must be >= 0")
         if self.kv_cache_tokens < 1:
             problems.append(f"kv_cache_tokens={self.kv_cache_tokens}: must be >= 1")
+        try:
+            from zerojit.compile_only import parse_target
+
+            parse_target(self.target)  # a bad target is refused here, before any work
+        except ValueError as e:
+            problems.append(str(e))
         if problems:
             raise RunError("invalid run options:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -359,7 +365,7 @@ class RunReport:
             f"  replay       {self.steps} steps, {self.tokens} tokens ({self.prefill_tokens} prefill, "
             f"{self.decode_tokens} decode), {self.preemptions} preemptions, {self.launches} launches, "
             f"{self.replay_seconds:.1f} s",
-            f"  warm-up      {w.mode}: {w.keys} keys in {w.seconds:.2f} s ({len(w.failures)} failures)",
+            f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})",
             f"  monitor      {self.monitor_mode}: {self.runtime_compiles} runtime compiles",
             f"  request path {rp.compiles} compiles ({rp.compile_ms:.1f} ms compiling), {rp.loads} module loads, "
             f"{rp.cold_steps} cold steps (+{rp.extra_ms:.1f} ms over the median step)",
@@ -371,9 +377,10 @@ class RunReport:
         lines.append(f"  audit        {counts['warmed']} warmed keys, {counts['dead']} dead, {counts['misses']} missed")
         for k in self.audit.kernels:
             lines.append(f"    {k.kernel:<36} {len(k.warmed):>3} warmed {len(k.dead):>3} dead {k.hits:>8} hits "
-                         f"{k.runtime_compiles:>4} misses")
+                         f"{k.runtime_compiles:>4} {'miss' if k.runtime_compiles == 1 else 'misses'}")
             lines += [f"      dead: {w.key}" for w in k.dead]
-            lines += [f"      MISS: {m.arguments} (nearest warmed key {m.nearest_key})" for m in k.misses]
+            lines += [f"      MISS: {m.arguments} ({m.nearest})" for m in k.misses]
+        lines += [f"    note: {n}" for n in self.audit.dead_notes()]
         if self.checks is not None:
             ch = self.checks
             verdict = "all equal" if ch.ok else f"{len(ch.mismatches)} MISMATCHES"
@@ -411,7 +418,7 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
     start = time.perf_counter()
     config = load_config(options.config, **options.config_overrides)                      # 1.
     device = options.resolved_device()
-    trace = load_trace(options.trace_path, limit=options.requests, max_model_len=config.max_model_len)
+    trace = _load_trace(options, config)
     target = options.target if device.type == "cpu" else None
     num_blocks = kv_blocks_per_rank(config, options.kv_cache_tokens)
 
@@ -424,7 +431,9 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
         warmup = warm_up(registry, config, options, target=target or "device")              # 4.
         plan = MetadataPlan.for_cache(config, model.backend, cache)
         check_steps = _cuda_check_steps(trace, config, options, device)
-        with JitMonitor(options.monitor_mode, report=warmup.report) as monitor, _RequestPathClock() as clock:  # 5.
+        no_warmup = f"--warmup {options.warmup}" if options.warmup == "none" else None
+        with JitMonitor(options.monitor_mode, report=warmup.report, no_warmup_note=no_warmup) as monitor, \
+                _RequestPathClock() as clock:                                                # 5.
             replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,   # 6.
                                   step_interval_s=options.step_interval_s, check_steps=check_steps,
                                   progress=options.progress, clock=clock)
@@ -451,6 +460,29 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
         checks=checks,
     )
     return report
+
+
+def _load_trace(options: RunOptions, config: ModelConfig) -> Trace:
+    """The run's trace, or a :class:`RunError` saying why the file cannot be one.
+
+    Raises:
+        RunError: the file does not exist, is a directory, cannot be read, or holds no request.
+        TraceError: a malformed row (naming the line).
+    """
+    path = options.trace_path
+    if path.is_dir():
+        raise RunError(f"trace file {str(path)!r} is a directory, not a CSV file")
+    if not path.exists():
+        raise RunError(f"trace file {str(path)!r} does not exist")
+    try:
+        trace = load_trace(path, limit=options.requests, max_model_len=config.max_model_len)
+    except UnicodeDecodeError:
+        raise RunError(f"trace file {str(path)!r} is not a UTF-8 text CSV file") from None
+    except OSError as e:
+        raise RunError(f"trace file {str(path)!r} cannot be read: {e.strerror or e}") from None
+    if not len(trace):
+        raise RunError(f"trace {str(path)!r} has no requests (a header and no rows)")
+    return trace
 
 
 def kv_blocks_per_rank(config: ModelConfig, kv_cache_tokens: int) -> int:

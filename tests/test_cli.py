@@ -1,0 +1,206 @@
+"""The ``zerojit`` command line: bad input is refused up front (exit 2, one message, no
+traceback), reports say what they mean, and ``--help`` / ``--version`` read cleanly.
+
+Every ``run`` here is refused before warm-up, so nothing compiles; the only compile-free helpers
+run in process through typer's ``CliRunner``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import io
+import json
+import tarfile
+
+from typer.testing import CliRunner
+
+from zerojit.cli import app
+
+HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def invoke(*args: str, env: dict | None = None):
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def run_cli(*args: str):
+    return invoke("run", "--device", "cpu", "--no-progress", "--requests", "5", *args)
+
+
+def refused(result, *needles: str) -> str:
+    """Exit 2 with a message containing every needle, no traceback, and no run started."""
+    text = result.output
+    assert result.exit_code == 2, (result.exit_code, text, result.exception)
+    assert "Traceback" not in text and not isinstance(result.exception, (ValueError, OSError)), text
+    assert "zerojit run: dsv4-like" not in text  # the run never started
+    for n in needles:
+        assert n in text, text
+    return text
+
+
+# ------------------------------------------------------------------------------ 1, 2: --trace
+def test_missing_trace_file_exits_2(tmp_path):
+    missing = tmp_path / "nosuch.csv"
+    refused(run_cli("--trace", str(missing)), f"zerojit run: trace file '{missing}' does not exist")
+
+
+def test_trace_directory_exits_2(tmp_path):
+    refused(run_cli("--trace", str(tmp_path)), f"trace file '{tmp_path}' is a directory")
+
+
+def test_header_only_trace_exits_2(tmp_path):
+    empty = tmp_path / "empty.csv"
+    empty.write_text(HEADER)
+    refused(run_cli("--trace", str(empty)), f"trace '{empty}' has no requests")
+
+
+# ------------------------------------------------------------------------------ 3: --json
+@pytest.mark.parametrize("where", ["missing-dir", "directory"])
+def test_unwritable_json_path_is_refused_before_the_run(tmp_path, where):
+    path = str(tmp_path / "nosuch" / "o.json") if where == "missing-dir" else str(tmp_path)
+    text = refused(run_cli("--json", path), f"zerojit run: --json '{path}'")
+    assert len(text.strip().splitlines()) == 1
+    assert ("does not exist" if where == "missing-dir" else "is a directory") in text
+
+
+def test_audit_and_bundle_export_check_their_output_paths_first(tmp_path):
+    path = str(tmp_path / "nosuch" / "o.json")
+    refused(invoke("audit", "--json", path, "--", "true"), "zerojit audit: --json")
+    refused(invoke("bundle", "export", "-o", path), "zerojit bundle export: --output")
+
+
+# ------------------------------------------------------------------------------ 4, 5: --target
+def test_malformed_target_exits_2():
+    refused(run_cli("--target", "bogus"), "compile-only target 'bogus' is not of the form")
+
+
+def test_unknown_cuda_architecture_is_refused_listing_the_supported_ones():
+    text = refused(run_cli("--target", "cuda:999"), "compile-only target 'cuda:999'", "cannot compile for",
+                   "supported: cuda:70")
+    assert "cuda:90" in text and "cuda:120" in text
+    refused(invoke("demo", "--target", "cuda:999"), "zerojit demo: compile-only target 'cuda:999'")
+
+
+def test_supported_cuda_capabilities_come_from_tritons_ptxas():
+    from zerojit.compile_only import parse_target, supported_cuda_capabilities
+
+    supported = supported_cuda_capabilities()
+    for c in (75, 80, 86, 89, 90, 100, 120):  # each compiles with Triton 3.6's ptxas (sm_90a, sm_100a, ...)
+        assert c in supported and parse_target(f"cuda:{c}").arch == c
+    for c in (50, 88, 110, 999):  # below sm_70, unknown to its ptxas, or unknown to both
+        assert c not in supported
+        with pytest.raises(ValueError, match=rf"cuda:{c}'.*supported: cuda:70"):
+            parse_target(f"cuda:{c}")
+    assert parse_target("hip:gfx942").arch == "gfx942"  # HIP targets are not checked here
+
+
+# ------------------------------------------------------------------------------ 6: --config
+def test_config_directory_is_named_a_directory(tmp_path):
+    text = refused(run_cli("--config", str(tmp_path)), f"config path '{tmp_path}' is a directory")
+    assert "does not exist" not in text
+
+
+# ------------------------------------------------------------------------------ 7: bundle export
+def test_warmup_origin_says_workers_compiled_then_this_process_loaded():
+    from zerojit.registry import WarmupStats
+
+    assert (WarmupStats(worker_compiled=21, disk_loads=21, workers=2).origin()
+            == "21 compiled by 2 worker processes, then loaded from the disk cache")
+    assert WarmupStats(compiled=3).origin() == "3 compiled in this process"
+    warm = WarmupStats(disk_loads=21, workers=0).origin()
+    assert warm == "21 loaded from the disk cache, compiled before this warm-up" and "worker" not in warm
+    assert "1 worker process," in WarmupStats(worker_compiled=1, disk_loads=1, workers=1).origin()
+    assert WarmupStats(compiled=4).origin(variants=19) == "4 compiled in this process; 15 already in this process"
+
+
+# ------------------------------------------------------------------------------ 8: --warmup none
+def test_no_warmup_is_said_and_never_None():
+    from zerojit.audit import CoverageAudit, KernelCoverage, RuntimeMiss
+    from zerojit.monitor import RuntimeCompile
+
+    rec = RuntimeCompile(kernel="k", function="m.k", param_names=("n",), specialization=(),
+                         no_warmup="no zerojit warm-up ran (--warmup none)")
+    line = rec.summary()
+    assert line.endswith("; no zerojit warm-up ran (--warmup none)") and "after warm-up" not in line
+    assert "registration" not in rec.explain(blocked=False)
+    miss = RuntimeMiss("n: i32", 1, 1, 0, 0, no_warmup=rec.no_warmup)
+    table = CoverageAudit(kernels=(KernelCoverage("k", misses=(miss,)),)).table()
+    assert "no zerojit warm-up ran (--warmup none)" in table and "None" not in table
+    assert "None" not in RuntimeMiss("n: i32", 1, 1, 0, 0).nearest  # no key of this kernel was warmed
+
+
+# ------------------------------------------------------------------------------ 9: small points
+def test_bundle_inspect_of_a_missing_file_exits_2(tmp_path):
+    result = invoke("bundle", "inspect", str(tmp_path / "nosuch.tar.gz"))
+    assert result.exit_code == 2 and "does not exist" in result.output
+
+
+def test_bundle_import_names_a_target_given_as_given(tmp_path):
+    from zerojit.cache import BUNDLE_FORMAT, BUNDLE_VERSION, MANIFEST_NAME, fingerprint
+
+    manifest = {"format": BUNDLE_FORMAT, "version": BUNDLE_VERSION, **fingerprint("cuda:90"), "kernels": {},
+                "entries": {}, "created": "", "zerojit_version": ""}
+    bundle = tmp_path / "b.tar.gz"
+    data = json.dumps(manifest).encode()
+    with tarfile.open(bundle, "w:gz") as tar:
+        info = tarfile.TarInfo(MANIFEST_NAME)
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    result = invoke("bundle", "import", str(bundle), "--target", "cuda:80", "--cache-dir", str(tmp_path / "cache"))
+    assert result.exit_code == 1, result.output
+    assert "the target given (--target) is 'cuda:80'" in result.output and "this machine" not in result.output
+
+
+def test_version():
+    import zerojit
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.output.strip() == f"zerojit {zerojit.__version__}"
+
+
+def test_help_paragraphs_are_reflowed_and_option_names_fit_80_columns():
+    from zerojit import cli
+
+    for fn in (cli.run_command, cli.audit, cli.bundle_export, cli.bundle_import, cli.bundle_inspect):
+        assert all("\n" not in p for p in fn.__doc__.split("\n\n")), fn.__name__
+    env = {"COLUMNS": "80", "TERMINAL_WIDTH": "80"}
+    for command in (["run"], ["bundle", "export"]):
+        text = invoke(*command, "--help", env=env).output
+        assert "--num-speculative-tokens " in text and "…" not in text, text
+        assert max(len(line) for line in text.splitlines()) <= 80
+    run_help = " ".join(invoke("run", "--help", env=env).output.split())
+    assert "under the registry (their layers register their kernels), warms up" in run_help
+
+
+def test_counts_are_singular_for_one():
+    from zerojit.cache import BundleManifest
+    from zerojit.registry import KernelWarmup, WarmupReport, count
+
+    assert (count(1, "kernel"), count(2, "kernel"), count(1, "cache entry", "cache entries")) == \
+        ("1 kernel", "2 kernels", "1 cache entry")
+    report = WarmupReport(kernels=(KernelWarmup("k", (1,), (), 0.0),), target="cuda:90")
+    assert report.summary().startswith("warm-up: 1 key over 1 kernel in") and "0 failures" in report.summary()
+    manifest = BundleManifest("3.6.0", "b", "cpython-3.11", "cuda:90", "k", None, kernels={"k": {"keys": [{}]}},
+                              entries={"e": {}})
+    assert manifest.summary().startswith("zerojit bundle: 1 key of 1 kernel, 1 cache entry")
+
+
+# ------------------------------------------------------------------------------ 10: dead keys
+def test_dead_keys_are_explained_in_the_audit():
+    from zerojit.audit import CoverageAudit, KernelCoverage, RuntimeMiss, WarmedKey
+
+    unreached = KernelCoverage("k5", warmed=(WarmedKey("tile=1", 20), WarmedKey("tile=256", 0)), hits=20)
+    audit = CoverageAudit(kernels=(unreached,))
+    assert audit.dead_notes() == ["dead = warmed, never hit by this run (k5): keys of the declared key space that "
+                                  "this traffic did not reach; no miss, so not a bug"]
+    assert "note: dead = warmed, never hit by this run (k5)" in audit.table()
+    missed = KernelCoverage("k1", warmed=(WarmedKey("a", 0),), misses=(RuntimeMiss("n: i32", 1, 1, 0, 0, nearest_key="a"),))
+    notes = CoverageAudit(kernels=(missed,)).dead_notes()
+    assert len(notes) == 1 and "may disagree" in notes[0]
+    assert CoverageAudit(kernels=(KernelCoverage("k", warmed=(WarmedKey("a", 1),), hits=1),)).dead_notes() == []
