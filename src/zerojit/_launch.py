@@ -276,7 +276,7 @@ def _namespace(jit_fn: Any) -> dict[str, Any]:
     import sys
 
     return dict(
-        _SAFE_CONST=_SAFE_CONST, _Tensor=torch.Tensor, _int=int, _bool=bool, _float=float, _wide=_wide,
+        _Tensor=torch.Tensor, _int=int, _bool=bool, _float=float, _wide=_wide,
         _UNPROVABLE=_UNPROVABLE, _const_token=_const_token, _value_token=_value_token, _K=_knobs, _J=jit_fn,
         _HookChain=HookChain, _globals_unchanged=_globals_unchanged, _zj_mod=sys.modules[__name__],
         _current_device=current_device,

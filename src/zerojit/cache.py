@@ -50,7 +50,6 @@ from .registry import count
 __all__ = [
     "cache_dir",
     "entry_name",
-    "entry_complete",
     "entry_lock",
     "launcher_lock",
     "use_fast_triton_key",
@@ -97,15 +96,6 @@ def cache_dir() -> str:
 def entry_name(cache_hash: str) -> str:
     """The folder name of the entry of Triton cache key ``cache_hash`` (a SHA-256 hex digest)."""
     return base64.b32encode(bytes.fromhex(cache_hash)).decode("ascii").rstrip("=")
-
-
-def entry_complete(cache_hash: str, kernel_name: str) -> bool:
-    """True when Triton's ``compile`` would find this entry (its metadata group is complete)."""
-    from triton.runtime.cache import get_cache_manager
-
-    metadata = f"{kernel_name[:150]}.json"  # Triton truncates file names the same way
-    group = get_cache_manager(cache_hash).get_group(metadata)
-    return bool(group) and metadata in group
 
 
 def _lock(name: str, folder: str | None = None):

@@ -15,6 +15,8 @@ from typing import Any, Callable, Optional
 
 import typer
 
+from zerojit.monitor import ENV_VAR as _JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="zerojit: zero JIT compilation at run time for Triton kernels.")
 
 
@@ -47,9 +49,6 @@ def _check_output_file(command: str, option: str, path: Optional[str]) -> None:
         raise typer.Exit(2)
 
 
-JIT_MONITOR_MODES = ("off", "warn", "error")
-
-
 def _check_jit_monitor_mode(value: Optional[str]) -> Optional[str]:
     if value is not None and value.lower() not in JIT_MONITOR_MODES:
         raise typer.BadParameter(f"must be one of {', '.join(JIT_MONITOR_MODES)}, not {value!r}")
@@ -67,7 +66,7 @@ def jit_monitor_mode_option(default: Optional[str] = None) -> Any:
     return typer.Option(
         default,
         "--jit-monitor-mode",
-        envvar="ZEROJIT_JIT_MONITOR",
+        envvar=_JIT_MONITOR_ENV,
         callback=_check_jit_monitor_mode,
         metavar="MODE",
         help="runtime JIT monitor after warm-up: off, warn (log each runtime compile once) or "
@@ -151,10 +150,7 @@ def run_command(
             num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=not no_progress,
         )
         report = run(options)
-    except (ConfigError, BackendError, TraceError) as e:
-        typer.echo(f"zerojit run: {e}", err=True)
-        raise typer.Exit(2) from None
-    except RunError as e:
+    except (ConfigError, BackendError, TraceError, RunError) as e:
         typer.echo(f"zerojit run: {e}", err=True)
         raise typer.Exit(2) from None
     except (RuntimeJitError, WarmupError) as e:
@@ -206,7 +202,6 @@ def audit(
     own status; 2 when the script ran no zerojit warm-up and exited 0.
     """
     import json
-    import os
     import subprocess
     import tempfile
     from pathlib import Path
@@ -218,7 +213,7 @@ def audit(
     with tempfile.TemporaryDirectory(prefix="zerojit-audit-") as tmp:
         out = os.path.join(tmp, "audit.json")
         env = dict(os.environ)
-        env["ZEROJIT_JIT_MONITOR"] = "warn"
+        env[_JIT_MONITOR_ENV] = "warn"
         env[AUDIT_OUT_ENV] = out
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
         try:
@@ -280,7 +275,6 @@ def bundle_export(
     kernels and keys. Exit status: 0 written; 1 warm-up failed; 2 invalid input.
     """
     import contextlib
-    import os
 
     from zerojit.cache import BundleError, export_bundle
     from zerojit.compile_only import compile_only

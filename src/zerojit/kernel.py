@@ -361,21 +361,18 @@ class TritonJitKernel(JitKernel[KeyT]):
         """Launch inputs whose every argument lies in ``key``'s specialization class."""
         raise NotImplementedError
 
-    def _zerojit_launch(self, spec: LaunchSpec, inputs: tuple, plan: Plan | None = None) -> Any:
+    def _zerojit_launch(self, spec: LaunchSpec, inputs: tuple, plan: Plan) -> Any:
         """The launch behind ``__call__`` where its inline paths do not apply (warm-up, first use).
 
         ``inputs`` are the launcher's inputs, in order; ``plan`` the class's :class:`Plan` for
-        ``spec.kwargs``. Normal path: Triton's ``JITFunction.run`` with the parameter values passed
-        positionally (what Triton's binder would bind). Fast path (``fast_path``, a recorded
-        warm-up variant whose classes the arguments provably share): the warmed kernel directly.
+        ``spec.kwargs``; the grid has no 0 (``__call__`` returned before). Normal path: Triton's
+        ``JITFunction.run`` with the parameter values passed positionally (what Triton's binder
+        would bind). Fast path (``fast_path``, a recorded warm-up variant whose classes the
+        arguments provably share): the warmed kernel directly.
         """
         state = self._launch_state
         sk = spec.kwargs
-        if plan is None:
-            plan = state.plan(tuple(sk))
         grid = spec.grid
-        if 0 in grid:  # launches (and compiles) nothing, in warm-up as at run time
-            return spec.returns
         if _WARMUP_SINK.get() is not None:
             return self._warmup_launch(spec, plan.args(sk, *inputs))
         drv = _triton_driver._active
@@ -402,7 +399,8 @@ class TritonJitKernel(JitKernel[KeyT]):
         """A launch inside ``compile(key)``: compile (never execute), hand the result to the sink."""
         args, options, otoken = planned
         if args is None:  # a kernel parameter has no value: the keyword call lets Triton name it
-            return self._launch(spec, options)
+            _WARMUP_SINK.get().append((self.kernel.run(grid=spec.grid, warmup=True, **options), options))
+            return spec.returns
         state = self._launch_state
         compiled = self.kernel.run(*args, grid=spec.grid, warmup=True, **options)
         _WARMUP_SINK.get().append((compiled, dict(zip(state.param_names, args), **options)))
@@ -435,22 +433,6 @@ class TritonJitKernel(JitKernel[KeyT]):
         """The variants the fast path can launch (on ``device``, or on every device), warm-up order."""
         fast = self._launch_state.fast if self._launch_state is not None else None
         return () if fast is None else fast.variants(device)
-
-    def _launch(self, spec: LaunchSpec, args: dict[str, Any]) -> Any:
-        """A keyword launch (a warm-up whose plan leaves a kernel parameter without a value)."""
-        grid = spec.grid
-        if 0 in grid:  # launches (and compiles) nothing, in warm-up as at run time
-            return spec.returns
-        sink = _WARMUP_SINK.get()
-        if sink is not None:
-            sink.append((self.kernel.run(grid=grid, warmup=True, **args), args))
-            return spec.returns
-        dry = isinstance(_triton_driver._active, CompileOnlyDriver)
-        compiled = self.kernel.run(grid=grid, warmup=dry, **args)
-        observer = _launch_observer
-        if observer is not None:
-            observer(self, compiled)
-        return spec.returns
 
     def compile(self, key: KeyT) -> CompiledVariant:
         """Compile ``key`` by a fake launch through ``__call__``; on a GPU also load it.

@@ -37,6 +37,7 @@ what happened.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import hashlib
 import json
 import os
@@ -53,6 +54,7 @@ from typing import Any, Callable, Sequence
 
 from . import _compile_worker as _wire
 from .cache import cache_dir, entry_lock, launcher_lock, use_fast_triton_key
+from .registry import WarmupStats
 
 __all__ = ["WarmupSession", "JobOutcome"]
 
@@ -117,14 +119,20 @@ class _Request:
 
 @dataclass
 class _Counts:
+    """The session's running tally of :class:`~zerojit.registry.WarmupStats`' fields (mutable,
+    touched under the session's lock); :meth:`stats` freezes it."""
+
     compiled: int = 0
     worker_compiled: int = 0
     disk_loads: int = 0
     lock_waits: int = 0
     workers: int = 0
     worker_launchers: int = 0
-    deferred: int = 0
     recovered: list = field(default_factory=list)
+
+    def stats(self, **more: Any) -> WarmupStats:
+        """These counts as a :class:`WarmupStats`; ``more``: its fields a session does not count."""
+        return WarmupStats(**{**dataclasses.asdict(self), "recovered": tuple(self.recovered), **more})
 
 
 def _options(specialization_data: str) -> dict:
@@ -266,8 +274,6 @@ class WarmupSession:
                     pool.submit_launcher(types, key, launcher_lock(key).lock_file)
                     with self._lock:
                         self._launchers[types] = (key, True)  # on disk once the pool drains
-                with self._lock:
-                    self.counts.deferred += 1
                 raise _Deferred()
         if present:
             return group

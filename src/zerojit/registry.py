@@ -365,7 +365,6 @@ class JitWarmupRegistry:
             else:
                 outcomes = session.run(jobs + extra, progress=progress, expect_warm=imported is not None)
         outcomes = outcomes[: len(jobs)]
-        counts = session.counts
 
         per_kernel: dict[Any, list] = {kernel: [] for kernel in plan}
         for (kernel, key), outcome in zip(jobs, outcomes):
@@ -387,11 +386,7 @@ class JitWarmupRegistry:
             from .loading import prime_launch_path
 
             prime_launch_path()
-        stats = WarmupStats(
-            compiled=counts.compiled, worker_compiled=counts.worker_compiled, disk_loads=counts.disk_loads,
-            lock_waits=counts.lock_waits, workers=counts.workers, worker_launchers=counts.worker_launchers,
-            recovered=tuple(counts.recovered), bundle_entries=len(imported.installed) if imported else 0,
-        )
+        stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0)
         if target == "device":  # name what was really compiled for
             from .compile_only import active_compile_only
 

@@ -57,7 +57,7 @@ import torch
 from zerojit.audit import CoverageAudit, build_audit
 from zerojit.kernel import _WARMUP_SINK, CompiledVariant
 from zerojit.kernels.mla.config import ModelConfig
-from zerojit.monitor import JitMonitor
+from zerojit.monitor import ENV_VAR as JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES, JitMonitor
 from zerojit.registry import JitWarmupRegistry, KernelWarmup, WarmupFailure, WarmupReport, count
 
 from .config import load_config
@@ -125,7 +125,7 @@ class RunOptions:
         progress: show progress bars.
         kv_cache_tokens: context tokens the paged KV cache holds (over all DCP ranks).
         step_interval_s: simulated seconds per scheduler step (arrivals replayed in that time).
-        workers: warm-up compile workers (None: 1, compiling in this process).
+        workers: warm-up compile worker processes (None: 1, compiling in this process).
         fresh_triton_cache: compile into a new, empty Triton cache directory (always for the
             ``triton`` / ``none`` warm-ups).
     """
@@ -154,7 +154,7 @@ class RunOptions:
         problems = []
         if self.warmup not in WARMUP_MODES:
             problems.append(f"warmup={self.warmup!r}: must be one of {', '.join(WARMUP_MODES)}")
-        if self.jit_monitor_mode not in ("off", "warn", "error"):
+        if self.jit_monitor_mode not in JIT_MONITOR_MODES:
             problems.append(f"jit_monitor_mode={self.jit_monitor_mode!r}: must be off, warn or error")
         if self.device not in (None, "cpu", "cuda"):
             problems.append(f"device={self.device!r}: must be cpu or cuda")
@@ -636,9 +636,7 @@ class _RequestPathClock:
     def __init__(self) -> None:
         self.compile_s = 0.0
         self.misses = 0
-        self.compiles = 0
         self.loads = 0
-        self.load_s = 0.0
         self._starts: dict[str, float] = {}
         self._load_t0: float | None = None
         self._prev: tuple[Any, Any] = (None, None)
@@ -656,7 +654,6 @@ class _RequestPathClock:
         result = prev(**kw) if prev is not None else None
         t0 = self._starts.pop(kw.get("key"), None)
         if t0 is not None:
-            self.compiles += 1
             self.compile_s += time.perf_counter() - t0
         return result
 
@@ -666,7 +663,6 @@ class _RequestPathClock:
     def _on_load_end(self, *args: Any) -> None:
         if self._load_t0 is not None:
             self.loads += 1
-            self.load_s += time.perf_counter() - self._load_t0
             self._load_t0 = None
 
     def __enter__(self) -> "_RequestPathClock":
@@ -708,6 +704,10 @@ class StepSummary:
     num_tokens: int
     num_prefills: int
     num_decodes: int
+
+    @classmethod
+    def of(cls, batch: Batch) -> "StepSummary":
+        return cls(batch.step, batch.num_tokens, batch.num_prefills, batch.num_decodes)
 
 
 @dataclass
@@ -811,7 +811,7 @@ def replay_trace(
         replay.decode_tokens += batch.num_decode_tokens
         replay.prefill_tokens += batch.num_prefill_tokens
         replay.preemptions += len(batch.preempted)
-        replay.summaries.append(StepSummary(batch.step, batch.num_tokens, batch.num_prefills, batch.num_decodes))
+        replay.summaries.append(StepSummary.of(batch))
         if batch.finished:
             bar.update(len(batch.finished))
     bar.close()
@@ -863,7 +863,7 @@ def _cuda_check_steps(trace: Trace, config: ModelConfig, options: RunOptions, de
         return ()
     scheduler, _ = make_scheduler(trace, config, num_blocks=kv_blocks_per_rank(config, options.kv_cache_tokens),
                                   step_interval_s=options.step_interval_s)
-    summaries = [StepSummary(b.step, b.num_tokens, b.num_prefills, b.num_decodes) for b in scheduler]
+    summaries = [StepSummary.of(b) for b in scheduler]
     return choose_check_steps(summaries, n, options.seed)
 
 
@@ -882,7 +882,7 @@ def check_in_interpreter(options: RunOptions, steps: Sequence[int]) -> CheckRepo
     src_root = str(Path(__file__).resolve().parents[2])
     env = dict(os.environ, TRITON_INTERPRET="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
-    env.pop("ZEROJIT_JIT_MONITOR", None)
+    env.pop(JIT_MONITOR_ENV, None)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="zerojit-check-") as tmp:
         spec, result = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
