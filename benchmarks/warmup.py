@@ -80,15 +80,11 @@ def matrix_configs(space: str) -> list:
 def key_space(space: str):
     """A registry whose key space is the union of every config's (first-seen order)."""
     from zerojit.registry import JitWarmupRegistry
-    from zerojit.runner.kv_cache import allocate_kv_cache
-    from zerojit.runner.model import SparseMLAModel
+    from zerojit.runner.model import register_model
 
     union: dict = {}
     for config in matrix_configs(space):
-        registry = JitWarmupRegistry()
-        with registry.activate():
-            model = SparseMLAModel(config)
-            model.bind_kv_cache(allocate_kv_cache(config, 4 * config.dcp_size))
+        registry = register_model(config)
         plan, failures = registry.warmup_keys(config)
         if failures:
             sys.exit(f"listing keys failed for {config.name}: {failures}")

@@ -216,14 +216,14 @@ def test_built_without_a_gpu_imported_elsewhere_warms_with_zero_compiles(tmp_pat
     script = (
         "import json\n"
         "from triton import knobs\n"
-        "from zerojit.cli import _register_model\n"
+        "from zerojit.runner.model import register_model\n"
         "from zerojit.compile_only import compile_only\n"
         "from zerojit.runner.config import load_config\n"
         "events = []\n"
         "knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)\n"
         "cfg = load_config('dsv4-like')\n"
         "with compile_only('cuda:90'):\n"
-        "    report = _register_model(cfg, None).warmup(cfg, progress=False, workers=2, target='cuda:90')\n"
+        "    report = register_model(cfg, None).warmup(cfg, progress=False, workers=2, target='cuda:90')\n"
         "print(json.dumps({'compiled': events.count(False), 'loaded': events.count(True), 'keys': report.num_keys}))\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], env=dict(env, TRITON_CACHE_DIR=str(tmp_path / "server")),
@@ -253,12 +253,12 @@ def test_on_a_gpu_a_bundle_built_with_no_gpu_visible_warms_with_zero_compiles(tm
     script = (
         "import json\n"
         "from triton import knobs\n"
-        "from zerojit.cli import _register_model\n"
+        "from zerojit.runner.model import register_model\n"
         "from zerojit.runner.config import load_config\n"
         "events = []\n"
         "knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)\n"
         "cfg = load_config('dsv4-like')\n"
-        "report = _register_model(cfg, None).warmup(cfg, progress=False, workers=4)\n"
+        "report = register_model(cfg, None).warmup(cfg, progress=False, workers=4)\n"
         "print(json.dumps({'compiled': events.count(False), 'keys': report.num_keys,\n"
         "                  'loaded': all(v.loaded for v in report.variants)}))\n"
     )

@@ -31,19 +31,14 @@ def _rank(rank: int, init_file: str, caches: list[str], out: str) -> None:
 
     from zerojit.compile_only import compile_only
     from zerojit.monitor import JitMonitor
-    from zerojit.registry import JitWarmupRegistry
     from zerojit.runner.config import load_config
-    from zerojit.runner.kv_cache import allocate_kv_cache
-    from zerojit.runner.model import SparseMLAModel
+    from zerojit.runner.model import register_model
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
     events: list[bool] = []
     knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)
     config = load_config("dsv4-like")
-    registry = JitWarmupRegistry()
-    with registry.activate():
-        model = SparseMLAModel(config)
-        model.bind_kv_cache(allocate_kv_cache(config, 8))
+    registry = register_model(config)
     with compile_only("cuda:90"):
         report = registry.warmup(config, group=dist.group.WORLD, progress=False, target="cuda:90")
         with JitMonitor("error", report=report) as monitor:

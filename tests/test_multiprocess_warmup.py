@@ -29,19 +29,14 @@ import glob, json, os, sys, time
 from triton import knobs
 from zerojit.compile_only import compile_only
 from zerojit.monitor import JitMonitor
-from zerojit.registry import JitWarmupRegistry
 from zerojit.runner.config import load_config
-from zerojit.runner.kv_cache import allocate_kv_cache
-from zerojit.runner.model import SparseMLAModel
+from zerojit.runner.model import register_model
 
 index, count, workers, gate = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 events = []
 knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)
 config = load_config("dsv4-like")
-registry = JitWarmupRegistry()
-with registry.activate():
-    model = SparseMLAModel(config)
-    model.bind_kv_cache(allocate_kv_cache(config, 8))
+registry = register_model(config)
 with compile_only("cuda:90"):
     open(os.path.join(gate, f"ready-{index}"), "w").close()
     while len(glob.glob(os.path.join(gate, "ready-*"))) < count:  # all start together

@@ -28,8 +28,7 @@ from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.keyspace import choices, trace_dispatch
 from zerojit.registry import JitWarmupRegistry, WarmupError
 from zerojit.runner.config import load_config
-from zerojit.runner.kv_cache import allocate_kv_cache
-from zerojit.runner.model import SparseMLAModel
+from zerojit.runner.model import register_model
 from zerojit.specialization import WarmupTensor
 
 ENTRY = re.compile(r"^[A-Z2-7]+$")
@@ -48,11 +47,7 @@ def use_cache(monkeypatch, path) -> str:
 
 def dsv4_registry():
     config = load_config("dsv4-like")
-    registry = JitWarmupRegistry()
-    with registry.activate():
-        model = SparseMLAModel(config)
-        model.bind_kv_cache(allocate_kv_cache(config, 8))
-    return registry, config
+    return register_model(config), config
 
 
 def forget_in_process(registry, config=None) -> None:
@@ -224,12 +219,12 @@ def test_compile_workers_import_no_torch():
 GPU_WARMUP = r"""
 import json, sys
 from triton import knobs
-from zerojit.cli import _register_model
+from zerojit.runner.model import register_model
 from zerojit.runner.config import load_config
 events = []
 knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)
 config = load_config("dsv4-like")
-report = _register_model(config, None).warmup(config, workers=int(sys.argv[1]), progress=False)
+report = register_model(config, None).warmup(config, workers=int(sys.argv[1]), progress=False)
 print(json.dumps({"variants": [[v.kernel, repr(v.key), v.triton_key, [repr(s) for s in v.specialization], v.loaded]
                                for v in report.variants],
                   "compiled": events.count(False), "loaded": events.count(True), "stats": report.to_dict()["stats"]}))

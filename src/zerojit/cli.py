@@ -238,19 +238,6 @@ bundle_app = typer.Typer(no_args_is_help=True, help="Cache bundles: a model's co
 app.add_typer(bundle_app, name="bundle")
 
 
-def _register_model(config: Any, backend: Optional[str]) -> Any:
-    """A registry holding what the runner's model and KV cache register for ``config``."""
-    from zerojit.registry import JitWarmupRegistry
-    from zerojit.runner.kv_cache import allocate_kv_cache
-    from zerojit.runner.model import SparseMLAModel
-
-    registry = JitWarmupRegistry()
-    with registry.activate():
-        model = SparseMLAModel(config, backend)
-        model.bind_kv_cache(allocate_kv_cache(config, 4 * config.dcp_size))  # strides do not depend on the size
-    return registry
-
-
 @bundle_app.command("export")
 @_reflowed
 def bundle_export(
@@ -291,7 +278,9 @@ def bundle_export(
     try:
         cfg = load_config(config, **overrides)
         with (compile_only(target) if target != "device" else contextlib.nullcontext()):
-            registry = _register_model(cfg, backend)
+            from zerojit.runner.model import register_model
+
+            registry = register_model(cfg, backend)
             report = registry.warmup(cfg, workers=workers or os.cpu_count(), progress=not no_progress,
                                      target=target)
             manifest = export_bundle(report, output)

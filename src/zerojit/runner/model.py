@@ -156,3 +156,24 @@ class SparseMLAModel:
         kinds = ", ".join(f"{k}={n}" for k, n in self.kind_counts.items())
         bound = "bound" if self.kv_cache is not None else "unbound"
         return f"SparseMLAModel({self.config.name}, {len(self.layers)} layers: {kinds}; backend {self.backend.name}; cache {bound})"
+
+
+def register_model(config: ModelConfig, backend: AttentionBackend | str | None = None) -> "JitWarmupRegistry":
+    """A fresh registry holding what ``config``'s model and a bound KV cache register.
+
+    Builds a :class:`SparseMLAModel` and binds a small packed cache (block strides do not depend
+    on the number of blocks) under the registry's ``activate()``; the caller then warms it up.
+    For tools (bundle export, benchmarks, tests); the runner does these steps one by one.
+
+    Raises:
+        zerojit.kernels.mla.backends.BackendError: ``backend`` does not suit ``config``.
+    """
+    from zerojit.registry import JitWarmupRegistry
+
+    from .kv_cache import allocate_kv_cache
+
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        model = SparseMLAModel(config, backend)
+        model.bind_kv_cache(allocate_kv_cache(config, 4 * config.dcp_size))
+    return registry
