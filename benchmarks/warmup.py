@@ -19,11 +19,14 @@ Modes, each in a fresh process with a fresh, empty ``TRITON_CACHE_DIR`` (cold):
 
 Then warm starts, in fresh processes over the cache the ``zerojit`` run left:
 
-* ``triton-warm``: Triton's ``warmup()`` for every key (disk-cache hits);
-* ``zerojit-warm``: ``JitWarmupRegistry.warmup()`` (disk-cache hits, module loads, launchers).
+* ``triton-warm``: Triton's ``warmup()`` for every key (disk-cache hits; nothing loaded);
+* ``zerojit-warm``: ``JitWarmupRegistry.warmup()`` (the restore index the cold run wrote: every
+  key's variant, module, function and launcher; then the launch path's first launch, once per
+  process; see ``zerojit.restore``).
 
 Not timed, in every mode: imports, building the configs and registering, and the Triton driver's
-start (on a GPU: CUDA's and Triton's ``cuda_utils`` build, printed apart). Timed: the warm-up call.
+start (on a GPU: CUDA's context and Triton's ``cuda_utils`` build, printed apart; a serving
+process has its context before warm-up, since the weights live in it). Timed: the warm-up call.
 Printed: seconds, ms per key, compiles counted by Triton's listener, and the ratios to
 ``triton-serial`` (cold) and ``triton-warm`` (warm), all measured in this run.
 
@@ -154,7 +157,7 @@ def child(mode: str, args: argparse.Namespace) -> dict:
 
         driver.active.get_current_device()  # the driver's start: not warm-up (on a GPU: CUDA, cuda_utils)
         if gpu:
-            torch.cuda.init()
+            torch.empty(1, device="cuda")  # CUDA's context
         driver_s = time.perf_counter() - t0
         knobs.compilation.listener = listener
         t0 = time.perf_counter()
@@ -237,8 +240,18 @@ def main() -> None:
     z = [r for r in rows if r["mode"] == "zerojit"][-1]["stats"]
     if z:
         print(f"zerojit cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in the "
-              f"parent, {z['worker_launchers']} launchers built by workers"
+              f"parent, {z['worker_launchers']} launchers built by workers ({z['worker_seconds']:.2f} s of worker time)"
               + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
+    for m in ("zerojit", "zerojit-warm"):
+        stats = [r for r in rows if r["mode"] == m][-1]["stats"]
+        if stats:
+            print(f"{m} phases: " + ", ".join(f"{name} {s:.3f} s" for name, s in stats["phases"])
+                  + (f"; {stats['restored']} keys restored by the restore index" if stats["restored"] else ""))
+    warm = [r for r in rows if r["mode"] == "zerojit-warm"]
+    restore = statistics.median(dict(r["stats"]["phases"]).get("restore", 0.0) for r in warm)
+    prime = statistics.median(dict(r["stats"]["phases"]).get("prime", 0.0) for r in warm)
+    print(f"zerojit-warm per key: {1e3 * restore / first['keys']:.2f} ms restoring (lookup, module and function load, "
+          f"launcher); plus {1e3 * prime:.0f} ms once per process for the launch path's first launch")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "medians": med, "runs": rows}, f, indent=2)

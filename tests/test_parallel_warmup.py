@@ -90,13 +90,20 @@ def test_workers_give_exactly_the_serial_result(serial_and_parallel):
     assert serial.keys_by_kernel() == parallel.keys_by_kernel()
     assert variants(serial) == variants(parallel)  # Triton keys and specializations, in order
     assert s_entries == p_entries and len(s_entries) == 21  # the workers wrote the entries serial writes
+    for s, p in zip(serial.variants, parallel.variants):  # the loaded kernels are Triton's, field for field
+        a, b = s.compiled, p.compiled
+        assert (a.hash, a.name, a.kernel, a.packed_metadata) == (b.hash, b.name, b.kernel, b.packed_metadata)
+        assert a.metadata == b.metadata and dict(a.asm) == dict(b.asm) and set(vars(a)) == set(vars(b))
+        assert (a.src.signature, a.src.constants, a.src.attrs) == (b.src.signature, b.src.constants, b.src.attrs)
 
 
 def test_workers_compile_and_the_parent_only_loads(serial_and_parallel):
     serial, s_events, _, _ = serial_and_parallel[1]
     parallel, p_events, _, _ = serial_and_parallel[2]
     assert s_events == [False] * 21  # Triton's listener: 21 compiles in-process
-    assert p_events == [True] * 21  # in the parent: 21 disk loads, no compile
+    # the parent neither compiles nor runs Triton's lookup: it loads the workers' entries into the
+    # keys Triton's hook asked for (zerojit.precompile._ShippedLoader)
+    assert p_events == []
     s = parallel.stats
     assert (s.worker_compiled, s.compiled, s.disk_loads, s.workers, s.recovered) == (21, 0, 21, 2, ())
     assert serial.stats.compiled == 21 and serial.stats.workers == 0
@@ -109,7 +116,19 @@ def test_warm_start_starts_no_worker_and_compiles_nothing(serial_and_parallel, m
     forget_in_process(registry, config)
     report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
     s = report.stats
-    assert (s.compiled, s.worker_compiled, s.disk_loads, s.workers) == (0, 0, 21, 0)
+    assert (s.compiled, s.worker_compiled, s.disk_loads, s.workers, s.restored) == (0, 0, 0, 0, 21)
+    assert variants(report) == variants(serial_and_parallel[1][0])
+
+
+def test_warm_start_without_the_restore_index_loads_from_disk(serial_and_parallel, monkeypatch):
+    _, _, _, folder = serial_and_parallel[2]
+    use_cache(monkeypatch, folder)
+    monkeypatch.setenv("ZEROJIT_RESTORE", "0")
+    registry, config = dsv4_registry()
+    forget_in_process(registry, config)
+    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    s = report.stats
+    assert (s.compiled, s.worker_compiled, s.disk_loads, s.workers, s.restored) == (0, 0, 21, 0, 0)
     assert variants(report) == variants(serial_and_parallel[1][0])
 
 

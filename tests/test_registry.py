@@ -316,7 +316,8 @@ def test_one_failing_key_hides_no_other(compiles, co):
     assert {(f.kernel, f.key) for f in again.failures} == failures
 
 
-def test_workers_give_the_same_keys_as_serial(compiles, co):
+def test_workers_give_the_same_keys_as_serial(compiles, co, monkeypatch):
+    monkeypatch.setenv("ZEROJIT_RESTORE", "0")  # the second run's keys go through Triton's lookup
     def run(workers):
         reg = JitWarmupRegistry()
         slow = Recorder(delay=0.05)
@@ -349,6 +350,7 @@ def test_parallel_warmup_of_a_cold_kernel_loses_no_variant(compiles, co, monkeyp
         return _fill_kernel.create_binder()
 
     monkeypatch.setattr(_fill_kernel, "device_caches", defaultdict(slow_binder))  # a cold kernel
+    monkeypatch.setenv("ZEROJIT_RESTORE", "0")  # through Triton's lookup, as the first warm-up of a process
     reg = JitWarmupRegistry()
     with reg.activate():
         Fill().register_warmup(out=torch.zeros(64), blocks=(16, 32))

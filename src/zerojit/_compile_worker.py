@@ -109,8 +109,7 @@ def _cpu() -> float:
 class Worker:
     def __init__(self, setup: dict) -> None:
         sys.path[:] = setup["sys_path"]
-        if setup.get("lazy_torch", True):
-            install_lazy("torch")
+        install_lazy("torch")  # (done by preload() already, unless it is a test calling Worker)
         import triton
         from triton import knobs
         from triton.backends.compiler import GPUTarget
@@ -202,6 +201,58 @@ def probe(modules) -> None:
     print("torch imported" if not lazy_still("torch") else "torch not imported")
 
 
+PRELOAD_TARGET = "ZEROJIT_WORKER_TARGET"  # "backend:arch:warp_size", set by the parent
+
+
+def preload() -> None:
+    """Get the compiler going before the set-up message: the parent sends it only once it has
+    Triton's build key (hashing a fresh build takes ~0.4 s), so booting meanwhile is free.
+
+    Imports Triton's compiler (torch gets its stand-in first), then compiles a tiny kernel for
+    the parent's target into a throwaway cache folder, so the first real compile does not pay
+    the compiler's own first-use costs (its code generator's imports, LLVM's target set-up, the
+    first ptxas run). Nothing of it reaches the shared cache; a failure here changes nothing.
+    """
+    install_lazy("torch")
+    try:
+        import filelock  # noqa: F401
+        import triton.backends.nvidia.compiler  # noqa: F401
+        import triton.compiler.compiler  # noqa: F401
+
+        spec = os.environ.get(PRELOAD_TARGET)
+        if spec:
+            backend, arch, warp_size = spec.split(":")
+            _compile_throwaway(backend, int(arch), int(warp_size))
+    except Exception:  # the set-up imports what it needs again and reports what fails
+        pass
+
+
+def _compile_throwaway(backend: str, arch: int, warp_size: int) -> None:
+    import tempfile
+
+    import triton
+    import triton.language as tl
+    import triton.runtime.cache as tcache
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    @triton.jit
+    def _preload_kernel(x_ptr, n):
+        offs = tl.arange(0, 128)
+        tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+    real_key, real_dir = tcache.triton_key, knobs.cache.dir
+    with tempfile.TemporaryDirectory(prefix="zerojit-preload-") as tmp:
+        knobs.cache.dir = tmp
+        tcache.triton_key = lambda: "zerojit-worker-preload"  # not the real build key: never shared
+        try:
+            triton.compile(ASTSource(_preload_kernel, {"x_ptr": "*i32", "n": "i32"}),
+                           target=GPUTarget(backend, arch, warp_size))
+        finally:
+            tcache.triton_key, knobs.cache.dir = real_key, real_dir
+
+
 def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # no sibling as a top-level module
@@ -211,6 +262,7 @@ def main() -> None:
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed from here on goes to stderr, never into the reply stream
     sys.stdout = sys.stderr
+    preload()
     setup = read_message(requests)
     try:
         worker = Worker(setup)

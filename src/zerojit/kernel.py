@@ -402,8 +402,11 @@ class TritonJitKernel(JitKernel[KeyT]):
             _WARMUP_SINK.get().append((self.kernel.run(grid=spec.grid, warmup=True, **options), options))
             return spec.returns
         state = self._launch_state
-        compiled = self.kernel.run(*args, grid=spec.grid, warmup=True, **options)
-        _WARMUP_SINK.get().append((compiled, dict(zip(state.param_names, args), **options)))
+        sink = _WARMUP_SINK.get()
+        named = dict(zip(state.param_names, args), **options)
+        sink.append((None, named))  # before Triton runs: a compile deferred to a worker leaves these
+        sink[-1] = (self.kernel.run(*args, grid=spec.grid, warmup=True, **options), named)
+        compiled = sink[-1][0]
         if self.fast_path:
             state.record(self, _triton_driver.active.get_current_device(), compiled, args, options, otoken)
         return spec.returns

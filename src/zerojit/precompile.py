@@ -11,16 +11,22 @@ serial warm-up uses (``kernel.compile(key)``: a fake launch through the kernel's
    to a worker process (the ``triton.jit`` function's module and name, signature, constexprs,
    attributes and options) and this launch is aborted before anything is cached. On a GPU the
    kernel's launcher module (a C extension Triton builds per signature with a C compiler, at
-   load time) is shipped too when it is missing, so its build also runs in a worker.
-2. Once the workers have drained, the deferred keys run again: every entry is on disk now, and
-   Triton's ``compile`` loads it, exactly as a serial warm-up does over a warm disk cache.
+   load time) is shipped too when it is missing, so its build also runs in a worker (launcher
+   builds first: they are the longest requests and many keys wait for each).
+2. As soon as the workers have written a deferred key's entry (and its launcher), this process
+   loads it into the in-process cache under the key Triton's hook asked for
+   (:class:`_ShippedLoader`: the ``CompiledKernel`` Triton's disk lookup would build, the
+   specialization from Triton's binder on the warm-up launch's own arguments), while the
+   workers go on. A key that cannot be loaded that way runs its warm-up launch again, which
+   finds the entry on disk, exactly as a serial warm-up does over a warm disk cache.
 
-The parent's in-process caches are filled by the same calls, with the same keys, as a serial
-warm-up: the results are identical by construction. Worker processes (``_compile_worker.py``)
-import only Triton and the kernels' modules (no torch, no CUDA context) and compile for the
-parent's exact target with zerojit's compile-only driver, into the parent's cache folder. They
-start with the warm-up unless a marker file says this key space was warmed into this cache
-folder before (a warm start then starts none).
+The results equal a serial warm-up's: the same Triton keys, specializations and compiled
+kernels, field for field (tests compare them). Worker processes (``_compile_worker.py``) import
+only Triton and the kernels' modules (no torch, no CUDA context) and compile for the parent's
+exact target with zerojit's compile-only driver, into the parent's cache folder. They start with
+the warm-up unless a marker file says this key space was warmed into this cache folder before (a
+warm start then starts none), and boot while this process hashes Triton's build for its cache
+keys (:func:`_prepare_while_hashing`).
 
 Across processes: every compile of a missing entry (in a worker or in-process) holds the entry's
 file lock (:func:`zerojit.cache.entry_lock`), and the entry is looked up again inside it, so N
@@ -36,6 +42,7 @@ what happened.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import hashlib
@@ -73,8 +80,9 @@ class _Deferred(BaseException):
 class _JobState:
     locks: list = field(default_factory=list)  # entry locks held until the key is done
     entries: list = field(default_factory=list)  # entries sent to workers
-    pending: Any = None  # (jit function, compile request) of the in-process miss being looked up
+    pending: Any = None  # (jit function, compile request, Triton key) of the in-process miss being looked up
     launcher: Any = None  # (signature types, launcher key) when its launcher is missing
+    shipped: Any = None  # _Shipped: what loading a worker's result needs
 
 
 def _manager_class(session: "WarmupSession", base: type) -> type:
@@ -96,6 +104,18 @@ def _manager_class(session: "WarmupSession", base: type) -> type:
             return group
 
     return ZerojitCacheManager
+
+
+@dataclass(frozen=True)
+class _Shipped:
+    """A deferred key's compile as Triton asked for it: enough to load the worker's result into
+    the in-process cache without running the key's warm-up launch again."""
+
+    jit_fn: Any
+    triton_key: str  # the key of Triton's in-process cache
+    group_file: str  # the entry's group file, which the worker writes last
+    src: tuple  # ASTSource's (signature, constants, attrs)
+    launch: list  # the warm-up launch's [(None, arguments by parameter name)] (kernel._warmup_launch)
 
 
 @dataclass(frozen=True)
@@ -129,10 +149,18 @@ class _Counts:
     workers: int = 0
     worker_launchers: int = 0
     recovered: list = field(default_factory=list)
+    phases: dict = field(default_factory=dict)  # phase -> seconds (summed over runs)
+    worker_seconds: float = 0.0
 
-    def stats(self, **more: Any) -> WarmupStats:
-        """These counts as a :class:`WarmupStats`; ``more``: its fields a session does not count."""
-        return WarmupStats(**{**dataclasses.asdict(self), "recovered": tuple(self.recovered), **more})
+    def add_phase(self, name: str, seconds: float) -> None:
+        self.phases[name] = self.phases.get(name, 0.0) + seconds
+
+    def stats(self, *, phases: dict | None = None, **more: Any) -> WarmupStats:
+        """These counts as a :class:`WarmupStats`; ``more``: its fields a session does not count;
+        ``phases``: every phase's seconds, in order (default: the session's own)."""
+        fields = {**dataclasses.asdict(self), "recovered": tuple(self.recovered), **more}
+        fields["phases"] = tuple((name, round(s, 6)) for name, s in (self.phases if phases is None else phases).items())
+        return WarmupStats(**fields)
 
 
 def _options(specialization_data: str) -> dict:
@@ -186,6 +214,7 @@ class WarmupSession:
         self._pool: _WorkerPool | None = None
         self._deferring = False
         self._launchers: dict[tuple, tuple[str, bool]] = {}
+        self._launcher_tasks: dict[tuple, str] = {}  # signature types -> its launcher's pool task
 
     # ------------------------------------------------------------------ hooks
     def __enter__(self) -> "WarmupSession":
@@ -194,7 +223,6 @@ class WarmupSession:
 
         from .compile_only import active_compile_only
 
-        use_fast_triton_key()
         self._need_launchers = active_compile_only() is None and self.workers > 1 and _cuda_launchers_available()
         self._prev_hook = knobs.runtime.jit_cache_hook
         self._prev_listener = knobs.compilation.listener
@@ -245,12 +273,12 @@ class WarmupSession:
             self._pool.finish()
             self._pool = None
 
-    def _on_miss(self, *, fn: Any, compile: dict, **_: Any) -> None:
+    def _on_miss(self, *, fn: Any, compile: dict, key: Any = None, **_: Any) -> None:
         """Triton's in-process cache missed: note the request; the disk lookup that follows decides."""
         job = _JOB.get()
         if job is None:  # a launch outside our jobs (another thread's code, in this context)
             return
-        job.pending = (fn.jit_function, compile)
+        job.pending = (fn.jit_function, compile, key)
         job.launcher = None
         if self._deferring and self._need_launchers:
             job.launcher = self._launcher_missing(compile["signature"])
@@ -258,7 +286,7 @@ class WarmupSession:
     def _on_lookup(self, manager: Any, base: type, filename: str, group: Any, job: "_JobState") -> Any:
         """Triton's ``compile`` looked up its entry on disk (``group``): defer to a worker, or lock
         the entry for an in-process compile, or let the hit through."""
-        jit_fn, compile = job.pending
+        jit_fn, compile, triton_key = job.pending
         job.pending = None
         present = bool(group) and filename in group
         entry = manager._zerojit_key
@@ -274,6 +302,17 @@ class WarmupSession:
                     pool.submit_launcher(types, key, launcher_lock(key).lock_file)
                     with self._lock:
                         self._launchers[types] = (key, True)  # on disk once the pool drains
+                        self._launcher_tasks[types] = f"launcher:{key}"
+                with self._lock:  # loading this key also waits for its launcher, whoever asked for it
+                    task = self._launcher_tasks.get(tuple(compile["signature"].values()))
+                if task is not None:
+                    job.entries.append(task)
+                from .kernel import _WARMUP_SINK
+
+                launch = _WARMUP_SINK.get()
+                if isinstance(triton_key, str) and launch:
+                    job.shipped = _Shipped(jit_fn, triton_key, os.path.join(manager.cache_dir, f"__grp__{filename}"),
+                                           (compile["signature"], compile["constants"], compile["configs"][0]), launch)
                 raise _Deferred()
         if present:
             return group
@@ -326,10 +365,15 @@ class WarmupSession:
         key, on_disk = state
         return None if on_disk else (types, key)
 
-    def _ensure_pool(self, target: Any) -> "_WorkerPool | None":
+    def _ensure_pool(self, target: Any, *, key_later: bool = False) -> "_WorkerPool | None":
+        """The session's worker pool for ``target`` (started on first use), or None when it was
+        started for another target. ``key_later``: the caller hands Triton's build key to the
+        pool later (:meth:`_WorkerPool.set_triton_key`); workers boot meanwhile."""
         with self._lock:
             if self._pool is None:
                 self._pool = _WorkerPool(self.workers, target, self.counts, self._lock)
+                if not key_later:
+                    self._pool.set_triton_key(use_fast_triton_key())
             return self._pool if self._pool.target == target else None
 
     # ------------------------------------------------------------------ sweeps
@@ -382,9 +426,9 @@ class WarmupSession:
         from .kernel import TritonJitKernel
 
         outcomes: list[JobOutcome | None] = [None] * len(jobs)
-        worker_seconds: dict[str, float] = {}
         spent = [0.0] * len(jobs)
         entries: dict[int, list] = {}
+        shipped: dict[int, _Shipped] = {}
         deferred: list[int] = []
         with tqdm(total=len(jobs), desc=desc, unit="key", disable=not progress) as bar:
 
@@ -394,6 +438,8 @@ class WarmupSession:
                 entries.setdefault(i, []).extend(state.entries)
                 if status == "deferred":
                     deferred.append(i)
+                    if state.shipped is not None:
+                        shipped[i] = state.shipped
                     return
                 outcomes[i] = JobOutcome(value if status == "ok" else None, spent[i], value if status == "error" else None)
                 bar.update()
@@ -408,22 +454,54 @@ class WarmupSession:
                     target = None
                 marker = _marker(jobs, target) if target is not None else None
                 if marker is not None and not os.path.exists(marker):  # cold: start the workers now
-                    pool = self._ensure_pool(target)
+                    pool = self._ensure_pool(target, key_later=True)
                     if pool is not None:
                         pool.prestart(min(self.workers, triton_jobs))
+            t0 = time.perf_counter()
+            if self._pool is not None:  # cold: the workers boot while this process gets ready
+                self._pool.set_triton_key(_prepare_while_hashing(jobs))
+            else:
+                use_fast_triton_key()
+            self.counts.add_phase("start", time.perf_counter() - t0)
+            t0 = time.perf_counter()
             try:
                 self._sweep(jobs, range(len(jobs)), done)
             finally:
                 self._deferring = False
+            t1 = time.perf_counter()
+            self.counts.add_phase("sweep", t1 - t0)
             pool, self._pool = self._pool, None
-            if pool is not None:  # wait for the workers' compiles (or stop workers that got none)
+            waiting, deferred[:] = sorted(deferred), []
+            if pool is not None:  # load each deferred key as soon as the workers have its entries
                 bar.set_postfix_str(f"{pool.started} compile workers")
-                worker_seconds = pool.finish()
-            if deferred:
-                for i in deferred:
-                    spent[i] += sum(worker_seconds.get(e, 0.0) for e in entries.get(i, ()))
-                again, deferred[:] = sorted(deferred), []
-                self._sweep(jobs, again, done)
+                needs = {i: entries.get(i, []) for i in waiting}
+                loader = _ShippedLoader(self)
+                with loader:
+                    while needs:
+                        t2 = time.perf_counter()
+                        ready = pool.wait_ready(needs)
+                        t3 = time.perf_counter()
+                        self.counts.add_phase("workers", t3 - t2)
+                        rest = []
+                        for i in ready:
+                            del needs[i]
+                            spent[i] += sum(pool.seconds.get(e, 0.0) for e in entries.get(i, ()) if not e.startswith("launcher:"))
+                            t4 = time.perf_counter()
+                            variant = loader.load(*jobs[i], shipped[i]) if i in shipped else None
+                            if variant is None:
+                                rest.append(i)
+                            else:
+                                done(i, ("ok", variant, time.perf_counter() - t4, _JobState()))
+                        self._sweep(jobs, rest, done)
+                        self.counts.add_phase("load", time.perf_counter() - t3)
+                waiting = []
+                t2 = time.perf_counter()
+                self.counts.worker_seconds += sum(pool.finish().values())  # stops the workers
+                self.counts.add_phase("workers", time.perf_counter() - t2)
+            if waiting:
+                t2 = time.perf_counter()
+                self._sweep(jobs, waiting, done)
+                self.counts.add_phase("load", time.perf_counter() - t2)
         if marker is not None and all(o is not None and o.error is None for o in outcomes):
             try:
                 os.makedirs(os.path.dirname(marker), exist_ok=True)
@@ -432,6 +510,113 @@ class WarmupSession:
                 pass
         return [o if o is not None else JobOutcome(None, spent[i], RuntimeError("zerojit: the key was deferred twice"))
                 for i, o in enumerate(outcomes)]
+
+
+class _ShippedLoader:
+    """Loads what a worker compiled for a deferred key straight into the kernel's in-process
+    cache, under the very key Triton asked the worker for (from its ``jit_cache_hook``), the way
+    :mod:`zerojit.restore` does on a warm start: no second warm-up launch, no second cache-key
+    hash, no IR reads. The variant equals the one a second sweep would produce (same Triton key,
+    same ``CompiledKernel`` fields, the specialization from Triton's binder on the warm-up
+    launch's own arguments). Anything unexpected returns None: the key then takes the second
+    sweep, as every key did before.
+    """
+
+    def __init__(self, session: "WarmupSession") -> None:
+        self.session = session
+        self.backends: dict = {}
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> "_ShippedLoader":
+        from triton.runtime.driver import driver
+
+        from .compile_only import CompileOnlyDriver
+        from .restore import shared_launchers
+
+        self.device = driver.active.get_current_device()
+        self.gpu = not isinstance(driver.active, CompileOnlyDriver)
+        if self.gpu:
+            self._stack.enter_context(shared_launchers())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stack.close()
+
+    def load(self, kernel: Any, key: Any, shipped: _Shipped) -> Any:
+        from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
+        from .loading import load_compiled
+        from .restore import build_compiled_kernel
+        from .specialization import SpecClass, bind
+
+        if not isinstance(kernel, TritonJitKernel) or kernel.fast_path:  # its warm-up launch records
+            return None
+        jit_fn = shipped.jit_fn
+        try:
+            with open(shipped.group_file, encoding="utf-8") as f:
+                group = json.load(f)["child_paths"]
+            with _DEVICE_CACHE_LOCK:
+                kernel_cache = jit_fn.device_caches[self.device][0]
+            compiled = kernel_cache.get(shipped.triton_key)
+            fresh = compiled is None
+            if fresh:
+                compiled = build_compiled_kernel(jit_fn, group, shipped.src, self.backends)
+            if self.gpu:
+                load_compiled(compiled)
+            _, specialization, _ = bind(jit_fn, **shipped.launch[0][1])
+        except Exception:  # a missing file, a refused load: the second sweep reports it properly
+            return None
+        if fresh:
+            compiled = kernel_cache.setdefault(shipped.triton_key, compiled)
+        with self.session._lock:
+            self.session.counts.disk_loads += 1
+        return CompiledVariant(kernel=kernel.name, key=key, triton_key=shipped.triton_key,
+                               specialization=tuple(SpecClass.from_triton(e) for e in specialization),
+                               param_names=tuple(p.name for p in jit_fn.params), loaded=self.gpu, compiled=compiled)
+
+
+def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]]) -> str:
+    """Triton's build key (:func:`~zerojit.cache.use_fast_triton_key`), computed on a thread
+    while this one pays the first sweep's one-time costs; returns the key.
+
+    On a fresh cache folder the key is ~0.4 s of SHA-256 over Triton's build, which releases the
+    GIL; meanwhile each kernel gets its per-device cache and binder and its source hash, and the
+    module Triton's specializer imports at its first tensor argument is imported. Without this
+    the workers would wait for the key and then for those costs before their first request.
+    """
+    from triton.runtime.driver import driver
+
+    from .kernel import _DEVICE_CACHE_LOCK, TritonJitKernel
+
+    result: dict = {}
+
+    def compute() -> None:
+        try:
+            result["key"] = use_fast_triton_key()
+        except BaseException as e:  # re-raised below, in the caller's thread
+            result["error"] = e
+
+    thread = threading.Thread(target=compute, name="zerojit-triton-key", daemon=True)
+    thread.start()
+    try:
+        try:
+            import triton.experimental.gluon  # noqa: F401  (Triton's native specializer's import)
+        except ImportError:
+            pass
+        device = driver.active.get_current_device()
+        seen: set[int] = set()
+        for kernel, _ in jobs:
+            jit_fn = getattr(kernel, "kernel", None) if isinstance(kernel, TritonJitKernel) else None
+            if jit_fn is None or id(jit_fn) in seen:
+                continue
+            seen.add(id(jit_fn))
+            with _DEVICE_CACHE_LOCK:
+                jit_fn.device_caches[device]
+            jit_fn.cache_key
+    finally:
+        thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["key"]
 
 
 def _cuda_launchers_available() -> bool:
@@ -457,8 +642,12 @@ class _WorkerPool:
         self.target = target
         self.counts = counts
         self.lock = lock
-        self.tasks: queue.Queue = queue.Queue()
+        # launcher builds first: the longest requests (a C compile each), needed by many keys
+        self.tasks: queue.PriorityQueue = queue.PriorityQueue()
+        self._order = 0
         self.seen: set[str] = set()
+        self.done: set[str] = set()  # requests answered (or given up on)
+        self._progress = threading.Condition(lock)
         self.threads: list[threading.Thread] = []
         self.seconds: dict[str, float] = {}
         self.started = 0
@@ -466,10 +655,15 @@ class _WorkerPool:
             "sys_path": [p if p else os.getcwd() for p in sys.path],
             "cache_dir": cache_dir(),
             "target": (target.backend, target.arch, target.warp_size),
-            "triton_key": use_fast_triton_key(),
+            "triton_key": None,  # set_triton_key
             "triton_file": _triton_file(),
-            "lazy_torch": True,
         }
+        self._key_ready = threading.Event()
+
+    def set_triton_key(self, key: str) -> None:
+        """Hand the workers Triton's build key (each waits for it before its set-up message)."""
+        self.setup["triton_key"] = key
+        self._key_ready.set()
 
     def prestart(self, n: int) -> None:
         """Start ``n`` workers now (they boot while the parent goes on)."""
@@ -487,9 +681,30 @@ class _WorkerPool:
             if name in self.seen:
                 return
             self.seen.add(name)
-            self.tasks.put(task)
+            self._put(task)
             if len(self.threads) < min(self.size, len(self.seen)):
                 self._start_thread()
+
+    def _put(self, task: dict | None) -> None:
+        """Queue ``task`` (None: a stop signal, after every request)."""
+        self._order += 1
+        self.tasks.put((2 if task is None else 0 if task["kind"] == "launcher" else 1, self._order, task))
+
+    def _finished(self, name: str) -> None:
+        with self._progress:
+            self.done.add(name)
+            self._progress.notify_all()
+
+    def wait_ready(self, needs: dict[int, list[str]]) -> list[int]:
+        """Block until some key of ``needs`` (key -> the requests it waits for) has every request
+        answered; returns those keys. Returns every key once no worker is left to answer (the
+        parent then does what is missing itself)."""
+        with self._progress:
+            while True:
+                ready = [i for i, names in needs.items() if self.done.issuperset(names)]
+                if ready or not any(t.is_alive() for t in self.threads):
+                    return ready or list(needs)
+                self._progress.wait(0.05)
 
     def submit_compile(self, request: _Request, lock_path: str) -> None:
         self._submit(request.entry, {"kind": "compile", "name": request.entry, "function": request.function,
@@ -504,7 +719,8 @@ class _WorkerPool:
             self.counts.recovered.append(message)
 
     def _serve(self) -> None:
-        env = dict(os.environ, TRITON_CACHE_DIR=self.setup["cache_dir"], CUDA_VISIBLE_DEVICES="")
+        env = dict(os.environ, TRITON_CACHE_DIR=self.setup["cache_dir"], CUDA_VISIBLE_DEVICES="",
+                   **{_wire.PRELOAD_TARGET: ":".join(str(x) for x in self.setup["target"])})
         stderr = tempfile.TemporaryFile()
         try:
             proc = subprocess.Popen([sys.executable, _WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -518,15 +734,18 @@ class _WorkerPool:
             self.counts.workers += 1
         task, ready = None, False
         try:
+            self._key_ready.wait()
             _wire.write_message(proc.stdin, self.setup)
             while True:
-                task = self.tasks.get()
+                task = self.tasks.get()[2]
                 if task is None:
                     break
                 if not ready:  # the worker booted while this thread waited for work
                     status = _wire.read_message(proc.stdout)
                     if not status.get("ok"):
-                        self.tasks.put(task)  # another worker may take it; else the parent does
+                        with self.lock:
+                            self._put(task)  # another worker may take it; else the parent does
+                        task = None
                         self._recovered(status.get("error", "compile worker set-up failed"))
                         return
                     ready = True
@@ -539,6 +758,8 @@ class _WorkerPool:
             tail = stderr.read()[-2000:].decode(errors="replace").strip()
             what = f" while compiling {task.get('function') or task['name']}" if task else ""
             self._recovered(f"compile worker {proc.pid} died{what}: {type(e).__name__}: {e}" + (f"\n{tail}" if tail else ""))
+            if task is not None:  # the parent compiles it in-process
+                self._finished(task["name"])
         finally:
             try:
                 proc.stdin.close()
@@ -554,8 +775,10 @@ class _WorkerPool:
             stderr.close()
 
     def _record(self, task: dict, reply: dict) -> None:
-        with self.lock:
+        with self._progress:
             self.seconds[task["name"]] = reply.get("seconds", 0.0)
+            self.done.add(task["name"])
+            self._progress.notify_all()
             if reply.get("ok"):
                 if task["kind"] == "compile" and reply.get("compiled"):
                     self.counts.worker_compiled += 1
@@ -570,13 +793,14 @@ class _WorkerPool:
         """Wait for every request, stop the workers; returns worker seconds per entry."""
         with self.lock:
             threads = list(self.threads)
-        for _ in threads:
-            self.tasks.put(None)
+        with self.lock:
+            for _ in threads:
+                self._put(None)
         for t in threads:
             t.join()
         while True:  # requests no worker took (every worker died): the second sweep does them
             try:
-                task = self.tasks.get_nowait()
+                task = self.tasks.get_nowait()[2]
             except queue.Empty:
                 break
             if task is not None:

@@ -109,6 +109,17 @@ class WarmupStats:
         worker_launchers: CUDA launcher modules built by workers (on a GPU).
         recovered: what workers could not do (this process did it instead), one line each.
         bundle_entries: cache entries installed from a bundle.
+        restored: variants put straight into the in-process caches from zerojit's restore index
+            (a warm start: no Triton lookup; see :mod:`zerojit.restore`).
+        phases: wall-clock seconds per phase, in order, as ``(name, seconds)``: ``restore`` (the
+            restore index), ``start`` (Triton's build key, hashed once per cache folder; with
+            workers booting, also the first launch's one-time costs), ``sweep`` (every other
+            key's warm-up launch; with workers, those that miss the disk cache are handed to
+            them), ``workers`` (waiting for the workers' results), ``load`` (loading them, as
+            they arrive), ``prime`` (the launch path's first launch, on a GPU). Absent phases
+            did not run.
+        worker_seconds: seconds the worker processes spent on their requests (kernel compiles and
+            launcher builds), summed over workers.
     """
 
     compiled: int = 0
@@ -119,6 +130,9 @@ class WarmupStats:
     worker_launchers: int = 0
     recovered: tuple[str, ...] = ()
     bundle_entries: int = 0
+    restored: int = 0
+    phases: tuple[tuple[str, float], ...] = ()
+    worker_seconds: float = 0.0
 
     @property
     def total_compiled(self) -> int:
@@ -140,7 +154,9 @@ class WarmupStats:
         if cached > 0:
             bundle = f", {self.bundle_entries} entries installed from a bundle" if self.bundle_entries else ""
             parts.append(f"{cached} loaded from the disk cache, compiled before this warm-up{bundle}")
-        held = (variants or 0) - self.compiled - max(self.disk_loads, self.worker_compiled)
+        if self.restored:
+            parts.append(f"{self.restored} restored from the disk cache by zerojit's restore index")
+        held = (variants or 0) - self.compiled - max(self.disk_loads, self.worker_compiled) - self.restored
         if parts and held > 0:
             parts.append(f"{held} already in this process")
         return "; ".join(parts) or "nothing compiled or loaded: every variant was already in this process"
@@ -222,6 +238,20 @@ class WarmupError(RuntimeError):
         lines = [f"zerojit warm-up failed for {len(report.failures)} key(s):"] + [f"  {f}" for f in report.failures]
         super().__init__("\n".join(lines))
         self.report = report
+
+
+def _warm_target() -> tuple[Any, bool]:
+    """(Triton's current target, whether it is the compile-only driver's), or (None, True) when no
+    driver can start (no GPU and no compile-only target: nothing will compile anyway)."""
+    from triton.runtime.driver import driver
+
+    from .compile_only import CompileOnlyDriver
+
+    try:
+        active = driver.active
+        return active.get_current_target(), isinstance(active, CompileOnlyDriver)
+    except Exception:
+        return None, True
 
 
 def _primer_jobs(jobs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
@@ -345,7 +375,8 @@ class JitWarmupRegistry:
             zerojit.cache.BundleError: the bundle is for another Triton build, Python or target,
                 or is truncated or corrupted (nothing installed, nothing warmed).
         """
-        from .precompile import WarmupSession
+        from .precompile import JobOutcome, WarmupSession, plan_digest
+        from .restore import restore_variants, save_index
 
         start = time.perf_counter()
         imported = None
@@ -356,15 +387,37 @@ class JitWarmupRegistry:
         plan, failures = self.warmup_keys(config)
         jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
         extra = _primer_jobs(jobs)  # on a GPU: the launch-path primer, compiled with the rest
+        # Warm start: what zerojit's restore index covers skips Triton's lookup (zerojit.restore).
+        # Not with a process group: every rank must run the same jobs through the sharding.
+        restore_target, dry = _warm_target()
+        digest = plan_digest(jobs)
+        restored: dict = {}
+        t0 = time.perf_counter()
+        if group is None and restore_target is not None:
+            restored = restore_variants(jobs, digest, restore_target, load=not dry)
+            if extra and restore_variants(extra, plan_digest(extra), restore_target, load=not dry):
+                extra = []  # the primer has an index of its own: it is not part of every warm-up
+        restore_seconds = time.perf_counter() - t0
+        rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
 
         with WarmupSession(workers=workers) as session:
             if group is not None:
                 from .distributed import sharded_warmup
 
-                outcomes = sharded_warmup(session, jobs + extra, group, progress=progress)
+                ran = sharded_warmup(session, rest, group, progress=progress)
+            elif rest:
+                ran = session.run(rest, progress=progress, expect_warm=imported is not None or bool(restored))
             else:
-                outcomes = session.run(jobs + extra, progress=progress, expect_warm=imported is not None)
-        outcomes = outcomes[: len(jobs)]
+                ran = []
+        ran_iter = iter(ran)
+        outcomes = [JobOutcome(*restored[i], None) if i in restored else next(ran_iter) for i in range(len(jobs))]
+        if restore_target is not None:
+            if len(restored) < len(jobs):
+                save_index(jobs, [o.variant if o.error is None else None for o in outcomes], digest, restore_target)
+            if extra:
+                primer = list(ran_iter)
+                save_index(extra, [o.variant if o.error is None else None for o in primer], plan_digest(extra),
+                           restore_target)
 
         per_kernel: dict[Any, list] = {kernel: [] for kernel in plan}
         for (kernel, key), outcome in zip(jobs, outcomes):
@@ -382,11 +435,15 @@ class JitWarmupRegistry:
             )
             for kernel, done in per_kernel.items()
         )
+        phases = {"restore": restore_seconds, **session.counts.phases}
         if any(getattr(v, "loaded", False) for k in kernels for v in k.variants):
             from .loading import prime_launch_path
 
+            t0 = time.perf_counter()
             prime_launch_path()
-        stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0)
+            phases["prime"] = time.perf_counter() - t0
+        stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0, restored=len(restored),
+                                     phases=phases)
         if target == "device":  # name what was really compiled for
             from .compile_only import active_compile_only
 

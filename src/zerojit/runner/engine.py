@@ -221,9 +221,18 @@ class WarmupSummary:
     failures: tuple[str, ...] = ()
     report: WarmupReport | None = field(default=None, compare=False, repr=False)
 
+    @property
+    def origin(self) -> str | None:
+        """Where zerojit's variants came from (compiled, loaded, restored), or None for other modes."""
+        if self.report is None or self.report.stats is None:
+            return None
+        return self.report.stats.origin(len({id(getattr(v, "compiled", v)) for v in self.report.variants}))
+
     def to_dict(self) -> dict[str, Any]:
+        stats = self.report.to_dict()["stats"] if self.report is not None else None
         return {"mode": self.mode, "keys": self.keys, "seconds": round(self.seconds, 3), "target": self.target,
-                "kernels": dict(self.keys_by_kernel), "failures": list(self.failures)}
+                "kernels": dict(self.keys_by_kernel), "failures": list(self.failures), "stats": stats,
+                "origin": self.origin}
 
 
 @dataclass(frozen=True)
@@ -365,7 +374,8 @@ class RunReport:
             f"  replay       {self.steps} steps, {self.tokens} tokens ({self.prefill_tokens} prefill, "
             f"{self.decode_tokens} decode), {self.preemptions} preemptions, {self.launches} launches, "
             f"{self.replay_seconds:.1f} s",
-            f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})",
+            f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})"
+            + (f"; {w.origin}" if w.origin else ""),
             f"  monitor      {self.monitor_mode}: {self.runtime_compiles} runtime compiles",
             f"  request path {rp.compiles} compiles ({rp.compile_ms:.1f} ms compiling), {rp.loads} module loads, "
             f"{rp.cold_steps} cold steps (+{rp.extra_ms:.1f} ms over the median step)",

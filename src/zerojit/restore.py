@@ -1,0 +1,404 @@
+"""Warm start: a warmed key space's variants restored from the disk cache without Triton's lookup.
+
+A warm-up over a warm disk cache still runs every key through a fake launch: zerojit's checks,
+Triton's binder and specialization, the cache-key hashes, the group-file lookup, a
+``CompiledKernel`` that reads every IR file of the entry and builds a fresh ``namedtuple`` class,
+and a launcher whose C source is generated and hashed again. That is about 3 ms per key on the
+H200 machine, where the goal is 1 ms.
+
+After a warm-up, zerojit writes a *restore index* next to Triton's cache
+(``<cache>/.zerojit/restore-<plan>-<target>.pkl``): for each key, the entry Triton produced
+(its folder, files, ``ASTSource`` arguments) and the in-process cache key Triton filed it under.
+The next warm-up of the same key space, when the index's fingerprint still matches, puts each
+variant straight into the kernel's in-process cache:
+
+* the ``CompiledKernel`` is built from the metadata JSON and the cubin only (the IR files load
+  when ``asm`` is read), with one metadata ``namedtuple`` class per field set;
+* on a GPU, the module and function load as before (:func:`zerojit.loading.load_compiled`), and
+  kernels whose launchers are alike (same signature, constants and launch metadata) share one
+  launcher object instead of each importing the launcher module again.
+
+The pairing of an in-process key with its entry comes from Triton itself, so a restored variant
+is exactly what Triton would have loaded for that key. The fingerprint guards the rest: Triton's
+version and build key, Python's version, Triton's cache-invalidating environment variables, the
+target, zerojit's version, each kernel class's module file (size and mtime: its
+``warmup_inputs`` decides which in-process key a compile key reaches) and each ``triton.jit``
+function's source hash (Triton's ``cache_key``, over its dependencies too). Any mismatch, a
+missing file or a kernel the index does not cover sends that key through the normal warm-up;
+nothing is ever half-restored (a variant enters the cache only once it is fully loaded).
+
+``ZEROJIT_RESTORE=0`` turns the index off (no restore, no index written): every key then goes
+through Triton's own disk-cache lookup, as with plain Triton.
+
+Not restored (normal warm-up instead): kernels with ``fast_path`` (their warm-up launch records
+arguments for the fast launcher), kernels that are not ``TritonJitKernel``, a custom Triton cache
+manager, and Triton versions other than the one this module was written against (3.6), whose
+``CompiledKernel`` layout may differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import pickle
+import sys
+from collections import namedtuple
+from dataclasses import dataclass
+from typing import Any, Iterator, Sequence
+
+from .cache import cache_dir, use_fast_triton_key
+from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
+
+__all__ = ["restore_variants", "save_index", "index_path", "build_compiled_kernel", "shared_launchers"]
+
+_TRITON_VERSIONS = ("3.6.0",)  # CompiledKernel's attributes as this module sets them
+_FORMAT = 2
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One key's restore record."""
+
+    function: str  # "module:qualname" of the triton.jit function
+    triton_key: str  # the key of Triton's in-process cache (specialization + options)
+    group: tuple[tuple[str, str], ...]  # (file name, path relative to the cache folder)
+    src: bytes  # pickle of ASTSource's (signature, constants, attrs)
+    specialization: tuple
+    param_names: tuple[str, ...]
+
+
+def index_path(digest: str, target: Any) -> str:
+    """The restore index of the key space with plan digest ``digest`` for Triton ``target``."""
+    return os.path.join(cache_dir(), ".zerojit", f"restore-{digest[:32]}-{target.backend}-{target.arch}.pkl")
+
+
+def _supported() -> bool:
+    import triton
+    from triton import knobs
+    from triton.runtime.cache import FileCacheManager
+
+    manager = knobs.cache.manager_class
+    return (os.environ.get("ZEROJIT_RESTORE", "1") != "0" and triton.__version__ in _TRITON_VERSIONS and not knobs.runtime.interpret
+            and manager in (None, FileCacheManager))  # None: Triton's default, the file cache
+
+
+def _global_fingerprint(target: Any) -> tuple:
+    import triton
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    from . import __version__
+
+    return (_FORMAT, triton.__version__, use_fast_triton_key(), sys.version_info[:2], __version__,
+            (target.backend, target.arch, target.warp_size), sorted(get_cache_invalidating_env_vars().items()),
+            os.path.realpath(cache_dir()))
+
+
+@functools.lru_cache(maxsize=None)
+def _module_stamp(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_size, st.st_mtime_ns
+
+
+def _class_stamp(kernel: Any) -> tuple:
+    module = sys.modules.get(type(kernel).__module__)
+    path = getattr(module, "__file__", None)
+    return (type(kernel).__qualname__, _module_stamp(path) if path else None)
+
+
+def _function_name(jit_fn: Any) -> str:
+    return f"{jit_fn.fn.__module__}:{jit_fn.fn.__qualname__}"
+
+
+def _restorable(kernel: Any) -> bool:
+    return isinstance(kernel, TritonJitKernel) and not kernel.fast_path
+
+
+def _entry(variant: CompiledVariant, root: str) -> _Entry | None:
+    """The restore record of a warmed variant, or None where it cannot be restored."""
+    from triton.compiler.compiler import ASTSource
+
+    compiled = variant.compiled
+    src = getattr(compiled, "src", None)
+    if not isinstance(src, ASTSource) or not variant.triton_key:
+        return None
+    group = []
+    for name, path in compiled.metadata_group.items():
+        rel = os.path.relpath(path, root)
+        if rel.startswith(".."):
+            return None
+        group.append((name, rel))
+    try:
+        payload = pickle.dumps((src.signature, src.constants, src.attrs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # e.g. a constexpr that does not pickle
+        return None
+    return _Entry(_function_name(src.fn), variant.triton_key, tuple(group), payload,
+                  variant.specialization, variant.param_names)
+
+
+def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVariant | None], digest: str,
+               target: Any) -> str | None:
+    """Write the restore index of ``jobs`` (``variants[i]``: job i's result, None if it failed).
+
+    Written atomically (a temporary file, then a rename), so a concurrent reader sees the old
+    index or the new one. Returns the path, or None when nothing here can be restored (or the
+    folder is not writable: the index only speeds up the next warm start).
+    """
+    if not _supported():
+        return None
+    root = cache_dir()
+    entries: list[_Entry | None] = []
+    stamps: dict[str, tuple] = {}
+    sources: dict[str, str] = {}
+    for (kernel, _), variant in zip(jobs, variants):
+        entry = _entry(variant, root) if variant is not None and _restorable(kernel) else None
+        entries.append(entry)
+        if entry is not None:
+            stamps[kernel.name] = _class_stamp(kernel)
+            sources[entry.function] = kernel.kernel.cache_key
+    if not any(entries):
+        return None
+    path = index_path(digest, target)
+    body = {"fingerprint": _global_fingerprint(target), "classes": stamps, "functions": sources, "entries": entries}
+    tmp = f"{path}.tmp.{os.getpid()}"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "wb") as f:
+            pickle.dump(body, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return None
+    return path
+
+
+def _load_index(path: str, target: Any) -> dict | None:
+    try:
+        with open(path, "rb") as f:
+            body = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
+        return None  # absent, torn or from another zerojit: warm up normally (and rewrite it)
+    if not isinstance(body, dict) or body.get("fingerprint") != _global_fingerprint(target):
+        return None
+    return body
+
+
+@functools.lru_cache(maxsize=None)
+def _metadata_class(fields: tuple[str, ...]) -> type:
+    # Triton builds this namedtuple class afresh for every CompiledKernel (~0.3 ms each)
+    return namedtuple("KernelMetadata", fields)
+
+
+def _lazy_asm_class() -> type:
+    from triton.compiler.compiler import AsmDict
+
+    class LazyAsm(AsmDict):
+        """``CompiledKernel.asm`` whose IR texts are read from the cache entry on first use."""
+
+        def __init__(self, files: dict[str, str], binary_ext: str) -> None:
+            super().__init__()
+            self._files = files  # IR name ("ptx", "cubin", ...) -> path
+            self._binary_ext = binary_ext
+
+        def _read(self, ext: str) -> Any:
+            path = self._files[ext]
+            if ext == self._binary_ext:
+                with open(path, "rb") as f:
+                    return f.read()
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+
+        def _load_all(self) -> None:
+            for ext in self._files:
+                if not dict.__contains__(self, ext):
+                    dict.__setitem__(self, ext, self._read(ext))
+
+        def __missing__(self, key: str) -> Any:
+            if key in self._files:
+                value = self._read(key)
+                self[key] = value
+                return value
+            return super().__missing__(key)
+
+        def __contains__(self, key: object) -> bool:
+            return key in self._files or dict.__contains__(self, key)
+
+        def get(self, key: str, default: Any = None) -> Any:
+            return self[key] if key in self else default
+
+        def __iter__(self):
+            self._load_all()
+            return dict.__iter__(self)
+
+        def __len__(self) -> int:
+            self._load_all()
+            return dict.__len__(self)
+
+        def keys(self):
+            self._load_all()
+            return dict.keys(self)
+
+        def values(self):
+            self._load_all()
+            return dict.values(self)
+
+        def items(self):
+            self._load_all()
+            return dict.items(self)
+
+        def __reduce__(self):
+            self._load_all()
+            return (dict, (dict(dict.items(self)),))
+
+    return LazyAsm
+
+
+_LazyAsm = None
+
+
+def build_compiled_kernel(jit_fn: Any, group: dict[str, str], src: tuple, backends: dict) -> Any:
+    """The ``CompiledKernel`` Triton's ``compile`` returns on a disk-cache hit of the entry whose
+    files are ``group`` (file name -> path), for ``src`` = ``(signature, constants, attrs)`` of
+    its ``ASTSource``: Triton 3.6's ``CompiledKernel.__init__``, minus the IR reads (``asm``
+    reads them on use) and the per-kernel namedtuple class. ``backends``: a cache of Triton
+    backends by target, shared across calls.
+
+    Raises:
+        OSError: a file of the entry is gone.
+        StopIteration: the group has no metadata file.
+    """
+    global _LazyAsm
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import ASTSource, CompiledKernel, make_backend
+
+    if _LazyAsm is None:
+        _LazyAsm = _lazy_asm_class()
+    meta_path = next(p for name, p in group.items() if name.endswith(".json") and not name.startswith("__grp__"))
+    with open(meta_path, encoding="utf-8") as f:
+        metadata = json.load(f)
+    t = metadata["target"]
+    metadata["target"] = GPUTarget(t["backend"], t["arch"], t["warp_size"])
+    md = _metadata_class(tuple(sorted(metadata)))(**metadata)
+    backend = backends.get(md.target)
+    if backend is None:
+        backend = backends[md.target] = make_backend(md.target)
+    signature, constants, attrs = src
+    files = {os.path.splitext(p)[1][1:]: p for name, p in group.items() if not name.endswith(".json")}
+    compiled = CompiledKernel.__new__(CompiledKernel)
+    compiled.metadata = md
+    compiled.packed_metadata = backend.pack_metadata(md)
+    compiled.src = ASTSource(jit_fn, signature, constants, attrs)
+    compiled.hash = md.hash
+    compiled.name = md.name
+    compiled.asm = _LazyAsm(files, backend.binary_ext)
+    compiled.metadata_group = group
+    compiled.kernel = compiled.asm[backend.binary_ext]
+    compiled.module = None
+    compiled.function = None
+    compiled._run = None
+    return compiled
+
+
+class _SharedLaunchers:
+    """Stands in for the driver's ``launcher_cls``: kernels with one signature share one launcher
+    (Triton's ``CudaLauncher`` keeps nothing per kernel beyond the signature's C launch function
+    and these metadata fields)."""
+
+    _FIELDS = ("num_ctas", "global_scratch_size", "global_scratch_align", "profile_scratch_size",
+               "profile_scratch_align", "launch_cooperative_grid", "launch_pdl")
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.made: dict[str, Any] = {}
+
+    def __call__(self, src: Any, metadata: Any) -> Any:
+        if getattr(metadata, "tensordesc_meta", None):
+            return self.real(src, metadata)
+        # Triton 3.6's make_launcher reads only the signature (constexprs are typed "constexpr")
+        key = repr((sorted(src.signature.items()), [getattr(metadata, f, None) for f in self._FIELDS]))
+        launcher = self.made.get(key)
+        if launcher is None:
+            launcher = self.made[key] = self.real(src, metadata)
+        return launcher
+
+
+@contextlib.contextmanager
+def shared_launchers() -> Iterator[None]:
+    """Within this block, kernels loaded on the active driver share launchers by signature
+    instead of each importing its launcher module again (~0.3 ms a kernel on the H200 host)."""
+    from triton.runtime.driver import driver
+
+    drv = driver.active
+    shared = _SharedLaunchers(drv.launcher_cls)
+    drv.launcher_cls = shared
+    try:
+        yield
+    finally:
+        if drv.launcher_cls is shared:
+            drv.launcher_cls = shared.real
+
+
+def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, *, load: bool) -> dict[int, tuple[CompiledVariant, float]]:
+    """Restore what the index of ``jobs`` covers into the kernels' in-process caches.
+
+    Args:
+        jobs: the warm-up's ``(kernel, key)`` jobs, in plan order (``digest`` is their digest).
+        target: the Triton target being warmed for.
+        load: load modules, functions and launchers (on a GPU).
+
+    Returns:
+        ``{job index: (variant, seconds)}`` for each restored job; every other job still needs a
+        normal warm-up. Never raises for a stale or missing index (it restores nothing).
+    """
+    import time
+
+    from triton.runtime.driver import driver
+
+    if not _supported():
+        return {}
+    body = _load_index(index_path(digest, target), target)
+    if body is None or len(body["entries"]) != len(jobs):
+        return {}
+    root = cache_dir()
+    device = driver.active.get_current_device()
+    functions_ok: dict[str, bool] = {}
+    backends: dict = {}
+    restored: dict[int, tuple[CompiledVariant, float]] = {}
+    from .loading import load_compiled
+
+    with shared_launchers() if load else contextlib.nullcontext():
+        for i, ((kernel, key), entry) in enumerate(zip(jobs, body["entries"])):
+            start = time.perf_counter()
+            if entry is None or not _restorable(kernel) or body["classes"].get(kernel.name) != _class_stamp(kernel):
+                continue
+            jit_fn = kernel.kernel
+            if entry.function != _function_name(jit_fn):
+                continue
+            ok = functions_ok.get(entry.function)
+            if ok is None:
+                ok = functions_ok[entry.function] = body["functions"].get(entry.function) == jit_fn.cache_key
+            if not ok:
+                continue
+            with _DEVICE_CACHE_LOCK:
+                kernel_cache = jit_fn.device_caches[device][0]
+            compiled = kernel_cache.get(entry.triton_key)
+            try:
+                fresh = compiled is None
+                if fresh:
+                    group = {name: os.path.join(root, rel) for name, rel in entry.group}
+                    compiled = build_compiled_kernel(jit_fn, group, pickle.loads(entry.src), backends)
+                if load:
+                    load_compiled(compiled)
+            except Exception:  # a file gone, a load refused: the normal warm-up says why
+                continue
+            if fresh:
+                compiled = kernel_cache.setdefault(entry.triton_key, compiled)
+            variant = CompiledVariant(kernel=kernel.name, key=key, triton_key=entry.triton_key,
+                                      specialization=entry.specialization, param_names=entry.param_names,
+                                      loaded=load, compiled=compiled)
+            restored[i] = (variant, time.perf_counter() - start)
+    return restored

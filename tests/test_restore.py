@@ -1,0 +1,261 @@
+"""Warm start through zerojit's restore index (``zerojit.restore``).
+
+A restored variant must be exactly what Triton's own disk-cache lookup gives for the key: checked
+against the ``CompiledKernel`` Triton built when it compiled the key (metadata, packed metadata,
+binary, every IR text, source arguments) and against Triton's in-process lookup at launch time
+(a launch after the warm start finds it, under the monitor in error mode). Every way the index
+can be stale or broken must fall back to Triton's lookup, key by key, with the same result.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import glob
+import pickle
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton import knobs
+from triton.runtime.driver import driver
+
+from zerojit import restore
+from zerojit.compile_only import compile_only
+from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.keyspace import choices, trace_dispatch
+from zerojit.monitor import JitMonitor
+from zerojit.registry import JitWarmupRegistry
+from zerojit.runner.config import load_config
+from zerojit.runner.model import register_model
+from zerojit.specialization import WarmupTensor
+
+
+@triton.jit
+def _fill_kernel(out_ptr, value, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value, mask=offs < n)
+
+
+class Fill(TritonJitKernel["Fill.CompileKey"]):
+    """A small kernel with three keys (two blocks x two dtypes, one pair skipped)."""
+
+    kernel = _fill_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        block: int
+        dtype: torch.dtype
+
+    def get_warmup_keys(self) -> list:
+        return trace_dispatch(self.CompileKey)(block=choices(32, 64), dtype=choices(torch.float32, torch.int32))[:3]
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(out=WarmupTensor(key.dtype, (key.block * 4,)), value=3, n=key.block * 4 - 1, block=key.block)
+
+    @kernel_launcher(host_only=("block",))
+    def __call__(self, *, out, value: int, n: int, block: int = 32) -> LaunchSpec:
+        return LaunchSpec(grid=(triton.cdiv(n, block),), kwargs=dict(BLOCK=block), returns=out)
+
+
+class FastFill(Fill):
+    fast_path = True
+
+
+@pytest.fixture(autouse=True)
+def co():
+    with compile_only("cuda:90") as drv:
+        yield drv
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path))
+    return tmp_path
+
+
+def registry_of(*kernels) -> JitWarmupRegistry:
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        for kernel in kernels:
+            kernel.register_warmup()
+    return registry
+
+
+def forget(*kernels) -> None:
+    for kernel in kernels:
+        kernel.kernel.device_caches.clear()
+
+
+def variants(report):
+    return [(v.kernel, v.key, v.triton_key, v.specialization, v.param_names) for v in report.variants]
+
+
+def same_compiled_kernel(restored, triton_made) -> None:
+    """``restored`` is field for field the CompiledKernel Triton made."""
+    assert restored is not triton_made
+    assert set(vars(restored)) == set(vars(triton_made))
+    assert restored.metadata == triton_made.metadata and restored.metadata._fields == triton_made.metadata._fields
+    assert restored.packed_metadata == triton_made.packed_metadata
+    assert (restored.hash, restored.name, restored.kernel) == (triton_made.hash, triton_made.name, triton_made.kernel)
+    assert restored.metadata_group == triton_made.metadata_group
+    assert dict(restored.asm) == dict(triton_made.asm) and len(restored.asm) == len(triton_made.asm) >= 6
+    src, ref = restored.src, triton_made.src
+    assert (src.fn, src.signature, src.constants, src.attrs) == (ref.fn, ref.signature, ref.constants, ref.attrs)
+    assert src.hash() == ref.hash()  # hence Triton's cache key of the entry
+
+
+def test_a_warm_start_restores_exactly_what_triton_compiled(cache):
+    fill = Fill()
+    forget(fill)
+    cold = registry_of(fill).warmup(progress=False)
+    assert cold.ok and cold.num_keys == 3 and cold.stats.compiled == 3 and cold.stats.restored == 0
+    assert len(glob.glob(str(cache / ".zerojit" / "restore-*.pkl"))) == 1
+
+    forget(fill)
+    events = []
+    knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)
+    try:
+        warm = registry_of(fill).warmup(progress=False)
+    finally:
+        knobs.compilation.listener = None
+    s = warm.stats
+    assert (s.restored, s.compiled, s.disk_loads, s.workers) == (3, 0, 0, 0) and events == []
+    assert variants(warm) == variants(cold)
+    for restored, made in zip(warm.variants, cold.variants):
+        same_compiled_kernel(restored.compiled, made.compiled)
+        device = driver.active.get_current_device()
+        assert fill.kernel.device_caches[device][0][restored.triton_key] is restored.compiled
+    assert "3 restored from the disk cache" in s.origin(3)
+
+
+def test_after_a_warm_start_launches_hit_the_restored_variants(cache):
+    fill = Fill()
+    forget(fill)
+    registry_of(fill).warmup(progress=False)
+    forget(fill)
+    registry = registry_of(fill)
+    report = registry.warmup(progress=False)
+    assert report.stats.restored == 3
+    with JitMonitor("error", report=report) as monitor:  # a miss would raise before compiling
+        for key in fill.get_warmup_keys():
+            fill(out=torch.empty(key.block * 4 + 3, dtype=key.dtype, device="meta"), value=5, n=key.block * 4 - 1,
+                 block=key.block)
+        counts = monitor.counts()
+    assert counts.runtime_compiles == 0 and counts.launches == 3
+
+
+def test_a_key_whose_entry_lost_a_file_goes_through_triton_alone(cache):
+    fill = Fill()
+    forget(fill)
+    cold = registry_of(fill).warmup(progress=False)
+    gone = cold.variants[1].compiled
+    os.unlink(next(p for name, p in gone.metadata_group.items() if name.endswith(".json") and "__grp__" not in name))
+    forget(fill)
+    warm = registry_of(fill).warmup(progress=False)
+    assert (warm.stats.restored, warm.stats.compiled) == (2, 1)  # Triton found no metadata: compiled again
+    assert variants(warm) == variants(cold)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "other fingerprint"])
+def test_a_broken_or_stale_index_restores_nothing_and_is_rewritten(cache, damage):
+    fill = Fill()
+    forget(fill)
+    cold = registry_of(fill).warmup(progress=False)
+    (path,) = glob.glob(str(cache / ".zerojit" / "restore-*.pkl"))
+    data = open(path, "rb").read()
+    if damage == "truncated":
+        data = data[: len(data) // 2]
+    elif damage == "garbage":
+        data = b"not a pickle"
+    else:
+        body = pickle.loads(data)
+        body["fingerprint"] = body["fingerprint"][:-1] + ("/elsewhere",)
+        data = pickle.dumps(body)
+    open(path, "wb").write(data)
+    forget(fill)
+    warm = registry_of(fill).warmup(progress=False)
+    assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)
+    assert variants(warm) == variants(cold)
+    forget(fill)
+    again = registry_of(fill).warmup(progress=False)
+    assert again.stats.restored == 3 and variants(again) == variants(cold)
+
+
+def test_a_changed_kernel_source_is_not_restored(cache, monkeypatch):
+    fill = Fill()
+    forget(fill)
+    registry_of(fill).warmup(progress=False)
+    forget(fill)
+    monkeypatch.setattr(_fill_kernel, "hash", "0" * 64)  # Triton's cache_key of an edited kernel
+    warm = registry_of(fill).warmup(progress=False)
+    assert warm.stats.restored == 0 and warm.stats.compiled == 3  # Triton's own key changed too
+
+
+def test_a_changed_cache_invalidating_environment_is_not_restored(cache, monkeypatch):
+    fill = Fill()
+    forget(fill)
+    registry_of(fill).warmup(progress=False)
+    forget(fill)
+    monkeypatch.setenv("TRITON_DEFAULT_FP_FUSION", "0")
+    warm = registry_of(fill).warmup(progress=False)
+    assert warm.stats.restored == 0 and warm.stats.compiled == 3
+
+
+def test_fast_path_kernels_warm_up_normally_and_record_their_variants(cache):
+    fill, fast = Fill(), FastFill()
+    forget(fill, fast)
+    registry_of(fill, fast).warmup(progress=False)
+    forget(fill, fast)
+    warm = registry_of(fill, fast).warmup(progress=False)
+    assert warm.stats.restored == 3  # Fill's keys; FastFill's went through its warm-up launch
+    recorded = fast.fast_variants()  # ... which recorded them for the fast launcher, 3 per warm-up
+    assert len(recorded) == 6 and {v.triton_key for v in recorded} == {v.triton_key for v in warm.variants}
+
+
+def test_the_dsv4_key_space_restores_in_full_with_the_serial_result(cache):
+    config = load_config("dsv4-like")
+    registry = register_model(config)
+    plan = registry.warmup_keys(config)[0]
+    forget(*plan)
+    cold = registry.warmup(config, progress=False)
+    forget(*plan)
+    warm = register_model(config).warmup(config, progress=False)
+    assert warm.num_keys == cold.num_keys == 21 and warm.stats.restored == 21 and warm.stats.compiled == 0
+    assert variants(warm) == variants(cold)
+    for restored, made in zip(warm.variants, cold.variants):
+        same_compiled_kernel(restored.compiled, made.compiled)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_restored_warm_start_serves_the_trace_checked_with_nothing_loaded_late(tmp_path):
+    """Two runs of the main job over one cache folder: the second restores every key, then replays
+    the trace with zero runtime compiles, no module load on the request path, and its sampled
+    steps equal to the PyTorch references."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(restore.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=src, TRITON_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"run{i}.json"
+        proc = subprocess.run([sys.executable, "-m", "zerojit", "run", "--device", "cuda", "--requests", "300",
+                               "--check", "4", "--no-progress", "--json", str(out)], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        runs.append(json.loads(out.read_text()))
+    cold, warm = runs
+    assert cold["warmup"]["stats"]["restored"] == 0
+    stats = warm["warmup"]["stats"]
+    assert (stats["restored"], stats["compiled"], stats["disk_loads"]) == (21, 0, 0)
+    assert warm["runtime_compiles"] == 0 and warm["request_path"]["compiles"] == 0
+    assert warm["request_path"]["loads"] == 0 and warm["ok"]
