@@ -57,7 +57,9 @@ def _rank(rank: int, args: argparse.Namespace, mode: str, root: str) -> None:
     with (compile_only(target) if target else contextlib.nullcontext()):
         from triton.runtime.driver import driver
 
-        driver.active.get_current_device()  # the driver's start is not warm-up
+        driver.active.get_current_device()  # the driver's start (and CUDA's context) is not warm-up
+        if gpu:
+            torch.empty(1, device="cuda")
         knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)
         dist.barrier()
         start = time.perf_counter()
