@@ -176,7 +176,7 @@ def test_a_broken_or_stale_index_restores_nothing_and_is_rewritten(cache, damage
         data = b"not a pickle"
     else:
         body = pickle.loads(data)
-        body["fingerprint"] = body["fingerprint"][:-1] + ("/elsewhere",)
+        body["fingerprint"] = body["fingerprint"][:1] + ("0.0.0",) + body["fingerprint"][2:]  # another Triton
         data = pickle.dumps(body)
     open(path, "wb").write(data)
     forget(fill)

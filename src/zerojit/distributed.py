@@ -8,10 +8,13 @@ wasted work. ``registry.warmup(group=...)`` (which calls :func:`sharded_warmup`)
    the others look for it in theirs);
 3. has each rank compile its round-robin share of the keys (key ``i`` on rank ``i % world``,
    with its own worker processes when ``workers > 1``), under the per-entry file locks;
-4. shares the results: with one shared cache folder a barrier suffices; otherwise every rank
-   sends the cache entries it compiled to all the others (``all_gather_object``), which install
-   them (:func:`zerojit.cache.install_entries`: staged, verified, moved in whole);
-5. has every rank load every key: disk-cache hits now, module and launcher loads on a GPU.
+4. shares the results in one ``all_gather_object`` (also the barrier after the compiles): each
+   rank's Triton build hash, the restore records of its share (:func:`zerojit.restore.records`)
+   and, when the cache folders are separate, the cache entries it compiled, which the others
+   install (:func:`zerojit.cache.install_entries`: staged, verified, moved in whole);
+5. has every rank load every key: its own share is loaded already; the others' keys are
+   restored from their records (:func:`zerojit.restore.restore_records`: module, function and
+   launcher on a GPU, no Triton lookup); anything left warms up normally (disk-cache hits).
 
 Ranks whose Triton builds differ (another wheel or Python) do not install each other's entries,
 which would be unreachable anyway; they compile what they lack in step 5. A key that fails on
@@ -71,8 +74,7 @@ def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *,
         os.makedirs(os.path.dirname(probe_path), exist_ok=True)
         open(probe_path, "w").close()
     dist.barrier(group=group)
-    mine = {"plan": plan_digest(jobs), "keys": len(jobs), "build": hashlib.sha256(use_fast_triton_key().encode()).hexdigest(),
-            "shared": os.path.exists(probe_path)}
+    mine = {"plan": plan_digest(jobs), "keys": len(jobs), "shared": os.path.exists(probe_path)}
     facts: list[Any] = [None] * world
     dist.all_gather_object(facts, mine, group=group)
     if rank == 0:
@@ -85,28 +87,63 @@ def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *,
         )
     shared = all(f["shared"] for f in facts)
 
-    # 3. compile (and load) this rank's share
+    # 3. compile (and load) this rank's share (Triton's build hash overlaps the workers' boot there)
     share = shard(len(jobs), rank, world)
     first = session.run([jobs[i] for i in share], progress=progress,
                         desc=f"zerojit warm-up, rank {rank}: {len(share)} of {len(jobs)} keys")
 
-    # 4. share the results
-    if shared:
-        dist.barrier(group=group)
-    else:
-        compiled = [o.variant for o in first if o.error is None and getattr(o.variant, "compiled", None) is not None]
-        try:
-            payload = pack_entries(entries_of(compiled))
-        except Exception:  # nothing to share beats a wrong share; the others compile what they lack
-            payload = {}
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, {"build": mine["build"], "entries": payload}, group=group)
-        for r, theirs in enumerate(gathered):
-            if r != rank and theirs["build"] == mine["build"] and theirs["entries"]:
-                install_entries(theirs["entries"])
+    # 4. share the results: Triton's build, this share's restore records, and (separate cache
+    # folders) its entries; the exchange is also the barrier after every rank's compiles
+    from .precompile import JobOutcome
+    from .restore import records, restore_records
 
-    # 5. load everything
-    outcomes = session.run(jobs, progress=progress, desc=f"zerojit warm-up, rank {rank}: loading {len(jobs)} keys",
-                           expect_warm=True)
-    spent = {i: o.seconds for i, o in zip(share, first)}
-    return [type(o)(o.variant, o.seconds + spent.get(i, 0.0), o.error) for i, o in enumerate(outcomes)]
+    target = _current_target()
+    build = hashlib.sha256(use_fast_triton_key().encode()).hexdigest()
+    done = {i: o.variant for i, o in zip(share, first) if o.error is None}
+    message = {"build": build, "records": records(jobs, done, target), "entries": {}}
+    if not shared:
+        compiled = [v for v in done.values() if getattr(v, "compiled", None) is not None]
+        try:
+            message["entries"] = pack_entries(entries_of(compiled))
+        except Exception:  # nothing to share beats a wrong share; the others compile what they lack
+            pass
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, message, group=group)
+
+    # 5. load everything: this rank's share is loaded; the others' keys are restored from their
+    # records (zerojit.restore); whatever is left (a failed key, a stale record) warms up normally
+    outcomes: list[Any] = [None] * len(jobs)
+    for i, o in zip(share, first):
+        outcomes[i] = o
+    for r, theirs in enumerate(gathered):
+        if r == rank or theirs["build"] != build:
+            continue
+        if theirs["entries"]:
+            install_entries(theirs["entries"])
+        for i, (variant, seconds) in restore_records(jobs, theirs["records"], target, load=_loads()).items():
+            if outcomes[i] is None:
+                outcomes[i] = JobOutcome(variant, seconds, None)
+                with session._lock:
+                    session.counts.restored += 1
+    rest = [i for i, o in enumerate(outcomes) if o is None]
+    if rest:
+        ran = session.run([jobs[i] for i in rest], progress=progress,
+                          desc=f"zerojit warm-up, rank {rank}: loading {len(rest)} keys", expect_warm=True)
+        for i, o in zip(rest, ran):
+            outcomes[i] = o
+    return outcomes
+
+
+def _current_target() -> Any:
+    from triton.runtime.driver import driver
+
+    return driver.active.get_current_target()
+
+
+def _loads() -> bool:
+    """True when warm-up loads modules (a GPU), False under the compile-only driver."""
+    from triton.runtime.driver import driver
+
+    from .compile_only import CompileOnlyDriver
+
+    return not isinstance(driver.active, CompileOnlyDriver)

@@ -90,6 +90,8 @@ def _manager_class(session: "WarmupSession", base: type) -> type:
     reporting to ``session`` for its own warm-up jobs; everything else is ``base``'s."""
 
     class ZerojitCacheManager(base):  # type: ignore[misc, valid-type]
+        _zerojit_base = base  # the manager it stands in for (zerojit.restore checks it)
+
         def __init__(self, key: str, *args: Any, **kwargs: Any) -> None:
             super().__init__(key, *args, **kwargs)
             self._zerojit_key = key  # the entry's folder name
@@ -149,6 +151,7 @@ class _Counts:
     workers: int = 0
     worker_launchers: int = 0
     recovered: list = field(default_factory=list)
+    restored: int = 0  # restored from other ranks' records (zerojit.distributed)
     phases: dict = field(default_factory=dict)  # phase -> seconds (summed over runs)
     worker_seconds: float = 0.0
 

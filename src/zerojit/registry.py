@@ -442,7 +442,7 @@ class JitWarmupRegistry:
             t0 = time.perf_counter()
             prime_launch_path()
             phases["prime"] = time.perf_counter() - t0
-        stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0, restored=len(restored),
+        stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0, restored=len(restored) + session.counts.restored,
                                      phases=phases)
         if target == "device":  # name what was really compiled for
             from .compile_only import active_compile_only

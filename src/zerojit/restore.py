@@ -51,10 +51,11 @@ from typing import Any, Iterator, Sequence
 from .cache import cache_dir, use_fast_triton_key
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
 
-__all__ = ["restore_variants", "save_index", "index_path", "build_compiled_kernel", "shared_launchers"]
+__all__ = ["restore_variants", "restore_records", "records", "save_index", "index_path", "build_compiled_kernel",
+           "shared_launchers"]
 
 _TRITON_VERSIONS = ("3.6.0",)  # CompiledKernel's attributes as this module sets them
-_FORMAT = 2
+_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def _supported() -> bool:
     from triton.runtime.cache import FileCacheManager
 
     manager = knobs.cache.manager_class
+    manager = getattr(manager, "_zerojit_base", manager)  # a warm-up session's manager wraps Triton's
     return (os.environ.get("ZEROJIT_RESTORE", "1") != "0" and triton.__version__ in _TRITON_VERSIONS and not knobs.runtime.interpret
             and manager in (None, FileCacheManager))  # None: Triton's default, the file cache
 
@@ -91,8 +93,7 @@ def _global_fingerprint(target: Any) -> tuple:
     from . import __version__
 
     return (_FORMAT, triton.__version__, use_fast_triton_key(), sys.version_info[:2], __version__,
-            (target.backend, target.arch, target.warp_size), sorted(get_cache_invalidating_env_vars().items()),
-            os.path.realpath(cache_dir()))
+            (target.backend, target.arch, target.warp_size), sorted(get_cache_invalidating_env_vars().items()))
 
 
 @functools.lru_cache(maxsize=None)
@@ -137,6 +138,29 @@ def _entry(variant: CompiledVariant, root: str) -> _Entry | None:
                   variant.specialization, variant.param_names)
 
 
+def records(jobs: Sequence[tuple[Any, Any]], variants: dict[int, CompiledVariant], target: Any) -> dict | None:
+    """The restore records of ``variants`` (job index -> its warmed variant): what a restore index
+    holds, and what ranks of a process group send each other (:mod:`zerojit.distributed`).
+    None when nothing of it can be restored."""
+    if not _supported():
+        return None
+    root = cache_dir()
+    entries: dict[int, _Entry] = {}
+    stamps: dict[str, tuple] = {}
+    sources: dict[str, str] = {}
+    for i, variant in variants.items():
+        kernel = jobs[i][0]
+        entry = _entry(variant, root) if variant is not None and _restorable(kernel) else None
+        if entry is not None:
+            entries[i] = entry
+            stamps[kernel.name] = _class_stamp(kernel)
+            sources[entry.function] = kernel.kernel.cache_key
+    if not entries:
+        return None
+    return {"fingerprint": _global_fingerprint(target), "keys": len(jobs), "classes": stamps, "functions": sources,
+            "entries": entries}
+
+
 def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVariant | None], digest: str,
                target: Any) -> str | None:
     """Write the restore index of ``jobs`` (``variants[i]``: job i's result, None if it failed).
@@ -145,22 +169,10 @@ def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVaria
     index or the new one. Returns the path, or None when nothing here can be restored (or the
     folder is not writable: the index only speeds up the next warm start).
     """
-    if not _supported():
-        return None
-    root = cache_dir()
-    entries: list[_Entry | None] = []
-    stamps: dict[str, tuple] = {}
-    sources: dict[str, str] = {}
-    for (kernel, _), variant in zip(jobs, variants):
-        entry = _entry(variant, root) if variant is not None and _restorable(kernel) else None
-        entries.append(entry)
-        if entry is not None:
-            stamps[kernel.name] = _class_stamp(kernel)
-            sources[entry.function] = kernel.kernel.cache_key
-    if not any(entries):
+    body = records(jobs, {i: v for i, v in enumerate(variants) if v is not None}, target)
+    if body is None:
         return None
     path = index_path(digest, target)
-    body = {"fingerprint": _global_fingerprint(target), "classes": stamps, "functions": sources, "entries": entries}
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -182,9 +194,7 @@ def _load_index(path: str, target: Any) -> dict | None:
             body = pickle.load(f)
     except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError):
         return None  # absent, torn or from another zerojit: warm up normally (and rewrite it)
-    if not isinstance(body, dict) or body.get("fingerprint") != _global_fingerprint(target):
-        return None
-    return body
+    return body if isinstance(body, dict) else None
 
 
 @functools.lru_cache(maxsize=None)
@@ -354,14 +364,22 @@ def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, 
         ``{job index: (variant, seconds)}`` for each restored job; every other job still needs a
         normal warm-up. Never raises for a stale or missing index (it restores nothing).
     """
+    if not _supported():
+        return {}
+    return restore_records(jobs, _load_index(index_path(digest, target), target), target, load=load)
+
+
+def restore_records(jobs: Sequence[tuple[Any, Any]], body: dict | None, target: Any, *,
+                    load: bool) -> dict[int, tuple[CompiledVariant, float]]:
+    """Restore the variants of :func:`records` ``body`` (made for these very ``jobs``) that still
+    match this process (fingerprint, kernel classes, ``triton.jit`` source hashes, files on disk).
+    Returns ``{job index: (variant, seconds)}``; never raises for a stale or broken record."""
     import time
 
     from triton.runtime.driver import driver
 
-    if not _supported():
-        return {}
-    body = _load_index(index_path(digest, target), target)
-    if body is None or len(body["entries"]) != len(jobs):
+    if (not _supported() or not isinstance(body, dict) or body.get("keys") != len(jobs)
+            or body.get("fingerprint") != _global_fingerprint(target)):
         return {}
     root = cache_dir()
     device = driver.active.get_current_device()
@@ -371,9 +389,10 @@ def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, 
     from .loading import load_compiled
 
     with shared_launchers() if load else contextlib.nullcontext():
-        for i, ((kernel, key), entry) in enumerate(zip(jobs, body["entries"])):
+        for i, entry in body["entries"].items():
             start = time.perf_counter()
-            if entry is None or not _restorable(kernel) or body["classes"].get(kernel.name) != _class_stamp(kernel):
+            kernel, key = jobs[i]
+            if not _restorable(kernel) or body["classes"].get(kernel.name) != _class_stamp(kernel):
                 continue
             jit_fn = kernel.kernel
             if entry.function != _function_name(jit_fn):
