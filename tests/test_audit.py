@@ -161,7 +161,8 @@ SCRIPT = textwrap.dedent('''
     import sys
     from dataclasses import dataclass
     import torch, triton, triton.language as tl
-    from zerojit import JitWarmupRegistry, compile_only
+    from zerojit import JitWarmupRegistry
+    from zerojit.compile_only import compile_only
     from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
     from zerojit.specialization import WarmupTensor
 

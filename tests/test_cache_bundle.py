@@ -186,6 +186,8 @@ def test_a_corrupted_file_is_refused(bundle, fresh_cache, tmp_path):
 def test_not_a_bundle(tmp_path, fresh_cache):
     with pytest.raises(BundleError, match="does not exist"):
         import_bundle(tmp_path / "nope.tar.gz")
+    with pytest.raises(BundleError, match="is a directory, not a bundle archive"):
+        import_bundle(tmp_path)
     junk = tmp_path / "junk.tar.gz"
     junk.write_bytes(b"not an archive at all")
     with pytest.raises(BundleCorruptError):

@@ -20,7 +20,8 @@ SRC = str(Path(__file__).resolve().parent.parent / "src")
 INNER = textwrap.dedent('''
     from dataclasses import dataclass
     import pytest, torch, triton, triton.language as tl
-    from zerojit import JitWarmupRegistry, compile_only
+    from zerojit import JitWarmupRegistry
+    from zerojit.compile_only import compile_only
     from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
     from zerojit.monitor import RuntimeJitError, allow_compiles
     from zerojit.specialization import WarmupTensor

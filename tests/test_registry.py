@@ -306,7 +306,7 @@ def test_one_failing_key_hides_no_other(compiles, co):
     fill_failure = next(f for f in report.failures if f.kernel == "fill")
     assert "arange's range must be a power of 2" in fill_failure.error
     msg = str(info.value)
-    assert "2 key(s)" in msg and "fill: key" in msg and "block=48" in msg
+    assert "failed for 1 key and 1 kernel's key listing:" in msg and "fill: key" in msg and "block=48" in msg
     assert "BrokenListing: listing its keys: RuntimeError: config has no block_size" in msg
     keys = report.keys_by_kernel()
     assert [k.block for k in keys["fill"]] == [16, 32]  # tried before and after the failure
@@ -372,3 +372,34 @@ def test_report_is_a_plain_value():
     assert d["keys"] == 1 and d["target"] == "cuda:90" and d["failures"] == []
     assert d["kernels"]["Recorder"]["keys"] == [{"request": [["n", "2"]]}]
     assert "Recorder" in report.summary() and "1 key over 1 kernel in" in report.summary()
+
+
+class NeedsConfig(Recorder):
+    """A kernel whose keys come from the model configuration (a required ``config``)."""
+
+    def get_warmup_keys(self, config, **request) -> list:
+        return [RKey((("width", repr(config["width"])),))]
+
+
+def test_a_kernel_that_needs_the_config_says_so_when_warmed_without_it():
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        NeedsConfig().register_warmup()
+        Recorder().register_warmup(n=1)
+    with pytest.raises(WarmupError) as info:
+        reg.warmup(progress=False)
+    message = str(info.value)
+    assert message.startswith("zerojit warm-up failed for 1 kernel's key listing:")
+    assert "NeedsConfig: listing its keys: its get_warmup_keys needs the model configuration: pass it as " \
+           "warmup(config=...)" in message
+    assert info.value.report.num_keys == 1  # the config-free kernel still warmed
+    assert reg.warmup({"width": 8}, progress=False).num_keys == 2
+
+
+@pytest.mark.parametrize("workers", [0, -1, 2.5, "2", True])
+def test_workers_must_be_a_whole_number_of_processes(workers):
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Recorder().register_warmup(n=1)
+    with pytest.raises(ValueError, match=r"warmup\(workers=.*\): the number of compile worker processes"):
+        reg.warmup(progress=False, workers=workers)

@@ -259,3 +259,28 @@ def test_on_a_gpu_a_restored_warm_start_serves_the_trace_checked_with_nothing_lo
     assert (stats["restored"], stats["compiled"], stats["disk_loads"]) == (21, 0, 0)
     assert warm["runtime_compiles"] == 0 and warm["request_path"]["compiles"] == 0
     assert warm["request_path"]["loads"] == 0 and warm["ok"]
+
+
+def test_a_fresh_checkout_of_the_same_code_still_restores(cache):
+    fill = Fill()
+    forget(fill)
+    registry_of(fill).warmup(progress=False)
+    st = os.stat(__file__)
+    os.utime(__file__, ns=(st.st_atime_ns, st.st_mtime_ns + 10**10))  # as a new clone would have
+    restore._module_stamp.cache_clear()
+    try:
+        forget(fill)
+        warm = registry_of(fill).warmup(progress=False)
+    finally:
+        os.utime(__file__, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert warm.stats.restored == 3
+
+
+def test_an_edited_kernel_class_module_is_not_restored(cache, monkeypatch):
+    fill = Fill()
+    forget(fill)
+    registry_of(fill).warmup(progress=False)
+    forget(fill)
+    monkeypatch.setattr(restore, "_module_stamp", lambda path: "edited")  # its warmup_inputs may differ now
+    warm = registry_of(fill).warmup(progress=False)
+    assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)

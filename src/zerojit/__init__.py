@@ -7,7 +7,7 @@ a registry compiles all of it at start-up and loads every module and launcher
 named target and turns launches into dry launches.
 """
 
-from .compile_only import compile_only
+from . import compile_only  # the module: zerojit.compile_only.compile_only("cuda:90")
 from .kernel import CompiledVariant, JitKernel, KernelDefinitionError, KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .keyspace import KeySpaceError, choices, int_range, trace_dispatch, zip_inputs
 from .registry import JitWarmupRegistry, WarmupError, WarmupReport
@@ -16,7 +16,6 @@ from .specialization import SpecClass, WarmupTensor, classify, scalar_rep
 __version__ = "0.1.0"
 
 __all__ = [
-    "compile_only",
     "CompiledVariant",
     "JitKernel",
     "KernelDefinitionError",

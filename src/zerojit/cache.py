@@ -547,6 +547,8 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
 
 
 def _open(path: str) -> tarfile.TarFile:
+    if os.path.isdir(path):
+        raise BundleError(f"bundle {path} is a directory, not a bundle archive (zerojit bundle export writes one file)")
     if not os.path.isfile(path):
         raise BundleError(f"bundle {path} does not exist")
     try:

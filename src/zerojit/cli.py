@@ -111,6 +111,8 @@ def run_command(
                                help="zerojit; or, to compare, triton (Triton's own warmup(): compile, no load) or "
                                "none (plain JIT): these run the monitor in warn mode and need a fresh process"),
     jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error"),
+    workers: int = typer.Option(1, "--workers", min=1, metavar="N",
+                                help="compile worker processes for a zerojit warm-up (1: compile in this process)"),
     check: Optional[int] = typer.Option(None, "--check", min=0, metavar="N",
                                         help="steps checked against the PyTorch references "
                                         "(cpu: in a TRITON_INTERPRET=1 child; default 0 on cpu, 8 on cuda)"),
@@ -148,6 +150,7 @@ def run_command(
             config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
             jit_monitor_mode=jit_monitor_mode or "error", check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
             num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=not no_progress,
+            workers=workers,
         )
         report = run(options)
     except (ConfigError, BackendError, TraceError, RunError) as e:
@@ -167,7 +170,8 @@ def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-o
     """Warm up the example kernel's key space and print the warm-up report."""
     import torch
 
-    from zerojit import JitWarmupRegistry, compile_only
+    from zerojit import JitWarmupRegistry
+    from zerojit.compile_only import compile_only
     from zerojit.compile_only import parse_target
     from zerojit.examples.scale_add import scale_add
 

@@ -235,7 +235,11 @@ class WarmupError(RuntimeError):
     """Warm-up failed for one or more keys; ``report`` holds every failure and every success."""
 
     def __init__(self, report: WarmupReport) -> None:
-        lines = [f"zerojit warm-up failed for {len(report.failures)} key(s):"] + [f"  {f}" for f in report.failures]
+        keys = sum(f.key is not None for f in report.failures)
+        listings = len(report.failures) - keys
+        what = [count(keys, "key")] if keys else []
+        what += [count(listings, "kernel's key listing", "kernels' key listings")] if listings else []
+        lines = [f"zerojit warm-up failed for {' and '.join(what)}:"] + [f"  {f}" for f in report.failures]
         super().__init__("\n".join(lines))
         self.report = report
 
@@ -326,8 +330,14 @@ class JitWarmupRegistry:
         plan: dict[Any, list[Any]] = {}
         failures: list[WarmupFailure] = []
         for group, kernel in self._kernels.items():
-            takes_config = "config" in inspect.signature(kernel.get_warmup_keys).parameters
+            param = inspect.signature(kernel.get_warmup_keys).parameters.get("config")
+            takes_config = param is not None
             keys: dict[Any, None] = {}
+            if takes_config and config is None and param.default is inspect.Parameter.empty:
+                failures.append(WarmupFailure(kernel.name, None, "its get_warmup_keys needs the model configuration: "
+                                              "pass it as warmup(config=...)"))
+                plan[kernel] = []
+                continue
             for request in self._requests[group].values():
                 try:
                     found = kernel.get_warmup_keys(config=config, **request) if takes_config else kernel.get_warmup_keys(**request)
@@ -371,6 +381,7 @@ class JitWarmupRegistry:
         entry once.
 
         Raises:
+            ValueError: ``workers`` is not a whole number >= 1 (or None).
             WarmupError: some key failed (only after every key was tried); ``.report`` has all.
             zerojit.cache.BundleError: the bundle is for another Triton build, Python or target,
                 or is truncated or corrupted (nothing installed, nothing warmed).
@@ -378,6 +389,9 @@ class JitWarmupRegistry:
         from .precompile import JobOutcome, WarmupSession, plan_digest
         from .restore import restore_variants, save_index
 
+        if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+            raise ValueError(f"warmup(workers={workers!r}): the number of compile worker processes is a whole number "
+                             ">= 1 (or None: compile in this process)")
         start = time.perf_counter()
         imported = None
         if bundle is not None:

@@ -15,13 +15,13 @@ variant straight into the kernel's in-process cache:
 * the ``CompiledKernel`` is built from the metadata JSON and the cubin only (the IR files load
   when ``asm`` is read), with one metadata ``namedtuple`` class per field set;
 * on a GPU, the module and function load as before (:func:`zerojit.loading.load_compiled`), and
-  kernels whose launchers are alike (same signature, constants and launch metadata) share one
-  launcher object instead of each importing the launcher module again.
+  kernels with the same signature and launch metadata share one launcher object instead of each
+  importing the launcher module again.
 
 The pairing of an in-process key with its entry comes from Triton itself, so a restored variant
 is exactly what Triton would have loaded for that key. The fingerprint guards the rest: Triton's
 version and build key, Python's version, Triton's cache-invalidating environment variables, the
-target, zerojit's version, each kernel class's module file (size and mtime: its
+target, zerojit's version, each kernel class's module source (a SHA-256 of the file: its
 ``warmup_inputs`` decides which in-process key a compile key reaches) and each ``triton.jit``
 function's source hash (Triton's ``cache_key``, over its dependencies too). Any mismatch, a
 missing file or a kernel the index does not cover sends that key through the normal warm-up;
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import pickle
@@ -55,7 +56,7 @@ __all__ = ["restore_variants", "restore_records", "records", "save_index", "inde
            "shared_launchers"]
 
 _TRITON_VERSIONS = ("3.6.0",)  # CompiledKernel's attributes as this module sets them
-_FORMAT = 3
+_FORMAT = 4
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,11 @@ def _global_fingerprint(target: Any) -> tuple:
 
 
 @functools.lru_cache(maxsize=None)
-def _module_stamp(path: str) -> tuple[int, int]:
-    st = os.stat(path)
-    return st.st_size, st.st_mtime_ns
+def _module_stamp(path: str) -> str:
+    # the source's content, not its mtime: a fresh checkout or reinstall of the same code still
+    # restores (about 20 us a module, once per process)
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _class_stamp(kernel: Any) -> tuple:

@@ -218,3 +218,21 @@ def test_cuda_run_with_checks(tmp_path):
     assert report.checks is not None and report.checks.where == "cuda"
     assert len(report.checks.steps) == 6 and report.checks.ok, report.checks.mismatches
     assert report.request_path.loads == 0  # zerojit loaded every module at warm-up
+
+
+def test_cli_workers_compile_in_worker_processes_then_a_rerun_restores(tmp_path):
+    """``--workers 2`` on a fresh cache: the workers compile all 21 keys and this process loads
+    them; a second run over that cache restores them (zerojit.restore) and says so."""
+    cache, out = str(tmp_path / "cache"), tmp_path / "report.json"
+    runs = []
+    for _ in range(2):
+        proc = cli(["--config", "dsv4-like", "--requests", "30", "--device", "cpu", "--workers", "2", "--json", str(out)],
+                   cache)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs.append((json.loads(out.read_text()), proc.stdout))
+    (cold, cold_text), (warm, warm_text) = runs
+    assert cold["warmup"]["stats"]["worker_compiled"] == 21 and cold["warmup"]["stats"]["compiled"] == 0
+    assert "21 compiled by 2 worker processes, then loaded from the disk cache" in cold_text
+    assert warm["warmup"]["stats"]["restored"] == 21 and warm["warmup"]["stats"]["workers"] == 0
+    assert "21 restored from the disk cache by zerojit's restore index" in warm_text
+    assert cold["runtime_compiles"] == warm["runtime_compiles"] == 0
