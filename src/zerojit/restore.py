@@ -27,6 +27,10 @@ function's source hash (Triton's ``cache_key``, over its dependencies too). Any 
 missing file or a kernel the index does not cover sends that key through the normal warm-up;
 nothing is ever half-restored (a variant enters the cache only once it is fully loaded).
 
+On the H200 machine restoring costs ~0.6 ms a key (lookup, module and function load, launcher)
+for a 111-key space. The same records travel between the ranks of a process group, which
+restore each other's keys (:mod:`zerojit.distributed`).
+
 ``ZEROJIT_RESTORE=0`` turns the index off (no restore, no index written): every key then goes
 through Triton's own disk-cache lookup, as with plain Triton.
 
