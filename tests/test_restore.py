@@ -284,3 +284,18 @@ def test_an_edited_kernel_class_module_is_not_restored(cache, monkeypatch):
     monkeypatch.setattr(restore, "_module_stamp", lambda path: "edited")  # its warmup_inputs may differ now
     warm = registry_of(fill).warmup(progress=False)
     assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)
+
+
+def test_an_entry_that_lost_its_cubin_is_compiled_again_not_a_failed_warm_up(cache, monkeypatch):
+    """Triton alone would call the entry a hit and fail with KeyError: 'cubin' on every warm-up."""
+    monkeypatch.setenv("ZEROJIT_RESTORE", "0")  # through Triton's lookup (the index would only fall back to it)
+    fill = Fill()
+    forget(fill)
+    cold = registry_of(fill).warmup(progress=False)
+    broken = cold.variants[0].compiled
+    os.unlink(next(p for name, p in broken.metadata_group.items() if name.endswith(".cubin")))
+    forget(fill)
+    warm = registry_of(fill).warmup(progress=False)
+    assert warm.ok and (warm.stats.compiled, warm.stats.disk_loads) == (1, 2)
+    assert variants(warm) == variants(cold) and warm.variants[0].compiled.kernel == broken.kernel
+    assert os.path.isfile(next(p for name, p in warm.variants[0].compiled.metadata_group.items() if name.endswith(".cubin")))

@@ -102,10 +102,29 @@ def _manager_class(session: "WarmupSession", base: type) -> type:
                 job = _JOB.get()
                 if job is not None and job.pending is not None and filename.endswith(".json") \
                         and filename == f"{job.pending[0].__name__[:150]}.json":
-                    return session._on_lookup(self, base, filename, group, job)
+                    return session._on_lookup(self, base, filename, _whole(self, filename, group), job)
             return group
 
     return ZerojitCacheManager
+
+
+def _whole(manager: Any, filename: str, group: Any) -> Any:
+    """``group`` when every file its group file lists exists, else None (a miss).
+
+    Triton's ``get_group`` drops the files that are gone and reports a hit if the metadata is
+    left, so an entry that lost its cubin (a disk fault, a hand-deleted file) would fail every
+    warm-up with ``KeyError: 'cubin'``; as a miss, the warm-up compiles it again and Triton
+    rewrites the entry whole.
+    """
+    folder = getattr(manager, "cache_dir", None)
+    if not group or not folder:
+        return group
+    try:
+        with open(os.path.join(folder, f"__grp__{filename}"), encoding="utf-8") as f:
+            listed = json.load(f)["child_paths"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return group if len(group) == len(listed) else None
 
 
 @dataclass(frozen=True)
@@ -325,7 +344,7 @@ class WarmupSession:
         start = time.perf_counter()
         lock.acquire()
         job.locks.append(lock)
-        group = base.get_group(manager, filename)
+        group = _whole(manager, filename, base.get_group(manager, filename))
         if time.perf_counter() - start > 0.005 or (group and filename in group):
             with self._lock:
                 self.counts.lock_waits += 1
