@@ -107,6 +107,7 @@ def test_workers_compile_and_the_parent_only_loads(serial_and_parallel):
     s = parallel.stats
     assert (s.worker_compiled, s.compiled, s.disk_loads, s.workers, s.recovered) == (21, 0, 21, 2, ())
     assert serial.stats.compiled == 21 and serial.stats.workers == 0
+    assert "worker processes' included" in parallel.summary() and "worker processes'" not in serial.summary()
 
 
 def test_warm_start_starts_no_worker_and_compiles_nothing(serial_and_parallel, monkeypatch):

@@ -218,6 +218,9 @@ class WarmupReport:
             lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
         for k in self.kernels:
             lines.append(f"  {k.kernel:<40} {len(k.keys):>4} {'key ' if len(k.keys) == 1 else 'keys'}  {k.seconds:7.2f} s")
+        if self.stats is not None and self.stats.workers:
+            lines.append("  (a kernel's seconds add up its keys' time, its worker processes' included: together "
+                         "they can exceed the warm-up's wall time)")
         lines += [f"  FAILED {f}" for f in self.failures]
         return "\n".join(lines)
 

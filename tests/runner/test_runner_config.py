@@ -84,3 +84,17 @@ def test_bad_files(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_config(bad)
     assert "block_size=96" in str(e.value) and "compress_ratios" in str(e.value)
+
+
+def test_a_problem_with_a_value_the_file_never_set_says_it_is_the_default(tmp_path):
+    path = tmp_path / "partial.json"
+    path.write_text(json.dumps({"compress_ratios": [1, 4, 128], "index_topk": 512}))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    problems = info.value.problems
+    assert problems[0].startswith("compress_ratios[2]=128: every ratio > 1 must divide block_size=64")
+    assert problems[-1] == "partial.json does not set block_size=64: that is ModelConfig's default"
+    path.write_text(json.dumps({"block_size": 48}))  # a value the file set: no note
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert not any("does not set" in p for p in info.value.problems)

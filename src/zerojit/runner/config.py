@@ -21,8 +21,10 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -90,4 +92,13 @@ def load_config(name_or_path: str | os.PathLike, **overrides: Any) -> ModelConfi
     fields = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("_"))}
     fields.setdefault("name", path.stem)
     fields.update(overrides)
-    return ModelConfig.from_dict(fields)
+    try:
+        return ModelConfig.from_dict(fields)
+    except ConfigError as e:  # say which values in the messages the file never set
+        unset = [f"{f.name}={getattr(ModelConfig, f.name)!r}" for f in dataclasses.fields(ModelConfig)
+                 if f.name not in fields and f.default is not dataclasses.MISSING
+                 and any(re.search(rf"(?<!\w){f.name}=", problem) for problem in e.problems)]
+        if not unset:
+            raise
+        note = f"{path.name} does not set {', '.join(unset)}: {'that is' if len(unset) == 1 else 'those are'} ModelConfig's default"
+        raise ConfigError(e.problems + [note]) from None
