@@ -110,24 +110,24 @@ def test_workers_compile_and_the_parent_only_loads(serial_and_parallel):
     assert "worker processes' included" in parallel.summary() and "worker processes'" not in serial.summary()
 
 
-def test_warm_start_starts_no_worker_and_compiles_nothing(serial_and_parallel, monkeypatch):
-    _, _, _, folder = serial_and_parallel[2]
-    use_cache(monkeypatch, folder)
+def warm_start(serial_and_parallel, monkeypatch):
+    """A warm-up with two workers over the cache the parallel cold warm-up left."""
+    use_cache(monkeypatch, serial_and_parallel[2][3])
     registry, config = dsv4_registry()
     forget_in_process(registry, config)
-    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    return registry.warmup(config, workers=2, progress=False, target="cuda:90")
+
+
+def test_warm_start_starts_no_worker_and_compiles_nothing(serial_and_parallel, monkeypatch):
+    report = warm_start(serial_and_parallel, monkeypatch)
     s = report.stats
     assert (s.compiled, s.worker_compiled, s.disk_loads, s.workers, s.restored) == (0, 0, 0, 0, 21)
     assert variants(report) == variants(serial_and_parallel[1][0])
 
 
 def test_warm_start_without_the_restore_index_loads_from_disk(serial_and_parallel, monkeypatch):
-    _, _, _, folder = serial_and_parallel[2]
-    use_cache(monkeypatch, folder)
     monkeypatch.setenv("ZEROJIT_RESTORE", "0")
-    registry, config = dsv4_registry()
-    forget_in_process(registry, config)
-    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    report = warm_start(serial_and_parallel, monkeypatch)
     s = report.stats
     assert (s.compiled, s.worker_compiled, s.disk_loads, s.workers, s.restored) == (0, 0, 21, 0, 0)
     assert variants(report) == variants(serial_and_parallel[1][0])

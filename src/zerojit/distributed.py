@@ -95,12 +95,13 @@ def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *,
     # 4. share the results: Triton's build, this share's restore records, and (separate cache
     # folders) its entries; the exchange is also the barrier after every rank's compiles
     from .precompile import JobOutcome
+    from .registry import _warm_target
     from .restore import records, restore_records
 
-    target = _current_target()
+    target, dry = _warm_target()
     build = hashlib.sha256(use_fast_triton_key().encode()).hexdigest()
     done = {i: o.variant for i, o in zip(share, first) if o.error is None}
-    message = {"build": build, "records": records(jobs, done, target), "entries": {}}
+    message = {"build": build, "records": records(jobs, done, target) if target is not None else None, "entries": {}}
     if not shared:
         compiled = [v for v in done.values() if getattr(v, "compiled", None) is not None]
         try:
@@ -120,7 +121,7 @@ def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *,
             continue
         if theirs["entries"]:
             install_entries(theirs["entries"])
-        for i, (variant, seconds) in restore_records(jobs, theirs["records"], target, load=_loads()).items():
+        for i, (variant, seconds) in restore_records(jobs, theirs["records"], target, load=not dry).items():
             if outcomes[i] is None:
                 outcomes[i] = JobOutcome(variant, seconds, None)
                 with session._lock:
@@ -133,17 +134,3 @@ def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *,
             outcomes[i] = o
     return outcomes
 
-
-def _current_target() -> Any:
-    from triton.runtime.driver import driver
-
-    return driver.active.get_current_target()
-
-
-def _loads() -> bool:
-    """True when warm-up loads modules (a GPU), False under the compile-only driver."""
-    from triton.runtime.driver import driver
-
-    from .compile_only import CompileOnlyDriver
-
-    return not isinstance(driver.active, CompileOnlyDriver)

@@ -405,8 +405,8 @@ class TritonJitKernel(JitKernel[KeyT]):
         sink = _WARMUP_SINK.get()
         named = dict(zip(state.param_names, args), **options)
         sink.append((None, named))  # before Triton runs: a compile deferred to a worker leaves these
-        sink[-1] = (self.kernel.run(*args, grid=spec.grid, warmup=True, **options), named)
-        compiled = sink[-1][0]
+        compiled = self.kernel.run(*args, grid=spec.grid, warmup=True, **options)
+        sink[-1] = (compiled, named)
         if self.fast_path:
             state.record(self, _triton_driver.active.get_current_device(), compiled, args, options, otoken)
         return spec.returns

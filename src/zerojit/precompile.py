@@ -552,11 +552,11 @@ class _ShippedLoader:
     def __enter__(self) -> "_ShippedLoader":
         from triton.runtime.driver import driver
 
-        from .compile_only import CompileOnlyDriver
+        from .registry import _warm_target
         from .restore import shared_launchers
 
         self.device = driver.active.get_current_device()
-        self.gpu = not isinstance(driver.active, CompileOnlyDriver)
+        self.gpu = not _warm_target()[1]
         if self.gpu:
             self._stack.enter_context(shared_launchers())
         return self
@@ -565,30 +565,21 @@ class _ShippedLoader:
         self._stack.close()
 
     def load(self, kernel: Any, key: Any, shipped: _Shipped) -> Any:
-        from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
-        from .loading import load_compiled
-        from .restore import build_compiled_kernel
+        from .kernel import CompiledVariant, TritonJitKernel
+        from .restore import install
         from .specialization import SpecClass, bind
 
         if not isinstance(kernel, TritonJitKernel) or kernel.fast_path:  # its warm-up launch records
             return None
         jit_fn = shipped.jit_fn
         try:
+            _, specialization, _ = bind(jit_fn, **shipped.launch[0][1])
             with open(shipped.group_file, encoding="utf-8") as f:
                 group = json.load(f)["child_paths"]
-            with _DEVICE_CACHE_LOCK:
-                kernel_cache = jit_fn.device_caches[self.device][0]
-            compiled = kernel_cache.get(shipped.triton_key)
-            fresh = compiled is None
-            if fresh:
-                compiled = build_compiled_kernel(jit_fn, group, shipped.src, self.backends)
-            if self.gpu:
-                load_compiled(compiled)
-            _, specialization, _ = bind(jit_fn, **shipped.launch[0][1])
+            compiled = install(jit_fn, self.device, shipped.triton_key, group, shipped.src, self.backends,
+                               load=self.gpu)
         except Exception:  # a missing file, a refused load: the second sweep reports it properly
             return None
-        if fresh:
-            compiled = kernel_cache.setdefault(shipped.triton_key, compiled)
         with self.session._lock:
             self.session.counts.disk_loads += 1
         return CompiledVariant(kernel=kernel.name, key=key, triton_key=shipped.triton_key,

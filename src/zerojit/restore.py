@@ -57,7 +57,7 @@ from .cache import cache_dir, use_fast_triton_key
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
 
 __all__ = ["restore_variants", "restore_records", "records", "save_index", "index_path", "build_compiled_kernel",
-           "shared_launchers"]
+           "install", "shared_launchers"]
 
 _TRITON_VERSIONS = ("3.6.0",)  # CompiledKernel's attributes as this module sets them
 _FORMAT = 4
@@ -320,6 +320,28 @@ def build_compiled_kernel(jit_fn: Any, group: dict[str, str], src: tuple, backen
     return compiled
 
 
+def install(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], src: tuple, backends: dict, *,
+            load: bool) -> Any:
+    """The ``CompiledKernel`` filed under ``triton_key`` in ``jit_fn``'s in-process cache for
+    ``device``: the one already there, else one built from the entry's files (see
+    :func:`build_compiled_kernel`); loaded (module, function, launcher) when ``load``.
+
+    Raises:
+        Exception: whatever building or loading raised; nothing is filed then.
+    """
+    from .loading import load_compiled
+
+    with _DEVICE_CACHE_LOCK:
+        kernel_cache = jit_fn.device_caches[device][0]
+    compiled = kernel_cache.get(triton_key)
+    fresh = compiled is None
+    if fresh:
+        compiled = build_compiled_kernel(jit_fn, group, src, backends)
+    if load:
+        load_compiled(compiled)
+    return kernel_cache.setdefault(triton_key, compiled) if fresh else compiled
+
+
 class _SharedLaunchers:
     """Stands in for the driver's ``launcher_cls``: kernels with one signature share one launcher
     (Triton's ``CudaLauncher`` keeps nothing per kernel beyond the signature's C launch function
@@ -393,8 +415,6 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: dict | None, target: 
     functions_ok: dict[str, bool] = {}
     backends: dict = {}
     restored: dict[int, tuple[CompiledVariant, float]] = {}
-    from .loading import load_compiled
-
     with shared_launchers() if load else contextlib.nullcontext():
         for i, entry in body["entries"].items():
             start = time.perf_counter()
@@ -409,20 +429,11 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: dict | None, target: 
                 ok = functions_ok[entry.function] = body["functions"].get(entry.function) == jit_fn.cache_key
             if not ok:
                 continue
-            with _DEVICE_CACHE_LOCK:
-                kernel_cache = jit_fn.device_caches[device][0]
-            compiled = kernel_cache.get(entry.triton_key)
+            group = {name: os.path.join(root, rel) for name, rel in entry.group}
             try:
-                fresh = compiled is None
-                if fresh:
-                    group = {name: os.path.join(root, rel) for name, rel in entry.group}
-                    compiled = build_compiled_kernel(jit_fn, group, pickle.loads(entry.src), backends)
-                if load:
-                    load_compiled(compiled)
+                compiled = install(jit_fn, device, entry.triton_key, group, pickle.loads(entry.src), backends, load=load)
             except Exception:  # a file gone, a load refused: the normal warm-up says why
                 continue
-            if fresh:
-                compiled = kernel_cache.setdefault(entry.triton_key, compiled)
             variant = CompiledVariant(kernel=kernel.name, key=key, triton_key=entry.triton_key,
                                       specialization=entry.specialization, param_names=entry.param_names,
                                       loaded=load, compiled=compiled)
