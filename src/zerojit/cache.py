@@ -137,8 +137,9 @@ def _libtriton_path(root: str) -> str:
 
 def _build_stat_signature(root: str) -> str:
     """A digest of the size, mtime and inode of every file ``triton_key()`` hashes (a superset:
-    every .py/.so under compiler/, backends/ and language/, runtime/cache.py and libtriton)."""
-    paths = [os.path.join(root, "runtime", "cache.py"), _libtriton_path(root)]
+    every .py/.so under compiler/, backends/ and language/, runtime/cache.py, libtriton, and the
+    package's ``__init__.py`` with its version)."""
+    paths = [os.path.join(root, "__init__.py"), os.path.join(root, "runtime", "cache.py"), _libtriton_path(root)]
     for sub in ("compiler", "backends", "language"):
         for folder, dirs, files in os.walk(os.path.join(root, sub)):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
@@ -150,21 +151,28 @@ def _build_stat_signature(root: str) -> str:
     return h.hexdigest()
 
 
-def _memo_path(folder: str | None = None) -> str:
-    return os.path.join(folder or cache_dir(), _STATE_DIR, "triton-build.json")
+def _memo_paths() -> list[str]:
+    """Where Triton's build fingerprint is remembered: the cache folder (it travels with it), then
+    one file per Triton install under Triton's home (``TRITON_HOME``, default ``~``:
+    ``~/.triton/zerojit/``), so a fresh cache folder on a known install does not hash the build."""
+    from triton import knobs
+
+    install = hashlib.sha256(f"{sys.executable}\0{_triton_root()}".encode()).hexdigest()[:16]
+    return [os.path.join(cache_dir(), _STATE_DIR, "triton-build.json"),
+            os.path.join(knobs.cache.home_dir, ".triton", "zerojit", f"triton-build-{install}.json")]
 
 
-def _read_memo(signature: str, folder: str | None = None) -> dict:
+def _read_memo(signature: str, path: str) -> dict:
     try:
-        with open(_memo_path(folder)) as f:
+        with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
-    return data.get("values", {}) if data.get("signature") == signature else {}
+    values = data.get("values") if isinstance(data, dict) and data.get("signature") == signature else None
+    return values if isinstance(values, dict) and all(isinstance(v, str) for v in values.values()) else {}
 
 
-def _write_memo(signature: str, values: dict, folder: str | None = None) -> None:
-    path = _memo_path(folder)
+def _write_memo(signature: str, values: dict, path: str) -> None:
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
@@ -172,25 +180,31 @@ def _write_memo(signature: str, values: dict, folder: str | None = None) -> None
             json.dump({"signature": signature, "values": values}, f)
         os.replace(tmp, path)
     except OSError:
-        pass  # a read-only cache folder: the memo is only an optimisation
+        pass  # a read-only folder: the memo is only an optimisation
 
 
 def _remembered(name: str, compute) -> str:
-    root = _triton_root()
-    signature = _build_stat_signature(root)
-    values = _read_memo(signature)
-    if name not in values:
-        values = dict(values, **{name: compute()})
-        _write_memo(signature, values)
-    return values[name]
+    """``compute()``, remembered under the stat signature of Triton's build (any change to its
+    files computes it afresh); a value found in one memo is copied to the others."""
+    signature = _build_stat_signature(_triton_root())
+    paths = _memo_paths()
+    memos = [_read_memo(signature, p) for p in paths]
+    value = next((m[name] for m in memos if name in m), None)
+    if value is None:
+        value = compute()
+    for path, memo in zip(paths, memos):
+        if memo.get(name) != value:
+            _write_memo(signature, dict(memo, **{name: value}), path)
+    return value
 
 
 def use_fast_triton_key() -> str:
     """Make ``triton_key()`` cost a few ``stat`` calls instead of hashing Triton's build.
 
     Triton computes ``triton_key()`` (SHA-256 of every compiler source and of ``libtriton.so``)
-    once per process, about 0.4 s. The value is remembered in ``<cache>/.zerojit/triton-build.json``
-    under a digest of the size, mtime and inode of every file it reads; when that digest matches,
+    once per process, 0.4-0.6 s. The value is remembered in ``<cache>/.zerojit/triton-build.json``
+    and per Triton install in ``~/.triton/zerojit/`` (Triton's home, ``TRITON_HOME``), under a
+    digest of the size, mtime and inode of every file it reads; when that digest matches,
     ``triton.runtime.cache.triton_key`` is replaced by a function returning the remembered value
     (any change to Triton's files changes the digest, and the value is computed afresh). Returns
     the key.

@@ -591,7 +591,7 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]]) -> str:
     """Triton's build key (:func:`~zerojit.cache.use_fast_triton_key`), computed on a thread
     while this one pays the first sweep's one-time costs; returns the key.
 
-    On a fresh cache folder the key is ~0.4 s of SHA-256 over Triton's build, which releases the
+    On a new Triton install the key is ~0.5 s of SHA-256 over Triton's build, which releases the
     GIL; meanwhile each kernel gets its per-device cache and binder and its source hash, and the
     module Triton's specializer imports at its first tensor argument is imported. Without this
     the workers would wait for the key and then for those costs before their first request.
@@ -780,12 +780,9 @@ class _WorkerPool:
                 pass
             if not ready:  # never used: do not wait for it to finish booting
                 proc.kill()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
             stderr.close()
+            # Every answer is in: its exit (~0.1 s of interpreter teardown) is not the warm-up's to wait for.
+            threading.Thread(target=_reap, args=(proc,), name="zerojit-compile-reaper", daemon=True).start()
 
     def _record(self, task: dict, reply: dict) -> None:
         with self._progress:
@@ -819,6 +816,15 @@ class _WorkerPool:
             if task is not None:
                 self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
         return dict(self.seconds)
+
+
+def _reap(proc: subprocess.Popen) -> None:
+    """Wait for a stopped worker to exit (killed if it takes over 30 s), so none is left a zombie."""
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _triton_file() -> str:

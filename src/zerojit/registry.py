@@ -112,7 +112,7 @@ class WarmupStats:
         restored: variants put straight into the in-process caches from zerojit's restore index
             (a warm start: no Triton lookup; see :mod:`zerojit.restore`).
         phases: wall-clock seconds per phase, in order, as ``(name, seconds)``: ``restore`` (the
-            restore index), ``start`` (Triton's build key, hashed once per cache folder; with
+            restore index), ``start`` (Triton's build key, hashed once per Triton install; with
             workers booting, also the first launch's one-time costs), ``sweep`` (every other
             key's warm-up launch; with workers, those that miss the disk cache are handed to
             them), ``workers`` (waiting for the workers' results), ``load`` (loading them, as

@@ -1,0 +1,114 @@
+"""Triton's build key, remembered per cache folder and per Triton install (zerojit.cache).
+
+Triton hashes its whole build (~0.5 s) before its first cache key in every process. zerojit
+remembers the value under a stat signature of the files Triton hashes, both in the cache folder
+and in Triton's home, so a fresh cache folder on a known install does not hash it again. The tests
+stand a counting fake in for ``triton.runtime.cache.triton_key`` (monkeypatch puts the real one
+back) and check when it is called and what ``use_fast_triton_key`` returns.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import triton.runtime.cache as tcache
+from triton import knobs
+
+from zerojit import cache
+
+
+def fresh_triton_key(monkeypatch, value: str = "3.6.0-fake-build") -> list:
+    """A stand-in for Triton's ``triton_key`` (an lru_cache, like Triton's, not yet called);
+    returns the list its calls are counted in."""
+    calls: list = []
+
+    @functools.lru_cache(None)
+    def triton_key() -> str:
+        calls.append(1)
+        return value
+
+    monkeypatch.setattr(tcache, "triton_key", triton_key)
+    return calls
+
+
+def where(monkeypatch, tmp_path, cache_name: str, home_name: str = "home") -> None:
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / cache_name))
+    monkeypatch.setenv("TRITON_HOME", str(tmp_path / home_name))
+
+
+def install_memo(tmp_path, home_name: str = "home") -> list:
+    return list((tmp_path / home_name / ".triton" / "zerojit").glob("triton-build-*.json"))
+
+
+def test_a_fresh_cache_folder_on_a_known_install_does_not_hash_the_build(monkeypatch, tmp_path):
+    where(monkeypatch, tmp_path, "first")
+    calls = fresh_triton_key(monkeypatch)
+    assert cache.use_fast_triton_key() == "3.6.0-fake-build" and len(calls) == 1
+    assert (tmp_path / "first" / ".zerojit" / "triton-build.json").is_file() and len(install_memo(tmp_path)) == 1
+
+    where(monkeypatch, tmp_path, "second")  # a new, empty cache folder; same install, same home
+    calls = fresh_triton_key(monkeypatch, "must-not-be-called")
+    assert cache.use_fast_triton_key() == "3.6.0-fake-build" and calls == []
+    assert tcache.triton_key() == "3.6.0-fake-build"  # what Triton's compile now sees
+    assert (tmp_path / "second" / ".zerojit" / "triton-build.json").is_file()  # copied along
+
+
+def test_another_home_or_a_changed_build_hashes_again(monkeypatch, tmp_path):
+    where(monkeypatch, tmp_path, "first")
+    fresh_triton_key(monkeypatch)
+    cache.use_fast_triton_key()
+
+    where(monkeypatch, tmp_path, "second", home_name="other-home")
+    calls = fresh_triton_key(monkeypatch, "3.6.0-other")
+    assert cache.use_fast_triton_key() == "3.6.0-other" and len(calls) == 1
+
+    # Triton reinstalled in place: its files' stat signature changes, both memos are stale
+    real = cache._build_stat_signature
+    monkeypatch.setattr(cache, "_build_stat_signature", lambda root: "x" + real(root))
+    where(monkeypatch, tmp_path, "second")
+    calls = fresh_triton_key(monkeypatch, "3.6.0-rebuilt")
+    assert cache.use_fast_triton_key() == "3.6.0-rebuilt" and len(calls) == 1
+
+
+@pytest.mark.parametrize("garbage", ["not json", "[1, 2]", '{"signature": "%s", "values": {"triton_key": 7}}'])
+def test_a_garbage_install_memo_is_ignored_and_rewritten(monkeypatch, tmp_path, garbage):
+    where(monkeypatch, tmp_path, "first")
+    fresh_triton_key(monkeypatch)
+    cache.use_fast_triton_key()
+    (memo,) = install_memo(tmp_path)
+    signature = json.loads(memo.read_text())["signature"]
+    memo.write_text(garbage.replace("%s", signature))
+
+    where(monkeypatch, tmp_path, "second")
+    calls = fresh_triton_key(monkeypatch, "3.6.0-again")
+    assert cache.use_fast_triton_key() == "3.6.0-again" and len(calls) == 1
+    assert json.loads(memo.read_text()) == {"signature": signature, "values": {"triton_key": "3.6.0-again"}}
+
+
+def test_the_signature_covers_the_files_triton_hashes():
+    """Every file Triton's own ``triton_key`` reads is in the stat signature (compared by listing)."""
+    import pkgutil
+
+    root = cache._triton_root()
+    hashed = {os.path.join(root, "runtime", "cache.py"), cache._libtriton_path(root)}
+    for sub in ("compiler", "backends", "language"):
+        for lib in pkgutil.walk_packages([os.path.join(root, sub)], prefix=f"triton.{sub}."):
+            hashed.add(lib.module_finder.find_spec(lib.name).origin)
+    touched: list = []
+    real_stat = os.stat
+
+    def stat(path, *a, **k):
+        touched.append(os.path.abspath(path))
+        return real_stat(path, *a, **k)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "stat", stat)
+        cache._build_stat_signature(root)
+    assert hashed <= set(touched), sorted(hashed - set(touched))[:5]
