@@ -163,6 +163,27 @@ def test_cli_reports_bad_input_with_status_2(tmp_path):
         assert name in text, text
 
 
+def test_a_top_k_too_wide_for_memory_is_refused_before_warm_up(tmp_path):
+    """index_topk=10^9 is a valid config (the rules are about layout, not size) but its largest
+    step needs 8192 x 10^9 x 4 bytes per [tokens, index_topk] tensor: refused with the figures,
+    before any warm-up, instead of failing in replay on a 1.5 TB allocation."""
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"name": "wide", "compress_ratios": [4, 128], "block_size": 128,
+                               "index_topk": 1_000_000_000, "max_num_batched_tokens": 8192}))
+    result = CliRunner().invoke(app, ["run", "--config", str(big), "--device", "cpu", "--requests", "5",
+                                      "--no-progress"])
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "index_topk=1000000000" in text and "max_num_batched_tokens=8192" in text
+    assert f"at least {4 * 8192 * 10**9 * 4 / 2**30:,.1f} GiB" in text  # K1 and K7, input and output each
+    assert "GiB available on cpu" in text and "lower index_topk or max_num_batched_tokens" in text
+    assert "warm-up" not in text.lower() and "Traceback" not in result.output
+
+
 # ------------------------------------------------------------------------------ checks
 @pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="Triton's interpreter needs numpy")
 def test_check_two_steps_in_the_interpreter(triton_cache, tmp_path):

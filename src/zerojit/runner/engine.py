@@ -438,8 +438,9 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
             model = SparseMLAModel(config, options.backend)                                  # 2.
             cache = allocate_kv_cache(config, num_blocks * config.dcp_size, device=device)   # 3.
             model.bind_kv_cache(cache)
-        warmup = warm_up(registry, config, options, target=target or "device")              # 4.
         plan = MetadataPlan.for_cache(config, model.backend, cache)
+        _check_step_memory(plan, device)
+        warmup = warm_up(registry, config, options, target=target or "device")              # 4.
         check_steps = _cuda_check_steps(trace, config, options, device)
         no_warmup = f"--warmup {options.warmup}" if options.warmup == "none" else None
         with JitMonitor(options.monitor_mode, report=warmup.report, no_warmup_note=no_warmup) as monitor, \
@@ -493,6 +494,42 @@ def _load_trace(options: RunOptions, config: ModelConfig) -> Trace:
     if not len(trace):
         raise RunError(f"trace {str(path)!r} has no requests (a header and no rows)")
     return trace
+
+
+def available_memory(device: torch.device) -> int | None:
+    """Bytes this process can still allocate on ``device`` (CUDA: free device memory; CPU: the
+    kernel's ``MemAvailable``, else physical memory), None when unknown."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _check_step_memory(plan: MetadataPlan, device: torch.device) -> None:
+    """Refuse, before warm-up, a config whose largest step cannot fit the device's memory.
+
+    Raises:
+        RunError: the step's ``[tokens, index_topk]`` tensors alone exceed the memory available
+            (:meth:`MetadataPlan.largest_topk_tensors`), naming the two fields to lower.
+    """
+    need, names = plan.largest_topk_tensors()
+    have = available_memory(device)
+    if have is None or need <= have:
+        return
+    c = plan.config
+    raise RunError(
+        f"config {c.name}: a step of max_num_batched_tokens={c.max_num_batched_tokens} tokens needs at least "
+        f"{need / 2**30:,.1f} GiB for its [tokens, index_topk={c.index_topk}] int32 tensors ({', '.join(names)}), "
+        f"more than the {have / 2**30:,.1f} GiB available on {device.type}; lower index_topk or max_num_batched_tokens")
 
 
 def kv_blocks_per_rank(config: ModelConfig, kv_cache_tokens: int) -> int:

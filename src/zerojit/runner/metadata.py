@@ -227,6 +227,20 @@ class MetadataPlan:
         """Columns of the sliding-window block table: ``cdiv(max_model_len, block_size)``."""
         return cdiv(self.config.max_model_len, self.config.block_size)
 
+    def largest_topk_tensors(self) -> tuple[int, list[str]]:
+        """Bytes of the ``[tokens, index_topk]`` int32 tensors of the largest step (``tokens =
+        max_num_batched_tokens``) and their names: K1's ``token_indices`` and its output, K7's
+        indexer top-k and its output when the config has an indexer. A lower bound on what one
+        step allocates; these grow with ``index_topk`` without limit, every other step tensor is
+        bounded by the int32 slot rule."""
+        c = self.config
+        names = []
+        if self.launches("K1"):
+            names += ["token_indices", "K1's output"]
+        if INDEXER_RATIO in c.compress_ratios and self.launches("K7"):
+            names += ["the indexer's prefill top-k", "K7's output"]
+        return len(names) * c.max_num_batched_tokens * c.index_topk * 4, names
+
     @property
     def dcp(self) -> dict[str, int]:
         """``dcp_size``, ``dcp_rank``, ``dcp_interleave`` of the config (kernel keyword arguments)."""
