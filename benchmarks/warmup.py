@@ -236,12 +236,12 @@ def main() -> None:
              else "GPU (zerojit also loads modules and builds launchers)")
     print(f"key space {args.space!r}: {first['keys']} keys; {where}; {first['cpus']} CPUs, --workers {args.workers}; "
           f"medians of {args.repeat} run(s); driver start {med['triton-serial']['driver_s']:.2f} s (not timed)")
-    print(f"{'mode':<16}{'seconds':>9}{'ms/key':>9}{'steady':>8}{'compiles':>10}{'disk loads':>12}{'speed-up':>10}")
+    print(f"{'mode':<20}{'seconds':>9}{'ms/key':>9}{'steady':>8}{'compiles':>10}{'disk loads':>12}{'speed-up':>10}")
     for group, base in ((COLD, "triton-serial"), (WARM, "triton-warm")):
         for m in group:
             r = med[m]
             steady = f"{r['steady_ms_per_key']:>8.2f}" if r.get("steady_ms_per_key") is not None else f"{'':>8}"
-            print(f"{m:<16}{r['seconds']:>9.2f}{r['ms_per_key']:>9.2f}{steady}{r['compiled']:>10.0f}"
+            print(f"{m:<20}{r['seconds']:>9.2f}{r['ms_per_key']:>9.2f}{steady}{r['compiled']:>10.0f}"
                   f"{r['disk_loads']:>12.0f}{med[base]['seconds'] / r['seconds']:>9.1f}x")
     print("steady: ms per key of a second warm pass in the same process (in-process caches emptied), i.e. "
           "without the process's one-time costs (Triton's first-launch imports, binders, source hashes)")

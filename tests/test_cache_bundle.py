@@ -24,6 +24,7 @@ from pathlib import Path
 from triton import knobs
 
 from zerojit.cache import (
+    BundleCacheDirError,
     BundleCorruptError,
     BundleError,
     BundleMismatchError,
@@ -193,6 +194,126 @@ def test_not_a_bundle(tmp_path, fresh_cache):
     with pytest.raises(BundleCorruptError):
         import_bundle(junk)
     assert cache_contents(fresh_cache) == []
+
+
+def test_a_bundle_that_is_not_a_path_is_a_type_error_naming_the_argument(fresh_cache):
+    for call in (lambda: registry().warmup(bundle=123, progress=False), lambda: import_bundle(123),
+                 lambda: read_manifest(None)):
+        with compile_only("cuda:90"), pytest.raises(TypeError, match=r"bundle=(123|None): a bundle is the path of "
+                                                                     r"a bundle archive \(str or os.PathLike\), "
+                                                                     r"not (int|NoneType)"):
+            call()
+    assert cache_contents(fresh_cache) == []
+
+
+@pytest.mark.parametrize("how", ["import_bundle", "warmup"])
+def test_a_target_mismatch_under_compile_only_says_so_not_this_machine(bundle, fresh_cache, how):
+    with compile_only("cuda:80"), pytest.raises(BundleMismatchError) as info:
+        if how == "import_bundle":
+            import_bundle(bundle[0])  # the target: the compile-only block's
+        else:
+            registry().warmup(bundle=bundle[0], progress=False, target="cuda:80")
+    text = str(info.value)
+    assert info.value.field == "target" and "bundle has 'cuda:90'" in text
+    assert "this process compiles for 'cuda:80' (compile-only)" in text and "compile_only('cuda:90')" in text
+    assert "this machine" not in text and "this GPU" not in text and "--target) is" not in text
+    assert cache_contents(fresh_cache) == []
+
+
+# --- a cache folder that cannot be written -------------------------------------------------------
+
+
+def test_a_cache_folder_that_is_a_file_is_refused_naming_it(bundle, fresh_cache, tmp_path, monkeypatch):
+    place = tmp_path / "place"  # nothing but the file, so nothing staged beside it goes unseen
+    place.mkdir()
+    blocker = place / "not-a-folder"
+    blocker.write_text("a file, not a cache folder")
+    with pytest.raises(BundleCacheDirError) as info:
+        import_bundle(bundle[0], target="cuda:90", into=str(blocker))
+    text = str(info.value)
+    assert f"cache folder {blocker} is a file, not a folder" in text and info.value.cache_dir == str(blocker)
+    assert "point TRITON_CACHE_DIR (or --cache-dir" in text and "writable folder" in text
+    assert "nothing was installed" in text
+    monkeypatch.setattr(knobs.cache, "dir", str(blocker))  # TRITON_CACHE_DIR, through warmup(bundle=...)
+    with compile_only("cuda:90"), pytest.raises(BundleError, match=f"cache folder {re.escape(str(blocker))} is a file"):
+        registry().warmup(bundle=bundle[0], progress=False, target="cuda:90")
+    assert blocker.read_text() == "a file, not a cache folder" and os.listdir(place) == ["not-a-folder"]
+
+
+def test_bundle_import_into_a_file_exits_2_with_one_line(bundle, tmp_path):
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    result = CliRunner().invoke(app, ["bundle", "import", str(bundle[0]), "--target", "cuda:90",
+                                      "--cache-dir", str(blocker)])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.output.strip().splitlines() == [
+        f"zerojit bundle import: cache folder {blocker} is a file, not a folder: point TRITON_CACHE_DIR (or "
+        "--cache-dir, import_bundle(into=...)) at a writable folder; nothing was installed"]
+    assert blocker.read_text() == "x"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root ignores folder permissions")
+def test_a_read_only_cache_folder_is_refused_naming_it(bundle, fresh_cache, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    ro = tmp_path / "ro_empty"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(BundleCacheDirError) as info:
+            import_bundle(bundle[0], target="cuda:90", into=str(ro))
+        assert f"cache folder {ro} is not writable (permission denied)" in str(info.value)
+        assert "point TRITON_CACHE_DIR" in str(info.value) and "nothing was installed" in str(info.value)
+        monkeypatch.setattr(knobs.cache, "dir", str(ro))  # TRITON_CACHE_DIR, through warmup(bundle=...)
+        with compile_only("cuda:90"), pytest.raises(BundleError, match=f"cache folder {re.escape(str(ro))} is not"):
+            registry().warmup(bundle=bundle[0], progress=False, target="cuda:90")
+        result = CliRunner().invoke(app, ["bundle", "import", str(bundle[0]), "--target", "cuda:90",
+                                          "--cache-dir", str(ro)])
+        assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+        assert f"cache folder {ro} is not writable" in result.output and "Traceback" not in result.output
+        assert os.listdir(ro) == []
+    finally:
+        ro.chmod(0o755)
+
+
+def test_a_cache_folder_that_refuses_the_staging_folder_is_left_untouched(bundle, fresh_cache, monkeypatch):
+    """What a read-only folder does to a non-root user, simulated (so it also runs as root)."""
+    import tempfile
+
+    def refuse(*args, dir=None, **kwargs):
+        raise PermissionError(13, "Permission denied", os.path.join(dir, ".zerojit-import-x"))
+
+    fresh_cache.mkdir()
+    monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    with pytest.raises(BundleCacheDirError, match=f"cache folder {re.escape(str(fresh_cache))} is not writable "
+                                                  r"\(permission denied\): point TRITON_CACHE_DIR"):
+        import_bundle(bundle[0], target="cuda:90")
+    assert cache_contents(fresh_cache) == []  # no entry, no staging folder
+
+
+@pytest.mark.parametrize("target, needle", [
+    ("foo", "--target 'foo' is not of the form 'cuda:90' or 'hip:gfx942'; supported: cuda:70"),
+    ("cuda:999", "--target 'cuda:999': Triton"),
+])
+def test_bundle_import_checks_its_target_first(bundle, tmp_path, target, needle):
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    cache = tmp_path / "cache"
+    result = CliRunner().invoke(app, ["bundle", "import", str(bundle[0]), "--target", target,
+                                      "--cache-dir", str(cache)])
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("zerojit bundle import: ") and needle in lines[0], lines
+    assert "cuda:90" in lines[0] and "cuda:120" in lines[0] and "bundle export --target" not in lines[0]
+    assert not cache.exists()
 
 
 # --- the whole story, through the CLI, in separate processes ----------------------------------

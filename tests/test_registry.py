@@ -403,3 +403,70 @@ def test_workers_must_be_a_whole_number_of_processes(workers):
         Recorder().register_warmup(n=1)
     with pytest.raises(ValueError, match=r"warmup\(workers=.*\): the number of compile worker processes"):
         reg.warmup(progress=False, workers=workers)
+
+
+def test_a_target_other_than_the_one_compiled_for_is_refused():
+    """warmup(target=...) is recorded in the report and checked against bundles: it must name what
+    this process compiles for (here the module's compile-only cuda:90), else nothing warms."""
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Fill().register_warmup(out=torch.empty(64, dtype=torch.float32), blocks=(16,))
+    for wrong in ("cuda:80", "nonsense"):
+        with pytest.raises(ValueError, match=rf"warmup\(target='{wrong}'\): this process compiles for 'cuda:90' "
+                                             r"\(compile-only\)"):
+            reg.warmup(progress=False, target=wrong)
+    assert reg.warmup(progress=False, target="cuda:90").target == "cuda:90"
+
+
+def test_a_warm_up_with_no_gpu_and_no_compile_only_target_says_what_to_do():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = (
+        "from zerojit.registry import NoTargetError\n"
+        "from zerojit.runner.config import load_config\n"
+        "from zerojit.runner.model import register_model\n"
+        "config = load_config('dsv4-like')\n"
+        "try:\n"
+        "    register_model(config).warmup(config, progress=False)\n"
+        "except NoTargetError as e:\n"
+        "    print('refused:', e)\n")
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=src)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("refused: zerojit warm-up: no GPU is visible and no compile-only target is active")
+    assert 'compile_only("cuda:90")' in proc.stdout and proc.stdout.count("active drivers") == 1
+
+
+def test_a_cache_folder_no_key_could_use_is_refused_once(tmp_path, monkeypatch):
+    """Not one identical failure per key: the folder is named once, with what to do."""
+    from zerojit.cache import CacheFolderError
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Fill().register_warmup(out=torch.empty(64, dtype=torch.float32), blocks=(16, 32))
+    Fill.kernel.device_caches.clear()
+    monkeypatch.setenv("ZEROJIT_RESTORE", "0")
+    (tmp_path / "file").write_text("")
+    for folder, what in ((tmp_path / "file", "is a file, not a folder"), (tmp_path / "file" / "sub", "cannot be created"),
+                         ("", "is empty")):
+        monkeypatch.setattr(knobs.cache, "dir", str(folder))
+        with pytest.raises(CacheFolderError, match=what) as info:
+            reg.warmup(progress=False)
+        assert "point TRITON_CACHE_DIR at a writable folder" in str(info.value)
+
+
+def test_many_keys_failing_alike_are_listed_three_times_then_counted():
+    """Seven keys that all fail for one reason: three listed, the other four counted."""
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Fill().register_warmup(out=torch.zeros(64), blocks=(3, 5, 6, 7, 9, 10, 11))  # none a power of 2
+    with pytest.raises(WarmupError) as info:
+        reg.warmup(progress=False)
+    msg = str(info.value)
+    assert msg.startswith("zerojit warm-up failed for 7 keys:\n") and len(info.value.report.failures) == 7
+    assert [f"block={b})" in msg for b in (3, 5, 6, 7, 9, 10, 11)] == [True] * 3 + [False] * 4
+    assert "\n  ... and 4 more failures with the same error: CompilationError: " in msg
+    assert msg.count("arange's range must be a power of 2") == 4  # three listed, one for the rest

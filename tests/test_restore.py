@@ -151,6 +151,26 @@ def test_after_a_warm_start_launches_hit_the_restored_variants(cache):
     assert counts.runtime_compiles == 0 and counts.launches == 3
 
 
+def test_a_warm_start_leaves_what_the_warm_up_launches_left_for_the_first_request(cache):
+    """A restored warm start runs no warm-up launch, yet the first request's launch must find
+    what one leaves behind: Triton's (specialization, options) -> key memo and zerojit's argument
+    plans (generated code). Compared with what the cold warm-up's launches left."""
+    fill = Fill()
+    state = type(fill)._launch_state
+    forget(fill)
+    state.plans.clear()
+    registry_of(fill).warmup(progress=False)
+    device = driver.active.get_current_device()
+    cold_memo, cold_plans = dict(fill.kernel.device_caches[device][1]), set(state.plans)
+    assert len(cold_memo) == 3 and cold_plans
+
+    forget(fill)
+    state.plans.clear()
+    assert registry_of(fill).warmup(progress=False).stats.restored == 3
+    assert dict(fill.kernel.device_caches[device][1]) == cold_memo
+    assert set(state.plans) == cold_plans
+
+
 def test_a_key_whose_entry_lost_a_file_goes_through_triton_alone(cache):
     fill = Fill()
     forget(fill)
@@ -286,14 +306,21 @@ def test_an_edited_kernel_class_module_is_not_restored(cache, monkeypatch):
     assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)
 
 
-def test_an_entry_that_lost_its_cubin_is_compiled_again_not_a_failed_warm_up(cache, monkeypatch):
-    """Triton alone would call the entry a hit and fail with KeyError: 'cubin' on every warm-up."""
+@pytest.mark.parametrize("damage", ["lost cubin", "garbage metadata"])
+def test_a_damaged_entry_is_compiled_again_not_a_failed_warm_up(cache, monkeypatch, damage):
+    """Triton alone would call the entry a hit and fail on every warm-up (KeyError: 'cubin', or a
+    bare JSONDecodeError naming no entry)."""
     monkeypatch.setenv("ZEROJIT_RESTORE", "0")  # through Triton's lookup (the index would only fall back to it)
     fill = Fill()
     forget(fill)
     cold = registry_of(fill).warmup(progress=False)
     broken = cold.variants[0].compiled
-    os.unlink(next(p for name, p in broken.metadata_group.items() if name.endswith(".cubin")))
+    if damage == "lost cubin":
+        os.unlink(next(p for name, p in broken.metadata_group.items() if name.endswith(".cubin")))
+    else:
+        meta = next(p for name, p in broken.metadata_group.items() if name.endswith(".json") and "__grp__" not in name)
+        with open(meta, "w") as f:
+            f.write("{not json")
     forget(fill)
     warm = registry_of(fill).warmup(progress=False)
     assert warm.ok and (warm.stats.compiled, warm.stats.disk_loads) == (1, 2)

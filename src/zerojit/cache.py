@@ -60,6 +60,8 @@ __all__ = [
     "check_fingerprint",
     "FINGERPRINT_FIELDS",
     "BundleError",
+    "BundleCacheDirError",
+    "CacheFolderError",
     "BundleMismatchError",
     "BundleCorruptError",
     "BundleManifest",
@@ -158,8 +160,9 @@ def _memo_paths() -> list[str]:
     from triton import knobs
 
     install = hashlib.sha256(f"{sys.executable}\0{_triton_root()}".encode()).hexdigest()[:16]
-    return [os.path.join(cache_dir(), _STATE_DIR, "triton-build.json"),
-            os.path.join(knobs.cache.home_dir, ".triton", "zerojit", f"triton-build-{install}.json")]
+    folder = cache_dir()  # empty: no cache folder (never the working directory)
+    return ([os.path.join(folder, _STATE_DIR, "triton-build.json")] if folder else []) + [
+        os.path.join(knobs.cache.home_dir, ".triton", "zerojit", f"triton-build-{install}.json")]
 
 
 def _read_memo(signature: str, path: str) -> dict:
@@ -317,6 +320,11 @@ def fingerprint(target: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
+class CacheFolderError(RuntimeError):
+    """Triton's cache folder (``TRITON_CACHE_DIR``) is empty, a file, cannot be created, or cannot
+    be written where something must be written; the message names it and says what to do."""
+
+
 class BundleError(RuntimeError):
     """A bundle cannot be written, read or installed; nothing was installed."""
 
@@ -329,7 +337,8 @@ class BundleMismatchError(BundleError):
         bundle: the bundle's value; local: this machine's value.
     """
 
-    def __init__(self, path: str, field: str, bundle: Any, local: Any, *, target_given: bool = False) -> None:
+    def __init__(self, path: str, field: str, bundle: Any, local: Any, *, target_given: bool = False,
+                 compile_only: bool = False) -> None:
         hint = {
             "triton_version": "install the Triton the bundle was built with, or rebuild the bundle here",
             "triton_build": "the same Triton version but another build (wheel) of it: use the same wheel",
@@ -343,6 +352,10 @@ class BundleMismatchError(BundleError):
         if field == "target" and target_given:  # the value came from the caller, not from this machine
             here = f"the target given (--target) is {local!r}"
             hint = f"import it with --target {bundle}, or rebuild the bundle for {local} (zerojit bundle export --target {local})"
+        elif field == "target" and compile_only:  # the value came from a compile-only block: there may be no GPU
+            here = f"this process compiles for {local!r} (compile-only)"
+            hint = (f"warm up under compile_only({bundle!r}) to use it, or rebuild the bundle for {local} "
+                    f"(zerojit bundle export --target {local})")
         super().__init__(f"bundle {path} refused: field {field!r} differs: bundle has {bundle!r}, {here}; {hint}. "
                          "Nothing was installed.")
         self.field = field
@@ -352,6 +365,31 @@ class BundleMismatchError(BundleError):
 
 class BundleCorruptError(BundleError):
     """The archive is truncated, corrupted or malformed (a file missing, a SHA-256 that differs)."""
+
+
+class BundleCacheDirError(BundleError, CacheFolderError):
+    """The cache folder a bundle is to be installed into cannot be written (read-only, not a
+    folder, cannot be created, or the disk is full).
+
+    Attributes:
+        cache_dir: that folder.
+    """
+
+    def __init__(self, cache_dir: str, error: OSError, *, installed: int = 0) -> None:
+        reason = error.strerror or str(error)
+        if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+            why = "is a file, not a folder"
+        elif not os.path.exists(cache_dir):
+            why = f"cannot be created ({reason})"
+        elif isinstance(error, PermissionError):
+            why = "is not writable (permission denied)"
+        else:
+            why = f"cannot be written ({reason})"
+        done = (f"it failed after installing {count(installed, 'whole entry', 'whole entries')}; import again once "
+                "fixed" if installed else "nothing was installed")
+        super().__init__(f"cache folder {cache_dir} {why}: point TRITON_CACHE_DIR (or --cache-dir, "
+                         f"import_bundle(into=...)) at a writable folder; {done}")
+        self.cache_dir = cache_dir
 
 
 @dataclass(frozen=True)
@@ -485,11 +523,13 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
     Returns the manifest written.
 
     Raises:
+        TypeError: ``path`` is not a path (str or os.PathLike).
         BundleError: a failed warm-up (a bundle must be complete), a missing cache file, or no
             target known.
     """
     import zerojit
 
+    path = _bundle_path(path)
     if getattr(report, "failures", ()):
         raise BundleError(f"the warm-up had {len(report.failures)} failure(s); a bundle must hold the whole key space")
     target = target or (report.target if report.target != "device" else current_target_name())
@@ -524,7 +564,6 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         zerojit_version=getattr(zerojit, "__version__", ""),
     )
-    path = os.fspath(path)
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with tarfile.open(tmp, "w:gz") as tar:
@@ -560,6 +599,14 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
+def _bundle_path(path: Any) -> str:
+    """``path`` as a ``str``; a clear TypeError for anything that is not a path."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise TypeError(f"bundle={path!r}: a bundle is the path of a bundle archive (str or os.PathLike), "
+                        f"not {type(path).__name__}")
+    return os.fsdecode(path)
+
+
 def _open(path: str) -> tarfile.TarFile:
     if os.path.isdir(path):
         raise BundleError(f"bundle {path} is a directory, not a bundle archive (zerojit bundle export writes one file)")
@@ -586,17 +633,20 @@ def read_manifest(path: str | os.PathLike) -> BundleManifest:
     """The manifest of the bundle at ``path`` (nothing is verified beyond its form).
 
     Raises:
+        TypeError: ``path`` is not a path (str or os.PathLike).
         BundleError / BundleCorruptError: no file, not an archive, no manifest.
     """
-    path = os.fspath(path)
+    path = _bundle_path(path)
     with _open(path) as tar:
         return _read_manifest(tar, path)
 
 
-def check_fingerprint(manifest: BundleManifest, path: str, target: str | None, *, target_given: bool = False) -> bool:
+def check_fingerprint(manifest: BundleManifest, path: str, target: str | None, *, target_given: bool = False,
+                      compile_only: bool = False) -> bool:
     """Raise :class:`BundleMismatchError` on the first field that differs; returns whether the
     target was checked (it is not when ``target`` is None). ``target_given``: the target came
-    from the caller (``--target``), not from this machine's GPU, and the error says so."""
+    from the caller (``--target``), not from this machine's GPU, and the error says so;
+    ``compile_only``: it is the target of the active compile-only driver (there may be no GPU)."""
     local = fingerprint(target or manifest.target)
     for f in FINGERPRINT_FIELDS:
         if f == "target" and target is None:
@@ -605,7 +655,7 @@ def check_fingerprint(manifest: BundleManifest, path: str, target: str | None, *
         if f == "ptxas" and target is None and not manifest.target.startswith("cuda:"):
             continue
         if theirs != local[f]:
-            raise BundleMismatchError(path, f, theirs, local[f], target_given=target_given)
+            raise BundleMismatchError(path, f, theirs, local[f], target_given=target_given, compile_only=compile_only)
     return target is not None
 
 
@@ -625,17 +675,24 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
     new paths and moved last, so no process ever sees a partial entry.
 
     Raises:
+        TypeError: ``path`` is not a path (str or os.PathLike).
         BundleMismatchError: another Triton version or build, Python, target, ptxas or
             environment (names the field).
         BundleCorruptError: a truncated or corrupted archive, a file missing or altered.
+        BundleCacheDirError: the cache folder cannot be written (read-only, a file, disk full).
         BundleError: no such file.
     """
-    path = os.fspath(path)
-    given = bool(target)
+    from .compile_only import active_compile_only
+
+    path = _bundle_path(path)
+    co = active_compile_only()
+    co_target = co.target_name if co is not None else None
+    given = bool(target) and target != co_target  # a compile-only block's target is this process's, not a --target
     target = target or current_target_name()
     with _open(path) as tar:
         manifest = _read_manifest(tar, path)
-        checked = check_fingerprint(manifest, path, target, target_given=given)
+        checked = check_fingerprint(manifest, path, target, target_given=given,
+                                    compile_only=co_target is not None and target == co_target)
         blobs: dict[tuple[str, str], bytes] = {}
         try:
             for member in tar:
@@ -689,14 +746,19 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
 
     Raises:
         BundleCorruptError: an entry without exactly one ``__grp__`` file or an unreadable one.
+        BundleCacheDirError: the cache folder cannot be created or written (read-only, a file,
+            disk full); nothing was installed, or (says how many) only whole entries.
     """
     root = into or cache_dir()
-    os.makedirs(root, exist_ok=True)
     for entry, names in files.items():
         groups = [n for n in names if n.startswith("__grp__")]
         if len(groups) != 1:
             raise BundleCorruptError(f"cache entry {entry} has {len(groups)} __grp__ files, not 1")
-    staging = tempfile.mkdtemp(prefix=".zerojit-import-", dir=root)
+    try:
+        os.makedirs(root, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".zerojit-import-", dir=root)
+    except OSError as e:
+        raise BundleCacheDirError(root, e) from None
     installed: list[str] = []
     present: list[str] = []
     try:
@@ -731,6 +793,8 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
                     for name in sorted(names, key=lambda n: n == group):
                         os.replace(os.path.join(folder, name), os.path.join(final, name))
                 installed.append(entry)
+    except OSError as e:
+        raise BundleCacheDirError(root, e, installed=len(installed)) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return installed, present

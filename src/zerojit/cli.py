@@ -140,7 +140,8 @@ def run_command(
     from zerojit.kernels.mla.backends import BackendError
     from zerojit.kernels.mla.config import ConfigError
     from zerojit.monitor import RuntimeJitError
-    from zerojit.registry import WarmupError
+    from zerojit.cache import CacheFolderError
+    from zerojit.registry import NoTargetError, WarmupError
     from zerojit.runner.engine import RunError, RunOptions, run
     from zerojit.runner.trace import TraceError
 
@@ -153,7 +154,7 @@ def run_command(
             workers=workers,
         )
         report = run(options)
-    except (ConfigError, BackendError, TraceError, RunError) as e:
+    except (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError) as e:
         typer.echo(f"zerojit run: {e}", err=True)
         raise typer.Exit(2) from None
     except (RuntimeJitError, WarmupError) as e:
@@ -314,12 +315,27 @@ def bundle_import(
 
     A bundle for another Triton build, Python or target is refused, naming the field; a truncated
     or corrupted one is refused; either way nothing is installed. Exit status: 0 installed;
-    1 refused.
+    1 refused; 2 invalid input (a TARGET this Triton cannot compile for, a cache folder that
+    cannot be written).
     """
-    from zerojit.cache import BundleError, import_bundle
+    from zerojit.cache import BundleCacheDirError, BundleError, import_bundle
 
+    if target is not None:
+        from zerojit.compile_only import parse_target, supported_cuda_capabilities
+
+        try:
+            parse_target(target)
+        except ValueError as e:
+            message = str(e).replace("compile-only target", "--target", 1)  # here it names the bundle's target
+            if "supported:" not in message and supported_cuda_capabilities():
+                message += f"; supported: {', '.join(f'cuda:{c}' for c in supported_cuda_capabilities())}"
+            typer.echo(f"zerojit bundle import: {message}", err=True)
+            raise typer.Exit(2) from None
     try:
         result = import_bundle(file, target=target, into=cache_dir)
+    except BundleCacheDirError as e:
+        typer.echo(f"zerojit bundle import: {e}", err=True)
+        raise typer.Exit(2) from None
     except BundleError as e:
         typer.echo(f"zerojit bundle import: {e}", err=True)
         raise typer.Exit(1) from None

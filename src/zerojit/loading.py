@@ -12,7 +12,7 @@ import ctypes
 import functools
 from typing import Any
 
-__all__ = ["load_compiled"]
+__all__ = ["load_compiled", "import_launch_path_modules", "prime_launch_path"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,6 +41,30 @@ def load_compiled(compiled: Any) -> None:
         rc = func_load(ctypes.c_void_p(compiled.function))
         if rc != 0:
             raise RuntimeError(f"cuFuncLoad failed for kernel {compiled.name!r} with CUDA error {rc}")
+
+
+# What Triton 3.6's native specializer (``native_specialize_impl``) imports on its first call with
+# a tensor argument: the Python types it checks arguments against (names found in libtriton).
+_SPECIALIZER_MODULES = (
+    "triton.language", "triton.runtime.jit", "triton.tools.tensor_descriptor",
+    "triton.experimental.gluon.language._layouts", "triton.experimental.gluon.language.amd._layouts",
+    "triton.experimental.gluon.language.nvidia.blackwell", "triton.experimental.gluon.nvidia.hopper",
+)
+
+
+def import_launch_path_modules() -> None:
+    """Import what Triton's launch path imports lazily on a process's first launch with a tensor
+    argument (its native specializer's modules, ~50-120 ms in all). A warm-up whose variants
+    were all restored (:mod:`zerojit.restore`) runs no launch, so without this the first request
+    would pay it. A module this Triton lacks is skipped (its specializer cannot import it either).
+    """
+    import importlib
+
+    for name in _SPECIALIZER_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 
 
 _primed: set[int] = set()

@@ -113,8 +113,9 @@ def _whole(manager: Any, filename: str, group: Any) -> Any:
 
     Triton's ``get_group`` drops the files that are gone and reports a hit if the metadata is
     left, so an entry that lost its cubin (a disk fault, a hand-deleted file) would fail every
-    warm-up with ``KeyError: 'cubin'``; as a miss, the warm-up compiles it again and Triton
-    rewrites the entry whole.
+    warm-up with ``KeyError: 'cubin'``, and one whose metadata file holds garbage with a bare
+    ``JSONDecodeError``; as a miss, the warm-up compiles it again and Triton rewrites the entry
+    whole.
     """
     folder = getattr(manager, "cache_dir", None)
     if not group or not folder:
@@ -122,9 +123,14 @@ def _whole(manager: Any, filename: str, group: Any) -> Any:
     try:
         with open(os.path.join(folder, f"__grp__{filename}"), encoding="utf-8") as f:
             listed = json.load(f)["child_paths"]
+        if len(group) != len(listed):
+            return None
+        with open(group[filename], encoding="utf-8") as f:  # the metadata Triton's compile reads first
+            if not isinstance(json.load(f), dict):
+                return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return group if len(group) == len(listed) else None
+    return group
 
 
 @dataclass(frozen=True)
@@ -599,6 +605,7 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]]) -> str:
     from triton.runtime.driver import driver
 
     from .kernel import _DEVICE_CACHE_LOCK, TritonJitKernel
+    from .loading import import_launch_path_modules
 
     result: dict = {}
 
@@ -611,10 +618,7 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]]) -> str:
     thread = threading.Thread(target=compute, name="zerojit-triton-key", daemon=True)
     thread.start()
     try:
-        try:
-            import triton.experimental.gluon  # noqa: F401  (Triton's native specializer's import)
-        except ImportError:
-            pass
+        import_launch_path_modules()
         device = driver.active.get_current_device()
         seen: set[int] = set()
         for kernel, _ in jobs:

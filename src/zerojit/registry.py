@@ -20,6 +20,7 @@ import contextvars
 import dataclasses
 import inspect
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -30,6 +31,7 @@ __all__ = [
     "KernelWarmup",
     "WarmupFailure",
     "WarmupError",
+    "NoTargetError",
     "WarmupStats",
     "register",
     "active_registry",
@@ -234,6 +236,10 @@ def _key_dict(key: Any) -> Any:
     return key if key is None or isinstance(key, (int, float, str, bool)) else repr(key)
 
 
+_SAME_ERROR_SHOWN = 3  # failures listed per distinct error text; the rest are counted
+_ENTRY_NAME = re.compile(r"\b[A-Z2-7]{52}\b")  # a Triton cache entry's folder name (base32 of a SHA-256)
+
+
 class WarmupError(RuntimeError):
     """Warm-up failed for one or more keys; ``report`` holds every failure and every success."""
 
@@ -242,9 +248,99 @@ class WarmupError(RuntimeError):
         listings = len(report.failures) - keys
         what = [count(keys, "key")] if keys else []
         what += [count(listings, "kernel's key listing", "kernels' key listings")] if listings else []
-        lines = [f"zerojit warm-up failed for {' and '.join(what)}:"] + [f"  {f}" for f in report.failures]
+        lines = [f"zerojit warm-up failed for {' and '.join(what)}:"]
+        seen: dict[str, int] = {}  # error text (cache entry names masked) -> failures with it
+        for f in report.failures:
+            error = _ENTRY_NAME.sub("<entry>", f.error)
+            shown = seen.get(error, 0)
+            seen[error] = shown + 1
+            if shown < _SAME_ERROR_SHOWN:
+                lines.append(f"  {f}")
+        lines += [f"  ... and {count(n - _SAME_ERROR_SHOWN, 'more failure')} with the same error: {error}"
+                  for error, n in seen.items() if n > _SAME_ERROR_SHOWN]
         super().__init__("\n".join(lines))
         self.report = report
+
+
+class NoTargetError(RuntimeError):
+    """A warm-up where Triton has no target: no GPU is visible and no compile-only target is active."""
+
+
+def _check_target(target: str, *, compiles: bool) -> None:
+    """Refuse a warm-up that cannot compile, or whose ``target`` argument is not what it compiles for.
+    ``compiles``: the registry has Triton kernels (others compile their own way).
+
+    Raises:
+        NoTargetError: Triton has no active driver (no GPU, no :func:`zerojit.compile_only.compile_only`).
+        ValueError: ``target`` is neither ``"device"`` nor this process's target name.
+    """
+    from .cache import current_target_name
+
+    current = current_target_name()
+    if current is None and not compiles:
+        return
+    if current is None:
+        try:
+            from triton.runtime.driver import driver
+
+            driver.active.get_current_target()
+            why = ""
+        except Exception as e:
+            why = f" (Triton: {e})"
+        raise NoTargetError(
+            f"zerojit warm-up: no GPU is visible and no compile-only target is active, so Triton cannot compile"
+            f"{why}. On a machine without a GPU, warm up inside `with zerojit.compile_only.compile_only(\"cuda:90\"):` "
+            f"(real cubins for that target, nothing loaded), or run `zerojit run --target cuda:90`.")
+    if target != "device" and target != current:
+        from .compile_only import active_compile_only
+
+        how = "compile-only" if active_compile_only() is not None else "its GPU"
+        raise ValueError(
+            f"warmup(target={target!r}): this process compiles for {current!r} ({how}); target names what the "
+            f"report records and what a bundle must be built for, so it must match: pass target=\"device\" or "
+            f"{current!r}, or warm up inside compile_only({target!r})")
+
+
+def _check_cache_folder() -> None:
+    """Refuse, before any key, a cache folder no key could use (else every key fails alike).
+
+    A folder that exists but is read-only passes: a warm cache can be read; a key it lacks then
+    fails with a hint (:func:`_cache_hint`).
+
+    Raises:
+        zerojit.cache.CacheFolderError: naming the folder and what to do.
+    """
+    from .cache import CacheFolderError, cache_dir
+
+    folder = cache_dir()
+    fix = "point TRITON_CACHE_DIR at a writable folder"
+    if not folder:
+        raise CacheFolderError(f"zerojit warm-up: Triton's cache folder is empty (TRITON_CACHE_DIR=''): {fix}")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise CacheFolderError(f"zerojit warm-up: Triton's cache folder {folder!r} is a file, not a folder: {fix}")
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise CacheFolderError(f"zerojit warm-up: Triton's cache folder {folder!r} cannot be created "
+                               f"({type(e).__name__}: {e.strerror or e}): {fix}") from None
+
+
+def _cache_hint(error: BaseException) -> str:
+    """What to do when a compile failed because Triton's cache folder cannot be used (read-only,
+    a file, an empty ``TRITON_CACHE_DIR``), else ''."""
+    from .cache import cache_dir
+
+    try:
+        folder = os.path.abspath(cache_dir() or ".")
+    except Exception:
+        return ""
+    filename = getattr(error, "filename", None)
+    unusable = (isinstance(error, OSError) and isinstance(filename, str)
+                and os.path.abspath(filename).startswith(folder)) or "cache dir" in str(error)
+    if not unusable:
+        return ""
+    return (f" (Triton's cache folder {cache_dir()!r} cannot be used: point TRITON_CACHE_DIR at a writable "
+            f"folder)")
 
 
 def _warm_target() -> tuple[Any, bool]:
@@ -388,6 +484,11 @@ class JitWarmupRegistry:
             WarmupError: some key failed (only after every key was tried); ``.report`` has all.
             zerojit.cache.BundleError: the bundle is for another Triton build, Python or target,
                 or is truncated or corrupted (nothing installed, nothing warmed).
+            NoTargetError: there is no GPU and no compile-only target: nothing can compile.
+            zerojit.cache.CacheFolderError: Triton's cache folder is empty, a file, or cannot be
+                created (a bundle's: also not writable).
+            TypeError: ``bundle`` is not a path.
+            ValueError: ``target`` names another target than the one this process compiles for.
         """
         from .precompile import JobOutcome, WarmupSession, plan_digest
         from .restore import restore_variants, save_index
@@ -396,11 +497,17 @@ class JitWarmupRegistry:
             raise ValueError(f"warmup(workers={workers!r}): the number of compile worker processes is a whole number "
                              ">= 1 (or None: compile in this process)")
         start = time.perf_counter()
+        from .kernel import TritonJitKernel
+
+        compiles = any(isinstance(k, TritonJitKernel) for k in self._kernels.values())
+        _check_target(target, compiles=compiles)
         imported = None
         if bundle is not None:
             from .cache import import_bundle
 
             imported = import_bundle(bundle, target=None if target == "device" else target)
+        if compiles:
+            _check_cache_folder()
         plan, failures = self.warmup_keys(config)
         jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
         extra = _primer_jobs(jobs)  # on a GPU: the launch-path primer, compiled with the rest
@@ -414,6 +521,10 @@ class JitWarmupRegistry:
             restored = restore_variants(jobs, digest, restore_target, load=not dry)
             if extra and restore_variants(extra, plan_digest(extra), restore_target, load=not dry):
                 extra = []  # the primer has an index of its own: it is not part of every warm-up
+            if restored:  # no warm-up launch ran: pay the launch path's lazy imports here
+                from .loading import import_launch_path_modules
+
+                import_launch_path_modules()
         restore_seconds = time.perf_counter() - t0
         rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
 
@@ -440,7 +551,7 @@ class JitWarmupRegistry:
         for (kernel, key), outcome in zip(jobs, outcomes):
             if outcome.error is not None:
                 error = outcome.error
-                failures.append(WarmupFailure(kernel.name, key, f"{type(error).__name__}: {error}"))
+                failures.append(WarmupFailure(kernel.name, key, f"{type(error).__name__}: {error}{_cache_hint(error)}"))
             else:
                 per_kernel[kernel].append((key, outcome.variant, outcome.seconds))
         kernels = tuple(

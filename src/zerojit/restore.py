@@ -60,7 +60,7 @@ __all__ = ["restore_variants", "restore_records", "records", "save_index", "inde
            "install", "shared_launchers"]
 
 _TRITON_VERSIONS = ("3.6.0",)  # CompiledKernel's attributes as this module sets them
-_FORMAT = 4
+_FORMAT = 5
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,7 @@ class _Entry:
     src: bytes  # pickle of ASTSource's (signature, constants, attrs)
     specialization: tuple
     param_names: tuple[str, ...]
+    key_memo: tuple = ()  # Triton's (specialization, options) -> triton_key memo entries of this variant
 
 
 def index_path(digest: str, target: Any) -> str:
@@ -123,7 +124,22 @@ def _restorable(kernel: Any) -> bool:
     return isinstance(kernel, TritonJitKernel) and not kernel.fast_path
 
 
-def _entry(variant: CompiledVariant, root: str) -> _Entry | None:
+def _key_memo(jit_fn: Any, device: Any, triton_key: str) -> tuple:
+    """The entries of Triton's per-device ``kernel_key_cache`` (``(specialization, options)`` ->
+    in-process key, filled by ``compute_cache_key`` at a launch) that lead to ``triton_key``:
+    restored with the variant, so the first request does not recompute them (~0.1 ms a kernel
+    in ``replace_callables``). Only those that pickle."""
+    with _DEVICE_CACHE_LOCK:
+        memo = jit_fn.device_caches[device][1] if device in jit_fn.device_caches else {}
+    found = tuple(k for k, v in list(memo.items()) if v == triton_key)
+    try:
+        pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # e.g. a constexpr function in the specialization
+        return ()
+    return found
+
+
+def _entry(variant: CompiledVariant, root: str, device: Any) -> _Entry | None:
     """The restore record of a warmed variant, or None where it cannot be restored."""
     from triton.compiler.compiler import ASTSource
 
@@ -142,30 +158,36 @@ def _entry(variant: CompiledVariant, root: str) -> _Entry | None:
     except Exception:  # e.g. a constexpr that does not pickle
         return None
     return _Entry(_function_name(src.fn), variant.triton_key, tuple(group), payload,
-                  variant.specialization, variant.param_names)
+                  variant.specialization, variant.param_names, _key_memo(src.fn, device, variant.triton_key))
 
 
 def records(jobs: Sequence[tuple[Any, Any]], variants: dict[int, CompiledVariant], target: Any) -> dict | None:
     """The restore records of ``variants`` (job index -> its warmed variant): what a restore index
     holds, and what ranks of a process group send each other (:mod:`zerojit.distributed`).
     None when nothing of it can be restored."""
+    from triton.runtime.driver import driver
+
     if not _supported():
         return None
     root = cache_dir()
+    device = driver.active.get_current_device()
     entries: dict[int, _Entry] = {}
     stamps: dict[str, tuple] = {}
     sources: dict[str, str] = {}
+    plans: dict[str, tuple] = {}
     for i, variant in variants.items():
         kernel = jobs[i][0]
-        entry = _entry(variant, root) if variant is not None and _restorable(kernel) else None
+        entry = _entry(variant, root, device) if variant is not None and _restorable(kernel) else None
         if entry is not None:
             entries[i] = entry
             stamps[kernel.name] = _class_stamp(kernel)
             sources[entry.function] = kernel.kernel.cache_key
+            state = type(kernel)._launch_state
+            plans[kernel.name] = tuple(state.plans) if state is not None else ()
     if not entries:
         return None
     return {"fingerprint": _global_fingerprint(target), "keys": len(jobs), "classes": stamps, "functions": sources,
-            "entries": entries}
+            "plans": plans, "entries": entries}
 
 
 def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVariant | None], digest: str,
@@ -342,6 +364,24 @@ def install(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], sr
     return kernel_cache.setdefault(triton_key, compiled) if fresh else compiled
 
 
+def _prepare_launches(kernel: Any, device: Any, entry: _Entry, plans: tuple, planned: set[str]) -> None:
+    """What a warm-up launch leaves behind besides the compiled kernel, so the first request's
+    launch costs what later ones do: Triton's key memo entries of the variant, and (once per
+    kernel class) zerojit's argument plans for the ``LaunchSpec.kwargs`` name sets the warm-up
+    used (each generated code, ~0.3 ms; see :mod:`zerojit._launch`)."""
+    if entry.key_memo:
+        with _DEVICE_CACHE_LOCK:
+            memo = kernel.kernel.device_caches[device][1]
+        for k in entry.key_memo:
+            memo.setdefault(k, entry.triton_key)
+    if kernel.name not in planned:
+        planned.add(kernel.name)
+        state = type(kernel)._launch_state
+        if state is not None:
+            for names in plans:
+                state.plan(names)
+
+
 class _SharedLaunchers:
     """Stands in for the driver's ``launcher_cls``: kernels with one signature share one launcher
     (Triton's ``CudaLauncher`` keeps nothing per kernel beyond the signature's C launch function
@@ -414,6 +454,7 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: dict | None, target: 
     device = driver.active.get_current_device()
     functions_ok: dict[str, bool] = {}
     backends: dict = {}
+    planned: set[str] = set()
     restored: dict[int, tuple[CompiledVariant, float]] = {}
     with shared_launchers() if load else contextlib.nullcontext():
         for i, entry in body["entries"].items():
@@ -434,6 +475,7 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: dict | None, target: 
                 compiled = install(jit_fn, device, entry.triton_key, group, pickle.loads(entry.src), backends, load=load)
             except Exception:  # a file gone, a load refused: the normal warm-up says why
                 continue
+            _prepare_launches(kernel, device, entry, body.get("plans", {}).get(kernel.name, ()), planned)
             variant = CompiledVariant(kernel=kernel.name, key=key, triton_key=entry.triton_key,
                                       specialization=entry.specialization, param_names=entry.param_names,
                                       loaded=load, compiled=compiled)

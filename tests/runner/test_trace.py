@@ -167,6 +167,18 @@ def test_missing_or_wrong_header_is_line_1(tmp_path, text):
     assert info.value.line == 1
 
 
+@pytest.mark.parametrize("text", ["", "\ufeff"])  # nothing, or only a UTF-8 byte-order mark
+def test_an_empty_file_is_named_empty(tmp_path, text):
+    path = write(tmp_path, text, name="empty.csv")
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}, line 1: the file is empty")
+    assert "TIMESTAMP,ContextTokens,GeneratedTokens" in msg
+    assert "None" not in msg
+    assert (info.value.path, info.value.line) == (str(path), 1)
+
+
 def test_rows_after_the_limit_are_not_read(tmp_path):
     path = write(tmp_path, HEADER + GOOD + "garbage\n")
     assert len(load_trace(path, limit=1)) == 1

@@ -192,10 +192,10 @@ def load_trace(
         Blank lines are skipped.
 
     Raises:
-        TraceError: a missing or wrong header, a row with the wrong number of columns, a
-            non-integer count, a prompt length < 1, a negative output length, a malformed
-            timestamp or a timestamp earlier than the row before it. The message names the file
-            and the 1-based line number.
+        TraceError: an empty file, a missing or wrong header, a row with the wrong number of
+            columns, a non-integer count, a prompt length < 1, a negative output length, a
+            malformed timestamp or a timestamp earlier than the row before it. The message names
+            the file and the 1-based line number.
         ValueError: ``limit < 0`` or ``max_model_len < 2``.
         OSError: the file cannot be opened.
     """
@@ -212,7 +212,13 @@ def load_trace(
     with open(path, newline="", encoding="utf-8-sig") as f:
         reader = csv.reader(f)
         header = next(reader, None)
-        if header is None or tuple(c.strip() for c in header) != _HEADER:
+        if header is None:
+            raise TraceError(
+                f"the file is empty: expected the header {','.join(_HEADER)!r}, then one row per request",
+                path=source,
+                line=1,
+            )
+        if tuple(c.strip() for c in header) != _HEADER:
             raise TraceError(
                 f"missing or wrong header {header!r}: expected {','.join(_HEADER)!r}",
                 path=source,

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from zerojit.kernels.mla.config import ConfigError, ModelConfig
+from zerojit.kernels.mla.config import MAX_NUM_SEQS, ConfigError, ModelConfig
 
 
 def test_defaults_are_valid():
@@ -102,3 +102,98 @@ def test_from_dict_to_dict_replace():
         cfg.replace(bogus=1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.block_size = 128  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------ limits between fields
+def test_max_model_len_holds_a_prompt_and_a_generated_token():
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig(max_model_len=1, sliding_window=1)
+    assert len(ei.value.problems) == 1
+    msg = ei.value.problems[0]
+    assert msg.startswith("max_model_len=1: must be >= 2")
+    assert "prompt token" in msg and "prefill samples" in msg
+    assert ModelConfig(max_model_len=2, sliding_window=2).max_model_len == 2  # the smallest
+
+
+def test_a_decode_query_fits_a_step_and_a_sequence():
+    assert ModelConfig(num_speculative_tokens=8191).query_len == 8192  # == max_num_batched_tokens
+    assert ModelConfig(max_num_batched_tokens=1, max_num_seqs=1).query_len == 1
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig(num_speculative_tokens=8192)  # the scheduler would refuse it after warm-up
+    assert len(ei.value.problems) == 1
+    msg = ei.value.problems[0]
+    assert msg.startswith("num_speculative_tokens=8192: ")
+    for needle in ("1 + num_speculative_tokens = 8193", "max_num_batched_tokens=8192",
+                   "num_speculative_tokens <= 8191", "raise max_num_batched_tokens"):
+        assert needle in msg
+    assert "max_model_len" not in msg
+
+    # max_model_len bounds it too (and with it K6's non-causal width), whatever the budget.
+    assert ModelConfig(max_model_len=1000, num_speculative_tokens=999).query_len == 1000
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig(max_model_len=1000, num_speculative_tokens=1000)
+    assert len(ei.value.problems) == 1
+    msg = ei.value.problems[0]
+    assert msg.startswith("num_speculative_tokens=1000: ")
+    assert "max_model_len=1000" in msg and "num_speculative_tokens <= 999" in msg
+    assert "max_num_batched_tokens" not in msg
+
+    with pytest.raises(ConfigError) as ei:  # both: one message, the smaller bound
+        ModelConfig(num_speculative_tokens=100_000)
+    assert len(ei.value.problems) == 1
+    msg = ei.value.problems[0]
+    for needle in ("num_speculative_tokens=100000", "max_num_batched_tokens=8192", "max_model_len=65536",
+                   "num_speculative_tokens <= 8191"):
+        assert needle in msg
+
+
+def test_sliding_window_at_most_max_model_len():
+    assert ModelConfig(max_model_len=1000, sliding_window=1000).sliding_window == 1000
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig(sliding_window=2**30)
+    assert len(ei.value.problems) == 1
+    msg = ei.value.problems[0]
+    assert msg.startswith("sliding_window=1073741824: must be <= max_model_len=65536")
+    assert "covers nothing more" in msg and "sliding_window <= 65536" in msg
+
+
+def test_max_num_seqs_at_most_max_num_batched_tokens():
+    assert ModelConfig(max_num_seqs=8192).max_num_seqs == 8192  # == max_num_batched_tokens
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig(max_num_seqs=2**30)
+    assert len(ei.value.problems) == 1
+    msg = ei.value.problems[0]
+    assert msg.startswith("max_num_seqs=1073741824: must be <= max_num_batched_tokens=8192")
+    assert "at least one token" in msg
+
+    # K5's one-tile prefill metadata caps it at Triton's largest tensor, whatever the budget.
+    big = ModelConfig(max_num_seqs=MAX_NUM_SEQS, max_num_batched_tokens=2 * MAX_NUM_SEQS)
+    assert big.max_num_seqs == 2**20
+    with pytest.raises(ConfigError) as ei:
+        big.replace(max_num_seqs=MAX_NUM_SEQS + 1)
+    assert len(ei.value.problems) == 1
+    msg = ei.value.problems[0]
+    assert msg.startswith(f"max_num_seqs={MAX_NUM_SEQS + 1}: must be <= {MAX_NUM_SEQS}")
+    assert "max_num_batched_tokens" not in msg
+
+
+def test_limits_between_fields_are_reported_together_in_field_order():
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig(max_model_len=1000, sliding_window=2000, max_num_seqs=9000, num_speculative_tokens=1000)
+    assert [p.split("=")[0] for p in ei.value.problems] == [
+        "sliding_window", "max_num_seqs", "num_speculative_tokens"]
+    with pytest.raises(ConfigError) as ei:  # a bad max_model_len is reported once, not compared
+        ModelConfig(max_model_len=0, sliding_window=2000, num_speculative_tokens=5000)
+    assert [p.split("=")[0] for p in ei.value.problems] == ["max_model_len"]
+
+
+def test_block_size_without_a_divisor_names_no_empty_set():
+    with pytest.raises(ConfigError) as ei:
+        ModelConfig(block_size=1, compress_ratios=(1, 4), index_kpool=8)
+    assert len(ei.value.problems) == 2
+    for msg, c in zip(ei.value.problems, (4, 8)):
+        assert "{}" not in msg
+        assert "block_size=1, which has no divisor > 1" in msg
+        assert f"use a block_size that is a multiple of {c}" in msg
+    with pytest.raises(ConfigError, match=r"use a ratio in \{2\} or a block_size that is a multiple of 4"):
+        ModelConfig(block_size=2, compress_ratios=(4,))

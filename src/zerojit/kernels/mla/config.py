@@ -23,7 +23,7 @@ from typing import Any
 
 from .shapes import cdiv
 
-__all__ = ["ConfigError", "ModelConfig", "INDEXER_RATIO", "INT32_MAX"]
+__all__ = ["ConfigError", "ModelConfig", "INDEXER_RATIO", "INT32_MAX", "MAX_NUM_SEQS"]
 
 #: The compression ratio whose layers carry the top-k "lightning indexer" (KERNELS.md: the
 #: indexer serves ratio-4 layers; ratio-128 layers have none; ratio-1 layers are window-only).
@@ -32,6 +32,11 @@ INDEXER_RATIO = 4
 #: Largest value an int32 slot, position or count may take (KERNELS.md "Conventions": a
 #: configuration whose values cannot fit int32 is rejected when it is built).
 INT32_MAX = 2**31 - 1
+
+#: Largest ``max_num_seqs``: K5 ``compute_prefill_metadata`` handles a step's prefills in one
+#: Triton tile of ``next_power_of_2(max_num_seqs)`` lanes, and Triton's largest tensor is 2**20
+#: elements (``triton.language.TRITON_MAX_TENSOR_NUMEL``).
+MAX_NUM_SEQS = 2**20
 
 
 class ConfigError(ValueError):
@@ -74,6 +79,7 @@ def _join_wheres(wheres: list[str]) -> str:
 
 
 def _divisors_of(n: int) -> str:
+    """The powers of two in ``[2, n]`` that divide ``n``, as ``"2, 4, 8"`` ("" when none)."""
     return ", ".join(str(d) for d in range(2, n + 1) if n % d == 0 and _is_pow2(d))
 
 
@@ -85,7 +91,19 @@ class ModelConfig:
     when the config is built come from KERNELS.md "Model configuration" / "Validity" (block_size
     a power of two; every ratio > 1 divides block_size; r < S; ``(block_size // ratio) % I == 0``
     for every ratio > 1; ``block_size % I == 0`` when S > 1), plus the obvious ranges (positive
-    limits, a non-empty ``compress_ratios``) and the int32 limit of the Conventions.
+    limits, a non-empty ``compress_ratios``) and the int32 limit of the Conventions, plus the
+    limits between fields that the runner and the kernels' compile keys need:
+
+    - ``max_model_len >= 2``: a request holds at least one prompt token and the token its
+      prefill samples (the trace loader and the scheduler need room for both);
+    - ``1 + num_speculative_tokens <= max_num_batched_tokens`` (a step holds a whole decode
+      query; the budget never cuts one) and ``<= max_model_len`` (no sequence is longer). This
+      also bounds K6's non-causal width ``roundup(Wn - 1 + Lq, 64)``, a constexpr;
+    - ``sliding_window <= max_model_len``: a longer window covers nothing more, and Wn is a
+      constexpr width of K6 and K7 (K6 unrolls its columns);
+    - ``max_num_seqs <= max_num_batched_tokens``: every request in a step brings at least one
+      query token. ``max_num_seqs`` sets K5's tile (``next_power_of_2(max_num_seqs)``, at most
+      :data:`MAX_NUM_SEQS`) and the decode buffers' rows.
 
     Fields:
         name: a label for reports ("custom" unless given).
@@ -98,15 +116,17 @@ class ModelConfig:
             entries.
         index_kpool: optional pooled-selector ratio, an extra compression ratio (None = none);
             when set it must be > 1 and obeys the rules of every ratio > 1.
-        sliding_window: the window ``Wn`` in tokens.
-        max_model_len: longest sequence, in tokens.
+        sliding_window: the window ``Wn`` in tokens, ``<= max_model_len``.
+        max_model_len: longest sequence (prompt plus output), in tokens; ``>= 2``.
         max_num_batched_tokens: most tokens in one scheduler step.
-        max_num_seqs: most requests in one scheduler step.
+        max_num_seqs: most requests in one scheduler step, ``<= max_num_batched_tokens``.
         dcp_size: decode-context-parallel world size S (1 = no DCP).
         dcp_rank: this process's DCP rank r, ``0 <= r < S``.
         dcp_interleave: DCP interleave I: runs of I consecutive (compressed) entries belong to
             one rank.
-        num_speculative_tokens: draft tokens per decode step (0 = no speculative decoding).
+        num_speculative_tokens: draft tokens per decode step (0 = no speculative decoding);
+            a decode query of ``1 + num_speculative_tokens`` tokens must fit in
+            ``max_num_batched_tokens`` and in ``max_model_len``.
 
     Raises:
         ConfigError: listing every invalid field at once.
@@ -148,7 +168,8 @@ class ModelConfig:
             "block_size": (1, "tokens per KV-cache block, e.g. 64"),
             "index_topk": (1, "the indexer's top-k width, e.g. 2048"),
             "sliding_window": (1, "the window in tokens, e.g. 128"),
-            "max_model_len": (1, "e.g. 65536"),
+            "max_model_len": (2, "a request holds at least 1 prompt token and the 1 token its "
+                                 "prefill samples; e.g. 65536"),
             "max_num_batched_tokens": (1, "e.g. 8192"),
             "max_num_seqs": (1, "e.g. 256"),
             "dcp_size": (1, "use 1 to turn DCP off"),
@@ -170,6 +191,44 @@ class ModelConfig:
                 ok[fname] = False
             else:
                 ok[fname] = True
+
+        # Limits between fields, each checked once the fields it reads are valid ints.
+        mml = self.max_model_len if ok["max_model_len"] else None
+        mnbt = self.max_num_batched_tokens if ok["max_num_batched_tokens"] else None
+        if ok["sliding_window"] and mml is not None and self.sliding_window > mml:
+            p.append(
+                f"sliding_window={self.sliding_window}: must be <= max_model_len={mml} (a window "
+                "longer than the longest sequence covers nothing more, and it sets the kernels' "
+                f"constexpr window width); use sliding_window <= {mml}"
+            )
+        if ok["max_num_seqs"] and mnbt is not None:
+            seqs = self.max_num_seqs
+            if seqs > mnbt:
+                p.append(
+                    f"max_num_seqs={seqs}: must be <= max_num_batched_tokens={mnbt} (every request "
+                    "in a step brings at least one token, so a step never holds more requests); "
+                    "lower max_num_seqs or raise max_num_batched_tokens"
+                )
+            elif seqs > MAX_NUM_SEQS:
+                p.append(
+                    f"max_num_seqs={seqs}: must be <= {MAX_NUM_SEQS} (K5 handles a step's prefills "
+                    "in one Triton tile of next_power_of_2(max_num_seqs) lanes, at most 2**20); "
+                    f"use max_num_seqs <= {MAX_NUM_SEQS}"
+                )
+        if ok["num_speculative_tokens"]:
+            spec = self.num_speculative_tokens
+            limits = (  # (field, its value or None when invalid, why a decode query must fit it)
+                ("max_num_batched_tokens", mnbt, "a step holds a whole decode query"),
+                ("max_model_len", mml, "no sequence is longer"),
+            )
+            short = [(f, v, why) for f, v, why in limits if v is not None and 1 + spec > v]
+            if short:
+                fits = " and in ".join(f"{f}={v} ({why})" for f, v, why in short)
+                p.append(
+                    f"num_speculative_tokens={spec}: a decode query of 1 + num_speculative_tokens = "
+                    f"{1 + spec} tokens must fit in {fits}; use num_speculative_tokens <= "
+                    f"{min(v for _, v, _ in short) - 1} or raise {' and '.join(f for f, _, _ in short)}"
+                )
 
         bs = self.block_size if ok["block_size"] else None
         if bs is not None and not _is_pow2(bs):
@@ -220,10 +279,12 @@ class ModelConfig:
             for c, wheres in by_ratio.items():
                 where = _join_wheres(wheres)
                 if bs % c != 0:
+                    divisors = _divisors_of(bs)
+                    use = (f"; use a ratio in {{{divisors}}} or" if divisors
+                           else ", which has no divisor > 1; use")
                     p.append(
-                        f"{where}={c}: every ratio > 1 must divide block_size={bs}; "
-                        f"use a ratio in {{{_divisors_of(bs)}}} or a block_size that is a "
-                        f"multiple of {c}"
+                        f"{where}={c}: every ratio > 1 must divide block_size={bs}{use} "
+                        f"a block_size that is a multiple of {c}"
                     )
                 elif I is not None and (bs // c) % I != 0:
                     p.append(
