@@ -119,7 +119,8 @@ class WarmupStats:
             key's warm-up launch; with workers, those that miss the disk cache are handed to
             them), ``workers`` (waiting for the workers' results), ``load`` (loading them, as
             they arrive), ``prime`` (the launch path's first launch, on a GPU). Absent phases
-            did not run.
+            did not run. ``imports`` (after a restore: the launch path's lazy imports, which no
+            warm-up launch paid; once per process) comes right after ``restore``.
         worker_seconds: seconds the worker processes spent on their requests (kernel compiles and
             launcher builds), summed over workers.
     """
@@ -521,11 +522,14 @@ class JitWarmupRegistry:
             restored = restore_variants(jobs, digest, restore_target, load=not dry)
             if extra and restore_variants(extra, plan_digest(extra), restore_target, load=not dry):
                 extra = []  # the primer has an index of its own: it is not part of every warm-up
-            if restored:  # no warm-up launch ran: pay the launch path's lazy imports here
-                from .loading import import_launch_path_modules
-
-                import_launch_path_modules()
         restore_seconds = time.perf_counter() - t0
+        imports_seconds = None
+        if restored:  # no warm-up launch ran: pay the launch path's lazy imports here, once per process
+            from .loading import import_launch_path_modules
+
+            t0 = time.perf_counter()
+            import_launch_path_modules()
+            imports_seconds = time.perf_counter() - t0
         rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
 
         with WarmupSession(workers=workers) as session:
@@ -563,7 +567,8 @@ class JitWarmupRegistry:
             )
             for kernel, done in per_kernel.items()
         )
-        phases = {"restore": restore_seconds, **session.counts.phases}
+        phases = {"restore": restore_seconds, **({"imports": imports_seconds} if imports_seconds is not None else {}),
+                  **session.counts.phases}
         if any(getattr(v, "loaded", False) for k in kernels for v in k.variants):
             from .loading import prime_launch_path
 
