@@ -223,6 +223,14 @@ def test_a_target_mismatch_under_compile_only_says_so_not_this_machine(bundle, f
 # --- a cache folder that cannot be written -------------------------------------------------------
 
 
+def test_an_empty_cache_folder_setting_is_refused_saying_so(bundle, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # an empty folder name must not mean the working directory
+    monkeypatch.setattr(knobs.cache, "dir", "")
+    with pytest.raises(BundleCacheDirError, match=r"cache folder '' is empty \(TRITON_CACHE_DIR=''\): point"):
+        import_bundle(bundle[0], target="cuda:90")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_cache_folder_that_is_a_file_is_refused_naming_it(bundle, fresh_cache, tmp_path, monkeypatch):
     place = tmp_path / "place"  # nothing but the file, so nothing staged beside it goes unseen
     place.mkdir()
@@ -231,11 +239,11 @@ def test_a_cache_folder_that_is_a_file_is_refused_naming_it(bundle, fresh_cache,
     with pytest.raises(BundleCacheDirError) as info:
         import_bundle(bundle[0], target="cuda:90", into=str(blocker))
     text = str(info.value)
-    assert f"cache folder {blocker} is a file, not a folder" in text and info.value.cache_dir == str(blocker)
+    assert f"cache folder '{blocker}' is a file, not a folder" in text and info.value.cache_dir == str(blocker)
     assert "point TRITON_CACHE_DIR (or --cache-dir" in text and "writable folder" in text
     assert "nothing was installed" in text
     monkeypatch.setattr(knobs.cache, "dir", str(blocker))  # TRITON_CACHE_DIR, through warmup(bundle=...)
-    with compile_only("cuda:90"), pytest.raises(BundleError, match=f"cache folder {re.escape(str(blocker))} is a file"):
+    with compile_only("cuda:90"), pytest.raises(BundleError, match=f"cache folder '{re.escape(str(blocker))}' is a file"):
         registry().warmup(bundle=bundle[0], progress=False, target="cuda:90")
     assert blocker.read_text() == "a file, not a cache folder" and os.listdir(place) == ["not-a-folder"]
 
@@ -251,7 +259,7 @@ def test_bundle_import_into_a_file_exits_2_with_one_line(bundle, tmp_path):
                                       "--cache-dir", str(blocker)])
     assert result.exit_code == 2, (result.output, result.exception)
     assert result.output.strip().splitlines() == [
-        f"zerojit bundle import: cache folder {blocker} is a file, not a folder: point TRITON_CACHE_DIR (or "
+        f"zerojit bundle import: cache folder '{blocker}' is a file, not a folder: point TRITON_CACHE_DIR (or "
         "--cache-dir, import_bundle(into=...)) at a writable folder; nothing was installed"]
     assert blocker.read_text() == "x"
 
@@ -268,15 +276,15 @@ def test_a_read_only_cache_folder_is_refused_naming_it(bundle, fresh_cache, tmp_
     try:
         with pytest.raises(BundleCacheDirError) as info:
             import_bundle(bundle[0], target="cuda:90", into=str(ro))
-        assert f"cache folder {ro} is not writable (permission denied)" in str(info.value)
+        assert f"cache folder '{ro}' is not writable (permission denied)" in str(info.value)
         assert "point TRITON_CACHE_DIR" in str(info.value) and "nothing was installed" in str(info.value)
         monkeypatch.setattr(knobs.cache, "dir", str(ro))  # TRITON_CACHE_DIR, through warmup(bundle=...)
-        with compile_only("cuda:90"), pytest.raises(BundleError, match=f"cache folder {re.escape(str(ro))} is not"):
+        with compile_only("cuda:90"), pytest.raises(BundleError, match=f"cache folder '{re.escape(str(ro))}' is not"):
             registry().warmup(bundle=bundle[0], progress=False, target="cuda:90")
         result = CliRunner().invoke(app, ["bundle", "import", str(bundle[0]), "--target", "cuda:90",
                                           "--cache-dir", str(ro)])
         assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
-        assert f"cache folder {ro} is not writable" in result.output and "Traceback" not in result.output
+        assert f"cache folder '{ro}' is not writable" in result.output and "Traceback" not in result.output
         assert os.listdir(ro) == []
     finally:
         ro.chmod(0o755)
@@ -291,14 +299,15 @@ def test_a_cache_folder_that_refuses_the_staging_folder_is_left_untouched(bundle
 
     fresh_cache.mkdir()
     monkeypatch.setattr(tempfile, "mkdtemp", refuse)
-    with pytest.raises(BundleCacheDirError, match=f"cache folder {re.escape(str(fresh_cache))} is not writable "
+    with pytest.raises(BundleCacheDirError, match=f"cache folder '{re.escape(str(fresh_cache))}' is not writable "
                                                   r"\(permission denied\): point TRITON_CACHE_DIR"):
         import_bundle(bundle[0], target="cuda:90")
     assert cache_contents(fresh_cache) == []  # no entry, no staging folder
 
 
 @pytest.mark.parametrize("target, needle", [
-    ("foo", "--target 'foo' is not of the form 'cuda:90' or 'hip:gfx942'; supported: cuda:70"),
+    ("foo", "--target 'foo' is not of the form 'cuda:90' (a compute capability) or 'hip:gfx942' (an AMD gfx arch); "
+            "supported: cuda:70"),
     ("cuda:999", "--target 'cuda:999': Triton"),
 ])
 def test_bundle_import_checks_its_target_first(bundle, tmp_path, target, needle):

@@ -10,7 +10,7 @@ named target and turns launches into dry launches.
 from . import compile_only  # the module: zerojit.compile_only.compile_only("cuda:90")
 from .kernel import CompiledVariant, JitKernel, KernelDefinitionError, KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .keyspace import KeySpaceError, choices, int_range, trace_dispatch, zip_inputs
-from .registry import JitWarmupRegistry, WarmupError, WarmupReport
+from .registry import JitWarmupRegistry, NoTargetError, WarmupError, WarmupReport
 from .specialization import SpecClass, WarmupTensor, classify, scalar_rep
 
 __version__ = "0.1.0"
@@ -30,6 +30,7 @@ __all__ = [
     "zip_inputs",
     "JitWarmupRegistry",
     "WarmupError",
+    "NoTargetError",
     "WarmupReport",
     "SpecClass",
     "WarmupTensor",

@@ -377,7 +377,9 @@ class BundleCacheDirError(BundleError, CacheFolderError):
 
     def __init__(self, cache_dir: str, error: OSError, *, installed: int = 0) -> None:
         reason = error.strerror or str(error)
-        if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        if not cache_dir:
+            why = "is empty (TRITON_CACHE_DIR='')"
+        elif os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
             why = "is a file, not a folder"
         elif not os.path.exists(cache_dir):
             why = f"cannot be created ({reason})"
@@ -387,7 +389,7 @@ class BundleCacheDirError(BundleError, CacheFolderError):
             why = f"cannot be written ({reason})"
         done = (f"it failed after installing {count(installed, 'whole entry', 'whole entries')}; import again once "
                 "fixed" if installed else "nothing was installed")
-        super().__init__(f"cache folder {cache_dir} {why}: point TRITON_CACHE_DIR (or --cache-dir, "
+        super().__init__(f"cache folder {cache_dir!r} {why}: point TRITON_CACHE_DIR (or --cache-dir, "
                          f"import_bundle(into=...)) at a writable folder; {done}")
         self.cache_dir = cache_dir
 

@@ -328,7 +328,8 @@ def bundle_import(
         except ValueError as e:
             message = str(e).replace("compile-only target", "--target", 1)  # here it names the bundle's target
             if "supported:" not in message and supported_cuda_capabilities():
-                message += f"; supported: {', '.join(f'cuda:{c}' for c in supported_cuda_capabilities())}"
+                message += (f"; supported: {', '.join(f'cuda:{c}' for c in supported_cuda_capabilities())}, "
+                            "and hip:<gfx arch>")
             typer.echo(f"zerojit bundle import: {message}", err=True)
             raise typer.Exit(2) from None
     try:

@@ -53,7 +53,7 @@ def parse_target(target: str):
 
     m = _TARGET.match(target.strip())
     if not m:
-        raise ValueError(f"compile-only target {target!r} is not of the form 'cuda:90' or 'hip:gfx942'")
+        raise ValueError(f"compile-only target {target!r} is not of the form 'cuda:90' (a compute capability) or 'hip:gfx942' (an AMD gfx arch)")
     if m.group(1):
         capability = int(m.group(2))
         supported = supported_cuda_capabilities()

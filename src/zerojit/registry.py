@@ -281,17 +281,10 @@ def _check_target(target: str, *, compiles: bool) -> None:
     if current is None and not compiles:
         return
     if current is None:
-        try:
-            from triton.runtime.driver import driver
-
-            driver.active.get_current_target()
-            why = ""
-        except Exception as e:
-            why = f" (Triton: {e})"
         raise NoTargetError(
-            f"zerojit warm-up: no GPU is visible and no compile-only target is active, so Triton cannot compile"
-            f"{why}. On a machine without a GPU, warm up inside `with zerojit.compile_only.compile_only(\"cuda:90\"):` "
-            f"(real cubins for that target, nothing loaded), or run `zerojit run --target cuda:90`.")
+            "zerojit warm-up: no GPU is visible and no compile-only target is active, so Triton cannot compile. "
+            "On a machine without a GPU, warm up inside `with zerojit.compile_only.compile_only(\"cuda:90\"):` "
+            "(real cubins for that target, nothing loaded).")
     if target != "device" and target != current:
         from .compile_only import active_compile_only
 

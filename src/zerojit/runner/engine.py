@@ -378,7 +378,7 @@ class RunReport:
             + (f"; {w.origin}" if w.origin else ""),
             f"  monitor      {self.monitor_mode}: {self.runtime_compiles} runtime compiles",
             f"  request path {rp.compiles} compiles ({rp.compile_ms:.1f} ms compiling), {rp.loads} module loads, "
-            f"{rp.cold_steps} cold steps (+{rp.extra_ms:.1f} ms over the median step)",
+            f"{rp.cold_steps} cold steps (steps that compiled or loaded a module: +{rp.extra_ms:.1f} ms over the median step)",
             f"  step time    first {self.first_step_ms:.2f} ms, median {self.median_step_ms:.2f} ms, "
             f"max {self.max_step_ms:.2f} ms",
             f"  KV cache     {self.kv_cache}",
