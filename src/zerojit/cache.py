@@ -62,6 +62,7 @@ __all__ = [
     "BundleError",
     "BundleCacheDirError",
     "CacheFolderError",
+    "check_cache_folder",
     "BundleMismatchError",
     "BundleCorruptError",
     "BundleManifest",
@@ -325,6 +326,41 @@ class CacheFolderError(RuntimeError):
     be written where something must be written; the message names it and says what to do."""
 
 
+def _folder_problem(folder: str, error: OSError | None = None) -> str | None:
+    """Why ``folder`` cannot serve as a cache folder, as the end of "cache folder X ...", or None.
+    Without ``error`` the folder is created if missing (an existing read-only folder passes: a warm
+    cache can be read); with it, ``error`` (what writing into it raised) is explained."""
+    if not folder:
+        return "is empty (TRITON_CACHE_DIR='')"
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        return "is a file, not a folder"
+    if error is None:
+        try:
+            os.makedirs(folder, exist_ok=True)
+            return None
+        except OSError as e:
+            error = e
+    reason = error.strerror or str(error)
+    if not os.path.exists(folder):
+        return f"cannot be created ({reason})"
+    if isinstance(error, PermissionError):
+        return "is not writable (permission denied)"
+    return f"cannot be written ({reason})"
+
+
+def check_cache_folder(what: str) -> None:
+    """Refuse a cache folder no key could use (before any key, else every key fails alike).
+
+    Raises:
+        CacheFolderError: ``"{what}: Triton's cache folder X is a file ..."``, with what to do.
+    """
+    folder = cache_dir()
+    why = _folder_problem(folder)
+    if why is not None:
+        raise CacheFolderError(f"{what}: Triton's cache folder {folder!r} {why}: point TRITON_CACHE_DIR at a "
+                               "writable folder")
+
+
 class BundleError(RuntimeError):
     """A bundle cannot be written, read or installed; nothing was installed."""
 
@@ -376,17 +412,7 @@ class BundleCacheDirError(BundleError, CacheFolderError):
     """
 
     def __init__(self, cache_dir: str, error: OSError, *, installed: int = 0) -> None:
-        reason = error.strerror or str(error)
-        if not cache_dir:
-            why = "is empty (TRITON_CACHE_DIR='')"
-        elif os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
-            why = "is a file, not a folder"
-        elif not os.path.exists(cache_dir):
-            why = f"cannot be created ({reason})"
-        elif isinstance(error, PermissionError):
-            why = "is not writable (permission denied)"
-        else:
-            why = f"cannot be written ({reason})"
+        why = _folder_problem(cache_dir, error)
         done = (f"it failed after installing {count(installed, 'whole entry', 'whole entries')}; import again once "
                 "fixed" if installed else "nothing was installed")
         super().__init__(f"cache folder {cache_dir!r} {why}: point TRITON_CACHE_DIR (or --cache-dir, "

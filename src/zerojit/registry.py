@@ -295,46 +295,16 @@ def _check_target(target: str, *, compiles: bool) -> None:
             f"{current!r}, or warm up inside compile_only({target!r})")
 
 
-def _check_cache_folder() -> None:
-    """Refuse, before any key, a cache folder no key could use (else every key fails alike).
-
-    A folder that exists but is read-only passes: a warm cache can be read; a key it lacks then
-    fails with a hint (:func:`_cache_hint`).
-
-    Raises:
-        zerojit.cache.CacheFolderError: naming the folder and what to do.
-    """
-    from .cache import CacheFolderError, cache_dir
-
-    folder = cache_dir()
-    fix = "point TRITON_CACHE_DIR at a writable folder"
-    if not folder:
-        raise CacheFolderError(f"zerojit warm-up: Triton's cache folder is empty (TRITON_CACHE_DIR=''): {fix}")
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise CacheFolderError(f"zerojit warm-up: Triton's cache folder {folder!r} is a file, not a folder: {fix}")
-    try:
-        os.makedirs(folder, exist_ok=True)
-    except OSError as e:
-        raise CacheFolderError(f"zerojit warm-up: Triton's cache folder {folder!r} cannot be created "
-                               f"({type(e).__name__}: {e.strerror or e}): {fix}") from None
-
-
 def _cache_hint(error: BaseException) -> str:
-    """What to do when a compile failed because Triton's cache folder cannot be used (read-only,
-    a file, an empty ``TRITON_CACHE_DIR``), else ''."""
+    """What to do when a compile failed writing into Triton's cache folder (read-only: an unusable
+    folder was refused before any key, :func:`zerojit.cache.check_cache_folder`), else ''."""
     from .cache import cache_dir
 
-    try:
-        folder = os.path.abspath(cache_dir() or ".")
-    except Exception:
-        return ""
+    folder = os.path.abspath(cache_dir())
     filename = getattr(error, "filename", None)
-    unusable = (isinstance(error, OSError) and isinstance(filename, str)
-                and os.path.abspath(filename).startswith(folder)) or "cache dir" in str(error)
-    if not unusable:
+    if not (isinstance(error, OSError) and isinstance(filename, str) and os.path.abspath(filename).startswith(folder)):
         return ""
-    return (f" (Triton's cache folder {cache_dir()!r} cannot be used: point TRITON_CACHE_DIR at a writable "
-            f"folder)")
+    return f" (Triton's cache folder {cache_dir()!r} cannot be used: point TRITON_CACHE_DIR at a writable folder)"
 
 
 def _warm_target() -> tuple[Any, bool]:
@@ -484,6 +454,8 @@ class JitWarmupRegistry:
             TypeError: ``bundle`` is not a path.
             ValueError: ``target`` names another target than the one this process compiles for.
         """
+        from .cache import check_cache_folder
+        from .kernel import TritonJitKernel
         from .precompile import JobOutcome, WarmupSession, plan_digest
         from .restore import restore_variants, save_index
 
@@ -491,8 +463,6 @@ class JitWarmupRegistry:
             raise ValueError(f"warmup(workers={workers!r}): the number of compile worker processes is a whole number "
                              ">= 1 (or None: compile in this process)")
         start = time.perf_counter()
-        from .kernel import TritonJitKernel
-
         compiles = any(isinstance(k, TritonJitKernel) for k in self._kernels.values())
         _check_target(target, compiles=compiles)
         imported = None
@@ -501,7 +471,7 @@ class JitWarmupRegistry:
 
             imported = import_bundle(bundle, target=None if target == "device" else target)
         if compiles:
-            _check_cache_folder()
+            check_cache_folder("zerojit warm-up")
         plan, failures = self.warmup_keys(config)
         jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
         extra = _primer_jobs(jobs)  # on a GPU: the launch-path primer, compiled with the rest
