@@ -35,7 +35,9 @@ Not timed, in every mode: imports, building the configs and registering, and the
 start (on a GPU: CUDA's context and Triton's ``cuda_utils`` build, printed apart; a serving
 process has its context before warm-up, since the weights live in it). Timed: the warm-up call.
 Printed: seconds, ms per key, compiles counted by Triton's listener, and the ratios to
-``triton-serial`` (cold) and ``triton-warm`` (warm), all measured in this run.
+``triton-serial`` (cold) and ``triton-warm`` (warm), all measured in this run; for zerojit's
+cold modes, its phases, its workers' timeline (boot, then requests: ``WarmupStats.timeline``)
+and Triton's compile stages summed over the workers (``WarmupStats.worker_stages``).
 
 Without a GPU (or with ``--target``), every mode compiles for ``--target`` (default ``cuda:90``)
 with zerojit's compile-only driver: real cubins, nothing loaded; the output says so.
@@ -43,7 +45,7 @@ with zerojit's compile-only driver: real cubins, nothing loaded; the output says
 Usage::
 
     PYTHONPATH=src python benchmarks/warmup.py [--workers N] [--space matrix|dsv4-like]
-        [--target cuda:90] [--repeat 1] [--json OUT]
+        [--target cuda:90] [--repeat 1] [--modes triton-serial,zerojit,...] [--json OUT]
 """
 
 from __future__ import annotations
@@ -211,6 +213,8 @@ def main() -> None:
     parser.add_argument("--space", default="matrix", help="matrix (48 configs, 111 keys) or a shipped config name")
     parser.add_argument("--target", default=None, help="compile-only target (default: the GPU, or cuda:90 without one)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode (medians printed)")
+    parser.add_argument("--modes", default=",".join(COLD + WARM),
+                        help="comma-separated modes to run (default: all; a warm mode needs 'zerojit')")
     parser.add_argument("--json", help="also write every run here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -218,48 +222,89 @@ def main() -> None:
         print(json.dumps(child(args.child, args)))
         return
 
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = sorted(set(modes) - set(COLD + WARM))
+    if unknown or not modes:
+        parser.error(f"--modes: unknown mode(s) {unknown}; choose from {', '.join(COLD + WARM)}")
+    if set(modes) & set(WARM) and "zerojit" not in modes:
+        parser.error("--modes: a warm mode runs over the cache the 'zerojit' mode leaves; add 'zerojit'")
+    cold, warm = [m for m in COLD if m in modes], [m for m in WARM if m in modes]
     rows = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="zerojit-bench-") as root:
             home = os.path.join(root, "home")  # Triton's home: where zerojit remembers the build hash
-            for mode in COLD:
+            for mode in cold:
                 rows.append(run_child(mode, os.path.join(root, mode), home, args))
-            for mode in WARM:  # over the cache the zerojit cold run left
+            for mode in warm:  # over the cache the zerojit cold run left
                 rows.append(run_child(mode, os.path.join(root, "zerojit"), home, args))
+    report(rows, cold, warm, args)
 
+
+def timeline_summary(stats: dict, seconds: float) -> str:
+    """Where a cold zerojit warm-up's wall time went, from its workers' timeline."""
+    events = stats["timeline"]
+    work = [(what, start, end) for what, _, start, end in events if what.startswith(("compile ", "launcher "))]
+    ready = sorted(end for what, _, _, end in events if what == "set-up")
+    if not ready or not work:
+        return "no worker timeline"
+    boot = {}
+    for what, _, start, end in events:
+        if what in ("python", "imports", "preload", "set-up"):
+            boot[what] = boot.get(what, 0.0) + end - start
+    first, last = min(s for _, s, _ in work), max(e for _, _, e in work)
+    busy = sum(e - s for _, s, e in work)
+    launchers = [e - s for what, s, e in work if what.startswith("launcher ")]
+    per_worker = ", ".join(f"{what} {seconds / len(ready):.2f} s" for what, seconds in boot.items())
+    return (f"{len(ready)} workers ready at {ready[0]:.2f}-{ready[-1]:.2f} s (a worker's boot: {per_worker}); "
+            f"requests {first:.2f}-{last:.2f} s kept them {100 * busy / (len(ready) * (last - first)):.0f}% busy "
+            f"({busy:.1f} s: {len(work) - len(launchers)} compiles, {len(launchers)} launchers of "
+            f"{statistics.median(launchers) if launchers else 0:.2f} s median); call returned {seconds:.2f} s")
+
+
+def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None:
+    """Print the medians per mode, the ratios to the Triton baselines run, and zerojit's breakdown."""
     med = {m: {f: statistics.median(r[f] for r in rows if r["mode"] == m)
-               for f in ("seconds", "ms_per_key", "compiled", "disk_loads", "driver_s")} for m in COLD + WARM}
-    for m in WARM:
+               for f in ("seconds", "ms_per_key", "compiled", "disk_loads", "driver_s")} for m in cold + warm}
+    for m in warm:
         med[m]["steady_ms_per_key"] = statistics.median(r["steady_ms_per_key"] for r in rows if r["mode"] == m)
     first = rows[0]
     where = (f"compile-only target {first['target']} (no GPU: nothing loaded)" if first["target"] != "device"
              else "GPU (zerojit also loads modules and builds launchers)")
     print(f"key space {args.space!r}: {first['keys']} keys; {where}; {first['cpus']} CPUs, --workers {args.workers}; "
-          f"medians of {args.repeat} run(s); driver start {med['triton-serial']['driver_s']:.2f} s (not timed)")
+          f"medians of {args.repeat} run(s); driver start {first['driver_s']:.2f} s (not timed)")
     print(f"{'mode':<20}{'seconds':>9}{'ms/key':>9}{'steady':>8}{'compiles':>10}{'disk loads':>12}{'speed-up':>10}")
-    for group, base in ((COLD, "triton-serial"), (WARM, "triton-warm")):
+    for group, base in ((cold, "triton-serial"), (warm, "triton-warm")):
         for m in group:
             r = med[m]
             steady = f"{r['steady_ms_per_key']:>8.2f}" if r.get("steady_ms_per_key") is not None else f"{'':>8}"
+            ratio = f"{med[base]['seconds'] / r['seconds']:>9.1f}x" if base in med else f"{'-':>10}"
             print(f"{m:<20}{r['seconds']:>9.2f}{r['ms_per_key']:>9.2f}{steady}{r['compiled']:>10.0f}"
-                  f"{r['disk_loads']:>12.0f}{med[base]['seconds'] / r['seconds']:>9.1f}x")
+                  f"{r['disk_loads']:>12.0f}{ratio}")
     print("steady: ms per key of a second warm pass in the same process (in-process caches emptied), i.e. "
           "without the process's one-time costs (Triton's first-launch imports, binders, source hashes)")
-    z = [r for r in rows if r["mode"] == "zerojit"][-1]["stats"]
+    z = next((r["stats"] for r in reversed(rows) if r["mode"] == "zerojit"), None)
     if z:
         print(f"zerojit cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in the "
               f"parent, {z['worker_launchers']} launchers built by workers ({z['worker_seconds']:.2f} s of worker time)"
               + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
     for m in ("zerojit-new-install", "zerojit", "zerojit-warm"):
-        stats = [r for r in rows if r["mode"] == m][-1]["stats"]
-        if stats:
+        last = next((r for r in reversed(rows) if r["mode"] == m), None)
+        if last and last["stats"]:
+            stats = last["stats"]
             print(f"{m} phases: " + ", ".join(f"{name} {s:.3f} s" for name, s in stats["phases"])
                   + (f"; {stats['restored']} keys restored by the restore index" if stats["restored"] else ""))
-    warm = [r for r in rows if r["mode"] == "zerojit-warm"]
-    restore = statistics.median(dict(r["stats"]["phases"]).get("restore", 0.0) for r in warm)
-    once = statistics.median(sum(dict(r["stats"]["phases"]).get(p, 0.0) for p in ("imports", "prime")) for r in warm)
-    print(f"zerojit-warm per key: {1e3 * restore / first['keys']:.2f} ms restoring (lookup, module and function load, "
-          f"launcher); plus {1e3 * once:.0f} ms once per process for the launch path (its lazy imports and first launch)")
+            if stats.get("timeline"):
+                print(f"{m} timeline: {timeline_summary(stats, last['seconds'])}")
+                print(f"{m} compile stages (worker seconds): "
+                      + ", ".join(f"{stage} {s:.1f}" for stage, s in stats["worker_stages"]))
+    warm_runs = [r for r in rows if r["mode"] == "zerojit-warm"]
+    if warm_runs:
+        restore = statistics.median(dict(r["stats"]["phases"]).get("restore", 0.0) for r in warm_runs)
+        once = statistics.median(sum(dict(r["stats"]["phases"]).get(p, 0.0) for p in ("imports", "prime"))
+                                 for r in warm_runs)
+        print(f"zerojit-warm per key: {1e3 * restore / first['keys']:.2f} ms restoring (lookup, module and function "
+              f"load, launcher); plus {1e3 * once:.0f} ms once per process for the launch path (its lazy imports and "
+              "first launch)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "medians": med, "runs": rows}, f, indent=2)

@@ -110,6 +110,34 @@ def test_workers_compile_and_the_parent_only_loads(serial_and_parallel):
     assert "worker processes' included" in parallel.summary() and "worker processes'" not in serial.summary()
 
 
+def test_the_timeline_shows_each_workers_boot_then_its_requests(serial_and_parallel):
+    parallel = serial_and_parallel[2][0]
+    s, seconds = parallel.stats, parallel.seconds
+    by_worker: dict[int, list] = {}
+    for what, worker, start, end in s.timeline:
+        assert 0 <= start <= end <= seconds, (what, start, end)
+        by_worker.setdefault(worker, []).append((start, what))
+    assert sorted(by_worker) == list(range(s.workers))
+    compiles = [what for what, *_ in s.timeline if what.startswith("compile ")]
+    # one span per request a worker answered: every compile the workers made, by its function
+    assert len(compiles) == s.worker_compiled == 21
+    assert {c.split(" ", 1)[1] for c in compiles} >= {"zerojit.kernels.mla.index:_convert_req_index_to_global_index_kernel"}
+    for spans in by_worker.values():
+        names = [what for _, what in sorted(spans)]
+        boot = [n for n in names if not n.startswith(("compile ", "launcher "))]
+        assert boot[:2] == ["python", "imports"] and boot[-1] == "set-up"  # "preload" only while it waited
+        assert names[:len(boot)] == boot  # requests only once the worker is ready
+
+
+def test_compile_stages_are_tritons_own_times(serial_and_parallel):
+    s = serial_and_parallel[2][0].stats
+    stages = dict(s.worker_stages)
+    assert list(stages)[:1] == ["ir"] and {"ttir", "ttgir", "llir", "ptx", "cubin"} <= set(stages)
+    assert all(v > 0 for k, v in stages.items() if k != "store")
+    assert sum(stages.values()) <= s.worker_seconds  # parts of the workers' request time
+    assert serial_and_parallel[1][0].stats.worker_stages == ()  # no workers, no worker stages
+
+
 def warm_start(serial_and_parallel, monkeypatch):
     """A warm-up with two workers over the cache the parallel cold warm-up left."""
     use_cache(monkeypatch, serial_and_parallel[2][3])
@@ -234,6 +262,59 @@ def test_compile_workers_import_no_torch():
                           text=True, env=dict(os.environ, PYTHONPATH=src), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "torch not imported"
+
+
+PRELOAD = r"""
+import json, os, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+import _compile_worker as w
+read, write = os.pipe()
+if sys.argv[2] == "key-waiting":
+    os.write(write, b"x")  # a message is waiting: the parent had the key before the imports ended
+setup = {"sys_path": json.loads(sys.argv[3]), "target": ("cuda", 90, 32), "modules": ["zerojit.kernels.mla.index"]}
+times = w.preload(setup, os.fdopen(read, "rb", buffering=0))
+print(json.dumps({"times": sorted(times), "imported": "zerojit.kernels.mla.index" in sys.modules,
+                  "site": "site" in sys.modules}))
+"""
+
+
+def run_python(*args: str) -> str:
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("key", ["key-waiting", "no-key-yet"])
+def test_a_worker_compiles_a_throwaway_kernel_only_while_the_key_is_not_there(key):
+    import json
+    import sys
+
+    out = json.loads(run_python("-S", "-c", PRELOAD, precompile._WORKER_SCRIPT, key, json.dumps(sys.path)))
+    expected = ["imported_at", "started_at"] + (["preloaded_at"] if key == "no-key-yet" else [])
+    assert out["times"] == sorted(expected)
+    assert out["imported"]  # the kernels' modules are imported during the boot
+    assert not out["site"]  # python -S on the parent's sys.path: site was not needed
+
+
+def test_a_worker_without_site_runs_it_when_an_import_needs_it():
+    """``python -S`` leaves out what ``site`` adds (here: the environment's site-packages, as an
+    editable install's import hook would be); the worker then runs ``site.main()`` and retries."""
+    code = ("import importlib.util, os, sys; sys.path.insert(0, os.path.dirname(sys.argv[1])); import _compile_worker as w; "
+            "before = importlib.util.find_spec('filelock') is not None; w._import_with_site_fallback('filelock'); "
+            "print(before, 'filelock' in sys.modules, 'site' in sys.modules)")
+    assert run_python("-S", "-c", code, precompile._WORKER_SCRIPT) == "False True True"
+
+
+def test_workers_skip_the_entry_point_scan_only_with_tritons_own_backends(monkeypatch):
+    import triton.backends as tb
+
+    assert precompile._backends_in_tree.__wrapped__()  # this Triton: nvidia and amd, shipped inside it
+    plugin = type("PluginBackend", (), {"__module__": "some_plugin.compiler"})
+    monkeypatch.setitem(tb.backends, "plugin", type(tb.backends["nvidia"])(compiler=plugin, driver=object))
+    assert not precompile._backends_in_tree.__wrapped__()  # a plugin backend: Triton's entry points find it
 
 
 GPU_WARMUP = r"""

@@ -12,31 +12,47 @@ starts it with ``CUDA_VISIBLE_DEVICES=""``.
 Protocol: the parent writes requests to stdin, the worker answers on its original stdout (then
 points its fd 1 at stderr, so stray prints cannot corrupt the stream). Each message is a 4-byte
 little-endian length and a pickle. The first request is the set-up (``sys.path``, cache folder,
-target, the parent's Triton key); then ``("compile", ...)`` and ``("launcher", ...)`` requests,
-each answered by one dict; ``None`` ends the worker.
+target, the modules that define the kernels), sent at start; then ``{"triton_key": ...}``, the
+parent's Triton build key, once it has it; then ``("compile", ...)`` and ``("launcher", ...)``
+requests, each answered by one dict; ``None`` ends the worker.
 
 A compile runs under the entry's file lock, so workers of several warm-ups (several processes on
 one host) compile each entry once; Triton's ``compile`` re-checks the disk cache inside the lock.
 """
 
+import time
+
+STARTED_AT = time.time()  # the process's start, for the parent's timeline
+
 import os
 import sys
 
 import importlib
+import io
 import pickle
 import struct
-import time
 import types
 
 _LEN = struct.Struct("<I")
 
 
+def _read_exactly(stream, n: int) -> bytes:
+    """``n`` bytes from ``stream`` (a raw pipe returns what is there: read until all came)."""
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def read_message(stream):
-    head = stream.read(_LEN.size)
+    head = _read_exactly(stream, _LEN.size)
     if len(head) < _LEN.size:
         raise EOFError("stream closed")
     (n,) = _LEN.unpack(head)
-    body = stream.read(n)
+    body = _read_exactly(stream, n)
     if len(body) < n:
         raise EOFError("stream closed mid-message")
     return pickle.loads(body)
@@ -129,11 +145,14 @@ class Worker:
         drv.target = self.target  # the parent's exact target (warp size included)
         driver.set_active(drv)
         self.functions: dict = {}
-        self.hit: list = []
+        self.hit: list = []  # the current compile's cache hits, from Triton's listener
+        self.stages: list = []  # and its (stage, seconds)
         previous = knobs.compilation.listener
 
         def listener(*, src, metadata, metadata_group, times, cache_hit, **kw):
             self.hit.append(cache_hit)
+            self.stages = [("ir", times.ir_initialization / 1e6), *((k, v / 1e6) for k, v in times.lowering_stages),
+                           ("store", times.store_results / 1e6)]
             if previous is not None:
                 previous(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit, **kw)
 
@@ -165,12 +184,12 @@ class Worker:
         start, cpu = time.perf_counter(), _cpu()
         try:
             with FileLock(task["lock"]):
-                self.hit.clear()
+                self.hit, self.stages = [], []
                 compiled = triton_compile(ASTSource(fn, signature, constants, attrs), target=self.target,
                                           options=task["options"])
         except Exception as e:
             return {"ok": False, "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - start}
-        return {"ok": True, "hash": compiled.hash, "compiled": self.hit == [False],
+        return {"ok": True, "hash": compiled.hash, "compiled": self.hit == [False], "stages": self.stages,
                 "seconds": time.perf_counter() - start, "cpu_seconds": _cpu() - cpu}
 
     def launcher(self, task: dict) -> dict:
@@ -201,30 +220,69 @@ def probe(modules) -> None:
     print("torch imported" if not lazy_still("torch") else "torch not imported")
 
 
-PRELOAD_TARGET = "ZEROJIT_WORKER_TARGET"  # "backend:arch:warp_size", set by the parent
+def preload(setup: dict, requests) -> dict:
+    """Get the compiler going before the first request.
 
+    Imports Triton's compiler (torch gets its stand-in first), zerojit's compile-only driver and
+    the modules that define the kernels to compile (``setup["modules"]``). Then, only while
+    Triton's build key has not arrived (a new Triton install: the parent hashes Triton's build,
+    ~0.5 s), compiles a tiny kernel for the parent's target into a throwaway cache folder, so
+    that the first real compile does not pay the compiler's first-use costs (its code
+    generator's first run, LLVM's target set-up, the first ptxas run) on top. With the key
+    already there, a real compile pays them and nothing is thrown away (measured on the H200:
+    the throwaway costs ~0.2 s a worker, the first real compile ~0.15 s more than the others).
+    Nothing of it reaches the shared cache; a failure here changes nothing (a request that needs
+    what failed reports it). Returns when (``time.time()``) each step ended, for the parent's
+    timeline.
 
-def preload() -> None:
-    """Get the compiler going before the set-up message: the parent sends it only once it has
-    Triton's build key (hashing a fresh build takes ~0.4 s), so booting meanwhile is free.
-
-    Imports Triton's compiler (torch gets its stand-in first), then compiles a tiny kernel for
-    the parent's target into a throwaway cache folder, so the first real compile does not pay
-    the compiler's own first-use costs (its code generator's imports, LLVM's target set-up, the
-    first ptxas run). Nothing of it reaches the shared cache; a failure here changes nothing.
+    The worker runs without ``site`` (``python -S``: the ``.pth`` files of a large environment
+    cost ~50 ms a process) on the parent's ``sys.path``; an import that fails that way is
+    retried once after ``site.main()``, for what a ``.pth`` file's import hook provides (e.g. an
+    editable install's finder).
     """
     install_lazy("torch")
+    sys.path[:] = setup["sys_path"]
+    times = {"started_at": STARTED_AT}
     try:
-        import filelock  # noqa: F401
-        import triton.backends.nvidia.compiler  # noqa: F401
-        import triton.compiler.compiler  # noqa: F401
-
-        spec = os.environ.get(PRELOAD_TARGET)
-        if spec:
-            backend, arch, warp_size = spec.split(":")
-            _compile_throwaway(backend, int(arch), int(warp_size))
-    except Exception:  # the set-up imports what it needs again and reports what fails
+        _import_with_site_fallback("filelock", "triton.backends.nvidia.compiler", "triton.compiler.compiler",
+                                   "zerojit.compile_only", *setup.get("modules", ()))
+        times["imported_at"] = time.time()
+        if not _readable(requests):
+            _compile_throwaway(*setup["target"])
+            times["preloaded_at"] = time.time()
+    except Exception:
         pass
+    return times
+
+
+def _import_with_site_fallback(*modules: str) -> None:
+    """Import ``modules``; on an ImportError, run ``site`` once and retry those. What still fails
+    is left to the set-up (Triton, zerojit) or to the request that needs it (a kernel module) to
+    report."""
+    failed = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            failed.append(name)
+        except Exception:
+            pass
+    if failed and "site" not in sys.modules:
+        import site
+
+        site.main()
+        for name in failed:
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
+
+
+def _readable(stream) -> bool:
+    """True when a message is waiting on ``stream`` (an unbuffered pipe)."""
+    import select
+
+    return bool(select.select([stream], [], [], 0)[0])
 
 
 def _compile_throwaway(backend: str, arch: int, warp_size: int) -> None:
@@ -258,18 +316,21 @@ def main() -> None:
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # no sibling as a top-level module
     if sys.argv[1:2] == ["--probe"]:
         return probe(sys.argv[2:])
-    requests = sys.stdin.buffer
+    requests = io.FileIO(0, "rb", closefd=False)  # unbuffered: select() sees every waiting message
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything printed from here on goes to stderr, never into the reply stream
     sys.stdout = sys.stderr
-    preload()
-    setup = read_message(requests)
+    setup = read_message(requests)  # sent at once: everything but Triton's build key
+    boot = preload(setup, requests)
     try:
+        setup.update(read_message(requests))  # {"triton_key": ...}, once the parent has it
         worker = Worker(setup)
+    except EOFError:  # the parent needs no more workers
+        return
     except Exception as e:
         write_message(replies, {"ok": False, "fatal": True, "error": f"worker set-up failed: {type(e).__name__}: {e}"})
         return
-    write_message(replies, {"ok": True, "ready": True, "pid": os.getpid(), "torch_imported": not lazy_still("torch")})
+    write_message(replies, {"ok": True, "ready": True, **boot, "ready_at": time.time(), "pid": os.getpid(), "torch_imported": not lazy_still("torch")})
     while True:
         try:
             task = read_message(requests)
@@ -277,8 +338,7 @@ def main() -> None:
             return
         if task is None:
             return
-        kind = task["kind"]
-        reply = worker.compile(task) if kind == "compile" else worker.launcher(task)
+        reply = worker.compile(task) if task["kind"] == "compile" else worker.launcher(task)
         reply["torch_imported"] = not lazy_still("torch")
         write_message(replies, reply)
 

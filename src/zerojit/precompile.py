@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -179,6 +180,9 @@ class _Counts:
     restored: int = 0  # restored from other ranks' records (zerojit.distributed)
     phases: dict = field(default_factory=dict)  # phase -> seconds (summed over runs)
     worker_seconds: float = 0.0
+    worker_stages: dict = field(default_factory=dict)  # Triton's compile stage -> seconds, over the workers
+    timeline: list = field(default_factory=list)  # (what, worker, start, end), perf_counter seconds
+    origin: float = field(default_factory=time.perf_counter)  # the timeline's zero: the session's start
 
     def add_phase(self, name: str, seconds: float) -> None:
         self.phases[name] = self.phases.get(name, 0.0) + seconds
@@ -187,6 +191,10 @@ class _Counts:
         """These counts as a :class:`WarmupStats`; ``more``: its fields a session does not count;
         ``phases``: every phase's seconds, in order (default: the session's own)."""
         fields = {**dataclasses.asdict(self), "recovered": tuple(self.recovered), **more}
+        del fields["origin"]
+        fields["worker_stages"] = tuple((stage, round(s, 6)) for stage, s in self.worker_stages.items())
+        fields["timeline"] = tuple((what, worker, round(start - self.origin, 6), round(end - self.origin, 6))
+                                   for what, worker, start, end in sorted(self.timeline, key=lambda t: t[2]))
         fields["phases"] = tuple((name, round(s, 6)) for name, s in (self.phases if phases is None else phases).items())
         return WarmupStats(**fields)
 
@@ -243,6 +251,7 @@ class WarmupSession:
         self._deferring = False
         self._launchers: dict[tuple, tuple[str, bool]] = {}
         self._launcher_tasks: dict[tuple, str] = {}  # signature types -> its launcher's pool task
+        self._modules: list[str] = []  # the modules that define the jobs' Triton functions
 
     # ------------------------------------------------------------------ hooks
     def __enter__(self) -> "WarmupSession":
@@ -399,7 +408,7 @@ class WarmupSession:
         pool later (:meth:`_WorkerPool.set_triton_key`); workers boot meanwhile."""
         with self._lock:
             if self._pool is None:
-                self._pool = _WorkerPool(self.workers, target, self.counts, self._lock)
+                self._pool = _WorkerPool(self.workers, target, self.counts, self._lock, self._modules)
                 if not key_later:
                     self._pool.set_triton_key(use_fast_triton_key())
             return self._pool if self._pool.target == target else None
@@ -475,6 +484,7 @@ class WarmupSession:
             self._deferring = self.workers > 1
             marker = None
             triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
+            self._modules = _kernel_modules(jobs)
             if self._deferring and triton_jobs and not expect_warm:
                 try:
                     target = _current_target()
@@ -593,6 +603,14 @@ class _ShippedLoader:
                                param_names=tuple(p.name for p in jit_fn.params), loaded=self.gpu, compiled=compiled)
 
 
+def _kernel_modules(jobs: Sequence[tuple[Any, Any]]) -> list[str]:
+    """The modules that define the jobs' Triton functions (what a worker imports to compile them)."""
+    from .kernel import TritonJitKernel
+
+    modules = {getattr(getattr(k, "kernel", None), "fn", None) for k, _ in jobs if isinstance(k, TritonJitKernel)}
+    return sorted({fn.__module__ for fn in modules if fn is not None} - {"__main__"})
+
+
 def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]]) -> str:
     """Triton's build key (:func:`~zerojit.cache.use_fast_triton_key`), computed on a thread
     while this one pays the first sweep's one-time costs; returns the key.
@@ -654,7 +672,7 @@ class _WorkerPool:
     it waits), so the parent's sweep goes on. Requests are deduplicated by entry (or launcher).
     """
 
-    def __init__(self, size: int, target: Any, counts: _Counts, lock: threading.Lock) -> None:
+    def __init__(self, size: int, target: Any, counts: _Counts, lock: threading.Lock, modules: Sequence[str] = ()) -> None:
         self.size = size
         self.target = target
         self.counts = counts
@@ -668,18 +686,20 @@ class _WorkerPool:
         self.threads: list[threading.Thread] = []
         self.seconds: dict[str, float] = {}
         self.started = 0
+        self._spawned = 0  # worker indices handed out (the timeline's worker numbers)
         self.setup = {
             "sys_path": [p if p else os.getcwd() for p in sys.path],
             "cache_dir": cache_dir(),
             "target": (target.backend, target.arch, target.warp_size),
-            "triton_key": None,  # set_triton_key
             "triton_file": _triton_file(),
+            "modules": list(modules),  # imported while the worker boots
         }
+        self.triton_key: str | None = None  # set_triton_key
         self._key_ready = threading.Event()
 
     def set_triton_key(self, key: str) -> None:
-        """Hand the workers Triton's build key (each waits for it before its set-up message)."""
-        self.setup["triton_key"] = key
+        """Hand the workers Triton's build key (each gets its set-up at start and this once it is set)."""
+        self.triton_key = key
         self._key_ready.set()
 
     def prestart(self, n: int) -> None:
@@ -736,11 +756,17 @@ class _WorkerPool:
             self.counts.recovered.append(message)
 
     def _serve(self) -> None:
-        env = dict(os.environ, TRITON_CACHE_DIR=self.setup["cache_dir"], CUDA_VISIBLE_DEVICES="",
-                   **{_wire.PRELOAD_TARGET: ":".join(str(x) for x in self.setup["target"])})
+        env = dict(os.environ, TRITON_CACHE_DIR=self.setup["cache_dir"], CUDA_VISIBLE_DEVICES="")
+        if _backends_in_tree():  # Triton's own switch: skip scanning every installed package's entry points
+            env.setdefault("TRITON_BACKENDS_IN_TREE", "1")
         stderr = tempfile.TemporaryFile()
+        with self.lock:
+            index = self._spawned
+            self._spawned += 1
+        popened, popened_wall = time.perf_counter(), time.time()
         try:
-            proc = subprocess.Popen([sys.executable, _WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            # -S: no site (see _compile_worker.preload)
+            proc = subprocess.Popen([sys.executable, "-S", _WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     stderr=stderr, env=env, close_fds=True)
         except OSError as e:
             self._recovered(f"cannot start a compile worker: {e}")
@@ -751,8 +777,9 @@ class _WorkerPool:
             self.counts.workers += 1
         task, ready = None, False
         try:
+            _wire.write_message(proc.stdin, self.setup)  # the worker boots with it
             self._key_ready.wait()
-            _wire.write_message(proc.stdin, self.setup)
+            _wire.write_message(proc.stdin, {"triton_key": self.triton_key})
             while True:
                 task = self.tasks.get()[2]
                 if task is None:
@@ -766,8 +793,11 @@ class _WorkerPool:
                         self._recovered(status.get("error", "compile worker set-up failed"))
                         return
                     ready = True
+                    self._boot_timeline(index, popened, popened_wall, status)
+                sent = time.perf_counter()
                 _wire.write_message(proc.stdin, task)
                 reply = _wire.read_message(proc.stdout)
+                self._timed(f"{task['kind']} {task.get('function') or task['name']}", index, sent, time.perf_counter())
                 self._record(task, reply)
                 task = None
         except (EOFError, OSError, pickle.PickleError) as e:
@@ -788,11 +818,28 @@ class _WorkerPool:
             # Every answer is in: its exit (~0.1 s of interpreter teardown) is not the warm-up's to wait for.
             threading.Thread(target=_reap, args=(proc,), name="zerojit-compile-reaper", daemon=True).start()
 
+    def _boot_timeline(self, index: int, popened: float, popened_wall: float, status: dict) -> None:
+        """Put a worker's boot on the timeline, from the wall-clock times its ready message gives."""
+        at = {k: popened + max(status[k] - popened_wall, 0.0) for k in
+              ("started_at", "imported_at", "preloaded_at", "ready_at") if isinstance(status.get(k), float)}
+        previous = popened
+        for what, k in (("python", "started_at"), ("imports", "imported_at"), ("preload", "preloaded_at"),
+                        ("set-up", "ready_at")):
+            if k in at:
+                self._timed(what, index, previous, at[k])
+                previous = at[k]
+
+    def _timed(self, what: str, worker: int, start: float, end: float) -> None:
+        with self.lock:
+            self.counts.timeline.append((what, worker, start, end))
+
     def _record(self, task: dict, reply: dict) -> None:
         with self._progress:
             self.seconds[task["name"]] = reply.get("seconds", 0.0)
             self.done.add(task["name"])
             self._progress.notify_all()
+            for stage, seconds in reply.get("stages", ()):
+                self.counts.worker_stages[stage] = self.counts.worker_stages.get(stage, 0.0) + seconds
             if reply.get("ok"):
                 if task["kind"] == "compile" and reply.get("compiled"):
                     self.counts.worker_compiled += 1
@@ -820,6 +867,22 @@ class _WorkerPool:
             if task is not None:
                 self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
         return dict(self.seconds)
+
+
+@functools.lru_cache(maxsize=1)
+def _backends_in_tree() -> bool:
+    """True when the backends Triton found here are exactly those shipped inside Triton (its
+    ``TRITON_BACKENDS_IN_TREE=1`` then finds the same ones without reading every installed
+    package's entry points, ~50-80 ms a process in a large environment)."""
+    try:
+        import triton.backends as tb
+
+        root = os.path.dirname(tb.__file__)
+        shipped = {n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)) and not n.startswith("__")}
+        return set(tb.backends) == shipped and all(
+            b.compiler.__module__ == f"triton.backends.{name}.compiler" for name, b in tb.backends.items())
+    except Exception:
+        return False
 
 
 def _reap(proc: subprocess.Popen) -> None:

@@ -123,6 +123,18 @@ class WarmupStats:
             warm-up launch paid; once per process) comes right after ``restore``.
         worker_seconds: seconds the worker processes spent on their requests (kernel compiles and
             launcher builds), summed over workers.
+        worker_stages: Triton's compile stages (``ir``: the front end's IR; then one per
+            lowering stage, e.g. ``ttir``, ``ttgir``, ``llir``, ``ptx``, ``cubin`` (``ptxas``);
+            ``store``: writing the cache entry) as ``(stage, seconds)``, summed over the workers'
+            compiles (Triton's ``CompileTimes``, given to its compilation listener).
+        timeline: what the worker processes did, as ``(what, worker, start, end)`` in seconds since
+            the warm-up session began, by start. A worker's boot: ``"python"`` (from its start
+            to its script's first line), ``"imports"`` (Triton's compiler, zerojit's compile-only
+            driver, the kernels' modules), ``"preload"`` (a throwaway compile, only while it
+            waited for Triton's build key; see ``zerojit._compile_worker.preload``), ``"set-up"``
+            (the rest of the wait for the key, then the set-up); then one span per request,
+            ``"compile module:function"`` or ``"launcher launcher:<key>"``, as the parent saw
+            it. ``worker`` numbers the processes from 0. Empty without workers.
     """
 
     compiled: int = 0
@@ -136,6 +148,8 @@ class WarmupStats:
     restored: int = 0
     phases: tuple[tuple[str, float], ...] = ()
     worker_seconds: float = 0.0
+    worker_stages: tuple[tuple[str, float], ...] = ()
+    timeline: tuple[tuple[str, int, float, float], ...] = ()
 
     @property
     def total_compiled(self) -> int:
