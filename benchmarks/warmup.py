@@ -22,7 +22,11 @@ listed, with one fresh ``TRITON_HOME`` per repeat:
   ``TRITON_HOME`` (``zerojit.cache.use_fast_triton_key``);
 * ``zerojit``: the same with a new empty cache folder on that install: every kernel compiles, the
   build hash is remembered. This is the cold start of a server whose kernels or configs changed
-  on an image it ran before (a brand-new image without that file is ``zerojit-new-install``).
+  on an image it ran before (a brand-new image without that file is ``zerojit-new-install``);
+* ``zerojit-prestarted``: the same, with the workers started by ``registry.start_workers()``
+  before the driver's start and ``--overlap`` seconds (default 1) of other start-up work (an
+  engine loading its weights), none of it timed: the workers boot meanwhile. Not a cold
+  warm-up on its own: it shows what an engine that starts its workers early pays.
 
 Then warm starts, in fresh processes over the cache the ``zerojit`` run left:
 
@@ -59,7 +63,7 @@ import sys
 import tempfile
 import time
 
-COLD = ("triton-serial", "triton-threads", "zerojit-new-install", "zerojit")
+COLD = ("triton-serial", "triton-threads", "zerojit-new-install", "zerojit", "zerojit-prestarted")
 WARM = ("triton-warm", "zerojit-warm")
 
 MATRIX_BASES = ("dsv4-like", "deepseek-v3.2")
@@ -162,12 +166,16 @@ def child(mode: str, args: argparse.Namespace) -> dict:
 
     with (compile_only(target) if target else contextlib.nullcontext()):
         t0 = time.perf_counter()
+        if mode == "zerojit-prestarted":
+            registry.start_workers(workers=args.workers, target=target or "device")
         from triton.runtime.driver import driver
 
         driver.active.get_current_device()  # the driver's start: not warm-up (on a GPU: CUDA, cuda_utils)
         if gpu:
             torch.empty(1, device="cuda")  # CUDA's context
         driver_s = time.perf_counter() - t0
+        if mode == "zerojit-prestarted":
+            time.sleep(max(args.overlap - driver_s, 0.0))  # the engine's other start-up work: loading weights
         knobs.compilation.listener = listener
         t0 = time.perf_counter()
         stats = None
@@ -199,7 +207,7 @@ def child(mode: str, args: argparse.Namespace) -> dict:
 def run_child(mode: str, cache: str, home: str, args: argparse.Namespace) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_HOME=home)
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--workers", str(args.workers),
-           "--space", args.space] + (["--target", args.target] if args.target else [])
+           "--space", args.space, "--overlap", str(args.overlap)] + (["--target", args.target] if args.target else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"{mode} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -213,6 +221,8 @@ def main() -> None:
     parser.add_argument("--space", default="matrix", help="matrix (48 configs, 111 keys) or a shipped config name")
     parser.add_argument("--target", default=None, help="compile-only target (default: the GPU, or cuda:90 without one)")
     parser.add_argument("--repeat", type=int, default=1, help="runs per mode (medians printed)")
+    parser.add_argument("--overlap", type=float, default=1.0,
+                        help="zerojit-prestarted: seconds of other start-up work before the warm-up (default 1)")
     parser.add_argument("--modes", default=",".join(COLD + WARM),
                         help="comma-separated modes to run (default: all; a warm mode needs 'zerojit')")
     parser.add_argument("--json", help="also write every run here")
@@ -233,11 +243,20 @@ def main() -> None:
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="zerojit-bench-") as root:
             home = os.path.join(root, "home")  # Triton's home: where zerojit remembers the build hash
+            if "zerojit-new-install" not in cold:  # the modes after it expect the hash remembered
+                remember_build_hash(os.path.join(root, "hash-cache"), home)
             for mode in cold:
                 rows.append(run_child(mode, os.path.join(root, mode), home, args))
             for mode in warm:  # over the cache the zerojit cold run left
                 rows.append(run_child(mode, os.path.join(root, "zerojit"), home, args))
     report(rows, cold, warm, args)
+
+
+def remember_build_hash(cache: str, home: str) -> None:
+    """Have zerojit remember Triton's build hash in ``home``, as a ``zerojit-new-install`` run would."""
+    env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_HOME=home)
+    subprocess.run([sys.executable, "-c", "from zerojit.cache import use_fast_triton_key; use_fast_triton_key()"],
+                   env=env, check=True)
 
 
 def timeline_summary(stats: dict, seconds: float) -> str:
@@ -255,8 +274,8 @@ def timeline_summary(stats: dict, seconds: float) -> str:
     busy = sum(e - s for _, s, e in work)
     launchers = [e - s for what, s, e in work if what.startswith("launcher ")]
     per_worker = ", ".join(f"{what} {seconds / len(ready):.2f} s" for what, seconds in boot.items())
-    return (f"{len(ready)} workers ready at {ready[0]:.2f}-{ready[-1]:.2f} s (a worker's boot: {per_worker}); "
-            f"requests {first:.2f}-{last:.2f} s kept them {100 * busy / (len(ready) * (last - first)):.0f}% busy "
+    return (f"{len(ready)} workers ready at {ready[0]:.2f} to {ready[-1]:.2f} s (a worker's boot: {per_worker}); "
+            f"requests {first:.2f} to {last:.2f} s kept them {100 * busy / (len(ready) * (last - first)):.0f}% busy "
             f"({busy:.1f} s: {len(work) - len(launchers)} compiles, {len(launchers)} launchers of "
             f"{statistics.median(launchers) if launchers else 0:.2f} s median); call returned {seconds:.2f} s")
 
@@ -287,7 +306,7 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
         print(f"zerojit cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in the "
               f"parent, {z['worker_launchers']} launchers built by workers ({z['worker_seconds']:.2f} s of worker time)"
               + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
-    for m in ("zerojit-new-install", "zerojit", "zerojit-warm"):
+    for m in ("zerojit-new-install", "zerojit", "zerojit-prestarted", "zerojit-warm"):
         last = next((r for r in reversed(rows) if r["mode"] == m), None)
         if last and last["stats"]:
             stats = last["stats"]

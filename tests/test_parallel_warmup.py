@@ -153,6 +153,58 @@ def test_warm_start_starts_no_worker_and_compiles_nothing(serial_and_parallel, m
     assert variants(report) == variants(serial_and_parallel[1][0])
 
 
+def test_workers_started_early_serve_the_next_warm_up(serial_and_parallel, monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path)
+    registry, config = dsv4_registry()
+    forget_in_process(registry, config)
+    assert registry.start_workers(config, workers=2, target="cuda:90") == 2
+    pool = registry._prestarted
+    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    s = report.stats
+    assert (s.worker_compiled, s.compiled, s.workers, s.recovered) == (21, 0, 2, ())  # no other worker started
+    assert len(pool.seen) == 21 and pool.started == 2  # every request went to the early workers
+    assert variants(report) == variants(serial_and_parallel[1][0])
+    assert registry._prestarted is None and not any(t.is_alive() for t in pool.threads)  # taken, then stopped
+    # the key space is warm in this cache folder now: a warm start needs no worker
+    assert registry.start_workers(config, workers=2, target="cuda:90") == 0
+
+
+def test_workers_started_for_another_cache_folder_are_stopped(serial_and_parallel, monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path / "first")
+    registry, config = dsv4_registry()
+    forget_in_process(registry, config)
+    registry.start_workers(config, workers=2, target="cuda:90")
+    pool = registry._prestarted
+    use_cache(monkeypatch, tmp_path / "second")
+    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    assert not any(t.is_alive() for t in pool.threads)  # stopped, not used
+    assert pool.seen == set()  # no request went to them
+    assert report.stats.worker_compiled == 21 and variants(report) == variants(serial_and_parallel[1][0])
+    assert entries(tmp_path / "second") and not os.path.exists(tmp_path / "first" / ".zerojit")
+
+
+def test_stop_workers_and_a_serial_warm_up_stop_early_workers(monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path)
+    registry, config = dsv4_registry()
+    registry.start_workers(config, workers=2, target="cuda:90")
+    pool = registry._prestarted
+    registry.stop_workers()
+    assert registry._prestarted is None and not any(t.is_alive() for t in pool.threads)
+    registry.start_workers(config, workers=2, target="cuda:90")
+    pool = registry._prestarted
+    forget_in_process(registry, config)
+    report = registry.warmup(config, workers=1, progress=False, target="cuda:90")  # serial: no use for them
+    assert not any(t.is_alive() for t in pool.threads) and report.stats.compiled == 21
+
+
+@pytest.mark.parametrize("workers", [1, 0, True, 2.0, "4"])
+def test_start_workers_wants_two_or_more(workers):
+    registry, config = dsv4_registry()
+    with pytest.raises(ValueError, match=r"start_workers\(workers=.*whole number >= 2"):
+        registry.start_workers(config, workers=workers, target="cuda:90")
+    assert registry._prestarted is None
+
+
 def test_warm_start_without_the_restore_index_loads_from_disk(serial_and_parallel, monkeypatch):
     monkeypatch.setenv("ZEROJIT_RESTORE", "0")
     report = warm_start(serial_and_parallel, monkeypatch)

@@ -64,7 +64,7 @@ from . import _compile_worker as _wire
 from .cache import cache_dir, entry_lock, launcher_lock, use_fast_triton_key
 from .registry import WarmupStats
 
-__all__ = ["WarmupSession", "JobOutcome"]
+__all__ = ["WarmupSession", "JobOutcome", "start_worker_pool"]
 
 _SESSION: contextvars.ContextVar["WarmupSession | None"] = contextvars.ContextVar("zerojit_warmup_session", default=None)
 _JOB: contextvars.ContextVar["_JobState | None"] = contextvars.ContextVar("zerojit_warmup_job", default=None)
@@ -241,12 +241,17 @@ class WarmupSession:
     Args:
         workers: compile worker processes (and in-process threads for the sweeps); ``<= 1``
             compiles in-process, one key after the other.
+        pool: workers started ahead by :func:`start_worker_pool`; the first cold :meth:`run`
+            uses them when they compile for its target into its cache folder (and ``workers >
+            1``), else they are stopped.
     """
 
-    def __init__(self, *, workers: int | None = 1) -> None:
+    def __init__(self, *, workers: int | None = 1, pool: "_WorkerPool | None" = None) -> None:
         self.workers = max(int(workers or 1), 1)
-        self.counts = _Counts()
-        self._lock = threading.Lock()
+        self.counts = pool.counts if pool is not None else _Counts()
+        self.counts.origin = time.perf_counter()  # a prestarted pool's boot lies before: negative times
+        self._lock = pool.lock if pool is not None else threading.Lock()
+        self._prestarted = pool  # adopted by the first cold run() it suits, else stopped
         self._pool: _WorkerPool | None = None
         self._deferring = False
         self._launchers: dict[tuple, tuple[str, bool]] = {}
@@ -306,9 +311,10 @@ class WarmupSession:
                 knobs.cache.manager_class = self._prev_manager
             else:
                 del knobs.cache.manager_class
-        if self._pool is not None:
-            self._pool.finish()
-            self._pool = None
+        for pool in (self._pool, self._prestarted):
+            if pool is not None:
+                pool.finish()
+        self._pool = self._prestarted = None
 
     def _on_miss(self, *, fn: Any, compile: dict, key: Any = None, **_: Any) -> None:
         """Triton's in-process cache missed: note the request; the disk lookup that follows decides."""
@@ -485,6 +491,7 @@ class WarmupSession:
             marker = None
             triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
             self._modules = _kernel_modules(jobs)
+            prestarted, self._prestarted = self._prestarted, None
             if self._deferring and triton_jobs and not expect_warm:
                 try:
                     target = _current_target()
@@ -492,12 +499,16 @@ class WarmupSession:
                     target = None
                 marker = _marker(jobs, target) if target is not None else None
                 if marker is not None and not os.path.exists(marker):  # cold: start the workers now
+                    if prestarted is not None and prestarted.serves(target) and self._pool is None:
+                        self._pool, prestarted = prestarted, None
                     pool = self._ensure_pool(target, key_later=True)
                     if pool is not None:
                         pool.prestart(min(self.workers, triton_jobs))
+            if prestarted is not None:  # warm, or for another target or cache folder
+                prestarted.finish()
             t0 = time.perf_counter()
             if self._pool is not None:  # cold: the workers boot while this process gets ready
-                self._pool.set_triton_key(_prepare_while_hashing(jobs))
+                self._pool.set_triton_key(_prepare_while_hashing(jobs, self._pool.key_source()))
             else:
                 use_fast_triton_key()
             self.counts.add_phase("start", time.perf_counter() - t0)
@@ -603,6 +614,23 @@ class _ShippedLoader:
                                param_names=tuple(p.name for p in jit_fn.params), loaded=self.gpu, compiled=compiled)
 
 
+def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_WorkerPool | None":
+    """Start the compile workers of a later cold warm-up of ``jobs`` now (they boot, and Triton's
+    build key is hashed on a thread, while the caller goes on); hand the pool to
+    :class:`WarmupSession`. None when nothing would use them: no Triton kernel, or this key space
+    was warmed into this cache folder before (its marker file)."""
+    from .kernel import TritonJitKernel
+
+    triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
+    target = _current_target()
+    if not triton_jobs or workers <= 1 or os.path.exists(_marker(jobs, target)):
+        return None
+    pool = _WorkerPool(workers, target, _Counts(), threading.Lock(), _kernel_modules(jobs))
+    pool.hash_in_background()
+    pool.prestart(min(workers, triton_jobs))
+    return pool
+
+
 def _kernel_modules(jobs: Sequence[tuple[Any, Any]]) -> list[str]:
     """The modules that define the jobs' Triton functions (what a worker imports to compile them)."""
     from .kernel import TritonJitKernel
@@ -611,7 +639,7 @@ def _kernel_modules(jobs: Sequence[tuple[Any, Any]]) -> list[str]:
     return sorted({fn.__module__ for fn in modules if fn is not None} - {"__main__"})
 
 
-def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]]) -> str:
+def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], str] = use_fast_triton_key) -> str:
     """Triton's build key (:func:`~zerojit.cache.use_fast_triton_key`), computed on a thread
     while this one pays the first sweep's one-time costs; returns the key.
 
@@ -619,6 +647,7 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]]) -> str:
     GIL; meanwhile each kernel gets its per-device cache and binder and its source hash, and the
     module Triton's specializer imports at its first tensor argument is imported. Without this
     the workers would wait for the key and then for those costs before their first request.
+    ``key``: what gives the key (a prestarted pool's: the hash it already started).
     """
     from triton.runtime.driver import driver
 
@@ -629,7 +658,7 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]]) -> str:
 
     def compute() -> None:
         try:
-            result["key"] = use_fast_triton_key()
+            result["key"] = key()
         except BaseException as e:  # re-raised below, in the caller's thread
             result["error"] = e
 
@@ -695,12 +724,44 @@ class _WorkerPool:
             "modules": list(modules),  # imported while the worker boots
         }
         self.triton_key: str | None = None  # set_triton_key
+        self._key_error: BaseException | None = None
         self._key_ready = threading.Event()
+        self._hashing: threading.Thread | None = None  # hash_in_background
 
-    def set_triton_key(self, key: str) -> None:
-        """Hand the workers Triton's build key (each gets its set-up at start and this once it is set)."""
-        self.triton_key = key
+    def set_triton_key(self, key: str | None, error: BaseException | None = None) -> None:
+        """Hand the workers Triton's build key (each gets its set-up at start and this once it is set);
+        None with the ``error`` that prevented it: the workers stop."""
+        self.triton_key, self._key_error = key, error
         self._key_ready.set()
+
+    def hash_in_background(self) -> None:
+        """Compute Triton's build key on a thread and hand it to the workers."""
+
+        def compute() -> None:
+            try:
+                self.set_triton_key(use_fast_triton_key())
+            except BaseException as e:  # re-raised by key_source() in the warm-up's thread
+                self.set_triton_key(None, e)
+
+        self._hashing = threading.Thread(target=compute, name="zerojit-triton-key", daemon=True)
+        self._hashing.start()
+
+    def key_source(self) -> Callable[[], str]:
+        """What gives Triton's build key: the background hash when one runs, else a fresh lookup."""
+        if self._hashing is None:
+            return use_fast_triton_key
+
+        def wait() -> str:
+            self._key_ready.wait()
+            if self.triton_key is None:
+                raise self._key_error or RuntimeError("zerojit: Triton's build key could not be computed")
+            return self.triton_key
+
+        return wait
+
+    def serves(self, target: Any) -> bool:
+        """True when these workers compile for ``target`` into the current cache folder."""
+        return self.target == target and self.setup["cache_dir"] == cache_dir()
 
     def prestart(self, n: int) -> None:
         """Start ``n`` workers now (they boot while the parent goes on)."""
@@ -779,6 +840,8 @@ class _WorkerPool:
         try:
             _wire.write_message(proc.stdin, self.setup)  # the worker boots with it
             self._key_ready.wait()
+            if self.triton_key is None:  # the hash failed: the warm-up reports it
+                return
             _wire.write_message(proc.stdin, {"triton_key": self.triton_key})
             while True:
                 task = self.tasks.get()[2]

@@ -107,7 +107,8 @@ class WarmupStats:
         disk_loads: variants this process loaded from Triton's disk cache (compiled earlier, by
             its workers, by another process, or installed from a bundle).
         lock_waits: entries another process was compiling; this one waited, then loaded them.
-        workers: compile worker processes started.
+        workers: compile worker processes started (by this warm-up, or for it by
+            :meth:`JitWarmupRegistry.start_workers`).
         worker_launchers: CUDA launcher modules built by workers (on a GPU).
         recovered: what workers could not do (this process did it instead), one line each.
         bundle_entries: cache entries installed from a bundle.
@@ -128,7 +129,8 @@ class WarmupStats:
             ``store``: writing the cache entry) as ``(stage, seconds)``, summed over the workers'
             compiles (Triton's ``CompileTimes``, given to its compilation listener).
         timeline: what the worker processes did, as ``(what, worker, start, end)`` in seconds since
-            the warm-up session began, by start. A worker's boot: ``"python"`` (from its start
+            the warm-up session began (negative: workers :meth:`JitWarmupRegistry.start_workers`
+            started before it), by start. A worker's boot: ``"python"`` (from its start
             to its script's first line), ``"imports"`` (Triton's compiler, zerojit's compile-only
             driver, the kernels' modules), ``"preload"`` (a throwaway compile, only while it
             waited for Triton's build key; see ``zerojit._compile_worker.preload``), ``"set-up"``
@@ -369,6 +371,7 @@ class JitWarmupRegistry:
     def __init__(self) -> None:
         self._kernels: dict[type, Any] = {}
         self._requests: dict[type, dict[Any, dict[str, Any]]] = {}
+        self._prestarted: Any = None  # start_workers' pool, for the next warmup()
 
     @contextlib.contextmanager
     def activate(self) -> Iterator["JitWarmupRegistry"]:
@@ -426,6 +429,57 @@ class JitWarmupRegistry:
             plan[kernel] = list(keys)
         return plan, failures
 
+    def start_workers(self, config: Any = None, *, workers: int, target: str = "device") -> int:
+        """Start the compile worker processes of the next :meth:`warmup` now, so that their boot
+        overlaps what the engine does before its warm-up (loading weights, building the KV cache).
+
+        A worker's boot (Python, Triton's import, the kernels' modules; ~0.5 s on the H200 host
+        with 16 booting at once) otherwise opens every cold warm-up; so does hashing Triton's
+        build on a new Triton install, which this also starts (on a thread). The next
+        :meth:`warmup` with ``workers > 1`` uses these workers when they compile for its target
+        into its cache folder and its key space is cold there; otherwise it stops them (and
+        starts its own if it needs any). They also stop when this process exits. Calling this
+        again stops the workers it started before.
+
+        Args:
+            config: the model configuration, as for :meth:`warmup` (the key space to serve).
+            workers: worker processes to start, a whole number >= 2.
+            target: as for :meth:`warmup`: ``"device"`` or this process's target name.
+
+        Returns:
+            The number of worker processes started: 0 when none is needed (no Triton kernel, or
+            this key space was warmed into this cache folder before: a warm start).
+
+        Raises:
+            ValueError: ``workers`` is not a whole number >= 2, or ``target`` names another
+                target than the one this process compiles for.
+            NoTargetError: there is no GPU and no compile-only target.
+            zerojit.cache.CacheFolderError: Triton's cache folder cannot be used.
+        """
+        from .cache import check_cache_folder
+        from .kernel import TritonJitKernel
+        from .precompile import start_worker_pool
+
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
+            raise ValueError(f"start_workers(workers={workers!r}): the number of compile worker processes to start "
+                             "is a whole number >= 2")
+        self.stop_workers()
+        plan, _ = self.warmup_keys(config)
+        jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
+        compiles = any(isinstance(k, TritonJitKernel) for k in [*self._kernels.values(), *plan])
+        _check_target(target, compiles=compiles)
+        if not compiles:
+            return 0
+        check_cache_folder("zerojit start_workers")
+        self._prestarted = start_worker_pool(jobs, workers)
+        return self._prestarted.size if self._prestarted is not None else 0
+
+    def stop_workers(self) -> None:
+        """Stop the workers :meth:`start_workers` started, if no warm-up took them (else nothing)."""
+        pool, self._prestarted = self._prestarted, None
+        if pool is not None:
+            pool.finish()
+
     def warmup(
         self,
         config: Any = None,
@@ -444,6 +498,7 @@ class JitWarmupRegistry:
             workers: compile worker processes (default 1: compile in-process, key after key).
                 Workers compile into Triton's disk cache; this process then loads every key the
                 way a serial warm-up does, so the report is the same (see :mod:`zerojit.precompile`).
+                Workers :meth:`start_workers` started are used when they suit (``workers > 1``).
             progress: show a tqdm progress bar.
             raise_on_failure: raise :class:`WarmupError` after trying every key if any failed.
             target: recorded in the report (the caller's compile target); also the target a
@@ -509,7 +564,8 @@ class JitWarmupRegistry:
             imports_seconds = time.perf_counter() - t0
         rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
 
-        with WarmupSession(workers=workers) as session:
+        prestarted, self._prestarted = self._prestarted, None  # start_workers': used or stopped by the session
+        with WarmupSession(workers=workers, pool=prestarted) as session:
             if group is not None:
                 from .distributed import sharded_warmup
 
