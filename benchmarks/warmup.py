@@ -38,7 +38,9 @@ Then warm starts, in fresh processes over the cache the ``zerojit`` run left:
 Not timed, in every mode: imports, building the configs and registering, and the Triton driver's
 start (on a GPU: CUDA's context and Triton's ``cuda_utils`` build, printed apart; a serving
 process has its context before warm-up, since the weights live in it). Timed: the warm-up call.
-Printed: seconds, ms per key, compiles counted by Triton's listener, and the ratios to
+Printed: seconds, ms per key, compiles (Triton's listener, plus zerojit's workers), disk loads
+(variants loaded from Triton's disk cache: Triton's listener, or zerojit's own count, which
+includes the workers' results it loads without Triton's lookup), and the ratios to
 ``triton-serial`` (cold) and ``triton-warm`` (warm), all measured in this run; for zerojit's
 cold modes, its phases, its workers' timeline (boot, then requests: ``WarmupStats.timeline``)
 and Triton's compile stages summed over the workers (``WarmupStats.worker_stages``).
@@ -200,7 +202,8 @@ def child(mode: str, args: argparse.Namespace) -> dict:
                 registry.warmup(workers=args.workers, progress=False, target=target or "device")
             steady = 1e3 * (time.perf_counter() - t0) / keys
     return {"mode": mode, "seconds": seconds, "keys": keys, "ms_per_key": 1e3 * seconds / keys, "steady_ms_per_key": steady,
-            "compiled": events["compiled"] + (stats["worker_compiled"] if stats else 0), "disk_loads": events["disk"], "setup_s": setup_s, "driver_s": driver_s,
+            "compiled": events["compiled"] + (stats["worker_compiled"] if stats else 0),
+            "disk_loads": stats["disk_loads"] if stats else events["disk"], "setup_s": setup_s, "driver_s": driver_s,
             "target": target or "device", "stats": stats, "cpus": os.cpu_count()}
 
 
@@ -214,13 +217,24 @@ def run_child(mode: str, cache: str, home: str, args: argparse.Namespace) -> dic
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def positive(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="zerojit worker processes and Triton "
+    parser.add_argument("--workers", type=positive, default=os.cpu_count(), help="zerojit worker processes and Triton "
                         "compile threads (default: os.cpu_count())")
     parser.add_argument("--space", default="matrix", help="matrix (48 configs, 111 keys) or a shipped config name")
     parser.add_argument("--target", default=None, help="compile-only target (default: the GPU, or cuda:90 without one)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per mode (medians printed)")
+    parser.add_argument("--repeat", type=positive, default=1, help="runs per mode (medians printed)")
     parser.add_argument("--overlap", type=float, default=1.0,
                         help="zerojit-prestarted: seconds of other start-up work before the warm-up (default 1)")
     parser.add_argument("--modes", default=",".join(COLD + WARM),
@@ -234,8 +248,10 @@ def main() -> None:
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = sorted(set(modes) - set(COLD + WARM))
-    if unknown or not modes:
-        parser.error(f"--modes: unknown mode(s) {unknown}; choose from {', '.join(COLD + WARM)}")
+    if not modes:
+        parser.error(f"--modes: no mode given; choose from {', '.join(COLD + WARM)}")
+    if unknown:
+        parser.error(f"--modes: unknown mode(s) {', '.join(unknown)}; choose from {', '.join(COLD + WARM)}")
     if set(modes) & set(WARM) and "zerojit" not in modes:
         parser.error("--modes: a warm mode runs over the cache the 'zerojit' mode leaves; add 'zerojit'")
     cold, warm = [m for m in COLD if m in modes], [m for m in WARM if m in modes]
@@ -262,7 +278,8 @@ def remember_build_hash(cache: str, home: str) -> None:
 def timeline_summary(stats: dict, seconds: float) -> str:
     """Where a cold zerojit warm-up's wall time went, from its workers' timeline."""
     events = stats["timeline"]
-    work = [(what, start, end) for what, _, start, end in events if what.startswith(("compile ", "launcher "))]
+    work = [(what, start, end) for what, _, start, end in events
+            if what.startswith(("compile ", "cached ", "failed ", "launcher "))]
     ready = sorted(end for what, _, _, end in events if what == "set-up")
     if not ready or not work:
         return "no worker timeline"
@@ -276,7 +293,7 @@ def timeline_summary(stats: dict, seconds: float) -> str:
     per_worker = ", ".join(f"{what} {seconds / len(ready):.2f} s" for what, seconds in boot.items())
     return (f"{len(ready)} workers ready at {ready[0]:.2f} to {ready[-1]:.2f} s (a worker's boot: {per_worker}); "
             f"requests {first:.2f} to {last:.2f} s kept them {100 * busy / (len(ready) * (last - first)):.0f}% busy "
-            f"({busy:.1f} s: {len(work) - len(launchers)} compiles, {len(launchers)} launchers of "
+            f"({busy:.1f} s: {sum(w.startswith('compile ') for w, _, _ in work)} compiles, {len(launchers)} launchers of "
             f"{statistics.median(launchers) if launchers else 0:.2f} s median); call returned {seconds:.2f} s")
 
 

@@ -117,6 +117,11 @@ def test_warmup_origin_says_workers_compiled_then_this_process_loaded():
     assert warm == "21 loaded from the disk cache, compiled before this warm-up" and "worker" not in warm
     assert "1 worker process," in WarmupStats(worker_compiled=1, disk_loads=1, workers=1).origin()
     assert WarmupStats(compiled=4).origin(variants=19) == "4 compiled in this process; 15 already in this process"
+    # another process compiled them while this one's workers waited for the entries' locks
+    assert (WarmupStats(worker_compiled=5, disk_loads=21, lock_waits=16, workers=2).origin()
+            == "5 compiled by 2 worker processes, then loaded from the disk cache; 16 compiled meanwhile by another "
+               "process (this warm-up waited for its lock), then loaded from the disk cache")
+    assert WarmupStats().origin(variants=0) == "nothing compiled or loaded"  # e.g. every key failed
 
 
 # ------------------------------------------------------------------------------ 8: --warmup none

@@ -240,10 +240,10 @@ class Ramp(TritonJitKernel["Ramp.CompileKey"]):
         return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=block), returns=out)
 
 
-def failures_of(workers: int, kernel) -> tuple:
+def failures_of(workers: int, kernel, **request) -> tuple:
     registry = JitWarmupRegistry()
     with registry.activate():
-        kernel.register_warmup()
+        kernel.register_warmup(**request)
     kernel.kernel.device_caches.clear()
     with pytest.raises(WarmupError) as info:
         registry.warmup(workers=workers, progress=False)
@@ -261,7 +261,67 @@ def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path):
     assert kernel == "ramp" and key == Ramp.CompileKey(48) and "power of 2" in error
     assert [k.block for k in parallel.keys_by_kernel()["ramp"]] == [16, 32]  # the others still warmed
     assert variants(serial) == variants(parallel)
-    assert parallel.stats.worker_compiled == 2 and any("failed in a worker" in r for r in parallel.stats.recovered)
+    assert parallel.stats.worker_compiled == 2
+    (line,) = [r for r in parallel.stats.recovered if "failed in a worker" in r]  # one line, one key
+    assert line.startswith(f"{_ramp_kernel.fn.__module__}:_ramp_kernel failed in a worker (")
+    assert line.endswith("); compiled again in this process") and "power of 2" in line
+
+
+def test_a_warm_up_whose_every_key_failed_says_so():
+    report, failures = failures_of(1, Ramp(), blocks=(48, 24))
+    assert len(failures) == 2 and report.num_keys == 0
+    head, origin = report.summary().splitlines()[:2]
+    assert head.startswith("warm-up: 0 of 2 keys over 1 kernel in ") and head.endswith(", 2 failures")
+    assert origin.strip() == "nothing compiled or loaded"
+
+
+def test_request_outcomes_name_the_timeline_spans():
+    compile_task, launcher_task = {"kind": "compile"}, {"kind": "launcher"}
+    assert precompile._outcome(compile_task, {"ok": True, "compiled": True}) == "compile"
+    assert precompile._outcome(compile_task, {"ok": True, "compiled": False, "waited": True}) == "cached"
+    assert precompile._outcome(compile_task, {"ok": False, "error": "x"}) == "failed"
+    assert precompile._outcome(launcher_task, {"ok": True}) == "launcher"
+
+
+WORKER_ONLY_IMPORT_ERROR = """
+import os, sys
+with open(os.environ["ATTEMPTS"], "a") as f:
+    f.write("x")
+if sys.flags.no_site:  # a compile worker (python -S); this process imports it fine
+    raise ImportError("only in workers")
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _flaky_kernel(out_ptr, value, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
+"""
+
+
+def test_a_module_workers_cannot_import_is_tried_once_per_worker_and_reported_once(monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path / "cache")
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "worker_flaky_kernels.py").write_text(WORKER_ONLY_IMPORT_ERROR)
+    attempts = tmp_path / "attempts"
+    monkeypatch.setenv("ATTEMPTS", str(attempts))
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    import worker_flaky_kernels
+
+    class Flaky(Ramp):
+        kernel = worker_flaky_kernels._flaky_kernel
+
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        Flaky().register_warmup(blocks=(16, 32, 64, 128, 256, 512))
+    report = registry.warmup(workers=2, progress=False)
+    assert report.ok and report.num_keys == 6 and report.stats.compiled == 6
+    assert report.stats.recovered == (
+        "worker_flaky_kernels:_flaky_kernel cannot be loaded in a worker (ImportError: only in workers); "
+        "compiled in this process instead [6 keys]",)
+    # this process once; each worker at its boot (twice: then with site) and at its first request
+    assert len(attempts.read_text()) <= 1 + 2 * 3
 
 
 def test_a_kernel_defined_in_a_function_compiles_in_process(monkeypatch, tmp_path):
@@ -280,7 +340,11 @@ def test_a_kernel_defined_in_a_function_compiles_in_process(monkeypatch, tmp_pat
         Local().register_warmup(blocks=(16, 32))
     report = registry.warmup(workers=2, progress=False)
     assert report.ok and report.num_keys == 2
-    assert (report.stats.compiled, report.stats.worker_compiled, report.stats.recovered) == (2, 0, ())
+    # no worker could import it, so none is started; one line says why, for both keys
+    assert (report.stats.compiled, report.stats.worker_compiled, report.stats.workers) == (2, 0, 0)
+    assert report.stats.recovered == (
+        f"{__name__}:test_a_kernel_defined_in_a_function_compiles_in_process.<locals>._local_kernel is defined "
+        "inside a function, where a worker cannot import it; compiled in this process [2 keys]",)
 
 
 def test_dead_workers_are_recovered_from(monkeypatch, tmp_path):
@@ -296,7 +360,8 @@ def test_dead_workers_are_recovered_from(monkeypatch, tmp_path):
     report = registry.warmup(workers=2, progress=False)
     assert report.ok and [k.block for k in report.keys_by_kernel()["ramp"]] == [16, 32]
     assert report.stats.compiled == 2 and report.stats.worker_compiled == 0
-    assert any("died" in r for r in report.stats.recovered)
+    died = [r for r in report.stats.recovered if " died " in r]
+    assert died and all("died while starting, before its first request" in r for r in died)
 
 
 def test_compile_workers_import_no_torch():

@@ -159,18 +159,30 @@ class Worker:
         knobs.compilation.listener = listener
 
     def function(self, qualified: str):
+        """The ``triton.jit`` function ``"module:qualname"`` (a failed import is remembered and
+        raised again, not retried for every key)."""
         fn = self.functions.get(qualified)
+        if isinstance(fn, BaseException):
+            raise fn
         if fn is None:
-            module_name, _, qualname = qualified.partition(":")
-            obj = importlib.import_module(module_name)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-            from triton.runtime.jit import JITFunction
-
-            if not isinstance(obj, JITFunction):
-                raise TypeError(f"{qualified} is a {type(obj).__name__}, not a triton.jit function")
-            fn = self.functions[qualified] = obj
+            try:
+                fn = self.functions[qualified] = self._import(qualified)
+            except Exception as e:
+                self.functions[qualified] = e
+                raise
         return fn
+
+    @staticmethod
+    def _import(qualified: str):
+        module_name, _, qualname = qualified.partition(":")
+        obj = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+        from triton.runtime.jit import JITFunction
+
+        if not isinstance(obj, JITFunction):
+            raise TypeError(f"{qualified} is a {type(obj).__name__}, not a triton.jit function")
+        return obj
 
     def compile(self, task: dict) -> dict:
         from filelock import FileLock
@@ -184,12 +196,13 @@ class Worker:
         start, cpu = time.perf_counter(), _cpu()
         try:
             with FileLock(task["lock"]):
+                waited = time.perf_counter() - start > 0.005  # another process held the entry's lock
                 self.hit, self.stages = [], []
                 compiled = triton_compile(ASTSource(fn, signature, constants, attrs), target=self.target,
                                           options=task["options"])
         except Exception as e:
             return {"ok": False, "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - start}
-        return {"ok": True, "hash": compiled.hash, "compiled": self.hit == [False], "stages": self.stages,
+        return {"ok": True, "hash": compiled.hash, "compiled": self.hit == [False], "waited": waited, "stages": self.stages,
                 "seconds": time.perf_counter() - start, "cpu_seconds": _cpu() - cpu}
 
     def launcher(self, task: dict) -> dict:

@@ -190,13 +190,21 @@ class _Counts:
     def stats(self, *, phases: dict | None = None, **more: Any) -> WarmupStats:
         """These counts as a :class:`WarmupStats`; ``more``: its fields a session does not count;
         ``phases``: every phase's seconds, in order (default: the session's own)."""
-        fields = {**dataclasses.asdict(self), "recovered": tuple(self.recovered), **more}
+        fields = {**dataclasses.asdict(self), "recovered": _tally(self.recovered), **more}
         del fields["origin"]
         fields["worker_stages"] = tuple((stage, round(s, 6)) for stage, s in self.worker_stages.items())
         fields["timeline"] = tuple((what, worker, round(start - self.origin, 6), round(end - self.origin, 6))
                                    for what, worker, start, end in sorted(self.timeline, key=lambda t: t[2]))
         fields["phases"] = tuple((name, round(s, 6)) for name, s in (self.phases if phases is None else phases).items())
         return WarmupStats(**fields)
+
+
+def _tally(messages: Sequence[str]) -> tuple[str, ...]:
+    """``messages`` in first-seen order, each once, with how many keys repeated it."""
+    seen: dict[str, int] = {}
+    for m in messages:
+        seen[m] = seen.get(m, 0) + 1
+    return tuple(m if n == 1 else f"{m} [{n} keys]" for m, n in seen.items())
 
 
 def _options(specialization_data: str) -> dict:
@@ -372,17 +380,25 @@ class WarmupSession:
         return group
 
     def _shippable(self, jit_fn: Any, compile: dict, entry: str) -> "_Request | None":
-        """The compile request a worker can run, or None (a closure, ``__main__``, unpicklable)."""
+        """The compile request a worker can run, or None (a closure, ``__main__``, unpicklable;
+        noted once per function in ``recovered``)."""
         function = f"{jit_fn.fn.__module__}:{jit_fn.fn.__qualname__}"
-        if jit_fn.fn.__module__ == "__main__" or "<locals>" in function:
+        if not _importable(jit_fn.fn):
+            where = "in __main__" if jit_fn.fn.__module__ == "__main__" else "inside a function"
+            self._note(f"{function} is defined {where}, where a worker cannot import it; compiled in this process")
             return None
         signature, constants, attrs = compile["signature"], compile["constants"], compile["configs"][0]
         try:
             payload = pickle.dumps((signature, constants, attrs), protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:
+        except Exception as e:
+            self._note(f"{function}: its compile arguments do not pickle ({type(e).__name__}: {e}); compiled in this process")
             return None
         target = jit_fn.device_caches[compile["device"]][2]
         return _Request(function, entry, payload, _options(compile["specialization_data"]), target)
+
+    def _note(self, message: str) -> None:
+        with self._lock:
+            self.counts.recovered.append(message)
 
     def _launcher_missing(self, signature: dict) -> tuple[tuple, str] | None:
         """(signature types, launcher key) of this kernel's CUDA launcher when it is not on disk."""
@@ -492,7 +508,7 @@ class WarmupSession:
             triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
             self._modules = _kernel_modules(jobs)
             prestarted, self._prestarted = self._prestarted, None
-            if self._deferring and triton_jobs and not expect_warm:
+            if self._deferring and triton_jobs and self._modules and not expect_warm:
                 try:
                     target = _current_target()
                 except Exception:  # no GPU and no compile-only target: nothing will compile anyway
@@ -623,7 +639,7 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
 
     triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
     target = _current_target()
-    if not triton_jobs or workers <= 1 or os.path.exists(_marker(jobs, target)):
+    if not triton_jobs or workers <= 1 or not _kernel_modules(jobs) or os.path.exists(_marker(jobs, target)):
         return None
     pool = _WorkerPool(workers, target, _Counts(), threading.Lock(), _kernel_modules(jobs))
     pool.hash_in_background()
@@ -632,11 +648,18 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
 
 
 def _kernel_modules(jobs: Sequence[tuple[Any, Any]]) -> list[str]:
-    """The modules that define the jobs' Triton functions (what a worker imports to compile them)."""
+    """The modules that define the jobs' Triton functions, where a worker can import them (empty:
+    no worker could compile any of the jobs)."""
     from .kernel import TritonJitKernel
 
-    modules = {getattr(getattr(k, "kernel", None), "fn", None) for k, _ in jobs if isinstance(k, TritonJitKernel)}
-    return sorted({fn.__module__ for fn in modules if fn is not None} - {"__main__"})
+    functions = {getattr(getattr(k, "kernel", None), "fn", None) for k, _ in jobs if isinstance(k, TritonJitKernel)}
+    return sorted({fn.__module__ for fn in functions if fn is not None and _importable(fn)})
+
+
+def _importable(fn: Any) -> bool:
+    """True when a worker can import ``fn`` by module and qualified name (not in ``__main__``,
+    not defined inside a function)."""
+    return fn.__module__ != "__main__" and "<locals>" not in fn.__qualname__
 
 
 def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], str] = use_fast_triton_key) -> str:
@@ -860,13 +883,17 @@ class _WorkerPool:
                 sent = time.perf_counter()
                 _wire.write_message(proc.stdin, task)
                 reply = _wire.read_message(proc.stdout)
-                self._timed(f"{task['kind']} {task.get('function') or task['name']}", index, sent, time.perf_counter())
+                self._timed(f"{_outcome(task, reply)} {task.get('function') or task['name']}", index, sent,
+                            time.perf_counter())
                 self._record(task, reply)
                 task = None
         except (EOFError, OSError, pickle.PickleError) as e:
             stderr.seek(0)
             tail = stderr.read()[-2000:].decode(errors="replace").strip()
-            what = f" while compiling {task.get('function') or task['name']}" if task else ""
+            if not ready:
+                what = " while starting, before its first request"
+            else:
+                what = f" while compiling {task.get('function') or task['name']}" if task else ""
             self._recovered(f"compile worker {proc.pid} died{what}: {type(e).__name__}: {e}" + (f"\n{tail}" if tail else ""))
             if task is not None:  # the parent compiles it in-process
                 self._finished(task["name"])
@@ -906,12 +933,16 @@ class _WorkerPool:
             if reply.get("ok"):
                 if task["kind"] == "compile" and reply.get("compiled"):
                     self.counts.worker_compiled += 1
+                elif task["kind"] == "compile" and reply.get("waited"):  # another process compiled it meanwhile
+                    self.counts.lock_waits += 1
                 elif task["kind"] == "launcher":
                     self.counts.worker_launchers += 1
                 return
         what = task.get("function") or f"launcher {task['signature']}"
-        reason = "cannot be loaded in a worker" if reply.get("unavailable") else "failed in a worker"
-        self._recovered(f"{what} {reason} ({reply.get('error')}); compiled in-process instead")
+        if reply.get("unavailable"):
+            self._recovered(f"{what} cannot be loaded in a worker ({reply.get('error')}); compiled in this process instead")
+        else:  # the second sweep compiles it again here: a real error fails the key the way a serial warm-up does
+            self._recovered(f"{what} failed in a worker ({reply.get('error')}); compiled again in this process")
 
     def finish(self) -> dict[str, float]:
         """Wait for every request, stop the workers; returns worker seconds per entry."""
@@ -930,6 +961,16 @@ class _WorkerPool:
             if task is not None:
                 self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
         return dict(self.seconds)
+
+
+def _outcome(task: dict, reply: dict) -> str:
+    """A request's timeline name: ``compile`` (a worker compiled it), ``cached`` (on disk by the
+    time the worker held its lock: another process compiled it), ``failed`` or ``launcher``."""
+    if task["kind"] == "launcher":
+        return "launcher"
+    if not reply.get("ok"):
+        return "failed"
+    return "compile" if reply.get("compiled") else "cached"
 
 
 @functools.lru_cache(maxsize=1)

@@ -106,11 +106,13 @@ class WarmupStats:
         worker_compiled: variants compiled by this warm-up's worker processes.
         disk_loads: variants this process loaded from Triton's disk cache (compiled earlier, by
             its workers, by another process, or installed from a bundle).
-        lock_waits: entries another process was compiling; this one waited, then loaded them.
+        lock_waits: entries another process was compiling; this one (or one of its workers)
+            waited for the entry's lock, then loaded them.
         workers: compile worker processes started (by this warm-up, or for it by
             :meth:`JitWarmupRegistry.start_workers`).
         worker_launchers: CUDA launcher modules built by workers (on a GPU).
-        recovered: what workers could not do (this process did it instead), one line each.
+        recovered: what workers could not do (this process did it instead), one line per cause,
+            ending ``[N keys]`` when N keys gave the same line.
         bundle_entries: cache entries installed from a bundle.
         restored: variants put straight into the in-process caches from zerojit's restore index
             (a warm start: no Triton lookup; see :mod:`zerojit.restore`).
@@ -122,8 +124,8 @@ class WarmupStats:
             they arrive), ``prime`` (the launch path's first launch, on a GPU). Absent phases
             did not run. ``imports`` (after a restore: the launch path's lazy imports, which no
             warm-up launch paid; once per process) comes right after ``restore``.
-        worker_seconds: seconds the worker processes spent on their requests (kernel compiles and
-            launcher builds), summed over workers.
+        worker_seconds: seconds the worker processes spent on their requests (kernel compiles,
+            launcher builds, waiting for another process's lock), summed over workers.
         worker_stages: Triton's compile stages (``ir``: the front end's IR; then one per
             lowering stage, e.g. ``ttir``, ``ttgir``, ``llir``, ``ptx``, ``cubin`` (``ptxas``);
             ``store``: writing the cache entry) as ``(stage, seconds)``, summed over the workers'
@@ -134,9 +136,11 @@ class WarmupStats:
             to its script's first line), ``"imports"`` (Triton's compiler, zerojit's compile-only
             driver, the kernels' modules), ``"preload"`` (a throwaway compile, only while it
             waited for Triton's build key; see ``zerojit._compile_worker.preload``), ``"set-up"``
-            (the rest of the wait for the key, then the set-up); then one span per request,
-            ``"compile module:function"`` or ``"launcher launcher:<key>"``, as the parent saw
-            it. ``worker`` numbers the processes from 0. Empty without workers.
+            (the rest of the wait for the key, then the set-up); then one span per request, by
+            what came of it: ``"compile module:function"`` (the worker compiled it), ``"cached
+            ..."`` (on disk once the worker held its lock: another process compiled it),
+            ``"failed ..."``, ``"launcher launcher:<key>"``; as the parent saw it. ``worker``
+            numbers the processes from 0. Empty without workers.
     """
 
     compiled: int = 0
@@ -169,7 +173,10 @@ class WarmupStats:
                          "then loaded from the disk cache")
         if self.compiled:
             parts.append(f"{self.compiled} compiled in this process")
-        cached = self.disk_loads - self.worker_compiled
+        if self.lock_waits:
+            parts.append(f"{self.lock_waits} compiled meanwhile by another process (this warm-up waited for its lock), "
+                         "then loaded from the disk cache")
+        cached = self.disk_loads - self.worker_compiled - self.lock_waits
         if cached > 0:
             bundle = f", {self.bundle_entries} entries installed from a bundle" if self.bundle_entries else ""
             parts.append(f"{cached} loaded from the disk cache, compiled before this warm-up{bundle}")
@@ -178,7 +185,10 @@ class WarmupStats:
         held = (variants or 0) - self.compiled - max(self.disk_loads, self.worker_compiled) - self.restored
         if parts and held > 0:
             parts.append(f"{held} already in this process")
-        return "; ".join(parts) or "nothing compiled or loaded: every variant was already in this process"
+        if parts:
+            return "; ".join(parts)
+        return ("nothing compiled or loaded: every variant was already in this process" if variants
+                else "nothing compiled or loaded")
 
 
 @dataclass(frozen=True)
@@ -231,7 +241,11 @@ class WarmupReport:
 
     def summary(self) -> str:
         """A short human-readable table."""
-        lines = [f"warm-up: {count(self.num_keys, 'key')} over {count(len(self.kernels), 'kernel')} in "
+        keys = count(self.num_keys, "key")
+        failed_keys = sum(f.key is not None for f in self.failures)
+        if failed_keys:  # the failed keys are not among the kernels' keys
+            keys = f"{self.num_keys} of {count(self.num_keys + failed_keys, 'key')}"
+        lines = [f"warm-up: {keys} over {count(len(self.kernels), 'kernel')} in "
                  f"{self.seconds:.2f} s (target {self.target}), {count(len(self.failures), 'failure')}"]
         if self.stats is not None:
             lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
