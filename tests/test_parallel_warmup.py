@@ -324,6 +324,43 @@ def test_a_module_workers_cannot_import_is_tried_once_per_worker_and_reported_on
     assert len(attempts.read_text()) <= 1 + 2 * 3
 
 
+TORCH_AT_IMPORT = """
+import torch
+import triton
+import triton.language as tl
+
+
+class Marked(torch.Tensor):  # uses torch at import time: a worker must import the real one
+    pass
+
+
+@triton.jit
+def _torchy_kernel(out_ptr, value, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
+"""
+
+
+def test_a_kernel_module_that_needs_torch_at_import_is_reported(monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path / "cache")
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "torchy_kernels.py").write_text(TORCH_AT_IMPORT)
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    import torchy_kernels
+
+    class Torchy(Ramp):
+        kernel = torchy_kernels._torchy_kernel
+
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        Torchy().register_warmup(blocks=(16, 32))
+    report = registry.warmup(workers=2, progress=False)
+    assert report.ok and report.stats.worker_compiled == 2  # still compiled by the workers, only later
+    assert [r for r in report.stats.recovered if "torch" in r] == [
+        "a compile worker had to import torch: a kernels' module uses it at import time (e.g. subclasses "
+        "torch.Tensor), which adds torch's import (~1.5 s) to every worker's boot"]
+
+
 def test_a_kernel_defined_in_a_function_compiles_in_process(monkeypatch, tmp_path):
     use_cache(monkeypatch, tmp_path)
 

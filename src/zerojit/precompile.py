@@ -839,6 +839,11 @@ class _WorkerPool:
         with self.lock:
             self.counts.recovered.append(message)
 
+    def _note_once(self, message: str) -> None:
+        with self.lock:
+            if message not in self.counts.recovered:
+                self.counts.recovered.append(message)
+
     def _serve(self) -> None:
         env = dict(os.environ, TRITON_CACHE_DIR=self.setup["cache_dir"], CUDA_VISIBLE_DEVICES="")
         if _backends_in_tree():  # Triton's own switch: skip scanning every installed package's entry points
@@ -880,6 +885,10 @@ class _WorkerPool:
                         return
                     ready = True
                     self._boot_timeline(index, popened, popened_wall, status)
+                    if status.get("torch_imported"):
+                        self._note_once("a compile worker had to import torch: a kernels' module uses it at import time "
+                                        "(e.g. subclasses torch.Tensor), which adds torch's import (~1.5 s) to every "
+                                        "worker's boot")
                 sent = time.perf_counter()
                 _wire.write_message(proc.stdin, task)
                 reply = _wire.read_message(proc.stdout)

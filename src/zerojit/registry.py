@@ -111,8 +111,9 @@ class WarmupStats:
         workers: compile worker processes started (by this warm-up, or for it by
             :meth:`JitWarmupRegistry.start_workers`).
         worker_launchers: CUDA launcher modules built by workers (on a GPU).
-        recovered: what workers could not do (this process did it instead), one line per cause,
-            ending ``[N keys]`` when N keys gave the same line.
+        recovered: what workers could not do (this process did it instead), or did only slowly
+            (a kernels' module that imports torch), one line per cause, ending ``[N keys]`` when
+            N keys gave the same line.
         bundle_entries: cache entries installed from a bundle.
         restored: variants put straight into the in-process caches from zerojit's restore index
             (a warm start: no Triton lookup; see :mod:`zerojit.restore`).
