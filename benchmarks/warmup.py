@@ -24,9 +24,10 @@ listed, with one fresh ``TRITON_HOME`` per repeat:
   build hash is remembered. This is the cold start of a server whose kernels or configs changed
   on an image it ran before (a brand-new image without that file is ``zerojit-new-install``);
 * ``zerojit-prestarted``: the same, with the workers started by ``registry.start_workers()``
-  before the driver's start and ``--overlap`` seconds (default 1) of other start-up work (an
-  engine loading its weights), none of it timed: the workers boot meanwhile. Not a cold
-  warm-up on its own: it shows what an engine that starts its workers early pays.
+  ``--overlap`` seconds (default 1) before the timed call: the driver's start, then a sleep
+  standing for the rest of an engine's start-up (loading its weights), none of it timed; the
+  workers boot meanwhile. Not a cold warm-up on its own: it shows what an engine that starts its
+  workers early pays.
 
 Then warm starts, in fresh processes over the cache the ``zerojit`` run left:
 
@@ -217,6 +218,17 @@ def run_child(mode: str, cache: str, home: str, args: argparse.Namespace) -> dic
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
 def positive(text: str) -> int:
     """An argparse type: a whole number >= 1."""
     try:
@@ -235,8 +247,9 @@ def main() -> None:
     parser.add_argument("--space", default="matrix", help="matrix (48 configs, 111 keys) or a shipped config name")
     parser.add_argument("--target", default=None, help="compile-only target (default: the GPU, or cuda:90 without one)")
     parser.add_argument("--repeat", type=positive, default=1, help="runs per mode (medians printed)")
-    parser.add_argument("--overlap", type=float, default=1.0,
-                        help="zerojit-prestarted: seconds of other start-up work before the warm-up (default 1)")
+    parser.add_argument("--overlap", type=seconds, default=1.0,
+                        help="zerojit-prestarted: seconds from start_workers to the warm-up call, the driver's "
+                             "start included (default 1)")
     parser.add_argument("--modes", default=",".join(COLD + WARM),
                         help="comma-separated modes to run (default: all; a warm mode needs 'zerojit')")
     parser.add_argument("--json", help="also write every run here")
@@ -318,6 +331,9 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
                   f"{r['disk_loads']:>12.0f}{ratio}")
     print("steady: ms per key of a second warm pass in the same process (in-process caches emptied), i.e. "
           "without the process's one-time costs (Triton's first-launch imports, binders, source hashes)")
+    if "zerojit-prestarted" in cold and args.workers > 1:
+        print(f"zerojit-prestarted: its workers were started {args.overlap:g} s before the timed call "
+              "(registry.start_workers) and booted meanwhile, untimed: not a cold warm-up on its own")
     z = next((r["stats"] for r in reversed(rows) if r["mode"] == "zerojit"), None)
     if z:
         print(f"zerojit cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in the "

@@ -179,7 +179,11 @@ def test_workers_started_for_another_cache_folder_are_stopped(serial_and_paralle
     report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
     assert not any(t.is_alive() for t in pool.threads)  # stopped, not used
     assert pool.seen == set()  # no request went to them
-    assert report.stats.worker_compiled == 21 and variants(report) == variants(serial_and_parallel[1][0])
+    s = report.stats
+    assert (s.worker_compiled, s.workers) == (21, 2)  # the 2 this warm-up started; the stopped ones not counted
+    assert s.recovered == ("2 worker processes that start_workers started stopped unused: they compile for another "
+                           "target or cache folder than this warm-up",)
+    assert variants(report) == variants(serial_and_parallel[1][0])
     assert entries(tmp_path / "second") and not os.path.exists(tmp_path / "first" / ".zerojit")
 
 
@@ -195,14 +199,33 @@ def test_stop_workers_and_a_serial_warm_up_stop_early_workers(monkeypatch, tmp_p
     forget_in_process(registry, config)
     report = registry.warmup(config, workers=1, progress=False, target="cuda:90")  # serial: no use for them
     assert not any(t.is_alive() for t in pool.threads) and report.stats.compiled == 21
+    assert report.stats.workers == 0 and report.stats.recovered == (
+        "2 worker processes that start_workers started stopped unused: this warm-up compiles in-process (workers=1)",)
+    # the serial warm-up left a restore index: the next start is warm, so none is started
+    assert registry.start_workers(config, workers=2, target="cuda:90") == 0
 
 
-@pytest.mark.parametrize("workers", [1, 0, True, 2.0, "4"])
-def test_start_workers_wants_two_or_more(workers):
+def test_early_workers_follow_the_warm_ups_count(serial_and_parallel, monkeypatch, tmp_path):
+    use_cache(monkeypatch, tmp_path)
     registry, config = dsv4_registry()
-    with pytest.raises(ValueError, match=r"start_workers\(workers=.*whole number >= 2"):
+    forget_in_process(registry, config)
+    assert registry.start_workers(config, workers=64, target="cuda:90") == 21  # at most one per key
+    registry.stop_workers()
+    assert registry.start_workers(config, workers=3, target="cuda:90") == 3
+    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    s = report.stats
+    assert s.worker_compiled == 21 and variants(report) == variants(serial_and_parallel[1][0])
+    serving = {worker for what, worker, *_ in s.timeline if what.startswith("compile ")}
+    assert len(serving) == 2  # the third stopped before its first request
+
+
+@pytest.mark.parametrize("workers", [0, -1, True, 2.5, "4", None])
+def test_start_workers_wants_a_whole_number(workers):
+    registry, config = dsv4_registry()
+    with pytest.raises(ValueError, match=r"start_workers\(workers=.*whole number >= 1"):
         registry.start_workers(config, workers=workers, target="cuda:90")
     assert registry._prestarted is None
+    assert registry.start_workers(config, workers=1, target="cuda:90") == 0  # one: the warm-up compiles in-process
 
 
 def test_warm_start_without_the_restore_index_loads_from_disk(serial_and_parallel, monkeypatch):
@@ -278,7 +301,7 @@ def test_a_warm_up_whose_every_key_failed_says_so():
 def test_request_outcomes_name_the_timeline_spans():
     compile_task, launcher_task = {"kind": "compile"}, {"kind": "launcher"}
     assert precompile._outcome(compile_task, {"ok": True, "compiled": True}) == "compile"
-    assert precompile._outcome(compile_task, {"ok": True, "compiled": False, "waited": True}) == "cached"
+    assert precompile._outcome(compile_task, {"ok": True, "compiled": False}) == "cached"
     assert precompile._outcome(compile_task, {"ok": False, "error": "x"}) == "failed"
     assert precompile._outcome(launcher_task, {"ok": True}) == "launcher"
 

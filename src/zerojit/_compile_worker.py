@@ -196,13 +196,12 @@ class Worker:
         start, cpu = time.perf_counter(), _cpu()
         try:
             with FileLock(task["lock"]):
-                waited = time.perf_counter() - start > 0.005  # another process held the entry's lock
                 self.hit, self.stages = [], []
                 compiled = triton_compile(ASTSource(fn, signature, constants, attrs), target=self.target,
                                           options=task["options"])
         except Exception as e:
             return {"ok": False, "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - start}
-        return {"ok": True, "hash": compiled.hash, "compiled": self.hit == [False], "waited": waited, "stages": self.stages,
+        return {"ok": True, "hash": compiled.hash, "compiled": self.hit == [False], "stages": self.stages,
                 "seconds": time.perf_counter() - start, "cpu_seconds": _cpu() - cpu}
 
     def launcher(self, task: dict) -> dict:

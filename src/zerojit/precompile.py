@@ -62,7 +62,7 @@ from typing import Any, Callable, Sequence
 
 from . import _compile_worker as _wire
 from .cache import cache_dir, entry_lock, launcher_lock, use_fast_triton_key
-from .registry import WarmupStats
+from .registry import WarmupStats, count
 
 __all__ = ["WarmupSession", "JobOutcome", "start_worker_pool"]
 
@@ -370,11 +370,10 @@ class WarmupSession:
         # compile in-process, holding the entry's lock until this key is done; another process
         # may have compiled it meanwhile (then this is a disk hit)
         lock = entry_lock(entry)
-        start = time.perf_counter()
         lock.acquire()
         job.locks.append(lock)
         group = _whole(manager, filename, base.get_group(manager, filename))
-        if time.perf_counter() - start > 0.005 or (group and filename in group):
+        if group and filename in group:  # missing before the lock: another process compiled it meanwhile
             with self._lock:
                 self.counts.lock_waits += 1
         return group
@@ -395,6 +394,21 @@ class WarmupSession:
             return None
         target = jit_fn.device_caches[compile["device"]][2]
         return _Request(function, entry, payload, _options(compile["specialization_data"]), target)
+
+    def _drop(self, pool: "_WorkerPool", jobs: Sequence[tuple[Any, Any]]) -> None:
+        """Stop workers :func:`start_worker_pool` started that this warm-up has no use for; they
+        leave ``workers`` uncounted and one ``recovered`` line says why."""
+        started = pool.finish_unused()
+        if self.workers <= 1:
+            why = f"this warm-up compiles in-process (workers={self.workers})"
+        elif not pool.serves(_current_target()):
+            why = "they compile for another target or cache folder than this warm-up"
+        else:
+            why = "this key space needs no compile here (a warm start)"
+        with self._lock:
+            self.counts.workers -= started
+            self.counts.recovered.append(f"{count(started, 'worker process', 'worker processes')} that "
+                                         f"start_workers started stopped unused: {why}")
 
     def _note(self, message: str) -> None:
         with self._lock:
@@ -517,11 +531,12 @@ class WarmupSession:
                 if marker is not None and not os.path.exists(marker):  # cold: start the workers now
                     if prestarted is not None and prestarted.serves(target) and self._pool is None:
                         self._pool, prestarted = prestarted, None
+                        self._pool.resize(self.workers)
                     pool = self._ensure_pool(target, key_later=True)
                     if pool is not None:
                         pool.prestart(min(self.workers, triton_jobs))
-            if prestarted is not None:  # warm, or for another target or cache folder
-                prestarted.finish()
+            if prestarted is not None:
+                self._drop(prestarted, jobs)
             t0 = time.perf_counter()
             if self._pool is not None:  # cold: the workers boot while this process gets ready
                 self._pool.set_triton_key(_prepare_while_hashing(jobs, self._pool.key_source()))
@@ -633,14 +648,19 @@ class _ShippedLoader:
 def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_WorkerPool | None":
     """Start the compile workers of a later cold warm-up of ``jobs`` now (they boot, and Triton's
     build key is hashed on a thread, while the caller goes on); hand the pool to
-    :class:`WarmupSession`. None when nothing would use them: no Triton kernel, or this key space
-    was warmed into this cache folder before (its marker file)."""
+    :class:`WarmupSession`. None when nothing would use them: ``workers <= 1``, no Triton kernel
+    a worker can import, or this key space was warmed into this cache folder before (the marker
+    a parallel warm-up leaves, or the restore index any warm-up leaves)."""
     from .kernel import TritonJitKernel
+
+    from .restore import index_path
 
     triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
     target = _current_target()
-    if not triton_jobs or workers <= 1 or not _kernel_modules(jobs) or os.path.exists(_marker(jobs, target)):
+    if not triton_jobs or workers <= 1 or not _kernel_modules(jobs):
         return None
+    if os.path.exists(_marker(jobs, target)) or os.path.exists(index_path(plan_digest(jobs), target)):
+        return None  # warmed into this cache folder before (by workers, or serially: its restore index)
     pool = _WorkerPool(workers, target, _Counts(), threading.Lock(), _kernel_modules(jobs))
     pool.hash_in_background()
     pool.prestart(min(workers, triton_jobs))
@@ -781,6 +801,21 @@ class _WorkerPool:
             return self.triton_key
 
         return wait
+
+    def resize(self, size: int) -> None:
+        """Run ``size`` workers from now on: more start as requests come; surplus ones stop
+        before their first request (a stop signal ahead of every request)."""
+        with self.lock:
+            surplus = len(self.threads) - size
+            self.size = size
+            for _ in range(max(surplus, 0)):
+                self._order += 1
+                self.tasks.put((-1, self._order, None))
+
+    def finish_unused(self) -> int:
+        """Stop workers that never got a request; returns how many processes were started."""
+        self.finish()
+        return self.started
 
     def serves(self, target: Any) -> bool:
         """True when these workers compile for ``target`` into the current cache folder."""
@@ -942,7 +977,7 @@ class _WorkerPool:
             if reply.get("ok"):
                 if task["kind"] == "compile" and reply.get("compiled"):
                     self.counts.worker_compiled += 1
-                elif task["kind"] == "compile" and reply.get("waited"):  # another process compiled it meanwhile
+                elif task["kind"] == "compile":  # missing at this warm-up's lookup: another process compiled it meanwhile
                     self.counts.lock_waits += 1
                 elif task["kind"] == "launcher":
                     self.counts.worker_launchers += 1
@@ -955,6 +990,8 @@ class _WorkerPool:
 
     def finish(self) -> dict[str, float]:
         """Wait for every request, stop the workers; returns worker seconds per entry."""
+        if not self._key_ready.is_set():  # never got the build key (still hashing): nothing to wait for
+            self.set_triton_key(None, RuntimeError("zerojit: the workers were stopped"))
         with self.lock:
             threads = list(self.threads)
         with self.lock:
@@ -974,7 +1011,8 @@ class _WorkerPool:
 
 def _outcome(task: dict, reply: dict) -> str:
     """A request's timeline name: ``compile`` (a worker compiled it), ``cached`` (on disk by the
-    time the worker held its lock: another process compiled it), ``failed`` or ``launcher``."""
+    time the worker held its lock: another process compiled it meanwhile), ``failed`` or
+    ``launcher``."""
     if task["kind"] == "launcher":
         return "launcher"
     if not reply.get("ok"):

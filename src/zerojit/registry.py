@@ -19,6 +19,7 @@ import contextlib
 import contextvars
 import dataclasses
 import inspect
+import operator
 import os
 import re
 import time
@@ -106,8 +107,9 @@ class WarmupStats:
         worker_compiled: variants compiled by this warm-up's worker processes.
         disk_loads: variants this process loaded from Triton's disk cache (compiled earlier, by
             its workers, by another process, or installed from a bundle).
-        lock_waits: entries another process was compiling; this one (or one of its workers)
-            waited for the entry's lock, then loaded them.
+        lock_waits: entries missing when this warm-up looked them up, then found on disk once
+            this process (or one of its workers) held the entry's lock: another process compiled
+            them meanwhile (this one waited for its lock, or came just after); loaded from disk.
         workers: compile worker processes started (by this warm-up, or for it by
             :meth:`JitWarmupRegistry.start_workers`).
         worker_launchers: CUDA launcher modules built by workers (on a GPU).
@@ -450,23 +452,28 @@ class JitWarmupRegistry:
 
         A worker's boot (Python, Triton's import, the kernels' modules; ~0.5 s on the H200 host
         with 16 booting at once) otherwise opens every cold warm-up; so does hashing Triton's
-        build on a new Triton install, which this also starts (on a thread). The next
-        :meth:`warmup` with ``workers > 1`` uses these workers when they compile for its target
-        into its cache folder and its key space is cold there; otherwise it stops them (and
-        starts its own if it needs any). They also stop when this process exits. Calling this
-        again stops the workers it started before.
+        build on a new Triton install, which this also starts (on a thread). Call it once the key
+        space is complete (after binding the KV cache): whether the warm-up will be cold is
+        judged on it. The next :meth:`warmup` with ``workers > 1`` uses these workers when they
+        compile for its target into its cache folder and its key space is cold there, growing or
+        shrinking them to its own ``workers``; otherwise it stops them, says why in
+        ``stats.recovered`` and leaves them out of ``stats.workers``. Calling this again stops
+        the workers it started before; :meth:`stop_workers` stops them; at the latest they stop
+        when this process exits (not when the registry is dropped).
 
         Args:
             config: the model configuration, as for :meth:`warmup` (the key space to serve).
-            workers: worker processes to start, a whole number >= 2.
+            workers: worker processes to start, at most one per key (1: none, the warm-up will
+                compile in-process).
             target: as for :meth:`warmup`: ``"device"`` or this process's target name.
 
         Returns:
-            The number of worker processes started: 0 when none is needed (no Triton kernel, or
-            this key space was warmed into this cache folder before: a warm start).
+            The number of worker processes started: 0 when none is needed (``workers=1``, no
+            Triton kernel a worker can import, or this key space was warmed into this cache
+            folder before: its marker or restore index is there).
 
         Raises:
-            ValueError: ``workers`` is not a whole number >= 2, or ``target`` names another
+            ValueError: ``workers`` is not a whole number >= 1, or ``target`` names another
                 target than the one this process compiles for.
             NoTargetError: there is no GPU and no compile-only target.
             zerojit.cache.CacheFolderError: Triton's cache folder cannot be used.
@@ -475,9 +482,13 @@ class JitWarmupRegistry:
         from .kernel import TritonJitKernel
         from .precompile import start_worker_pool
 
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 2:
+        try:
+            n = operator.index(workers) if not isinstance(workers, bool) else 0
+        except TypeError:
+            n = 0
+        if n < 1:
             raise ValueError(f"start_workers(workers={workers!r}): the number of compile worker processes to start "
-                             "is a whole number >= 2")
+                             "is a whole number >= 1")
         self.stop_workers()
         plan, _ = self.warmup_keys(config)
         jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
@@ -486,8 +497,8 @@ class JitWarmupRegistry:
         if not compiles:
             return 0
         check_cache_folder("zerojit start_workers")
-        self._prestarted = start_worker_pool(jobs, workers)
-        return self._prestarted.size if self._prestarted is not None else 0
+        self._prestarted = start_worker_pool(jobs, n)
+        return len(self._prestarted.threads) if self._prestarted is not None else 0
 
     def stop_workers(self) -> None:
         """Stop the workers :meth:`start_workers` started, if no warm-up took them (else nothing)."""
