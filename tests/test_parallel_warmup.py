@@ -306,77 +306,61 @@ def test_request_outcomes_name_the_timeline_spans():
     assert precompile._outcome(launcher_task, {"ok": True}) == "launcher"
 
 
-WORKER_ONLY_IMPORT_ERROR = """
-import os, sys
-with open(os.environ["ATTEMPTS"], "a") as f:
-    f.write("x")
-if sys.flags.no_site:  # a compile worker (python -S); this process imports it fine
-    raise ImportError("only in workers")
+RAMP_SOURCE = """
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def _flaky_kernel(out_ptr, value, BLOCK: tl.constexpr):
+def _module_kernel(out_ptr, value, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
 """
 
 
+def ramp_from_module(monkeypatch, tmp_path, name: str, prelude: str) -> type:
+    """A :class:`Ramp` whose Triton function lives in a new module ``name`` (on ``sys.path``)
+    that runs ``prelude`` first."""
+    import importlib
+
+    folder = tmp_path / "mods"
+    folder.mkdir(exist_ok=True)
+    (folder / f"{name}.py").write_text(prelude + RAMP_SOURCE)
+    monkeypatch.syspath_prepend(str(folder))
+    return type(name, (Ramp,), {"kernel": importlib.import_module(name)._module_kernel})
+
+
 def test_a_module_workers_cannot_import_is_tried_once_per_worker_and_reported_once(monkeypatch, tmp_path):
     use_cache(monkeypatch, tmp_path / "cache")
-    (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "worker_flaky_kernels.py").write_text(WORKER_ONLY_IMPORT_ERROR)
     attempts = tmp_path / "attempts"
     monkeypatch.setenv("ATTEMPTS", str(attempts))
-    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
-    import worker_flaky_kernels
-
-    class Flaky(Ramp):
-        kernel = worker_flaky_kernels._flaky_kernel
-
+    flaky = ramp_from_module(monkeypatch, tmp_path, "worker_flaky_kernels", (
+        "import os, sys\n"
+        "with open(os.environ['ATTEMPTS'], 'a') as f:\n"
+        "    f.write('x')\n"
+        "if sys.flags.no_site:  # a compile worker (python -S); this process imports it fine\n"
+        "    raise ImportError('only in workers')\n"))
     registry = JitWarmupRegistry()
     with registry.activate():
-        Flaky().register_warmup(blocks=(16, 32, 64, 128, 256, 512))
+        flaky().register_warmup(blocks=(16, 32, 64, 128, 256, 512))
     report = registry.warmup(workers=2, progress=False)
     assert report.ok and report.num_keys == 6 and report.stats.compiled == 6
     assert report.stats.recovered == (
-        "worker_flaky_kernels:_flaky_kernel cannot be loaded in a worker (ImportError: only in workers); "
+        "worker_flaky_kernels:_module_kernel cannot be loaded in a worker (ImportError: only in workers); "
         "compiled in this process instead [6 keys]",)
     # this process once; each worker at its boot (twice: then with site) and at its first request
     assert len(attempts.read_text()) <= 1 + 2 * 3
 
 
-TORCH_AT_IMPORT = """
-import torch
-import triton
-import triton.language as tl
-
-
-class Marked(torch.Tensor):  # uses torch at import time: a worker must import the real one
-    pass
-
-
-@triton.jit
-def _torchy_kernel(out_ptr, value, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
-"""
-
-
 def test_a_kernel_module_that_needs_torch_at_import_is_reported(monkeypatch, tmp_path):
     use_cache(monkeypatch, tmp_path / "cache")
-    (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "torchy_kernels.py").write_text(TORCH_AT_IMPORT)
-    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
-    import torchy_kernels
-
-    class Torchy(Ramp):
-        kernel = torchy_kernels._torchy_kernel
-
+    torchy = ramp_from_module(monkeypatch, tmp_path, "torchy_kernels", (
+        "import torch\n\n\n"
+        "class Marked(torch.Tensor):  # uses torch at import time: a worker must import the real one\n"
+        "    pass\n"))
     registry = JitWarmupRegistry()
     with registry.activate():
-        Torchy().register_warmup(blocks=(16, 32))
+        torchy().register_warmup(blocks=(16, 32))
     report = registry.warmup(workers=2, progress=False)
     assert report.ok and report.stats.worker_compiled == 2  # still compiled by the workers, only later
     assert [r for r in report.stats.recovered if "torch" in r] == [
