@@ -26,7 +26,9 @@ only Triton and the kernels' modules (no torch, no CUDA context) and compile for
 exact target with zerojit's compile-only driver, into the parent's cache folder. They start with
 the warm-up unless a marker file says this key space was warmed into this cache folder before (a
 warm start then starts none), and boot while this process hashes Triton's build for its cache
-keys (:func:`_prepare_while_hashing`).
+keys (:func:`_prepare_while_hashing`); or earlier, by :func:`start_worker_pool`
+(:meth:`~zerojit.registry.JitWarmupRegistry.start_workers`), while the engine does other work.
+``WarmupStats.timeline`` records each worker's boot and requests.
 
 Across processes: every compile of a missing entry (in a worker or in-process) holds the entry's
 file lock (:func:`zerojit.cache.entry_lock`), and the entry is looked up again inside it, so N
@@ -398,7 +400,8 @@ class WarmupSession:
     def _drop(self, pool: "_WorkerPool", jobs: Sequence[tuple[Any, Any]]) -> None:
         """Stop workers :func:`start_worker_pool` started that this warm-up has no use for; they
         leave ``workers`` uncounted and one ``recovered`` line says why."""
-        started = pool.finish_unused()
+        pool.finish()
+        started = pool.started
         if self.workers <= 1:
             why = f"this warm-up compiles in-process (workers={self.workers})"
         elif not pool.serves(_current_target()):
@@ -811,11 +814,6 @@ class _WorkerPool:
             for _ in range(max(surplus, 0)):
                 self._order += 1
                 self.tasks.put((-1, self._order, None))
-
-    def finish_unused(self) -> int:
-        """Stop workers that never got a request; returns how many processes were started."""
-        self.finish()
-        return self.started
 
     def serves(self, target: Any) -> bool:
         """True when these workers compile for ``target`` into the current cache folder."""
