@@ -413,8 +413,12 @@ def test_a_target_other_than_the_one_compiled_for_is_refused():
         Fill().register_warmup(out=torch.empty(64, dtype=torch.float32), blocks=(16,))
     for wrong in ("cuda:80", "nonsense"):
         with pytest.raises(ValueError, match=rf"warmup\(target='{wrong}'\): this process compiles for 'cuda:90' "
-                                             r"\(compile-only\)"):
+                                             r"\(compile-only\)") as info:
             reg.warmup(progress=False, target=wrong)
+        # compile_only(...) is suggested only for what names a target
+        assert ("inside compile_only('cuda:80')" in str(info.value)) == (wrong == "cuda:80")
+    with pytest.raises(ValueError, match=r"^start_workers\(target='cuda:80'\): this process compiles for 'cuda:90'"):
+        reg.start_workers(workers=2, target="cuda:80")
     assert reg.warmup(progress=False, target="cuda:90").target == "cuda:90"
 
 

@@ -300,9 +300,10 @@ class NoTargetError(RuntimeError):
     """A warm-up where Triton has no target: no GPU is visible and no compile-only target is active."""
 
 
-def _check_target(target: str, *, compiles: bool) -> None:
+def _check_target(target: str, *, compiles: bool, caller: str = "warmup") -> None:
     """Refuse a warm-up that cannot compile, or whose ``target`` argument is not what it compiles for.
-    ``compiles``: the registry has Triton kernels (others compile their own way).
+    ``compiles``: the registry has Triton kernels (others compile their own way); ``caller``: the
+    method the messages name.
 
     Raises:
         NoTargetError: Triton has no active driver (no GPU, no :func:`zerojit.compile_only.compile_only`).
@@ -315,17 +316,24 @@ def _check_target(target: str, *, compiles: bool) -> None:
         return
     if current is None:
         raise NoTargetError(
-            "zerojit warm-up: no GPU is visible and no compile-only target is active, so Triton cannot compile. "
-            "On a machine without a GPU, warm up inside `with zerojit.compile_only.compile_only(\"cuda:90\"):` "
-            "(real cubins for that target, nothing loaded).")
+            f"zerojit {'warm-up' if caller == 'warmup' else caller}: no GPU is visible and no compile-only target is "
+            "active, so Triton cannot compile. On a machine without a GPU, warm up inside "
+            "`with zerojit.compile_only.compile_only(\"cuda:90\"):` (real cubins for that target, nothing loaded).")
     if target != "device" and target != current:
         from .compile_only import active_compile_only
 
+        from .compile_only import parse_target
+
         how = "compile-only" if active_compile_only() is not None else "its GPU"
+        try:
+            parse_target(target)
+            inside = f", or warm up inside compile_only({target!r})"
+        except (ValueError, TypeError, AttributeError):  # not a target name at all
+            inside = ""
         raise ValueError(
-            f"warmup(target={target!r}): this process compiles for {current!r} ({how}); target names what the "
+            f"{caller}(target={target!r}): this process compiles for {current!r} ({how}); target names what the "
             f"report records and what a bundle must be built for, so it must match: pass target=\"device\" or "
-            f"{current!r}, or warm up inside compile_only({target!r})")
+            f"{current!r}{inside}")
 
 
 def _cache_hint(error: BaseException) -> str:
@@ -493,7 +501,7 @@ class JitWarmupRegistry:
         plan, _ = self.warmup_keys(config)
         jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
         compiles = any(isinstance(k, TritonJitKernel) for k in [*self._kernels.values(), *plan])
-        _check_target(target, compiles=compiles)
+        _check_target(target, compiles=compiles, caller="start_workers")
         if not compiles:
             return 0
         check_cache_folder("zerojit start_workers")
