@@ -116,12 +116,6 @@ def lazy_still(name: str = "torch") -> bool:
     return isinstance(sys.modules.get(name), _ImportOnUse)
 
 
-def _cpu() -> float:
-    """CPU seconds of this process and its finished children (ptxas)."""
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
-
-
 class Worker:
     def __init__(self, setup: dict) -> None:
         sys.path[:] = setup["sys_path"]
@@ -193,7 +187,7 @@ class Worker:
             signature, constants, attrs = pickle.loads(task["payload"])
         except Exception as e:
             return {"ok": False, "unavailable": True, "error": f"{type(e).__name__}: {e}"}
-        start, cpu = time.perf_counter(), _cpu()
+        start = time.perf_counter()
         try:
             with FileLock(task["lock"]):
                 self.hit, self.stages = [], []
@@ -202,7 +196,7 @@ class Worker:
         except Exception as e:
             return {"ok": False, "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - start}
         return {"ok": True, "hash": compiled.hash, "compiled": self.hit == [False], "stages": self.stages,
-                "seconds": time.perf_counter() - start, "cpu_seconds": _cpu() - cpu}
+                "seconds": time.perf_counter() - start}
 
     def launcher(self, task: dict) -> dict:
         """Build (and cache) the CUDA launcher module of a signature, as Triton's ``CudaLauncher``

@@ -64,7 +64,7 @@ from typing import Any, Callable, Sequence
 
 from . import _compile_worker as _wire
 from .cache import cache_dir, entry_lock, launcher_lock, use_fast_triton_key
-from .registry import WarmupStats, count
+from .registry import WarmupStats, _warm_target, count
 
 __all__ = ["WarmupSession", "JobOutcome", "start_worker_pool"]
 
@@ -321,9 +321,10 @@ class WarmupSession:
                 knobs.cache.manager_class = self._prev_manager
             else:
                 del knobs.cache.manager_class
-        for pool in (self._pool, self._prestarted):
-            if pool is not None:
-                pool.finish()
+        if self._pool is not None:  # a run that raised
+            self._finish(self._pool)
+        if self._prestarted is not None:  # no run needed them (every key restored)
+            self._drop(self._prestarted)
         self._pool = self._prestarted = None
 
     def _on_miss(self, *, fn: Any, compile: dict, key: Any = None, **_: Any) -> None:
@@ -397,20 +398,25 @@ class WarmupSession:
         target = jit_fn.device_caches[compile["device"]][2]
         return _Request(function, entry, payload, _options(compile["specialization_data"]), target)
 
-    def _drop(self, pool: "_WorkerPool", jobs: Sequence[tuple[Any, Any]]) -> None:
+    def _finish(self, pool: "_WorkerPool") -> dict[str, float]:
+        """Stop the workers this warm-up used (``workers`` counts them); their seconds per entry."""
+        seconds = pool.finish()
+        with self._lock:
+            self.counts.workers += pool.started
+        return seconds
+
+    def _drop(self, pool: "_WorkerPool") -> None:
         """Stop workers :func:`start_worker_pool` started that this warm-up has no use for; they
-        leave ``workers`` uncounted and one ``recovered`` line says why."""
+        stay out of ``workers`` and one ``recovered`` line says why."""
         pool.finish()
-        started = pool.started
         if self.workers <= 1:
             why = f"this warm-up compiles in-process (workers={self.workers})"
-        elif not pool.serves(_current_target()):
+        elif not pool.serves(_warm_target()[0]):
             why = "they compile for another target or cache folder than this warm-up"
         else:
             why = "this key space needs no compile here (a warm start)"
         with self._lock:
-            self.counts.workers -= started
-            self.counts.recovered.append(f"{count(started, 'worker process', 'worker processes')} that "
+            self.counts.recovered.append(f"{count(pool.started, 'worker process', 'worker processes')} that "
                                          f"start_workers started stopped unused: {why}")
 
     def _note(self, message: str) -> None:
@@ -539,7 +545,7 @@ class WarmupSession:
                     if pool is not None:
                         pool.prestart(min(self.workers, triton_jobs))
             if prestarted is not None:
-                self._drop(prestarted, jobs)
+                self._drop(prestarted)
             t0 = time.perf_counter()
             if self._pool is not None:  # cold: the workers boot while this process gets ready
                 self._pool.set_triton_key(_prepare_while_hashing(jobs, self._pool.key_source()))
@@ -579,7 +585,7 @@ class WarmupSession:
                         self.counts.add_phase("load", time.perf_counter() - t3)
                 waiting = []
                 t2 = time.perf_counter()
-                self.counts.worker_seconds += sum(pool.finish().values())  # stops the workers
+                self.counts.worker_seconds += sum(self._finish(pool).values())  # stops the workers
                 self.counts.add_phase("workers", time.perf_counter() - t2)
             if waiting:
                 t2 = time.perf_counter()
@@ -613,7 +619,6 @@ class _ShippedLoader:
     def __enter__(self) -> "_ShippedLoader":
         from triton.runtime.driver import driver
 
-        from .registry import _warm_target
         from .restore import shared_launchers
 
         self.device = driver.active.get_current_device()
@@ -655,16 +660,16 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
     a worker can import, or this key space was warmed into this cache folder before (the marker
     a parallel warm-up leaves, or the restore index any warm-up leaves)."""
     from .kernel import TritonJitKernel
-
     from .restore import index_path
 
     triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
+    modules = _kernel_modules(jobs)
     target = _current_target()
-    if not triton_jobs or workers <= 1 or not _kernel_modules(jobs):
+    if not triton_jobs or workers <= 1 or not modules:
         return None
     if os.path.exists(_marker(jobs, target)) or os.path.exists(index_path(plan_digest(jobs), target)):
         return None  # warmed into this cache folder before (by workers, or serially: its restore index)
-    pool = _WorkerPool(workers, target, _Counts(), threading.Lock(), _kernel_modules(jobs))
+    pool = _WorkerPool(workers, target, _Counts(), threading.Lock(), modules)
     pool.hash_in_background()
     pool.prestart(min(workers, triton_jobs))
     return pool
@@ -896,7 +901,6 @@ class _WorkerPool:
             return
         with self.lock:
             self.started += 1
-            self.counts.workers += 1
         task, ready = None, False
         try:
             _wire.write_message(proc.stdin, self.setup)  # the worker boots with it
