@@ -20,9 +20,12 @@ listed, with one fresh ``TRITON_HOME`` per repeat:
   launch), the first zerojit warm-up on this Triton install: it hashes Triton's build (~0.6 s of
   SHA-256 over ``libtriton.so``, as every plain Triton process does) and remembers the hash in
   ``TRITON_HOME`` (``zerojit.cache.use_fast_triton_key``);
-* ``zerojit``: the same with a new empty cache folder on that install: every kernel compiles, the
-  build hash is remembered. This is the cold start of a server whose kernels or configs changed
-  on an image it ran before (a brand-new image without that file is ``zerojit-new-install``);
+* ``zerojit``: the same with a new empty cache folder on that install: every kernel compiles; the
+  build hash and the CUDA launcher modules (one per kernel signature, not per kernel variant)
+  that the ``zerojit-new-install`` run's workers built are remembered per install
+  (``zerojit.cache.remembered_launcher``) and copied, not built again. This is the cold start of
+  a server whose configs changed on an image it ran before (a brand-new image without those
+  files is ``zerojit-new-install``; a changed kernel signature builds its launcher again);
 * ``zerojit-prestarted``: the same, with the workers started by ``registry.start_workers()``
   ``--overlap`` seconds (default 1) before the timed call: the driver's start, then a sleep
   standing for the rest of an engine's start-up (loading its weights), none of it timed; the
@@ -271,21 +274,14 @@ def main() -> None:
     rows = []
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="zerojit-bench-") as root:
-            home = os.path.join(root, "home")  # Triton's home: where zerojit remembers the build hash
-            if "zerojit-new-install" not in cold:  # the modes after it expect the hash remembered
-                remember_build_hash(os.path.join(root, "hash-cache"), home)
+            home = os.path.join(root, "home")  # Triton's home: where zerojit remembers the build hash, launchers
+            if "zerojit-new-install" not in cold:  # the modes after it expect a known install: make one, untimed
+                run_child("zerojit-new-install", os.path.join(root, "install-cache"), home, args)
             for mode in cold:
                 rows.append(run_child(mode, os.path.join(root, mode), home, args))
             for mode in warm:  # over the cache the zerojit cold run left
                 rows.append(run_child(mode, os.path.join(root, "zerojit"), home, args))
     report(rows, cold, warm, args)
-
-
-def remember_build_hash(cache: str, home: str) -> None:
-    """Have zerojit remember Triton's build hash in ``home``, as a ``zerojit-new-install`` run would."""
-    env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_HOME=home)
-    subprocess.run([sys.executable, "-c", "from zerojit.cache import use_fast_triton_key; use_fast_triton_key()"],
-                   env=env, check=True)
 
 
 def timeline_summary(stats: dict, seconds: float) -> str:
@@ -334,11 +330,13 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
     if "zerojit-prestarted" in cold and args.workers > 1:
         print(f"zerojit-prestarted: its workers were started {args.overlap:g} s before the timed call "
               "(registry.start_workers) and booted meanwhile, untimed: not a cold warm-up on its own")
-    z = next((r["stats"] for r in reversed(rows) if r["mode"] == "zerojit"), None)
-    if z:
-        print(f"zerojit cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in the "
-              f"parent, {z['worker_launchers']} launchers built by workers ({z['worker_seconds']:.2f} s of worker time)"
-              + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
+    for m in ("zerojit-new-install", "zerojit"):
+        z = next((r["stats"] for r in reversed(rows) if r["mode"] == m), None)
+        if z:
+            print(f"{m} cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in "
+                  f"the parent; {z['worker_launchers']} launchers built by workers, {z['launchers_remembered']} copied "
+                  f"from those remembered for this install ({z['worker_seconds']:.2f} s of worker time)"
+                  + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
     for m in ("zerojit-new-install", "zerojit", "zerojit-prestarted", "zerojit-warm"):
         last = next((r for r in reversed(rows) if r["mode"] == m), None)
         if last and last["stats"]:

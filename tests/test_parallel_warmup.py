@@ -435,7 +435,7 @@ if sys.argv[2] == "key-waiting":
 setup = {"sys_path": json.loads(sys.argv[3]), "target": ("cuda", 90, 32), "modules": ["zerojit.kernels.mla.index"]}
 times = w.preload(setup, os.fdopen(read, "rb", buffering=0))
 print(json.dumps({"times": sorted(times), "imported": "zerojit.kernels.mla.index" in sys.modules,
-                  "site": "site" in sys.modules}))
+                  "site": "site" in sys.modules, "filelock": "filelock" in sys.modules}))
 """
 
 
@@ -458,6 +458,67 @@ def test_a_worker_compiles_a_throwaway_kernel_only_while_the_key_is_not_there(ke
     assert out["times"] == sorted(expected)
     assert out["imported"]  # the kernels' modules are imported during the boot
     assert not out["site"]  # python -S on the parent's sys.path: site was not needed
+    assert not out["filelock"]  # its import is ~0.11 s a worker on the H200 host; the worker takes the flock itself
+
+
+def _blocks(lock_a, lock_b) -> bool:
+    """True when ``lock_b`` cannot be taken (on another thread) while ``lock_a`` is held, and is
+    taken once ``lock_a`` is released."""
+    import threading
+
+    taken = threading.Event()
+
+    def take():
+        with lock_b():
+            taken.set()
+
+    with lock_a():
+        t = threading.Thread(target=take, daemon=True)
+        t.start()
+        blocked = not taken.wait(0.3)
+    t.join(5)
+    return blocked and taken.is_set()
+
+
+def test_a_workers_entry_lock_and_the_parents_filelock_exclude_each_other(tmp_path):
+    """flock locks belong to an open file, so two opens of the lock file in one process exclude
+    each other just as two processes do."""
+    from filelock import FileLock
+
+    from zerojit import _compile_worker as w
+    from zerojit.cache import entry_lock
+
+    parent = entry_lock("ENTRY", str(tmp_path))
+    path = parent.lock_file
+    assert _blocks(lambda: FileLock(path), lambda: w.entry_locked(path))
+    assert _blocks(lambda: w.entry_locked(path), lambda: FileLock(path))
+    assert _blocks(lambda: w.entry_locked(path), lambda: w.entry_locked(path))
+
+
+def test_a_workers_entry_lock_falls_back_to_filelock_where_flock_fails(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    from filelock import FileLock, Timeout
+
+    from zerojit import _compile_worker as w
+
+    real, calls = fcntl.flock, []
+
+    def flock_fails_once(fd, op):  # the worker's own flock fails (as on a file system without it)
+        calls.append(op)
+        if len(calls) == 1:
+            raise OSError(errno.ENOLCK, "No locks available")
+        return real(fd, op)
+
+    path = str(tmp_path / "x.lock")
+    monkeypatch.setattr(fcntl, "flock", flock_fails_once)
+    with w.entry_locked(path):  # held through filelock now
+        assert len(calls) > 1
+        with pytest.raises(Timeout):
+            FileLock(path, timeout=0.1).acquire()
+    with FileLock(path, timeout=0.1):  # and released
+        pass
 
 
 def test_a_worker_without_site_runs_it_when_an_import_needs_it():
@@ -495,8 +556,10 @@ print(json.dumps({"variants": [[v.kernel, repr(v.key), v.triton_key, [repr(s) fo
 
 @pytest.mark.gpu
 def test_on_a_gpu_workers_compile_and_build_launchers_and_the_result_is_serial(tmp_path):
-    """On the GPU: serial vs 4 workers, each in a fresh process with a fresh cache. Same variants,
-    all loaded; with workers the parent compiles nothing and the workers also build launchers."""
+    """On the GPU: serial vs 4 workers, each in a fresh process with a fresh cache (and a fresh
+    Triton home). Same variants, all loaded; with workers the parent compiles nothing and the
+    workers also build launchers. A third, cold warm-up into a new cache folder on the same
+    install copies the launchers the workers built instead of building them again."""
     import json
     import subprocess
     import sys
@@ -504,16 +567,25 @@ def test_on_a_gpu_workers_compile_and_build_launchers_and_the_result_is_serial(t
 
     src = str(Path(precompile.__file__).resolve().parents[1])
 
-    def run(workers: int) -> dict:
-        env = dict(os.environ, PYTHONPATH=src, TRITON_CACHE_DIR=str(tmp_path / f"cache{workers}"))
+    def run(workers: int, cache: str) -> dict:
+        env = dict(os.environ, PYTHONPATH=src, TRITON_CACHE_DIR=str(tmp_path / cache), TRITON_HOME=str(tmp_path / "home"))
         proc = subprocess.run([sys.executable, "-c", GPU_WARMUP, str(workers)], env=env, capture_output=True,
                               text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    serial, parallel = run(1), run(4)
+    serial, parallel = run(1, "serial"), run(4, "parallel")
     assert serial["variants"] == parallel["variants"] and len(serial["variants"]) == 21
     assert all(v[4] for v in parallel["variants"])  # loaded: module, function, launcher
     assert parallel["compiled"] == 0 and parallel["stats"]["recovered"] == []
     assert parallel["stats"]["worker_compiled"] == 22  # 21 keys + the launch-path primer
-    assert parallel["stats"]["worker_launchers"] >= 1
+    built = parallel["stats"]["worker_launchers"]
+    assert built >= 1 and parallel["stats"]["launchers_remembered"] == 0
+
+    again = run(4, "again")  # cold again: a new cache folder, the same install
+    assert again["variants"] == serial["variants"] and all(v[4] for v in again["variants"])
+    assert again["compiled"] == 0 and again["stats"]["worker_compiled"] == 22
+    assert (again["stats"]["launchers_remembered"], again["stats"]["worker_launchers"]) == (built, 0)
+    launchers = sorted(p.read_bytes() for p in (tmp_path / "parallel").rglob("__triton_launcher*"))
+    copied = sorted(p.read_bytes() for p in (tmp_path / "again").rglob("__triton_launcher*"))
+    assert len(launchers) == built and copied == launchers  # the very files, byte for byte

@@ -17,7 +17,8 @@ parent's Triton build key, once it has it; then ``("compile", ...)`` and ``("lau
 requests, each answered by one dict; ``None`` ends the worker.
 
 A compile runs under the entry's file lock, so workers of several warm-ups (several processes on
-one host) compile each entry once; Triton's ``compile`` re-checks the disk cache inside the lock.
+one host) compile each entry once; Triton's ``compile`` re-checks the disk cache inside the lock
+(:func:`entry_locked`: the same ``flock`` as the parent's ``filelock``, without its import).
 """
 
 import time
@@ -27,6 +28,7 @@ STARTED_AT = time.time()  # the process's start, for the parent's timeline
 import os
 import sys
 
+import contextlib
 import importlib
 import io
 import pickle
@@ -62,6 +64,40 @@ def write_message(stream, obj) -> None:
     body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     stream.write(_LEN.pack(len(body)) + body)
     stream.flush()
+
+
+@contextlib.contextmanager
+def entry_locked(path: str):
+    """Hold the lock file ``path`` exclusively, excluding the ``filelock.FileLock`` that
+    :func:`zerojit.cache.entry_lock` and :func:`zerojit.cache.launcher_lock` take on it in other
+    processes.
+
+    filelock's Unix lock is ``fcntl.flock`` on the lock file, which stays in place; this takes
+    the same ``flock`` (tests/test_parallel_warmup.py checks both ways against filelock), blocking
+    like filelock's default (no timeout), and the OS drops it if the worker dies. A worker does
+    not import filelock: on the H200 host that import is ~0.11 s of a worker's ~0.3 s of imports
+    (recent filelock releases pull in asyncio and sqlite3), and every worker's boot is on a cold
+    warm-up's critical path. Where ``flock`` cannot be used (a file system without it, a lock
+    file this user cannot open), it falls back to filelock, which has its own answers there.
+    """
+    import fcntl
+
+    fd = None
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        if fd is not None:
+            os.close(fd)
+        from filelock import FileLock
+
+        with FileLock(path):
+            yield
+        return
+    try:
+        yield
+    finally:
+        os.close(fd)  # releases the flock
 
 
 class _ImportOnUse(types.ModuleType):
@@ -179,7 +215,6 @@ class Worker:
         return obj
 
     def compile(self, task: dict) -> dict:
-        from filelock import FileLock
         from triton.compiler import ASTSource, compile as triton_compile
 
         try:
@@ -189,7 +224,7 @@ class Worker:
             return {"ok": False, "unavailable": True, "error": f"{type(e).__name__}: {e}"}
         start = time.perf_counter()
         try:
-            with FileLock(task["lock"]):
+            with entry_locked(task["lock"]):
                 self.hit, self.stages = [], []
                 compiled = triton_compile(ASTSource(fn, signature, constants, attrs), target=self.target,
                                           options=task["options"])
@@ -203,12 +238,11 @@ class Worker:
         would at the kernel's first load."""
         start = time.perf_counter()
         try:
-            from filelock import FileLock
             from triton.backends.nvidia.driver import include_dirs, libraries, library_dirs, make_launcher
             from triton.runtime.build import compile_module_from_src
 
             src = make_launcher({}, dict(enumerate(task["signature"])), None)
-            with FileLock(task["lock"]):
+            with entry_locked(task["lock"]):
                 compile_module_from_src(src=src, name="__triton_launcher", library_dirs=library_dirs(),
                                         include_dirs=include_dirs, libraries=libraries)
         except Exception as e:
@@ -250,7 +284,7 @@ def preload(setup: dict, requests) -> dict:
     sys.path[:] = setup["sys_path"]
     times = {"started_at": STARTED_AT}
     try:
-        _import_with_site_fallback("filelock", "triton.backends.nvidia.compiler", "triton.compiler.compiler",
+        _import_with_site_fallback("triton.backends.nvidia.compiler", "triton.compiler.compiler",
                                    "zerojit.compile_only", *setup.get("modules", ()))
         times["imported_at"] = time.time()
         if not _readable(requests):

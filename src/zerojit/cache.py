@@ -18,6 +18,9 @@ This module provides:
   and inode of every file it hashes, so a warm start does not pay it again;
 * :func:`entry_lock`: a file lock per entry, so processes sharing a cache folder compile each
   entry once (the others wait, then load it);
+* remembered launchers (:func:`remembered_launcher`, :func:`install_remembered_launcher`): the
+  CUDA launcher modules a warm-up's workers built, kept per Triton install, so a cold warm-up
+  into a new cache folder on that install copies them instead of building them again;
 * bundles: :func:`export_bundle` writes the entries of a warm-up as one archive with a manifest,
   :func:`import_bundle` verifies everything (manifest fields, every file's SHA-256) before
   installing anything, then moves whole entries into the cache folder.
@@ -154,16 +157,22 @@ def _build_stat_signature(root: str) -> str:
     return h.hexdigest()
 
 
+def _install_dir(what: str) -> str:
+    """``~/.triton/zerojit/<what>-<install>`` (Triton's home, ``TRITON_HOME``, default ``~``), one
+    per Triton install: this Python executable and this Triton package folder."""
+    from triton import knobs
+
+    install = hashlib.sha256(f"{sys.executable}\0{_triton_root()}".encode()).hexdigest()[:16]
+    return os.path.join(knobs.cache.home_dir, ".triton", "zerojit", f"{what}-{install}")
+
+
 def _memo_paths() -> list[str]:
     """Where Triton's build fingerprint is remembered: the cache folder (it travels with it), then
     one file per Triton install under Triton's home (``TRITON_HOME``, default ``~``:
     ``~/.triton/zerojit/``), so a fresh cache folder on a known install does not hash the build."""
-    from triton import knobs
-
-    install = hashlib.sha256(f"{sys.executable}\0{_triton_root()}".encode()).hexdigest()[:16]
     folder = cache_dir()  # empty: no cache folder (never the working directory)
     return ([os.path.join(folder, _STATE_DIR, "triton-build.json")] if folder else []) + [
-        os.path.join(knobs.cache.home_dir, ".triton", "zerojit", f"triton-build-{install}.json")]
+        _install_dir("triton-build") + ".json"]
 
 
 def _read_memo(signature: str, path: str) -> dict:
@@ -237,6 +246,50 @@ def use_fast_triton_key() -> str:
         triton_key.cache_clear = lambda: setattr(tcache, "triton_key", current)  # type: ignore[attr-defined]
         tcache.triton_key = triton_key
     return value
+
+
+def remembered_launcher(launcher_key: str, name: str) -> str:
+    """Where the launcher module ``name`` (``__triton_launcher<EXT_SUFFIX>``) of Triton's cache key
+    ``launcher_key`` is remembered for this Triton install: ``~/.triton/zerojit/launchers-<install>/``.
+
+    A launcher is the C extension Triton builds per kernel signature at a kernel's first load
+    (~0.2-0.35 s of a C compiler each, 11 for the MLA kernels). Its cache key hashes only its
+    generated source and the platform (Triton's ``compile_module_from_src``), not the kernels,
+    so a new cache folder on the same install needs the very same file: like Triton's build hash
+    (:func:`use_fast_triton_key`), it is remembered per install. The file name carries Python's
+    extension suffix, and the folder is per Python executable and Triton package.
+    """
+    return os.path.join(_install_dir("launchers"), f"{launcher_key}{name}")
+
+
+def remember_launcher(launcher_key: str, name: str, built: str) -> None:
+    """Keep a copy of the launcher module file ``built`` (written whole: a copy, then a rename);
+    a read-only home is not an error (remembering is only an optimisation)."""
+    path = remembered_launcher(launcher_key, name)
+    if os.path.exists(path):
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        shutil.copyfile(built, tmp)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def install_remembered_launcher(launcher_key: str, name: str) -> bool:
+    """Put the remembered launcher module of ``launcher_key`` into the cache folder, where Triton
+    looks for it (its cache manager writes the file whole); False when none is remembered or it
+    cannot be read (the caller then builds it)."""
+    from triton.runtime.cache import get_cache_manager
+
+    try:
+        with open(remembered_launcher(launcher_key, name), "rb") as f:
+            data = f.read()
+        get_cache_manager(launcher_key).put(data, name, binary=True)
+    except OSError:
+        return False
+    return True
 
 
 def triton_build_hash() -> str:

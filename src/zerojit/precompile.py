@@ -63,7 +63,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import _compile_worker as _wire
-from .cache import cache_dir, entry_lock, launcher_lock, use_fast_triton_key
+from .cache import (cache_dir, entry_lock, install_remembered_launcher, launcher_lock, remember_launcher,
+                    use_fast_triton_key)
 from .registry import WarmupStats, _warm_target, count
 
 __all__ = ["WarmupSession", "JobOutcome", "start_worker_pool"]
@@ -178,6 +179,7 @@ class _Counts:
     lock_waits: int = 0
     workers: int = 0
     worker_launchers: int = 0
+    launchers_remembered: int = 0
     recovered: list = field(default_factory=list)
     restored: int = 0  # restored from other ranks' records (zerojit.distributed)
     phases: dict = field(default_factory=dict)  # phase -> seconds (summed over runs)
@@ -432,16 +434,18 @@ class WarmupSession:
             if any(isinstance(t, str) and t.startswith("tensordesc") for t in _flat(types)):
                 state = ("", True)  # its launcher depends on compile results: Triton builds it at load
             else:
-                import sysconfig
-
                 from triton.backends.nvidia.driver import make_launcher
                 from triton.runtime.build import platform_key
                 from triton.runtime.cache import get_cache_manager
 
                 src = make_launcher({}, dict(enumerate(types)), None)  # what CudaLauncher builds
                 key = hashlib.sha256((src + platform_key()).encode("utf-8")).hexdigest()
-                name = f"__triton_launcher{sysconfig.get_config_var('EXT_SUFFIX')}"
-                state = (key, get_cache_manager(key).get_file(name) is not None)
+                on_disk = get_cache_manager(key).get_file(_launcher_file()) is not None
+                remembered = not on_disk and install_remembered_launcher(key, _launcher_file())
+                state = (key, on_disk or remembered)
+                if remembered:
+                    with self._lock:
+                        self.counts.launchers_remembered += 1
             with self._lock:
                 self._launchers[types] = state
         key, on_disk = state
@@ -870,7 +874,7 @@ class _WorkerPool:
                                      "payload": request.payload, "options": request.options, "lock": lock_path})
 
     def submit_launcher(self, types: tuple, key: str, lock_path: str) -> None:
-        self._submit(f"launcher:{key}", {"kind": "launcher", "name": f"launcher:{key}", "signature": types,
+        self._submit(f"launcher:{key}", {"kind": "launcher", "name": f"launcher:{key}", "key": key, "signature": types,
                                          "lock": lock_path})
 
     def _recovered(self, message: str) -> None:
@@ -983,7 +987,10 @@ class _WorkerPool:
                     self.counts.lock_waits += 1
                 elif task["kind"] == "launcher":
                     self.counts.worker_launchers += 1
-                return
+        if reply.get("ok"):
+            if task["kind"] == "launcher":
+                _remember_built_launcher(task["key"])
+            return
         what = task.get("function") or f"launcher {task['signature']}"
         if reply.get("unavailable"):
             self._recovered(f"{what} cannot be loaded in a worker ({reply.get('error')}); compiled in this process instead")
@@ -1036,6 +1043,22 @@ def _backends_in_tree() -> bool:
             b.compiler.__module__ == f"triton.backends.{name}.compiler" for name, b in tb.backends.items())
     except Exception:
         return False
+
+
+def _launcher_file() -> str:
+    """The file name of a CUDA launcher module in Triton's cache (``compile_module_from_src``)."""
+    import sysconfig
+
+    return f"__triton_launcher{sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def _remember_built_launcher(key: str) -> None:
+    """Remember, for this Triton install, the launcher module a worker just wrote to the cache."""
+    from triton.runtime.cache import get_cache_manager
+
+    built = get_cache_manager(key).get_file(_launcher_file())
+    if built is not None:
+        remember_launcher(key, _launcher_file(), built)
 
 
 def _reap(proc: subprocess.Popen) -> None:

@@ -113,6 +113,9 @@ class WarmupStats:
         workers: compile worker processes started (by this warm-up, or for it by
             :meth:`JitWarmupRegistry.start_workers`).
         worker_launchers: CUDA launcher modules built by workers (on a GPU).
+        launchers_remembered: CUDA launcher modules missing from the cache folder and copied
+            into it from those remembered for this Triton install (built by an earlier
+            warm-up's workers; see :func:`zerojit.cache.remembered_launcher`), not built again.
         recovered: what workers could not do (this process did it instead), or did only slowly
             (a kernels' module that imports torch), one line per cause, ending ``[N keys]`` when
             N keys gave the same line.
@@ -152,6 +155,7 @@ class WarmupStats:
     lock_waits: int = 0
     workers: int = 0
     worker_launchers: int = 0
+    launchers_remembered: int = 0
     recovered: tuple[str, ...] = ()
     bundle_entries: int = 0
     restored: int = 0
