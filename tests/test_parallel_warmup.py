@@ -15,6 +15,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only p
     pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
 
 import re
+import time
 from dataclasses import dataclass
 
 import torch
@@ -127,6 +128,29 @@ def test_the_timeline_shows_each_workers_boot_then_its_requests(serial_and_paral
         boot = [n for n in names if not n.startswith(("compile ", "launcher "))]
         assert boot[:2] == ["python", "imports"] and boot[-1] == "set-up"  # "preload" only while it waited
         assert names[:len(boot)] == boot  # requests only once the worker is ready
+
+
+def test_a_known_build_key_reaches_the_workers_before_any_request(monkeypatch, tmp_path):
+    """The key goes to every worker as soon as this process has it, not with the first compile
+    request: a worker that has it when its imports end compiles no throwaway kernel, even when
+    the sweep is slow to hand out work (here: held back 2 s)."""
+    from zerojit.cache import use_fast_triton_key
+
+    use_cache(monkeypatch, tmp_path)
+    use_fast_triton_key()  # a known install: the key is there at once
+    registry, config = dsv4_registry()
+    forget_in_process(registry, config)
+    sweep = precompile.WarmupSession._sweep
+
+    def slow_sweep(self, *args, **kwargs):
+        time.sleep(2)
+        return sweep(self, *args, **kwargs)
+
+    monkeypatch.setattr(precompile.WarmupSession, "_sweep", slow_sweep)
+    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    boot = [what for what, *_ in report.stats.timeline if what in ("python", "imports", "preload", "set-up")]
+    assert report.stats.worker_compiled == 21 and boot.count("imports") == 2
+    assert "preload" not in boot
 
 
 def test_compile_stages_are_tritons_own_times(serial_and_parallel):
@@ -272,6 +296,39 @@ def failures_of(workers: int, kernel, **request) -> tuple:
         registry.warmup(workers=workers, progress=False)
     report = info.value.report
     return report, {(f.kernel, f.key, f.error) for f in report.failures}
+
+
+def test_while_the_build_key_is_hashed_each_missing_launcher_is_queued_once_and_nothing_compiles(monkeypatch, tmp_path):
+    """A new Triton install: while the build key is hashed, the session runs the warm-up launches
+    only as far as Triton's signature and queues one launcher build per signature (a launcher
+    needs no build key). Checked against the signatures Triton's own hook reports in a serial
+    warm-up afterwards; the pass itself compiled, cached and wrote nothing."""
+    use_cache(monkeypatch, tmp_path)
+    registry, config = dsv4_registry()
+    forget_in_process(registry, config)
+    plan, _ = registry.warmup_keys(config)
+    jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
+    queued: list = []
+
+    class Pool:  # stands in for the worker pool: records what it is asked to build
+        def submit_launcher(self, types, key, lock_path):
+            queued.append(types)
+
+    with precompile.WarmupSession(workers=2) as session:
+        session._need_launchers, session._pool = True, Pool()  # as on a GPU, with workers booting
+        session._launchers_while_hashing(jobs, lambda: False)  # the key is there: nothing to do
+        assert queued == []
+        session._launchers_while_hashing(jobs, lambda: True)
+        session._pool = None
+        assert session.counts.compiled == 0
+    assert os.listdir(tmp_path) == [] or not entries(tmp_path)
+    assert all(not fn.kernel.device_caches or not any(c[0] for c in fn.kernel.device_caches.values()) for fn in plan)
+
+    seen: set = set()
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", lambda **kw: seen.add(tuple(kw["compile"]["signature"].values())))
+    for kernel, key in jobs:
+        kernel.compile(key)
+    assert len(queued) == len(set(queued)) and set(queued) == seen and len(seen) >= 5
 
 
 def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path):
@@ -567,20 +624,24 @@ def test_on_a_gpu_workers_compile_and_build_launchers_and_the_result_is_serial(t
 
     src = str(Path(precompile.__file__).resolve().parents[1])
 
-    def run(workers: int, cache: str) -> dict:
-        env = dict(os.environ, PYTHONPATH=src, TRITON_CACHE_DIR=str(tmp_path / cache), TRITON_HOME=str(tmp_path / "home"))
+    def run(workers: int, cache: str, home: str = "home") -> dict:
+        env = dict(os.environ, PYTHONPATH=src, TRITON_CACHE_DIR=str(tmp_path / cache), TRITON_HOME=str(tmp_path / home))
         proc = subprocess.run([sys.executable, "-c", GPU_WARMUP, str(workers)], env=env, capture_output=True,
                               text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr
         return json.loads(proc.stdout.strip().splitlines()[-1])
 
-    serial, parallel = run(1, "serial"), run(4, "parallel")
+    serial, parallel = run(1, "serial", home="serial-home"), run(4, "parallel")
     assert serial["variants"] == parallel["variants"] and len(serial["variants"]) == 21
     assert all(v[4] for v in parallel["variants"])  # loaded: module, function, launcher
     assert parallel["compiled"] == 0 and parallel["stats"]["recovered"] == []
     assert parallel["stats"]["worker_compiled"] == 22  # 21 keys + the launch-path primer
     built = parallel["stats"]["worker_launchers"]
     assert built >= 1 and parallel["stats"]["launchers_remembered"] == 0
+    # a new Triton home: the build key was hashed, and the launchers queued meanwhile took the place
+    # of the workers' throwaway compiles
+    throwaways = [worker for what, worker, *_ in parallel["stats"]["timeline"] if what == "preload"]
+    assert len(throwaways) < parallel["stats"]["workers"]
 
     again = run(4, "again")  # cold again: a new cache folder, the same install
     assert again["variants"] == serial["variants"] and all(v[4] for v in again["variants"])

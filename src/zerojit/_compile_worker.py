@@ -12,9 +12,11 @@ starts it with ``CUDA_VISIBLE_DEVICES=""``.
 Protocol: the parent writes requests to stdin, the worker answers on its original stdout (then
 points its fd 1 at stderr, so stray prints cannot corrupt the stream). Each message is a 4-byte
 little-endian length and a pickle. The first request is the set-up (``sys.path``, cache folder,
-target, the modules that define the kernels), sent at start; then ``{"triton_key": ...}``, the
-parent's Triton build key, once it has it; then ``("compile", ...)`` and ``("launcher", ...)``
-requests, each answered by one dict; ``None`` ends the worker.
+target, the modules that define the kernels), sent at start; the worker answers it with its
+ready message once booted. Then come ``launcher`` requests (a launcher module needs no build
+key), ``{"triton_key": ...}`` (the parent's Triton build key, unanswered: sent once the parent
+has it, before the first ``compile`` request), and ``compile`` requests; each request is
+answered by one dict; ``None`` ends the worker.
 
 A compile runs under the entry's file lock, so workers of several warm-ups (several processes on
 one host) compile each entry once; Triton's ``compile`` re-checks the disk cache inside the lock
@@ -161,11 +163,7 @@ class Worker:
         from triton.backends.compiler import GPUTarget
 
         knobs.cache.dir = setup["cache_dir"]
-        key = setup.get("triton_key")
-        if key and os.path.abspath(triton.__file__) == setup.get("triton_file"):
-            import triton.runtime.cache as tcache
-
-            tcache.triton_key = lambda: key  # the parent's: same installation, no need to hash it again
+        self.same_triton = os.path.abspath(triton.__file__) == setup.get("triton_file")
         self.target = GPUTarget(*setup["target"])
         from triton.runtime.driver import driver
 
@@ -187,6 +185,13 @@ class Worker:
                 previous(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit, **kw)
 
         knobs.compilation.listener = listener
+
+    def use_triton_key(self, key: str | None) -> None:
+        """Use the parent's Triton build key (same installation: no need to hash it again)."""
+        if key and self.same_triton:
+            import triton.runtime.cache as tcache
+
+            tcache.triton_key = lambda: key
 
     def function(self, qualified: str):
         """The ``triton.jit`` function ``"module:qualname"`` (a failed import is remembered and
@@ -264,13 +269,14 @@ def preload(setup: dict, requests) -> dict:
     """Get the compiler going before the first request.
 
     Imports Triton's compiler (torch gets its stand-in first), zerojit's compile-only driver and
-    the modules that define the kernels to compile (``setup["modules"]``). Then, only while
-    Triton's build key has not arrived (a new Triton install: the parent hashes Triton's build,
-    ~0.5 s), compiles a tiny kernel for the parent's target into a throwaway cache folder, so
-    that the first real compile does not pay the compiler's first-use costs (its code
-    generator's first run, LLVM's target set-up, the first ptxas run) on top. With the key
-    already there, a real compile pays them and nothing is thrown away (measured on the H200:
-    the throwaway costs ~0.2 s a worker, the first real compile ~0.15 s more than the others).
+    the modules that define the kernels to compile (``setup["modules"]``). Then, only while no
+    message waits (the parent is still hashing Triton's build for its key on a new Triton
+    install, ~0.5 s, and has no launcher to build either), compiles a tiny kernel for the
+    parent's target into a throwaway cache folder, so that the first real compile does not pay
+    the compiler's first-use costs (its code generator's first run, LLVM's target set-up, the
+    first ptxas run) on top. With the key or a launcher request there, a real compile pays them
+    and nothing is thrown away (measured on the H200: the throwaway costs ~0.2 s a worker, the
+    first real compile ~0.15 s more than the others).
     Nothing of it reaches the shared cache; a failure here changes nothing (a request that needs
     what failed reports it). Returns when (``time.time()``) each step ended, for the parent's
     timeline.
@@ -363,10 +369,7 @@ def main() -> None:
     setup = read_message(requests)  # sent at once: everything but Triton's build key
     boot = preload(setup, requests)
     try:
-        setup.update(read_message(requests))  # {"triton_key": ...}, once the parent has it
         worker = Worker(setup)
-    except EOFError:  # the parent needs no more workers
-        return
     except Exception as e:
         write_message(replies, {"ok": False, "fatal": True, "error": f"worker set-up failed: {type(e).__name__}: {e}"})
         return
@@ -374,10 +377,13 @@ def main() -> None:
     while True:
         try:
             task = read_message(requests)
-        except EOFError:
+        except EOFError:  # the parent needs no more workers
             return
         if task is None:
             return
+        if "triton_key" in task:
+            worker.use_triton_key(task["triton_key"])
+            continue
         reply = worker.compile(task) if task["kind"] == "compile" else worker.launcher(task)
         reply["torch_imported"] = not lazy_still("torch")
         write_message(replies, reply)

@@ -80,6 +80,14 @@ class _Deferred(BaseException):
     A BaseException, so a kernel's ``except Exception`` cannot swallow it."""
 
 
+class _SignatureSeen(BaseException):
+    """Raised by the session's hook to end a warm-up launch of :meth:`WarmupSession._launchers_while_hashing`
+    once Triton has told it the signature (before any cache key, so before Triton's build key)."""
+
+
+_SIGNATURE_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("zerojit_signature_only", default=False)
+
+
 @dataclass
 class _JobState:
     locks: list = field(default_factory=list)  # entry locks held until the key is done
@@ -331,6 +339,11 @@ class WarmupSession:
 
     def _on_miss(self, *, fn: Any, compile: dict, key: Any = None, **_: Any) -> None:
         """Triton's in-process cache missed: note the request; the disk lookup that follows decides."""
+        if _SIGNATURE_ONLY.get():
+            launcher = self._launcher_missing(compile["signature"])
+            if launcher is not None and self._pool is not None:
+                self._submit_launcher(self._pool, *launcher)
+            raise _SignatureSeen()
         job = _JOB.get()
         if job is None:  # a launch outside our jobs (another thread's code, in this context)
             return
@@ -354,11 +367,7 @@ class WarmupSession:
                     pool.submit_compile(request, entry_lock(entry).lock_file)
                     job.entries.append(entry)
                 if job.launcher is not None:
-                    types, key = job.launcher
-                    pool.submit_launcher(types, key, launcher_lock(key).lock_file)
-                    with self._lock:
-                        self._launchers[types] = (key, True)  # on disk once the pool drains
-                        self._launcher_tasks[types] = f"launcher:{key}"
+                    self._submit_launcher(pool, *job.launcher)
                 with self._lock:  # loading this key also waits for its launcher, whoever asked for it
                     task = self._launcher_tasks.get(tuple(compile["signature"].values()))
                 if task is not None:
@@ -382,6 +391,43 @@ class WarmupSession:
             with self._lock:
                 self.counts.lock_waits += 1
         return group
+
+    def _submit_launcher(self, pool: "_WorkerPool", types: tuple, key: str) -> None:
+        """Have a worker build the launcher of signature ``types``; the keys with that signature
+        then wait for it before they load."""
+        pool.submit_launcher(types, key, launcher_lock(key).lock_file)
+        with self._lock:
+            self._launchers[types] = (key, True)  # on disk once the pool drains
+            self._launcher_tasks[types] = f"launcher:{key}"
+
+    def _launchers_while_hashing(self, jobs: Sequence[tuple[Any, Any]], hashing: Callable[[], bool]) -> None:
+        """While Triton's build key is still being hashed (a new Triton install), run the jobs'
+        warm-up launches only as far as Triton's signature, and queue the launchers they miss.
+
+        A launcher's build needs no build key (its cache key hashes only its source), so the
+        workers build them while the key is hashed instead of idling, and the compiles that
+        follow are not queued behind them. Triton's hook learns the signature before Triton
+        computes any cache key; the launch ends there, with nothing compiled or cached. Stops
+        as soon as the key is there (the sweep finds the rest); errors are the sweep's to report.
+        """
+        from .kernel import TritonJitKernel
+
+        if not (self._need_launchers and self._pool is not None):
+            return
+        token = _SIGNATURE_ONLY.set(True)
+        try:
+            for kernel, key in jobs:
+                if not hashing():
+                    return
+                if isinstance(kernel, TritonJitKernel):
+                    try:
+                        kernel.compile(key)
+                    except _SignatureSeen:
+                        pass
+                    except Exception:
+                        pass
+        finally:
+            _SIGNATURE_ONLY.reset(token)
 
     def _shippable(self, jit_fn: Any, compile: dict, entry: str) -> "_Request | None":
         """The compile request a worker can run, or None (a closure, ``__main__``, unpicklable;
@@ -552,7 +598,8 @@ class WarmupSession:
                 self._drop(prestarted)
             t0 = time.perf_counter()
             if self._pool is not None:  # cold: the workers boot while this process gets ready
-                self._pool.set_triton_key(_prepare_while_hashing(jobs, self._pool.key_source()))
+                self._pool.set_triton_key(_prepare_while_hashing(jobs, self._pool.key_source(),
+                                                                 self._launchers_while_hashing))
             else:
                 use_fast_triton_key()
             self.counts.add_phase("start", time.perf_counter() - t0)
@@ -694,7 +741,8 @@ def _importable(fn: Any) -> bool:
     return fn.__module__ != "__main__" and "<locals>" not in fn.__qualname__
 
 
-def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], str] = use_fast_triton_key) -> str:
+def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], str] = use_fast_triton_key,
+                           then: Callable[[Sequence[tuple[Any, Any]], Callable[[], bool]], None] | None = None) -> str:
     """Triton's build key (:func:`~zerojit.cache.use_fast_triton_key`), computed on a thread
     while this one pays the first sweep's one-time costs; returns the key.
 
@@ -702,7 +750,11 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], st
     GIL; meanwhile each kernel gets its per-device cache and binder and its source hash, and the
     module Triton's specializer imports at its first tensor argument is imported. Without this
     the workers would wait for the key and then for those costs before their first request.
-    ``key``: what gives the key (a prestarted pool's: the hash it already started).
+    ``key``: what gives the key (a prestarted pool's: the hash it already started). ``then``:
+    called first with the jobs and a function telling whether the key is still being computed
+    (:meth:`WarmupSession._launchers_while_hashing`: on the H200 host, run after the costs above
+    it queued its first launcher only as the workers' imports ended, ~0.45 s, too late for them
+    to skip their throwaway compile).
     """
     from triton.runtime.driver import driver
 
@@ -720,6 +772,8 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], st
     thread = threading.Thread(target=compute, name="zerojit-triton-key", daemon=True)
     thread.start()
     try:
+        if then is not None:  # first: its launcher requests should reach the workers before their imports end
+            then(jobs, thread.is_alive)
         import_launch_path_modules()
         device = driver.active.get_current_device()
         seen: set[int] = set()
@@ -779,15 +833,33 @@ class _WorkerPool:
             "modules": list(modules),  # imported while the worker boots
         }
         self.triton_key: str | None = None  # set_triton_key
+        self._links: list[_Link] = []  # the started workers' request streams
         self._key_error: BaseException | None = None
         self._key_ready = threading.Event()
         self._hashing: threading.Thread | None = None  # hash_in_background
 
     def set_triton_key(self, key: str | None, error: BaseException | None = None) -> None:
-        """Hand the workers Triton's build key (each gets its set-up at start and this once it is set);
-        None with the ``error`` that prevented it: the workers stop."""
+        """Hand the workers Triton's build key, at once (each gets its set-up at start, and this as
+        soon as it is known: a worker that has it when its imports end skips its throwaway
+        compile); None with the ``error`` that prevented it: the workers stop."""
         self.triton_key, self._key_error = key, error
         self._key_ready.set()
+        with self.lock:
+            links = list(self._links)
+        for link in links:
+            try:
+                self._send_key(link)
+            except (OSError, ValueError):  # a worker that died or stopped: its thread reports it
+                pass
+
+    def _send_key(self, link: "_Link") -> None:
+        """Write the build key to one worker, once, if it is known."""
+        if self.triton_key is None:
+            return
+        with link.lock:
+            if not link.key_sent:
+                _wire.write_message(link.stdin, {"triton_key": self.triton_key})  # answered by nothing
+                link.key_sent = True
 
     def hash_in_background(self) -> None:
         """Compute Triton's build key on a thread and hand it to the workers."""
@@ -905,18 +977,29 @@ class _WorkerPool:
             return
         with self.lock:
             self.started += 1
-        task, ready = None, False
+        task, ready, link = None, False, _Link(proc.stdin)
         try:
-            _wire.write_message(proc.stdin, self.setup)  # the worker boots with it
-            self._key_ready.wait()
-            if self.triton_key is None:  # the hash failed: the warm-up reports it
-                return
-            _wire.write_message(proc.stdin, {"triton_key": self.triton_key})
+            with link.lock:
+                _wire.write_message(proc.stdin, self.setup)  # the worker boots with it
+            with self.lock:
+                self._links.append(link)
+            self._send_key(link)  # now, if known; else set_triton_key sends it
             while True:
                 task = self.tasks.get()[2]
                 if task is None:
                     break
-                if not ready:  # the worker booted while this thread waited for work
+                if task["kind"] == "compile" and not link.key_sent:  # launchers need no key; compiles do
+                    self._key_ready.wait()
+                    if self.triton_key is None:  # the hash failed: the warm-up reports it
+                        with self.lock:
+                            self._put(task)
+                        task = None
+                        return
+                    self._send_key(link)
+                # sent before the worker is ready: it sees a request waiting and skips its throwaway compile
+                with link.lock:
+                    _wire.write_message(proc.stdin, task)
+                if not ready:
                     status = _wire.read_message(proc.stdout)
                     if not status.get("ok"):
                         with self.lock:
@@ -931,7 +1014,6 @@ class _WorkerPool:
                                         "(e.g. subclasses torch.Tensor), which adds torch's import (~1.5 s) to every "
                                         "worker's boot")
                 sent = time.perf_counter()
-                _wire.write_message(proc.stdin, task)
                 reply = _wire.read_message(proc.stdout)
                 self._timed(f"{_outcome(task, reply)} {task.get('function') or task['name']}", index, sent,
                             time.perf_counter())
@@ -948,10 +1030,11 @@ class _WorkerPool:
             if task is not None:  # the parent compiles it in-process
                 self._finished(task["name"])
         finally:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
+            with link.lock:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
             if not ready:  # never used: do not wait for it to finish booting
                 proc.kill()
             stderr.close()
@@ -1016,6 +1099,16 @@ class _WorkerPool:
             if task is not None:
                 self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
         return dict(self.seconds)
+
+
+class _Link:
+    """One worker's request stream, written by its thread and by ``set_triton_key`` (the lock
+    keeps messages whole); ``key_sent``: the build key went out on it."""
+
+    def __init__(self, stdin: Any) -> None:
+        self.stdin = stdin
+        self.lock = threading.Lock()
+        self.key_sent = False
 
 
 def _outcome(task: dict, reply: dict) -> str:
