@@ -140,9 +140,10 @@ class WarmupStats:
             the warm-up session began (negative: workers :meth:`JitWarmupRegistry.start_workers`
             started before it), by start. A worker's boot: ``"python"`` (from its start
             to its script's first line), ``"imports"`` (Triton's compiler, zerojit's compile-only
-            driver, the kernels' modules), ``"preload"`` (a throwaway compile, only while it
-            waited for Triton's build key; see ``zerojit._compile_worker.preload``), ``"set-up"``
-            (the rest of the wait for the key, then the set-up); then one span per request, by
+            driver, the kernels' modules), ``"preload"`` (a throwaway compile, only when
+            neither Triton's build key nor a launcher request was waiting once its imports
+            ended; see ``zerojit._compile_worker.preload``), ``"set-up"`` (the worker's set-up);
+            then one span per request (from when the worker was ready for it), by
             what came of it: ``"compile module:function"`` (the worker compiled it), ``"cached
             ..."`` (on disk once the worker held its lock: another process compiled it),
             ``"failed ..."``, ``"launcher launcher:<key>"``; as the parent saw it. ``worker``
