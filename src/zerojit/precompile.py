@@ -12,7 +12,10 @@ serial warm-up uses (``kernel.compile(key)``: a fake launch through the kernel's
    attributes and options) and this launch is aborted before anything is cached. On a GPU the
    kernel's launcher module (a C extension Triton builds per signature with a C compiler, at
    load time) is shipped too when it is missing, so its build also runs in a worker (launcher
-   builds first: they are the longest requests and many keys wait for each).
+   builds first: they are the longest requests and many keys wait for each). A launcher needs
+   no build key, so on a new Triton install they are queued while the key is still hashed
+   (:meth:`WarmupSession._launchers_while_hashing`); one remembered for this install
+   (:func:`zerojit.cache.remembered_launcher`) is copied into the cache folder instead.
 2. As soon as the workers have written a deferred key's entry (and its launcher), this process
    loads it into the in-process cache under the key Triton's hook asked for
    (:class:`_ShippedLoader`: the ``CompiledKernel`` Triton's disk lookup would build, the
