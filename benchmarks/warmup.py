@@ -302,8 +302,9 @@ def timeline_summary(stats: dict, seconds: float) -> str:
     per_worker = ", ".join(f"{what} {seconds / len(ready):.2f} s" for what, seconds in boot.items())
     return (f"{len(ready)} workers ready at {ready[0]:.2f} to {ready[-1]:.2f} s (a worker's boot: {per_worker}); "
             f"requests {first:.2f} to {last:.2f} s kept them {100 * busy / (len(ready) * (last - first)):.0f}% busy "
-            f"({busy:.1f} s: {sum(w.startswith('compile ') for w, _, _ in work)} compiles, {len(launchers)} launchers of "
-            f"{statistics.median(launchers) if launchers else 0:.2f} s median); call returned {seconds:.2f} s")
+            f"({busy:.1f} s: {sum(w.startswith('compile ') for w, _, _ in work)} compiles"
+            + (f", {len(launchers)} launchers of {statistics.median(launchers):.2f} s median" if launchers else "")
+            + f"); call returned {seconds:.2f} s")
 
 
 def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None:
@@ -316,8 +317,11 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
     where = (f"compile-only target {first['target']} (no GPU: nothing loaded)" if first["target"] != "device"
              else "GPU (zerojit also loads modules and builds launchers)")
     print(f"key space {args.space!r}: {first['keys']} keys; {where}; {first['cpus']} CPUs, --workers {args.workers}; "
-          f"medians of {args.repeat} run(s); driver start {first['driver_s']:.2f} s (not timed)")
-    print(f"{'mode':<20}{'seconds':>9}{'ms/key':>9}{'steady':>8}{'compiles':>10}{'disk loads':>12}{'speed-up':>10}")
+          f"medians of {args.repeat} run(s); Triton's driver start (on a GPU: CUDA's context) {first['driver_s']:.2f} s, "
+          "not timed")
+    steady_col = bool(warm)  # measured in the warm modes only
+    print(f"{'mode':<20}{'seconds':>9}{'ms/key':>9}{'steady' if steady_col else '':>8}{'compiles':>10}{'disk loads':>12}"
+          f"{'speed-up':>10}")
     for group, base in ((cold, "triton-serial"), (warm, "triton-warm")):
         for m in group:
             r = med[m]
@@ -325,17 +329,19 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
             ratio = f"{med[base]['seconds'] / r['seconds']:>9.1f}x" if base in med else f"{'-':>10}"
             print(f"{m:<20}{r['seconds']:>9.2f}{r['ms_per_key']:>9.2f}{steady}{r['compiled']:>10.0f}"
                   f"{r['disk_loads']:>12.0f}{ratio}")
-    print("steady: ms per key of a second warm pass in the same process (in-process caches emptied), i.e. "
-          "without the process's one-time costs (Triton's first-launch imports, binders, source hashes)")
+    if steady_col:
+        print("steady: ms per key of a second warm pass in the same process (in-process caches emptied), i.e. "
+              "without the process's one-time costs (Triton's first-launch imports, binders, source hashes)")
     if "zerojit-prestarted" in cold and args.workers > 1:
         print(f"zerojit-prestarted: its workers were started {args.overlap:g} s before the timed call "
               "(registry.start_workers) and booted meanwhile, untimed: not a cold warm-up on its own")
     for m in ("zerojit-new-install", "zerojit"):
         z = next((r["stats"] for r in reversed(rows) if r["mode"] == m), None)
         if z:
+            launchers = (f"; {z['worker_launchers']} launchers built by workers, {z['launchers_remembered']} copied "
+                         "from those remembered for this install" if first["target"] == "device" else "")
             print(f"{m} cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in "
-                  f"the parent; {z['worker_launchers']} launchers built by workers, {z['launchers_remembered']} copied "
-                  f"from those remembered for this install ({z['worker_seconds']:.2f} s of worker time)"
+                  f"the parent{launchers} ({z['worker_seconds']:.2f} s of worker time)"
                   + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
     for m in ("zerojit-new-install", "zerojit", "zerojit-prestarted", "zerojit-warm"):
         last = next((r for r in reversed(rows) if r["mode"] == m), None)

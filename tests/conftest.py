@@ -16,6 +16,30 @@ import pytest
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def pytest_configure(config):
+    """Give the session its own Triton home (``TRITON_HOME``): Triton's default cache folder and
+    what zerojit remembers per Triton install live under it, so no test reads or writes the
+    user's ``~/.triton`` (and a warm one there cannot change what a test sees)."""
+    import tempfile
+
+    config._zerojit_home = tempfile.mkdtemp(prefix="zerojit-tests-home-")
+    config._zerojit_saved_home = os.environ.get("TRITON_HOME")
+    os.environ["TRITON_HOME"] = config._zerojit_home
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    home = getattr(config, "_zerojit_home", None)
+    if home is None:
+        return
+    if config._zerojit_saved_home is None:
+        os.environ.pop("TRITON_HOME", None)
+    else:
+        os.environ["TRITON_HOME"] = config._zerojit_saved_home
+    shutil.rmtree(home, ignore_errors=True)
+
+
 def _has_cuda() -> bool:
     try:
         import torch

@@ -148,3 +148,27 @@ def test_remembering_a_launcher_where_the_home_cannot_be_written_is_no_error(mon
     built.write_bytes(b"x")
     cache.remember_launcher(LAUNCHER_KEY, LAUNCHER, str(built))
     assert not cache.install_remembered_launcher(LAUNCHER_KEY, LAUNCHER)
+
+
+def test_the_install_memo_is_shared_by_every_name_of_the_interpreter(tmp_path):
+    """``python`` and ``python3`` of one environment are one install: the second name finds the
+    build hash the first remembered (each in its own new cache folder, so only the install's
+    memo can tell it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = os.path.dirname(sys.executable)
+    names = [os.path.join(folder, n) for n in ("python", "python3") if os.path.exists(os.path.join(folder, n))]
+    if len(names) < 2 or len({os.path.realpath(n) for n in names}) != 1:
+        pytest.skip("this environment has no second name for its interpreter")
+    src = str(Path(cache.__file__).resolve().parents[1])
+    code = ("import triton.runtime.cache as t; from zerojit.cache import use_fast_triton_key; use_fast_triton_key(); "
+            "print(getattr(t.triton_key, '_zerojit_memo', False))")
+    remembered = []
+    for i, exe in enumerate(names):
+        env = dict(os.environ, PYTHONPATH=src, TRITON_HOME=str(tmp_path / "home"), TRITON_CACHE_DIR=str(tmp_path / f"c{i}"))
+        proc = subprocess.run([exe, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        remembered.append(proc.stdout.strip().splitlines()[-1])
+    assert remembered == ["False", "True"] and len(install_memo(tmp_path)) == 1

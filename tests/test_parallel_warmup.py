@@ -448,11 +448,14 @@ def test_a_kernel_defined_in_a_function_compiles_in_process(monkeypatch, tmp_pat
         "inside a function, where a worker cannot import it; compiled in this process [2 keys]",)
 
 
-def test_dead_workers_are_recovered_from(monkeypatch, tmp_path):
-    """Workers that die at once: the parent compiles everything itself, same keys as serial."""
+@pytest.mark.parametrize("death, said", [("import sys; sys.exit(3)", "(exit status 3)"),
+                                         ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "(killed by SIGKILL)")])
+def test_dead_workers_are_recovered_from(monkeypatch, tmp_path, death, said):
+    """Workers that die at once: the parent compiles everything itself, same keys as serial; how
+    they died is in the notes, which the report's summary shows."""
     use_cache(monkeypatch, tmp_path / "cache")
     script = tmp_path / "dies.py"
-    script.write_text("import sys\nsys.exit(3)\n")
+    script.write_text(death + "\n")
     monkeypatch.setattr(precompile, "_WORKER_SCRIPT", str(script))
     registry = JitWarmupRegistry()
     with registry.activate():
@@ -462,7 +465,8 @@ def test_dead_workers_are_recovered_from(monkeypatch, tmp_path):
     assert report.ok and [k.block for k in report.keys_by_kernel()["ramp"]] == [16, 32]
     assert report.stats.compiled == 2 and report.stats.worker_compiled == 0
     died = [r for r in report.stats.recovered if " died " in r]
-    assert died and all("died while starting, before its first request" in r for r in died)
+    assert died and all(f"died {said} while starting, before its first request" in r for r in died)
+    assert all(f"  note: {r}" in report.summary() for r in died)
 
 
 def test_compile_workers_import_no_torch():

@@ -432,16 +432,20 @@ def test_a_warm_up_with_no_gpu_and_no_compile_only_target_says_what_to_do():
         "from zerojit.runner.config import load_config\n"
         "from zerojit.runner.model import register_model\n"
         "config = load_config('dsv4-like')\n"
-        "try:\n"
-        "    register_model(config).warmup(config, progress=False)\n"
-        "except NoTargetError as e:\n"
-        "    print('refused:', e)\n")
+        "for target in ('device', 'cuda:80'):\n"
+        "    try:\n"
+        "        register_model(config).warmup(config, progress=False, target=target)\n"
+        "    except NoTargetError as e:\n"
+        "        print('refused:', e)\n")
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=src)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.startswith("refused: zerojit warm-up: no GPU is visible and no compile-only target is active")
-    assert 'compile_only("cuda:90")' in proc.stdout and proc.stdout.count("\n") == 1  # one line, once
+    plain, targeted = proc.stdout.splitlines()  # one line each
+    assert plain.startswith("refused: zerojit warm-up: no GPU is visible and no compile-only target is active")
+    assert 'compile_only("cuda:90")' in plain and "target=" not in plain
+    assert "warmup(target='cuda:80') checks the target, it does not select one" in targeted
+    assert 'compile_only("cuda:80")' in targeted
 
 
 def test_a_cache_folder_no_key_could_use_is_refused_once(tmp_path, monkeypatch):
@@ -460,6 +464,20 @@ def test_a_cache_folder_no_key_could_use_is_refused_once(tmp_path, monkeypatch):
         with pytest.raises(CacheFolderError, match=what) as info:
             reg.warmup(progress=False)
         assert "point TRITON_CACHE_DIR at a writable folder" in str(info.value)
+
+    # read-only (simulated, so it also holds as root): refused while empty, used once it holds entries
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: mode != os.W_OK and real_access(p, mode) if str(p) == str(ro)
+                        else real_access(p, mode))
+    monkeypatch.setattr(knobs.cache, "dir", str(ro))
+    with pytest.raises(CacheFolderError, match="is read-only and holds no compiled kernel"):
+        reg.warmup(progress=False)
+    (ro / "SOMEENTRY").mkdir()
+    from zerojit.cache import check_cache_folder
+
+    check_cache_folder("zerojit warm-up")  # a warm cache can be read: not refused
 
 
 def test_many_keys_failing_alike_are_listed_three_times_then_counted():

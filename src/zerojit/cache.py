@@ -150,19 +150,25 @@ def _build_stat_signature(root: str) -> str:
         for folder, dirs, files in os.walk(os.path.join(root, sub)):
             dirs[:] = sorted(d for d in dirs if d != "__pycache__")
             paths += [os.path.join(folder, f) for f in sorted(files) if f.endswith((".py", ".so"))]
-    h = hashlib.sha256(sys.executable.encode())
+    h = hashlib.sha256(_python().encode())
     for p in paths:
         st = os.stat(p)
         h.update(f"{os.path.relpath(p, root)}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}\n".encode())
     return h.hexdigest()
 
 
+def _python() -> str:
+    """This Python's executable, links resolved: ``python``, ``python3`` and ``python3.11`` of
+    one environment are one interpreter (the Triton package folder tells environments apart)."""
+    return os.path.realpath(sys.executable)
+
+
 def _install_dir(what: str) -> str:
     """``~/.triton/zerojit/<what>-<install>`` (Triton's home, ``TRITON_HOME``, default ``~``), one
-    per Triton install: this Python executable and this Triton package folder."""
+    per Triton install: this Python interpreter and this Triton package folder."""
     from triton import knobs
 
-    install = hashlib.sha256(f"{sys.executable}\0{_triton_root()}".encode()).hexdigest()[:16]
+    install = hashlib.sha256(f"{_python()}\0{_triton_root()}".encode()).hexdigest()[:16]
     return os.path.join(knobs.cache.home_dir, ".triton", "zerojit", f"{what}-{install}")
 
 
@@ -381,8 +387,9 @@ class CacheFolderError(RuntimeError):
 
 def _folder_problem(folder: str, error: OSError | None = None) -> str | None:
     """Why ``folder`` cannot serve as a cache folder, as the end of "cache folder X ...", or None.
-    Without ``error`` the folder is created if missing (an existing read-only folder passes: a warm
-    cache can be read); with it, ``error`` (what writing into it raised) is explained."""
+    Without ``error`` the folder is created if missing (an existing read-only folder passes when it
+    holds entries: a warm cache can be read; an empty one could serve no key); with it, ``error``
+    (what writing into it raised) is explained."""
     if not folder:
         return "is empty (TRITON_CACHE_DIR='')"
     if os.path.exists(folder) and not os.path.isdir(folder):
@@ -390,9 +397,12 @@ def _folder_problem(folder: str, error: OSError | None = None) -> str | None:
     if error is None:
         try:
             os.makedirs(folder, exist_ok=True)
-            return None
         except OSError as e:
             error = e
+        else:
+            if not os.access(folder, os.W_OK) and not any(not name.startswith(".") for name in os.listdir(folder)):
+                return "is read-only and holds no compiled kernel (nothing to load, and nothing can be compiled into it)"
+            return None
     reason = error.strerror or str(error)
     if not os.path.exists(folder):
         return f"cannot be created ({reason})"

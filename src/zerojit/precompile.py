@@ -1029,7 +1029,8 @@ class _WorkerPool:
                 what = " while starting, before its first request"
             else:
                 what = f" while compiling {task.get('function') or task['name']}" if task else ""
-            self._recovered(f"compile worker {proc.pid} died{what}: {type(e).__name__}: {e}" + (f"\n{tail}" if tail else ""))
+            self._recovered(f"compile worker {proc.pid} died{_exit_status(proc)}{what}: {type(e).__name__}: {e}"
+                            + (f"\n{tail}" if tail else ""))
             if task is not None:  # the parent compiles it in-process
                 self._finished(task["name"])
         finally:
@@ -1139,6 +1140,23 @@ def _backends_in_tree() -> bool:
             b.compiler.__module__ == f"triton.backends.{name}.compiler" for name, b in tb.backends.items())
     except Exception:
         return False
+
+
+def _exit_status(proc: subprocess.Popen) -> str:
+    """`` (killed by SIGKILL)`` or `` (exit status 1)`` for a worker whose stream just ended (it
+    is given 1 s to be reaped); empty when it is still running."""
+    import signal
+
+    try:
+        code = proc.wait(timeout=1)
+    except subprocess.TimeoutExpired:
+        return ""
+    if code < 0:
+        try:
+            return f" (killed by {signal.Signals(-code).name})"
+        except ValueError:
+            return f" (killed by signal {-code})"
+    return f" (exit status {code})"
 
 
 def _launcher_file() -> str:

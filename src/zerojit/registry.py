@@ -165,6 +165,12 @@ class WarmupStats:
     worker_stages: tuple[tuple[str, float], ...] = ()
     timeline: tuple[tuple[str, int, float, float], ...] = ()
 
+    def notes(self, prefix: str) -> list[str]:
+        """``recovered``, one line per cause (a worker's stderr tail indented under it), each
+        starting with ``prefix``: for a human-readable report."""
+        indent = " " * len(prefix)
+        return [prefix + note.replace("\n", "\n" + indent) for note in self.recovered]
+
     @property
     def total_compiled(self) -> int:
         """Kernel compiles this warm-up caused, in this process and its workers."""
@@ -257,6 +263,7 @@ class WarmupReport:
                  f"{self.seconds:.2f} s (target {self.target}), {count(len(self.failures), 'failure')}"]
         if self.stats is not None:
             lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
+            lines += self.stats.notes("  note: ")
         for k in self.kernels:
             lines.append(f"  {k.kernel:<40} {len(k.keys):>4} {'key ' if len(k.keys) == 1 else 'keys'}  {k.seconds:7.2f} s")
         if self.stats is not None and self.stats.workers:
@@ -320,10 +327,21 @@ def _check_target(target: str, *, compiles: bool, caller: str = "warmup") -> Non
     if current is None and not compiles:
         return
     if current is None:
+        from .compile_only import parse_target
+
+        example = "cuda:90"
+        if target != "device":
+            try:
+                parse_target(target)
+                example = target
+            except (ValueError, TypeError, AttributeError):  # not a target name at all
+                pass
+        given = (f" ({caller}(target={target!r}) checks the target, it does not select one)" if target != "device"
+                 else "")
         raise NoTargetError(
             f"zerojit {'warm-up' if caller == 'warmup' else caller}: no GPU is visible and no compile-only target is "
-            "active, so Triton cannot compile. On a machine without a GPU, warm up inside "
-            "`with zerojit.compile_only.compile_only(\"cuda:90\"):` (real cubins for that target, nothing loaded).")
+            f"active, so Triton cannot compile{given}. On a machine without a GPU, warm up inside "
+            f"`with zerojit.compile_only.compile_only(\"{example}\"):` (real cubins for that target, nothing loaded).")
     if target != "device" and target != current:
         from .compile_only import active_compile_only
 

@@ -376,6 +376,7 @@ class RunReport:
             f"{self.replay_seconds:.1f} s",
             f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})"
             + (f"; {w.origin}" if w.origin else ""),
+            *(w.report.stats.notes("               note: ") if w.report is not None and w.report.stats else ()),
             f"  monitor      {self.monitor_mode}: {self.runtime_compiles} runtime compiles",
             f"  request path {rp.compiles} compiles ({rp.compile_ms:.1f} ms compiling), {rp.loads} module loads, "
             f"{rp.cold_steps} cold steps (steps that compiled or loaded a module: +{rp.extra_ms:.1f} ms over the median step)",
