@@ -260,6 +260,26 @@ def test_warm_start_without_the_restore_index_loads_from_disk(serial_and_paralle
     assert variants(report) == variants(serial_and_parallel[1][0])
 
 
+def test_a_read_only_warm_cache_without_zerojits_files_starts_no_worker(serial_and_parallel, monkeypatch, tmp_path):
+    """A warm cache shipped read-only (say, in an image) without zerojit's marker and restore index:
+    no worker is started (none could write an entry); every key loads from disk. Read-only is
+    simulated, so this also holds as root."""
+    import shutil
+
+    folder = tmp_path / "ro"
+    shutil.copytree(serial_and_parallel[2][3], folder, ignore=shutil.ignore_patterns(".zerojit"))
+    use_cache(monkeypatch, folder)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: mode != os.W_OK and real_access(p, mode) if str(p) == str(folder)
+                        else real_access(p, mode))
+    registry, config = dsv4_registry()
+    forget_in_process(registry, config)
+    assert registry.start_workers(config, workers=2, target="cuda:90") == 0
+    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    s = report.stats
+    assert (s.compiled, s.worker_compiled, s.workers, s.disk_loads) == (0, 0, 0, 21) and s.recovered == ()
+
+
 # --- failures, and what workers cannot do -----------------------------------------------------
 
 

@@ -502,10 +502,12 @@ class WarmupSession:
 
     def _ensure_pool(self, target: Any, *, key_later: bool = False) -> "_WorkerPool | None":
         """The session's worker pool for ``target`` (started on first use), or None when it was
-        started for another target. ``key_later``: the caller hands Triton's build key to the
+        started for another target or the cache folder cannot be written. ``key_later``: the caller hands Triton's build key to the
         pool later (:meth:`_WorkerPool.set_triton_key`); workers boot meanwhile."""
         with self._lock:
             if self._pool is None:
+                if not _writable_cache():
+                    return None
                 self._pool = _WorkerPool(self.workers, target, self.counts, self._lock, self._modules)
                 if not key_later:
                     self._pool.set_triton_key(use_fast_triton_key())
@@ -590,7 +592,7 @@ class WarmupSession:
                 except Exception:  # no GPU and no compile-only target: nothing will compile anyway
                     target = None
                 marker = _marker(jobs, target) if target is not None else None
-                if marker is not None and not os.path.exists(marker):  # cold: start the workers now
+                if marker is not None and not os.path.exists(marker) and _writable_cache():  # cold: start the workers now
                     if prestarted is not None and prestarted.serves(target) and self._pool is None:
                         self._pool, prestarted = prestarted, None
                         self._pool.resize(self.workers)
@@ -719,7 +721,7 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
     triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
     modules = _kernel_modules(jobs)
     target = _current_target()
-    if not triton_jobs or workers <= 1 or not modules:
+    if not triton_jobs or workers <= 1 or not modules or not _writable_cache():
         return None
     if os.path.exists(_marker(jobs, target)) or os.path.exists(index_path(plan_digest(jobs), target)):
         return None  # warmed into this cache folder before (by workers, or serially: its restore index)
@@ -727,6 +729,13 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
     pool.hash_in_background()
     pool.prestart(min(workers, triton_jobs))
     return pool
+
+
+def _writable_cache() -> bool:
+    """True when this process may write into the cache folder (a read-only one, e.g. a warm cache
+    shipped in an image, gets no workers: they could write no entry, and what it lacks fails in
+    this process with the folder named)."""
+    return os.access(cache_dir(), os.W_OK)
 
 
 def _kernel_modules(jobs: Sequence[tuple[Any, Any]]) -> list[str]:

@@ -499,9 +499,11 @@ class JitWarmupRegistry:
             target: as for :meth:`warmup`: ``"device"`` or this process's target name.
 
         Returns:
-            The number of worker processes started: 0 when none is needed (``workers=1``, no
-            Triton kernel a worker can import, or this key space was warmed into this cache
-            folder before: its marker or restore index is there).
+            The number of worker processes being started (each on its own thread: they may not
+            exist yet when this returns): 0 when none is needed (``workers=1``, no Triton kernel
+            a worker can import, a cache folder this process cannot write (workers could write
+            no entry), or this key space was warmed into this cache folder before: its marker or
+            restore index is there).
 
         Raises:
             ValueError: ``workers`` is not a whole number >= 1, or ``target`` names another
