@@ -115,39 +115,39 @@ def test_the_signature_covers_the_files_triton_hashes():
 
 
 LAUNCHER_KEY = "ab" * 32  # a launcher's cache key: SHA-256 of its source and the platform
-LAUNCHER = "__triton_launcher.cpython-311-x86_64-linux-gnu.so"
+LAUNCHER = cache.launcher_file()  # __triton_launcher<EXT_SUFFIX>
 
 
 def test_a_launcher_built_once_is_copied_into_a_new_cache_folder_on_the_same_install(monkeypatch, tmp_path):
     from triton.runtime.cache import get_cache_manager
 
     where(monkeypatch, tmp_path, "first")
-    built = tmp_path / "built.so"
-    built.write_bytes(b"\x7fELF launcher bytes")
-    assert not cache.install_remembered_launcher(LAUNCHER_KEY, LAUNCHER)  # nothing remembered yet
+    assert not cache.install_remembered_launcher(LAUNCHER_KEY)  # nothing remembered yet
     assert get_cache_manager(LAUNCHER_KEY).get_file(LAUNCHER) is None  # and nothing written
-    cache.remember_launcher(LAUNCHER_KEY, LAUNCHER, str(built))
-    kept = cache.remembered_launcher(LAUNCHER_KEY, LAUNCHER)
+    get_cache_manager(LAUNCHER_KEY).put(b"\x7fELF launcher bytes", LAUNCHER, binary=True)  # a worker built it
+    cache.remember_launcher(LAUNCHER_KEY)
+    kept = cache.remembered_launcher(LAUNCHER_KEY)
     assert kept.startswith(str(tmp_path / "home" / ".triton" / "zerojit" / "launchers-"))
 
     where(monkeypatch, tmp_path, "second")  # a new, empty cache folder; same install, same home
-    assert cache.install_remembered_launcher(LAUNCHER_KEY, LAUNCHER)
+    assert cache.install_remembered_launcher(LAUNCHER_KEY)
     found = get_cache_manager(LAUNCHER_KEY).get_file(LAUNCHER)  # where Triton's build looks first
     assert found is not None and found.startswith(str(tmp_path / "second"))
     assert open(found, "rb").read() == b"\x7fELF launcher bytes"
     assert not [p for p in os.listdir(os.path.dirname(kept)) if p.endswith(".tmp")]
 
     where(monkeypatch, tmp_path, "third", home_name="other-home")  # another home remembers nothing
-    assert not cache.install_remembered_launcher(LAUNCHER_KEY, LAUNCHER)
+    assert not cache.install_remembered_launcher(LAUNCHER_KEY)
 
 
 def test_remembering_a_launcher_where_the_home_cannot_be_written_is_no_error(monkeypatch, tmp_path):
+    from triton.runtime.cache import get_cache_manager
+
     where(monkeypatch, tmp_path, "first", home_name="home-is-a-file")
     (tmp_path / "home-is-a-file").write_text("")
-    built = tmp_path / "built.so"
-    built.write_bytes(b"x")
-    cache.remember_launcher(LAUNCHER_KEY, LAUNCHER, str(built))
-    assert not cache.install_remembered_launcher(LAUNCHER_KEY, LAUNCHER)
+    get_cache_manager(LAUNCHER_KEY).put(b"x", LAUNCHER, binary=True)
+    cache.remember_launcher(LAUNCHER_KEY)
+    assert not cache.install_remembered_launcher(LAUNCHER_KEY)
 
 
 def test_the_install_memo_is_shared_by_every_name_of_the_interpreter(tmp_path):

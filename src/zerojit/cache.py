@@ -254,25 +254,38 @@ def use_fast_triton_key() -> str:
     return value
 
 
-def remembered_launcher(launcher_key: str, name: str) -> str:
-    """Where the launcher module ``name`` (``__triton_launcher<EXT_SUFFIX>``) of Triton's cache key
-    ``launcher_key`` is remembered for this Triton install: ``~/.triton/zerojit/launchers-<install>/``.
+def launcher_file() -> str:
+    """The file name of a CUDA launcher module in Triton's cache: ``__triton_launcher<EXT_SUFFIX>``
+    (Triton's ``compile_module_from_src``)."""
+    import sysconfig
+
+    return f"__triton_launcher{sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def remembered_launcher(launcher_key: str) -> str:
+    """Where the launcher module of Triton's cache key ``launcher_key`` is remembered for this
+    Triton install: ``~/.triton/zerojit/launchers-<install>/``.
 
     A launcher is the C extension Triton builds per kernel signature at a kernel's first load
     (~0.2-0.35 s of a C compiler each, 11 for the MLA kernels). Its cache key hashes only its
     generated source and the platform (Triton's ``compile_module_from_src``), not the kernels,
     so a new cache folder on the same install needs the very same file: like Triton's build hash
     (:func:`use_fast_triton_key`), it is remembered per install. The file name carries Python's
-    extension suffix, and the folder is per Python executable and Triton package.
+    extension suffix (:func:`launcher_file`), and the folder is per Python interpreter and
+    Triton package.
     """
-    return os.path.join(_install_dir("launchers"), f"{launcher_key}{name}")
+    return os.path.join(_install_dir("launchers"), f"{launcher_key}{launcher_file()}")
 
 
-def remember_launcher(launcher_key: str, name: str, built: str) -> None:
-    """Keep a copy of the launcher module file ``built`` (written whole: a copy, then a rename);
-    a read-only home is not an error (remembering is only an optimisation)."""
-    path = remembered_launcher(launcher_key, name)
-    if os.path.exists(path):
+def remember_launcher(launcher_key: str) -> None:
+    """Keep a copy of the launcher module of ``launcher_key`` that is in the cache folder (written
+    whole: a copy, then a rename); nothing there, or a read-only home, is not an error
+    (remembering is only an optimisation)."""
+    from triton.runtime.cache import get_cache_manager
+
+    path = remembered_launcher(launcher_key)
+    built = get_cache_manager(launcher_key).get_file(launcher_file())
+    if built is None or os.path.exists(path):
         return
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -283,16 +296,16 @@ def remember_launcher(launcher_key: str, name: str, built: str) -> None:
         pass
 
 
-def install_remembered_launcher(launcher_key: str, name: str) -> bool:
+def install_remembered_launcher(launcher_key: str) -> bool:
     """Put the remembered launcher module of ``launcher_key`` into the cache folder, where Triton
     looks for it (its cache manager writes the file whole); False when none is remembered or it
     cannot be read (the caller then builds it)."""
     from triton.runtime.cache import get_cache_manager
 
     try:
-        with open(remembered_launcher(launcher_key, name), "rb") as f:
+        with open(remembered_launcher(launcher_key), "rb") as f:
             data = f.read()
-        get_cache_manager(launcher_key).put(data, name, binary=True)
+        get_cache_manager(launcher_key).put(data, launcher_file(), binary=True)
     except OSError:
         return False
     return True

@@ -66,8 +66,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from . import _compile_worker as _wire
-from .cache import (cache_dir, entry_lock, install_remembered_launcher, launcher_lock, remember_launcher,
-                    use_fast_triton_key)
+from .cache import (cache_dir, entry_lock, install_remembered_launcher, launcher_file, launcher_lock,
+                    remember_launcher, use_fast_triton_key)
 from .registry import WarmupStats, _warm_target, count
 
 __all__ = ["WarmupSession", "JobOutcome", "start_worker_pool"]
@@ -489,8 +489,8 @@ class WarmupSession:
 
                 src = make_launcher({}, dict(enumerate(types)), None)  # what CudaLauncher builds
                 key = hashlib.sha256((src + platform_key()).encode("utf-8")).hexdigest()
-                on_disk = get_cache_manager(key).get_file(_launcher_file()) is not None
-                remembered = not on_disk and install_remembered_launcher(key, _launcher_file())
+                on_disk = get_cache_manager(key).get_file(launcher_file()) is not None
+                remembered = not on_disk and install_remembered_launcher(key)
                 state = (key, on_disk or remembered)
                 if remembered:
                     with self._lock:
@@ -592,7 +592,7 @@ class WarmupSession:
                 except Exception:  # no GPU and no compile-only target: nothing will compile anyway
                     target = None
                 marker = _marker(jobs, target) if target is not None else None
-                if marker is not None and not os.path.exists(marker) and _writable_cache():  # cold: start the workers now
+                if marker is not None and not os.path.exists(marker):  # cold: start the workers now
                     if prestarted is not None and prestarted.serves(target) and self._pool is None:
                         self._pool, prestarted = prestarted, None
                         self._pool.resize(self.workers)
@@ -1085,7 +1085,7 @@ class _WorkerPool:
                     self.counts.worker_launchers += 1
         if reply.get("ok"):
             if task["kind"] == "launcher":
-                _remember_built_launcher(task["key"])
+                remember_launcher(task["key"])  # for this Triton install
             return
         what = task.get("function") or f"launcher {task['signature']}"
         if reply.get("unavailable"):
@@ -1166,22 +1166,6 @@ def _exit_status(proc: subprocess.Popen) -> str:
         except ValueError:
             return f" (killed by signal {-code})"
     return f" (exit status {code})"
-
-
-def _launcher_file() -> str:
-    """The file name of a CUDA launcher module in Triton's cache (``compile_module_from_src``)."""
-    import sysconfig
-
-    return f"__triton_launcher{sysconfig.get_config_var('EXT_SUFFIX')}"
-
-
-def _remember_built_launcher(key: str) -> None:
-    """Remember, for this Triton install, the launcher module a worker just wrote to the cache."""
-    from triton.runtime.cache import get_cache_manager
-
-    built = get_cache_manager(key).get_file(_launcher_file())
-    if built is not None:
-        remember_launcher(key, _launcher_file(), built)
 
 
 def _reap(proc: subprocess.Popen) -> None:

@@ -327,15 +327,7 @@ def _check_target(target: str, *, compiles: bool, caller: str = "warmup") -> Non
     if current is None and not compiles:
         return
     if current is None:
-        from .compile_only import parse_target
-
-        example = "cuda:90"
-        if target != "device":
-            try:
-                parse_target(target)
-                example = target
-            except (ValueError, TypeError, AttributeError):  # not a target name at all
-                pass
+        example = target if _is_target_name(target) else "cuda:90"
         given = (f" ({caller}(target={target!r}) checks the target, it does not select one)" if target != "device"
                  else "")
         raise NoTargetError(
@@ -345,18 +337,24 @@ def _check_target(target: str, *, compiles: bool, caller: str = "warmup") -> Non
     if target != "device" and target != current:
         from .compile_only import active_compile_only
 
-        from .compile_only import parse_target
-
         how = "compile-only" if active_compile_only() is not None else "its GPU"
-        try:
-            parse_target(target)
-            inside = f", or warm up inside compile_only({target!r})"
-        except (ValueError, TypeError, AttributeError):  # not a target name at all
-            inside = ""
+        inside = f", or warm up inside compile_only({target!r})" if _is_target_name(target) else ""
         raise ValueError(
             f"{caller}(target={target!r}): this process compiles for {current!r} ({how}); target names what the "
             f"report records and what a bundle must be built for, so it must match: pass target=\"device\" or "
             f"{current!r}{inside}")
+
+
+def _is_target_name(target: Any) -> bool:
+    """True when ``target`` is a compile-only target name (``"cuda:90"``), which a message may
+    suggest to ``compile_only``; ``"device"`` and anything else are not."""
+    from .compile_only import parse_target
+
+    try:
+        parse_target(target)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
 
 
 def _cache_hint(error: BaseException) -> str:
@@ -481,7 +479,7 @@ class JitWarmupRegistry:
         """Start the compile worker processes of the next :meth:`warmup` now, so that their boot
         overlaps what the engine does before its warm-up (loading weights, building the KV cache).
 
-        A worker's boot (Python, Triton's import, the kernels' modules; ~0.5 s on the H200 host
+        A worker's boot (Python, Triton's import, the kernels' modules; ~0.4 s on the H200 host
         with 16 booting at once) otherwise opens every cold warm-up; so does hashing Triton's
         build on a new Triton install, which this also starts (on a thread). Call it once the key
         space is complete (after binding the KV cache): whether the warm-up will be cold is
