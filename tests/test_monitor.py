@@ -518,3 +518,39 @@ def test_cli_jit_monitor_mode_option(monkeypatch):
         assert bad.exit_code == 2 and "must be one of off, warn, error" in bad.output
     finally:
         monitor.shutdown()
+
+
+# --- a monitor built after warm-up, without report= ---------------------------------------------------
+
+
+def test_a_monitor_built_without_a_report_knows_this_process_warm_ups(dry):
+    from zerojit import JitMonitor as exported, RuntimeJitError as exported_error
+    from zerojit.registry import warmup_reports
+
+    assert (exported, exported_error) == (JitMonitor, RuntimeJitError)
+    _, report = warm()  # the process monitor stays off: the user installs their own
+    assert monitor.current() is None and warmup_reports()[-1] is report
+    with JitMonitor("error") as mon:
+        assert any(r is report for r in mon.reports)
+        with pytest.raises(RuntimeJitError) as err:
+            paged_scale(x=torch.zeros(64), out=torch.zeros(64), block_size=64)
+    msg = str(err.value)
+    assert "nearest warmed key: PagedScale.CompileKey(block=64)" in msg
+    assert "block_size: warmed as equal-to-one, called as divisible-by-16" in msg
+    assert "registration was never reached" not in msg
+    assert JitMonitor("error", report=()).reports == ()
+
+
+def test_warm_up_listeners_hear_every_warm_up_once_each(dry):
+    from zerojit import registry as registry_module
+
+    heard = []
+    listener = heard.append
+    registry_module.add_warmup_listener(listener)
+    registry_module.add_warmup_listener(listener)  # added twice, called once
+    try:
+        _, first = warm()
+        _, second = warm()
+    finally:
+        registry_module._LISTENERS.remove(listener)
+    assert [r is first for r in heard] == [True, False] and heard[1] is second

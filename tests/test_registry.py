@@ -492,3 +492,16 @@ def test_many_keys_failing_alike_are_listed_three_times_then_counted():
     assert [f"block={b})" in msg for b in (3, 5, 6, 7, 9, 10, 11)] == [True] * 3 + [False] * 4
     assert "\n  ... and 4 more failures with the same error: CompilationError: " in msg
     assert msg.count("arange's range must be a power of 2") == 4  # three listed, one for the rest
+
+
+def test_the_json_report_labels_phases_stages_and_timeline_spans():
+    from zerojit.reports import WarmupStats
+
+    stats = WarmupStats(compiled=2, phases=(("sweep", 0.5), ("load", 0.25)), worker_stages=(("ptx", 1.5),),
+                        timeline=(("imports", 0, -0.1, 0.3),), recovered=("a note",))
+    data = WarmupReport(kernels=(), stats=stats).to_dict()["stats"]
+    assert data["phases"] == [{"phase": "sweep", "seconds": 0.5}, {"phase": "load", "seconds": 0.25}]
+    assert data["worker_stages"] == [{"stage": "ptx", "seconds": 1.5}]
+    assert data["timeline"] == [{"what": "imports", "worker": 0, "start": -0.1, "end": 0.3}]
+    assert data["compiled"] == 2 and data["recovered"] == ["a note"]
+    assert json.loads(json.dumps(data)) == data

@@ -7,13 +7,14 @@ a registry compiles all of it at start-up and loads every module and launcher
 named target and turns launches into dry launches.
 """
 
+from . import audit  # listens for warm-ups: `zerojit audit`'s child writes its audit at exit
 from . import compile_only  # the module: zerojit.compile_only.compile_only("cuda:90")
+from ._version import __version__
 from .kernel import CompiledVariant, JitKernel, KernelDefinitionError, KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .keyspace import KeySpaceError, choices, int_range, trace_dispatch, zip_inputs
+from .monitor import JitMonitor, RuntimeJitError  # listens for warm-ups: ZEROJIT_JIT_MONITOR
 from .registry import JitWarmupRegistry, NoTargetError, WarmupError, WarmupReport
 from .specialization import SpecClass, WarmupTensor, classify, scalar_rep
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CompiledVariant",
@@ -28,6 +29,8 @@ __all__ = [
     "int_range",
     "trace_dispatch",
     "zip_inputs",
+    "JitMonitor",
+    "RuntimeJitError",
     "JitWarmupRegistry",
     "WarmupError",
     "NoTargetError",

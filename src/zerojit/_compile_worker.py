@@ -167,6 +167,8 @@ class Worker:
         self.target = GPUTarget(*setup["target"])
         from triton.runtime.driver import driver
 
+        # Importable only now (sys.path came with the set-up); the worker is a plain script so
+        # that its boot imports no more of zerojit than compiling needs.
         from zerojit.compile_only import CompileOnlyDriver
 
         drv = CompileOnlyDriver(f"{self.target.backend}:{self.target.arch}")

@@ -47,7 +47,7 @@ import triton
 from triton import knobs as _knobs
 from triton.knobs import HookChain
 
-from .specialization import SpecClass
+from .specialization import SpecClass, bind
 
 __all__ = ["FastVariant", "LaunchState", "Plan", "FAST_PATH_ENV", "current_device"]
 
@@ -552,7 +552,6 @@ class LaunchState:
             return
         from triton.runtime.jit import compute_cache_key
 
-        from .specialization import bind
 
         jit = self.jit_fn
         try:

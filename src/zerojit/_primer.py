@@ -1,13 +1,16 @@
 """The one-element kernel :func:`zerojit.loading.prime_launch_path` launches through zerojit's
-own launch path (in its own module so the ``triton.jit`` decoration happens only when a GPU
-warm-up needs it)."""
+own launch path at the end of a GPU warm-up (and that bundles carry, so that such a warm-up
+compiles nothing)."""
 
 from dataclasses import dataclass
 
 import triton
 import triton.language as tl
 
+import torch
+
 from .kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+from .specialization import WarmupTensor
 
 
 @triton.jit
@@ -27,10 +30,6 @@ class Primer(TritonJitKernel["Primer.CompileKey"]):
     def warmup_inputs(self, key: "Primer.CompileKey") -> dict:
         """An aligned int32 buffer, like the one :func:`~zerojit.loading.prime_launch_path` passes
         (so a warm-up compiles and loads the primer with the other kernels, in parallel)."""
-        import torch
-
-        from .specialization import WarmupTensor
-
         return dict(buf=WarmupTensor(torch.int32, (1,)))
 
     @kernel_launcher

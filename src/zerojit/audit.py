@@ -32,6 +32,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from . import monitor as _monitor
+from . import registry as _registry
+
 __all__ = [
     "AUDIT_OUT_ENV",
     "WarmedKey",
@@ -380,8 +383,6 @@ def write_at_exit_if_requested() -> None:
 
 
 def _write_audit() -> None:
-    from . import monitor as _monitor
-
     path = os.environ.get(AUDIT_OUT_ENV)
     mon = _monitor.current()
     if not path or mon is None:
@@ -392,3 +393,13 @@ def _write_audit() -> None:
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def _on_warmup_complete(report: Any) -> None:
+    # A warm-up listener registered after the monitor's (this module imports the monitor first):
+    # once the process monitor exists, `zerojit audit`'s child writes its audit at exit.
+    if _monitor.current() is not None:
+        write_at_exit_if_requested()
+
+
+_registry.add_warmup_listener(_on_warmup_complete)

@@ -48,7 +48,11 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .registry import count
+from . import _version
+from ._primer import primer
+from .compile_only import active_compile_only, current_target_name, target_name
+from .context import allow_compiles
+from .reports import count
 
 __all__ = [
     "cache_dir",
@@ -323,27 +327,6 @@ def triton_build_hash() -> str:
         return h.hexdigest()
 
     return _remembered("libtriton_sha256", compute)
-
-
-def target_name(target: Any) -> str:
-    """``"cuda:90"`` for Triton's ``GPUTarget("cuda", 90, 32)``, ``"hip:gfx942"`` for HIP."""
-    return f"{target.backend}:{target.arch}"
-
-
-def current_target_name() -> str | None:
-    """The target this process compiles for: the compile-only target, else the GPU's; None when
-    there is neither (no GPU and no :func:`zerojit.compile_only.compile_only` block)."""
-    from .compile_only import active_compile_only
-
-    co = active_compile_only()
-    if co is not None:
-        return co.target_name
-    try:
-        from triton.runtime.driver import driver
-
-        return target_name(driver.active.get_current_target())
-    except Exception:
-        return None
 
 
 def _python_tag() -> str:
@@ -631,7 +614,6 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         BundleError: a failed warm-up (a bundle must be complete), a missing cache file, or no
             target known.
     """
-    import zerojit
 
     path = _bundle_path(path)
     if getattr(report, "failures", ()):
@@ -666,7 +648,7 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         entries={e: {"kernel": entry_kernel.get(e, "?"),
                      "files": {n: _sha256(blobs[(e, n)]) for n in sorted(files)}} for e, files in entries.items()},
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        zerojit_version=getattr(zerojit, "__version__", ""),
+        zerojit_version=_version.__version__,
     )
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
@@ -687,9 +669,6 @@ def _primer_variant() -> list:
     """The launch-path primer (:func:`zerojit.loading.prime_launch_path`) compiled for the current
     target, so a GPU warm-up from the bundle compiles nothing at all; [] if it cannot be."""
     try:
-        from ._primer import primer
-        from .monitor import allow_compiles
-
         with allow_compiles():
             return [primer.compile(type(primer).CompileKey())]
     except Exception:
@@ -786,8 +765,6 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
         BundleCacheDirError: the cache folder cannot be written (read-only, a file, disk full).
         BundleError: no such file.
     """
-    from .compile_only import active_compile_only
-
     path = _bundle_path(path)
     co = active_compile_only()
     co_target = co.target_name if co is not None else None

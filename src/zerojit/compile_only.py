@@ -25,7 +25,7 @@ import re
 from typing import Iterator
 
 __all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "compile_only", "parse_target", "supported_cuda_capabilities",
-           "active_compile_only"]
+           "active_compile_only", "current_target_name", "is_target_name", "target_name", "warm_target"]
 
 _TARGET = re.compile(r"^(cuda):(\d+)$|^(hip):(gfx\w+)$")
 
@@ -207,3 +207,44 @@ def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
         yield new
     finally:
         driver._active = previous
+
+
+def target_name(target) -> str:
+    """``"cuda:90"`` for Triton's ``GPUTarget("cuda", 90, 32)``, ``"hip:gfx942"`` for HIP."""
+    return f"{target.backend}:{target.arch}"
+
+
+def is_target_name(target) -> bool:
+    """True when ``target`` is a compile-only target name (``"cuda:90"``), which a message may
+    suggest to :func:`compile_only`; ``"device"`` and anything else are not."""
+    try:
+        parse_target(target)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def current_target_name() -> str | None:
+    """The target this process compiles for: the compile-only target, else the GPU's; None when
+    there is neither (no GPU and no :func:`compile_only` block)."""
+    co = active_compile_only()
+    if co is not None:
+        return co.target_name
+    try:
+        from triton.runtime.driver import driver
+
+        return target_name(driver.active.get_current_target())
+    except Exception:
+        return None
+
+
+def warm_target():
+    """(Triton's current ``GPUTarget``, whether it is the compile-only driver's), or (None, True)
+    when no driver can start (no GPU and no compile-only target: nothing will compile anyway)."""
+    from triton.runtime.driver import driver
+
+    try:
+        active = driver.active
+        return active.get_current_target(), isinstance(active, CompileOnlyDriver)
+    except Exception:
+        return None, True

@@ -30,7 +30,9 @@ import uuid
 from typing import Any, Sequence
 
 from .cache import cache_dir, entries_of, install_entries, pack_entries, use_fast_triton_key
-from .precompile import plan_digest
+from .compile_only import warm_target
+from .precompile import JobOutcome, plan_digest
+from .restore import records, restore_records
 
 __all__ = ["DistributedWarmupError", "sharded_warmup", "shard"]
 
@@ -94,11 +96,8 @@ def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *,
 
     # 4. share the results: Triton's build, this share's restore records, and (separate cache
     # folders) its entries; the exchange is also the barrier after every rank's compiles
-    from .precompile import JobOutcome
-    from .registry import _warm_target
-    from .restore import records, restore_records
 
-    target, dry = _warm_target()
+    target, dry = warm_target()
     build = hashlib.sha256(use_fast_triton_key().encode()).hexdigest()
     done = {i: o.variant for i, o in zip(share, first) if o.error is None}
     message = {"build": build, "records": records(jobs, done, target) if target is not None else None, "entries": {}}

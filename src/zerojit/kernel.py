@@ -32,7 +32,6 @@ provably share its specialization classes, skipping Triton's binder and cache-ke
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import functools
 import inspect
@@ -44,11 +43,11 @@ from typing import Any, Callable, ClassVar, Generic, Hashable, Mapping, TypeVar
 
 from triton.runtime.driver import driver as _triton_driver
 
-from . import registry as _registry
+from . import context
 from ._launch import FastVariant, LaunchState, Plan
 from .compile_only import CompileOnlyDriver
-from .loading import load_compiled
-from .specialization import LAUNCH_OPTIONS, SpecClass
+from .specialization import LAUNCH_OPTIONS, SpecClass, bind
+from .triton_compat import load_compiled
 
 __all__ = [
     "KernelDefinitionError",
@@ -129,7 +128,7 @@ class CompiledVariant:
 
 
 # Set inside compile(key): the warm-up launch records its CompiledKernel here instead of launching.
-_WARMUP_SINK: contextvars.ContextVar[list | None] = contextvars.ContextVar("zerojit_warmup_sink", default=None)
+_WARMUP_SINK = context.WARMUP_SINK
 # Triton creates a kernel's per-device cache lazily (a defaultdict); two warm-up threads creating it
 # at once would each get their own and one thread's compiled variants would be lost.
 _DEVICE_CACHE_LOCK = threading.Lock()
@@ -180,8 +179,9 @@ class JitKernel(Generic[KeyT]):
         raise NotImplementedError
 
     def register_warmup(self, **request: Any) -> None:
-        """Ask the active registry to warm this kernel for ``request`` (no-op when none is active)."""
-        _registry.register(self, **request)
+        """Ask the active registration sink (a :class:`zerojit.registry.JitWarmupRegistry` inside its
+        ``activate()`` block) to warm this kernel for ``request``; a no-op when none is active."""
+        context.register(self, **request)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} kernel {self.name!r}>"
@@ -472,8 +472,6 @@ class TritonJitKernel(JitKernel[KeyT]):
         if not isinstance(_triton_driver.active, CompileOnlyDriver):
             load_compiled(compiled)  # module, function and launcher now, not at the first launch
             loaded = True
-        from .specialization import bind
-
         _, specialization, _ = bind(self.kernel, **args)
         return CompiledVariant(
             kernel=self.name,

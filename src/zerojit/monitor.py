@@ -41,11 +41,12 @@ monitor unlinks itself from a chain of monitors, or else stays in place as a pas
 
 Warm-up awareness: hook calls made inside a zerojit warm-up launch (``kernel.compile(key)``, in
 whatever thread the registry runs it) or inside :func:`allow_compiles` are ignored, so a second
-registry warming later is not a runtime compile. :meth:`JitWarmupRegistry.warmup` calls
-:func:`on_warmup_complete` at its end: it installs the *process monitor* when
-``ZEROJIT_JIT_MONITOR`` (or :func:`configure`) asks for warn/error, and hands the warm-up report to
-every installed monitor (warmed keys for the nearest-key explanation and the audit). A monitor you
-install yourself is armed at once.
+registry warming later is not a runtime compile. The monitor listens for warm-ups
+(:func:`zerojit.registry.add_warmup_listener`; the registry never imports the monitor): at the end
+of each, :func:`on_warmup_complete` installs the *process monitor* when ``ZEROJIT_JIT_MONITOR`` (or
+:func:`configure`) asks for warn/error, and hands the warm-up report to every installed monitor
+(warmed keys for the nearest-key explanation and the audit). A monitor you build yourself starts
+with every warm-up this process has completed and is armed as soon as it is installed.
 
 Async compile mode (``triton.runtime._async_compile``) is not specially supported: misses are
 seen, but a compile finished on another thread may be counted as a direct compile.
@@ -63,7 +64,13 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from . import kernel as _kernel
+from . import registry as _registry
+from .context import allow_compiles, in_warmup
+from .kernel import TritonJitKernel
 from .specialization import SpecClass
+from .triton_compat import get_cache_hook as _get_cache_hook, get_compile_listener as _get_listener
+from .triton_compat import set_cache_hook as _set_cache_hook, set_compile_listener as _set_listener
 
 __all__ = [
     "MODES",
@@ -93,34 +100,11 @@ ENV_VAR = "ZEROJIT_JIT_MONITOR"
 
 logger = logging.getLogger("zerojit.monitor")
 
-# Compiles inside this context are deliberate (see allow_compiles); a ContextVar, so per thread.
-_ALLOWED: contextvars.ContextVar[bool] = contextvars.ContextVar("zerojit_allow_compiles", default=False)
-
 
 def _check_mode(mode: str, where: str = "JitMonitor mode") -> str:
     if mode not in MODES:
         raise ValueError(f"{where} must be one of {', '.join(MODES)}, not {mode!r}")
     return mode
-
-
-@contextlib.contextmanager
-def allow_compiles() -> Iterator[None]:
-    """Compiles inside the block (this thread/context) are deliberate: not counted, not blocked.
-
-    For a late warm-up done by hand, a test's own set-up, or a path that is allowed to compile.
-    zerojit's own warm-up launches need no such block.
-    """
-    token = _ALLOWED.set(True)
-    try:
-        yield
-    finally:
-        _ALLOWED.reset(token)
-
-
-def _in_warmup() -> bool:
-    from .kernel import _WARMUP_SINK  # set by TritonJitKernel.compile(key) around its warm-up launch
-
-    return _WARMUP_SINK.get() is not None or _ALLOWED.get()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,40 +478,12 @@ def _unlink(link: _Link, get: Callable[[], Any], set_: Callable[[Any], Any]) -> 
     link.enabled = False  # a foreign hook wraps ours: stay in its chain as a pass-through
 
 
-def _get_cache_hook():
-    from triton import knobs
-
-    return knobs.runtime.jit_cache_hook
-
-
-def _set_cache_hook(hook):
-    from triton import knobs
-
-    knobs.runtime.jit_cache_hook = hook
-
-
-def _get_listener():
-    from triton import knobs
-
-    return knobs.compilation.listener
-
-
-def _set_listener(listener):
-    from triton import knobs
-
-    knobs.compilation.listener = listener
-
-
 def _get_observer():
-    from . import kernel
-
-    return kernel._launch_observer
+    return _kernel._launch_observer
 
 
 def _set_observer(observer):
-    from . import kernel
-
-    kernel.set_launch_observer(observer)
+    _kernel.set_launch_observer(observer)
 
 
 _CHAIN_LOCK = threading.RLock()
@@ -539,13 +495,19 @@ _INSTALLED: list["JitMonitor"] = []
 # ---------------------------------------------------------------------------------------------
 
 
+_PROCESS_WARMUPS: Any = object()  # JitMonitor(report=...) left out: this process's warm-ups
+
+
 class JitMonitor:
     """Counts (warn) or blocks (error) every compile after warm-up; see the module doc.
 
     Args:
         mode: ``"off" | "warn" | "error"`` (``"off"``: :meth:`install` installs nothing).
-        report: a :class:`~zerojit.registry.WarmupReport` (or several via :meth:`add_report`)
-            whose warmed keys explain misses and are audited.
+        report: a :class:`~zerojit.registry.WarmupReport` (or a list of them; more via
+            :meth:`add_report`) whose warmed keys explain misses and are audited. Left out: every
+            warm-up this process has completed so far (:func:`zerojit.registry.warmup_reports`),
+            so that a monitor built after ``registry.warmup()`` names the nearest warmed key;
+            ``report=()`` starts with none.
         no_warmup_note: why nothing was warmed, when that is deliberate (``"--warmup none"``):
             while the monitor holds no warmed key at all, a runtime compile is explained as
             "no zerojit warm-up ran (<note>)" instead of as a dropped registration.
@@ -554,7 +516,7 @@ class JitMonitor:
     records are updated under one lock; warn mode logs once per distinct (kernel, Triton key).
     """
 
-    def __init__(self, mode: str = "warn", *, report: Any = None, no_warmup_note: str | None = None) -> None:
+    def __init__(self, mode: str = "warn", *, report: Any = _PROCESS_WARMUPS, no_warmup_note: str | None = None) -> None:
         self._mode = _check_mode(mode)
         self._no_warmup_note = no_warmup_note
         self._lock = threading.RLock()
@@ -569,7 +531,12 @@ class JitMonitor:
         self._pending: dict[int, tuple[Any, _Stats]] = {}  # id(signature dict) -> (dict, stats)
         self._launches: dict[int, _Launches] = {}
         self._launch_total = 0
-        if report is not None:
+        if report is _PROCESS_WARMUPS:
+            report = _registry.warmup_reports()
+        if report is None or isinstance(report, (list, tuple)):
+            for r in report or ():
+                self.add_report(r)
+        else:
             self.add_report(report)
 
     # -- configuration ---------------------------------------------------------------------------
@@ -587,10 +554,13 @@ class JitMonitor:
         return self._links is not None
 
     def add_report(self, report: Any) -> None:
-        """Add a warm-up report's variants (or any iterable of CompiledVariants) to the warmed set."""
+        """Add a warm-up report's variants (or any iterable of CompiledVariants) to the warmed set
+        (a report already added is not added again)."""
         variants = report.variants if hasattr(report, "variants") else list(report)
         with self._lock:
             if hasattr(report, "variants"):
+                if any(r is report for r in self._reports):
+                    return
                 self._reports.append(report)
             for v in variants:
                 compiled = getattr(v, "compiled", None)
@@ -717,8 +687,6 @@ class JitMonitor:
         name = self._names.get(id(jit_fn))
         if name is not None:
             return name
-        from .kernel import TritonJitKernel
-
         stack = list(TritonJitKernel.__subclasses__())
         while stack:
             cls = stack.pop()
@@ -768,7 +736,7 @@ class JitMonitor:
     # -- the three handlers ----------------------------------------------------------------------
 
     def _on_cache_miss(self, previous_result: Any, *, key: str, fn: Any, compile: dict, **_: Any) -> None:
-        if previous_result or self._mode == "off" or _in_warmup():
+        if previous_result or self._mode == "off" or in_warmup():
             return  # a user hook took the compile over, or this compile is deliberate
         jit_fn = fn.jit_function
         mode = self._mode
@@ -806,7 +774,7 @@ class JitMonitor:
                 else:
                     pending[1].compiled += 1
                 return
-        if self._mode == "off" or _in_warmup():
+        if self._mode == "off" or in_warmup():
             return
         jit_fn = getattr(src, "fn", None)
         if jit_fn is not None and hasattr(jit_fn, "params"):
@@ -907,15 +875,16 @@ def on_warmup_complete(report: Any) -> JitMonitor | None:
     """Called by :meth:`JitWarmupRegistry.warmup` at its end; returns the process monitor.
 
     Installs the process monitor when the configured mode is warn/error (once; later warm-ups add
-    their reports to it) and gives ``report`` to every installed monitor. When ``ZEROJIT_AUDIT_OUT``
-    is set (``zerojit audit``), the audit is written there when the process exits.
+    their reports to it) and gives ``report`` to every installed monitor. The registry calls it
+    (a warm-up listener, :func:`zerojit.registry.add_warmup_listener`) after recording ``report``
+    among this process's warm-ups.
     """
     global _process_monitor
     mode = configured_mode()
     with _STATE_LOCK:
         if mode != "off":
-            if _process_monitor is None:
-                _process_monitor = JitMonitor(mode)
+            if _process_monitor is None:  # armed from this warm-up on, as before any user monitor
+                _process_monitor = JitMonitor(mode, report=())
             else:
                 _process_monitor.mode = mode
             _process_monitor.add_report(report)
@@ -924,11 +893,10 @@ def on_warmup_complete(report: Any) -> JitMonitor | None:
             others = [m for m in _INSTALLED if m is not _process_monitor]
     for m in others:
         m.add_report(report)
-    if _process_monitor is not None:
-        from . import audit
-
-        audit.write_at_exit_if_requested()
     return _process_monitor
+
+
+_registry.add_warmup_listener(on_warmup_complete)
 
 
 def shutdown(*, keep_configuration: bool = False) -> None:

@@ -68,7 +68,12 @@ from typing import Any, Callable, Sequence
 from . import _compile_worker as _wire
 from .cache import (cache_dir, entry_lock, install_remembered_launcher, launcher_file, launcher_lock,
                     remember_launcher, use_fast_triton_key)
-from .registry import WarmupStats, _warm_target, count
+from .compile_only import active_compile_only, warm_target
+from .kernel import _DEVICE_CACHE_LOCK, _WARMUP_SINK, CompiledVariant, TritonJitKernel
+from .reports import WarmupStats, count
+from .restore import index_path, install, shared_launchers
+from .specialization import SpecClass, bind
+from .triton_compat import import_launch_path_modules
 
 __all__ = ["WarmupSession", "JobOutcome", "start_worker_pool"]
 
@@ -286,7 +291,6 @@ class WarmupSession:
         from triton import knobs
         from triton.runtime.cache import FileCacheManager
 
-        from .compile_only import active_compile_only
 
         self._need_launchers = active_compile_only() is None and self.workers > 1 and _cuda_launchers_available()
         self._prev_hook = knobs.runtime.jit_cache_hook
@@ -375,7 +379,6 @@ class WarmupSession:
                     task = self._launcher_tasks.get(tuple(compile["signature"].values()))
                 if task is not None:
                     job.entries.append(task)
-                from .kernel import _WARMUP_SINK
 
                 launch = _WARMUP_SINK.get()
                 if isinstance(triton_key, str) and launch:
@@ -413,7 +416,6 @@ class WarmupSession:
         computes any cache key; the launch ends there, with nothing compiled or cached. Stops
         as soon as the key is there (the sweep finds the rest); errors are the sweep's to report.
         """
-        from .kernel import TritonJitKernel
 
         if not (self._need_launchers and self._pool is not None):
             return
@@ -462,7 +464,7 @@ class WarmupSession:
         pool.finish()
         if self.workers <= 1:
             why = f"this warm-up compiles in-process (workers={self.workers})"
-        elif not pool.serves(_warm_target()[0]):
+        elif not pool.serves(warm_target()[0]):
             why = "they compile for another target or cache folder than this warm-up"
         else:
             why = "this key space needs no compile here (a warm start)"
@@ -533,7 +535,6 @@ class WarmupSession:
         """Run ``jobs[i]`` for ``i`` in ``indices``: Triton kernels one after the other in this thread
         (their compiles go to worker processes; loading is GIL-bound, threads only slow it), other
         kernels' own ``compile`` on up to ``workers`` threads meanwhile."""
-        from .kernel import TritonJitKernel
 
         others = [i for i in indices if not isinstance(jobs[i][0], TritonJitKernel)]
         futures = []
@@ -560,7 +561,6 @@ class WarmupSession:
         """
         from tqdm.auto import tqdm
 
-        from .kernel import TritonJitKernel
 
         outcomes: list[JobOutcome | None] = [None] * len(jobs)
         spent = [0.0] * len(jobs)
@@ -675,10 +675,9 @@ class _ShippedLoader:
     def __enter__(self) -> "_ShippedLoader":
         from triton.runtime.driver import driver
 
-        from .restore import shared_launchers
 
         self.device = driver.active.get_current_device()
-        self.gpu = not _warm_target()[1]
+        self.gpu = not warm_target()[1]
         if self.gpu:
             self._stack.enter_context(shared_launchers())
         return self
@@ -687,9 +686,6 @@ class _ShippedLoader:
         self._stack.close()
 
     def load(self, kernel: Any, key: Any, shipped: _Shipped) -> Any:
-        from .kernel import CompiledVariant, TritonJitKernel
-        from .restore import install
-        from .specialization import SpecClass, bind
 
         if not isinstance(kernel, TritonJitKernel) or kernel.fast_path:  # its warm-up launch records
             return None
@@ -715,8 +711,6 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
     :class:`WarmupSession`. None when nothing would use them: ``workers <= 1``, no Triton kernel
     a worker can import, or this key space was warmed into this cache folder before (the marker
     a parallel warm-up leaves, or the restore index any warm-up leaves)."""
-    from .kernel import TritonJitKernel
-    from .restore import index_path
 
     triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
     modules = _kernel_modules(jobs)
@@ -741,7 +735,6 @@ def _writable_cache() -> bool:
 def _kernel_modules(jobs: Sequence[tuple[Any, Any]]) -> list[str]:
     """The modules that define the jobs' Triton functions, where a worker can import them (empty:
     no worker could compile any of the jobs)."""
-    from .kernel import TritonJitKernel
 
     functions = {getattr(getattr(k, "kernel", None), "fn", None) for k, _ in jobs if isinstance(k, TritonJitKernel)}
     return sorted({fn.__module__ for fn in functions if fn is not None and _importable(fn)})
@@ -770,8 +763,6 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], st
     """
     from triton.runtime.driver import driver
 
-    from .kernel import _DEVICE_CACHE_LOCK, TritonJitKernel
-    from .loading import import_launch_path_modules
 
     result: dict = {}
 

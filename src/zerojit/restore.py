@@ -14,7 +14,7 @@ variant straight into the kernel's in-process cache:
 
 * the ``CompiledKernel`` is built from the metadata JSON and the cubin only (the IR files load
   when ``asm`` is read), with one metadata ``namedtuple`` class per field set;
-* on a GPU, the module and function load as before (:func:`zerojit.loading.load_compiled`), and
+* on a GPU, the module and function load as before (:func:`zerojit.triton_compat.load_compiled`), and
   kernels with the same signature and launch metadata share one launcher object instead of each
   importing the launcher module again.
 
@@ -54,7 +54,9 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from .cache import cache_dir, use_fast_triton_key
+from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
+from .triton_compat import load_compiled
 
 __all__ = ["restore_variants", "restore_records", "records", "save_index", "index_path", "build_compiled_kernel",
            "install", "shared_launchers"]
@@ -96,7 +98,6 @@ def _global_fingerprint(target: Any) -> tuple:
     import triton
     from triton._C.libtriton import get_cache_invalidating_env_vars
 
-    from . import __version__
 
     return (_FORMAT, triton.__version__, use_fast_triton_key(), sys.version_info[:2], __version__,
             (target.backend, target.arch, target.warp_size), sorted(get_cache_invalidating_env_vars().items()))
@@ -351,7 +352,6 @@ def install(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], sr
     Raises:
         Exception: whatever building or loading raised; nothing is filed then.
     """
-    from .loading import load_compiled
 
     with _DEVICE_CACHE_LOCK:
         kernel_cache = jit_fn.device_caches[device][0]

@@ -1,0 +1,280 @@
+"""Warm-up results as plain values: :class:`WarmupReport` (per kernel keys, compiled variants and
+seconds, every failure), :class:`WarmupStats` (where the variants came from) and the errors a
+warm-up raises (:class:`WarmupError`, :class:`NoTargetError`).
+
+These are what the warm-up layer hands up to the observation layer (the monitor and the audit
+read reports; docs/architecture.md). They print (``summary()``), compare and serialize
+(``to_dict()``), and hold no reference to the machinery that made them, except each variant's
+compiled kernel.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "KernelWarmup",
+    "NoTargetError",
+    "WarmupError",
+    "WarmupFailure",
+    "WarmupReport",
+    "WarmupStats",
+    "count",
+]
+
+
+def count(n: int, noun: str, plural: str | None = None) -> str:
+    """``"1 kernel"``, ``"2 kernels"``, ``"0 processes"`` (``plural`` when not ``noun + "s"``)."""
+    return f"{n} {noun if n == 1 else (plural or noun + 's')}"
+
+
+@dataclass(frozen=True)
+class WarmupFailure:
+    """One key (or a kernel's key listing, ``key=None``) that failed, with the error."""
+
+    kernel: str
+    key: Any
+    error: str
+
+    def __str__(self) -> str:
+        where = "listing its keys" if self.key is None else f"key {self.key}"
+        return f"{self.kernel}: {where}: {self.error}"
+
+
+@dataclass(frozen=True)
+class KernelWarmup:
+    """One kernel's part of a warm-up: its keys, compiled variants and compile seconds."""
+
+    kernel: str
+    keys: tuple[Any, ...]
+    variants: tuple[Any, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class WarmupStats:
+    """Where a warm-up's variants came from (Triton's compile events, counted by zerojit).
+
+    Attributes:
+        compiled: variants Triton compiled in this process.
+        worker_compiled: variants compiled by this warm-up's worker processes.
+        disk_loads: variants this process loaded from Triton's disk cache (compiled earlier, by
+            its workers, by another process, or installed from a bundle).
+        lock_waits: entries missing when this warm-up looked them up, then found on disk once
+            this process (or one of its workers) held the entry's lock: another process compiled
+            them meanwhile (this one waited for its lock, or came just after); loaded from disk.
+        workers: compile worker processes started (by this warm-up, or for it by
+            :meth:`JitWarmupRegistry.start_workers`).
+        worker_launchers: CUDA launcher modules built by workers (on a GPU).
+        launchers_remembered: CUDA launcher modules missing from the cache folder and copied
+            into it from those remembered for this Triton install (built by an earlier
+            warm-up's workers; see :func:`zerojit.cache.remembered_launcher`), not built again.
+        recovered: what workers could not do (this process did it instead), or did only slowly
+            (a kernels' module that imports torch), one line per cause, ending ``[N keys]`` when
+            N keys gave the same line.
+        bundle_entries: cache entries installed from a bundle.
+        restored: variants put straight into the in-process caches from zerojit's restore index
+            (a warm start: no Triton lookup; see :mod:`zerojit.restore`).
+        phases: wall-clock seconds per phase, in order, as ``(name, seconds)``: ``restore`` (the
+            restore index), ``start`` (Triton's build key, hashed once per Triton install; with
+            workers booting, also the first launch's one-time costs), ``sweep`` (every other
+            key's warm-up launch; with workers, those that miss the disk cache are handed to
+            them), ``workers`` (waiting for the workers' results), ``load`` (loading them, as
+            they arrive), ``prime`` (the launch path's first launch, on a GPU). Absent phases
+            did not run. ``imports`` (after a restore: the launch path's lazy imports, which no
+            warm-up launch paid; once per process) comes right after ``restore``.
+        worker_seconds: seconds the worker processes spent on their requests (kernel compiles,
+            launcher builds, waiting for another process's lock), summed over workers.
+        worker_stages: Triton's compile stages (``ir``: the front end's IR; then one per
+            lowering stage, e.g. ``ttir``, ``ttgir``, ``llir``, ``ptx``, ``cubin`` (``ptxas``);
+            ``store``: writing the cache entry) as ``(stage, seconds)``, summed over the workers'
+            compiles (Triton's ``CompileTimes``, given to its compilation listener).
+        timeline: what the worker processes did, as ``(what, worker, start, end)`` in seconds since
+            the warm-up session began (negative: workers :meth:`JitWarmupRegistry.start_workers`
+            started before it), by start. A worker's boot: ``"python"`` (from its start
+            to its script's first line), ``"imports"`` (Triton's compiler, zerojit's compile-only
+            driver, the kernels' modules), ``"preload"`` (a throwaway compile, only when
+            neither Triton's build key nor a launcher request was waiting once its imports
+            ended; see ``zerojit._compile_worker.preload``), ``"set-up"`` (the worker's set-up);
+            then one span per request (from when the worker was ready for it), by
+            what came of it: ``"compile module:function"`` (the worker compiled it), ``"cached
+            ..."`` (on disk once the worker held its lock: another process compiled it),
+            ``"failed ..."``, ``"launcher launcher:<key>"``; as the parent saw it. ``worker``
+            numbers the processes from 0. Empty without workers.
+    """
+
+    compiled: int = 0
+    worker_compiled: int = 0
+    disk_loads: int = 0
+    lock_waits: int = 0
+    workers: int = 0
+    worker_launchers: int = 0
+    launchers_remembered: int = 0
+    recovered: tuple[str, ...] = ()
+    bundle_entries: int = 0
+    restored: int = 0
+    phases: tuple[tuple[str, float], ...] = ()
+    worker_seconds: float = 0.0
+    worker_stages: tuple[tuple[str, float], ...] = ()
+    timeline: tuple[tuple[str, int, float, float], ...] = ()
+
+    def notes(self, prefix: str) -> list[str]:
+        """``recovered``, one line per cause (a worker's stderr tail indented under it), each
+        starting with ``prefix``: for a human-readable report."""
+        indent = " " * len(prefix)
+        return [prefix + note.replace("\n", "\n" + indent) for note in self.recovered]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counts as JSON-ready values; each pair list as labelled objects:
+        ``phases`` ``[{"phase", "seconds"}]``, ``worker_stages`` ``[{"stage", "seconds"}]``,
+        ``timeline`` ``[{"what", "worker", "start", "end"}]`` (seconds)."""
+        fields = dataclasses.asdict(self)
+        fields["recovered"] = list(self.recovered)
+        fields["phases"] = [{"phase": name, "seconds": s} for name, s in self.phases]
+        fields["worker_stages"] = [{"stage": stage, "seconds": s} for stage, s in self.worker_stages]
+        fields["timeline"] = [{"what": what, "worker": worker, "start": start, "end": end}
+                              for what, worker, start, end in self.timeline]
+        return fields
+
+    @property
+    def total_compiled(self) -> int:
+        """Kernel compiles this warm-up caused, in this process and its workers."""
+        return self.compiled + self.worker_compiled
+
+    def origin(self, variants: int | None = None) -> str:
+        """Where the variants came from, in one phrase, e.g. ``"21 compiled by 2 worker processes,
+        then loaded from the disk cache"`` (worker compiles reach this process through the disk
+        cache, so they are also among ``disk_loads``). ``variants``: how many the warm-up
+        produced, to count those that were already in this process."""
+        parts = []
+        if self.worker_compiled:
+            parts.append(f"{self.worker_compiled} compiled by {count(self.workers, 'worker process', 'worker processes')}, "
+                         "then loaded from the disk cache")
+        if self.compiled:
+            parts.append(f"{self.compiled} compiled in this process")
+        if self.lock_waits:
+            parts.append(f"{self.lock_waits} compiled meanwhile by another process (this warm-up waited for its lock), "
+                         "then loaded from the disk cache")
+        cached = self.disk_loads - self.worker_compiled - self.lock_waits
+        if cached > 0:
+            bundle = f", {self.bundle_entries} entries installed from a bundle" if self.bundle_entries else ""
+            parts.append(f"{cached} loaded from the disk cache, compiled before this warm-up{bundle}")
+        if self.restored:
+            parts.append(f"{self.restored} restored from the disk cache by zerojit's restore index")
+        held = (variants or 0) - self.compiled - max(self.disk_loads, self.worker_compiled) - self.restored
+        if parts and held > 0:
+            parts.append(f"{held} already in this process")
+        if parts:
+            return "; ".join(parts)
+        return ("nothing compiled or loaded: every variant was already in this process" if variants
+                else "nothing compiled or loaded")
+
+
+@dataclass(frozen=True)
+class WarmupReport:
+    """What a warm-up did.
+
+    Attributes:
+        kernels: per kernel, keys, compiled variants and seconds (summed over its keys).
+        failures: every key that failed, with its kernel and error (none hides another).
+        seconds: wall-clock seconds of the whole warm-up.
+        target: the compile target (``"cuda:90"``, also when taken from an active ``compile_only``
+            block) or ``"device"`` when compiled for the GPU present.
+        stats: compile, disk-load and worker counts (None for a report not made by ``warmup``).
+    """
+
+    kernels: tuple[KernelWarmup, ...]
+    failures: tuple[WarmupFailure, ...] = ()
+    seconds: float = 0.0
+    target: str = "device"
+    stats: WarmupStats | None = None
+
+    @property
+    def num_keys(self) -> int:
+        return sum(len(k.keys) for k in self.kernels)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    @property
+    def variants(self) -> list[Any]:
+        """Every compiled variant, kernel by kernel."""
+        return [v for k in self.kernels for v in k.variants]
+
+    def keys_by_kernel(self) -> dict[str, tuple[Any, ...]]:
+        return {k.kernel: k.keys for k in self.kernels}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (keys as their field dicts)."""
+        return {
+            "keys": self.num_keys,
+            "seconds": round(self.seconds, 4),
+            "target": self.target,
+            "kernels": {
+                k.kernel: {"keys": [_key_dict(x) for x in k.keys], "seconds": round(k.seconds, 4)} for k in self.kernels
+            },
+            "failures": [{"kernel": f.kernel, "key": _key_dict(f.key), "error": f.error} for f in self.failures],
+            "stats": self.stats.to_dict() if self.stats is not None else None,
+        }
+
+    def summary(self) -> str:
+        """A short human-readable table."""
+        keys = count(self.num_keys, "key")
+        failed_keys = sum(f.key is not None for f in self.failures)
+        if failed_keys:  # the failed keys are not among the kernels' keys
+            keys = f"{self.num_keys} of {count(self.num_keys + failed_keys, 'key')}"
+        lines = [f"warm-up: {keys} over {count(len(self.kernels), 'kernel')} in "
+                 f"{self.seconds:.2f} s (target {self.target}), {count(len(self.failures), 'failure')}"]
+        if self.stats is not None:
+            lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
+            lines += self.stats.notes("  note: ")
+        for k in self.kernels:
+            lines.append(f"  {k.kernel:<40} {len(k.keys):>4} {'key ' if len(k.keys) == 1 else 'keys'}  {k.seconds:7.2f} s")
+        if self.stats is not None and self.stats.workers:
+            lines.append("  (a kernel's seconds add up its keys' time, its worker processes' included: together "
+                         "they can exceed the warm-up's wall time)")
+        lines += [f"  FAILED {f}" for f in self.failures]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
+def _key_dict(key: Any) -> Any:
+    if key is not None and dataclasses.is_dataclass(key):
+        return dataclasses.asdict(key)
+    return key if key is None or isinstance(key, (int, float, str, bool)) else repr(key)
+
+
+_SAME_ERROR_SHOWN = 3  # failures listed per distinct error text; the rest are counted
+_ENTRY_NAME = re.compile(r"\b[A-Z2-7]{52}\b")  # a Triton cache entry's folder name (base32 of a SHA-256)
+
+
+class WarmupError(RuntimeError):
+    """Warm-up failed for one or more keys; ``report`` holds every failure and every success."""
+
+    def __init__(self, report: WarmupReport) -> None:
+        keys = sum(f.key is not None for f in report.failures)
+        listings = len(report.failures) - keys
+        what = [count(keys, "key")] if keys else []
+        what += [count(listings, "kernel's key listing", "kernels' key listings")] if listings else []
+        lines = [f"zerojit warm-up failed for {' and '.join(what)}:"]
+        seen: dict[str, int] = {}  # error text (cache entry names masked) -> failures with it
+        for f in report.failures:
+            error = _ENTRY_NAME.sub("<entry>", f.error)
+            shown = seen.get(error, 0)
+            seen[error] = shown + 1
+            if shown < _SAME_ERROR_SHOWN:
+                lines.append(f"  {f}")
+        lines += [f"  ... and {count(n - _SAME_ERROR_SHOWN, 'more failure')} with the same error: {error}"
+                  for error, n in seen.items() if n > _SAME_ERROR_SHOWN]
+        super().__init__("\n".join(lines))
+        self.report = report
+
+
+class NoTargetError(RuntimeError):
+    """A warm-up where Triton has no target: no GPU is visible and no compile-only target is active."""
