@@ -108,7 +108,6 @@ class _JobState:
 def _manager_class(session: "WarmupSession", base: type) -> type:
     """Triton's cache manager class, with ``get_group`` (Triton's disk lookup in ``compile``)
     reporting to ``session`` for its own warm-up jobs; everything else is ``base``'s."""
-
     class ZerojitCacheManager(base):  # type: ignore[misc, valid-type]
         _zerojit_base = base  # the manager it stands in for (zerojit.restore checks it)
 
@@ -157,7 +156,6 @@ def _whole(manager: Any, filename: str, group: Any) -> Any:
 class _Shipped:
     """A deferred key's compile as Triton asked for it: enough to load the worker's result into
     the in-process cache without running the key's warm-up launch again."""
-
     jit_fn: Any
     triton_key: str  # the key of Triton's in-process cache
     group_file: str  # the entry's group file, which the worker writes last
@@ -169,7 +167,6 @@ class _Shipped:
 class JobOutcome:
     """One key's result: its compiled variant, or the error it raised, and the seconds spent on it
     (in this process and in workers)."""
-
     variant: Any
     seconds: float
     error: BaseException | None
@@ -188,7 +185,6 @@ class _Request:
 class _Counts:
     """The session's running tally of :class:`~zerojit.registry.WarmupStats`' fields (mutable,
     touched under the session's lock); :meth:`stats` freezes it."""
-
     compiled: int = 0
     worker_compiled: int = 0
     disk_loads: int = 0
@@ -290,7 +286,6 @@ class WarmupSession:
     def __enter__(self) -> "WarmupSession":
         from triton import knobs
         from triton.runtime.cache import FileCacheManager
-
 
         self._need_launchers = active_compile_only() is None and self.workers > 1 and _cuda_launchers_available()
         self._prev_hook = knobs.runtime.jit_cache_hook
@@ -416,7 +411,6 @@ class WarmupSession:
         computes any cache key; the launch ends there, with nothing compiled or cached. Stops
         as soon as the key is there (the sweep finds the rest); errors are the sweep's to report.
         """
-
         if not (self._need_launchers and self._pool is not None):
             return
         token = _SIGNATURE_ONLY.set(True)
@@ -535,7 +529,6 @@ class WarmupSession:
         """Run ``jobs[i]`` for ``i`` in ``indices``: Triton kernels one after the other in this thread
         (their compiles go to worker processes; loading is GIL-bound, threads only slow it), other
         kernels' own ``compile`` on up to ``workers`` threads meanwhile."""
-
         others = [i for i in indices if not isinstance(jobs[i][0], TritonJitKernel)]
         futures = []
         threads = ThreadPoolExecutor(min(self.workers, len(others))) if self.workers > 1 and len(others) > 1 else None
@@ -560,7 +553,6 @@ class WarmupSession:
         entry missing from the disk cache.
         """
         from tqdm.auto import tqdm
-
 
         outcomes: list[JobOutcome | None] = [None] * len(jobs)
         spent = [0.0] * len(jobs)
@@ -675,7 +667,6 @@ class _ShippedLoader:
     def __enter__(self) -> "_ShippedLoader":
         from triton.runtime.driver import driver
 
-
         self.device = driver.active.get_current_device()
         self.gpu = not warm_target()[1]
         if self.gpu:
@@ -686,7 +677,6 @@ class _ShippedLoader:
         self._stack.close()
 
     def load(self, kernel: Any, key: Any, shipped: _Shipped) -> Any:
-
         if not isinstance(kernel, TritonJitKernel) or kernel.fast_path:  # its warm-up launch records
             return None
         jit_fn = shipped.jit_fn
@@ -711,7 +701,6 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
     :class:`WarmupSession`. None when nothing would use them: ``workers <= 1``, no Triton kernel
     a worker can import, or this key space was warmed into this cache folder before (the marker
     a parallel warm-up leaves, or the restore index any warm-up leaves)."""
-
     triton_jobs = sum(isinstance(k, TritonJitKernel) for k, _ in jobs)
     modules = _kernel_modules(jobs)
     target = _current_target()
@@ -735,7 +724,6 @@ def _writable_cache() -> bool:
 def _kernel_modules(jobs: Sequence[tuple[Any, Any]]) -> list[str]:
     """The modules that define the jobs' Triton functions, where a worker can import them (empty:
     no worker could compile any of the jobs)."""
-
     functions = {getattr(getattr(k, "kernel", None), "fn", None) for k, _ in jobs if isinstance(k, TritonJitKernel)}
     return sorted({fn.__module__ for fn in functions if fn is not None and _importable(fn)})
 
@@ -762,7 +750,6 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], st
     to skip their throwaway compile).
     """
     from triton.runtime.driver import driver
-
 
     result: dict = {}
 
