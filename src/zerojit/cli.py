@@ -22,7 +22,7 @@ import os
 from typing import Any, Callable, Optional
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from zerojit.monitor import ENV_VAR as _JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES
 from zerojit.runner.config import REQUIRED_FIELDS, file_defaults
@@ -39,7 +39,14 @@ class _HelpWithoutType:
 
 
 class _Command(_HelpWithoutType, TyperCommand):
-    """A command whose ``--help`` is listed without a type."""
+    """A command whose ``--help`` lists no Python types: none for ``--help``, none beside an
+    argument that has a metavar (typer 0.29 shows ``FILE <str>``, ``COMMAND... <list[str]>``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, TyperArgument) and param.metavar:
+                param.display_type_rich = lambda ctx: None  # the metavar says it all
 
 
 class _Group(_HelpWithoutType, TyperGroup):

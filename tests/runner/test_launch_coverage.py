@@ -210,6 +210,8 @@ def test_a_description_before_the_cache_is_bound_lists_stride_kernels_without_fa
         launches.register("kv_cache", ratio=4)
     with pytest.raises(KeyError, match="never launches K9; it launches K1, K2, K3"):
         launches["K9"]
+    with pytest.raises(ValueError, match="ratio=8 is no layer's ratio; config 'dsv4-like' has layers of ratio 1, 4, 128"):
+        launches.register("layer", ratio=8)
     bound = step_launches(config, BACKENDS["flashmla_sparse"], CacheStrides(7680, ((4, 3840), (128, 58)), 15616))
     assert bound["K1"].fact("block_stride_rows") == 7680 and bound.index_flavours == ("count_valid", "workspace_count_valid")
     with pytest.raises(LookupError, match="no layout fact 'nope' \\(it has block_stride_rows, flavours\\)"):

@@ -263,8 +263,12 @@ class StepLaunches:
         ``ratio`` registers (what a layer constructor or its ``bind_kv_cache`` calls).
 
         Raises:
+            ValueError: no layer of ``config`` has ratio ``ratio``.
             LookupError: ``moment="kv_cache"`` on a description without strides.
         """
+        if ratio not in self.config.compress_ratios:
+            raise ValueError(f"register: ratio={ratio!r} is no layer's ratio; config {self.config.name!r} has layers "
+                             f"of ratio {', '.join(map(str, dict.fromkeys(self.config.compress_ratios)))}")
         if moment == "kv_cache" and self.strides is None:
             raise LookupError("step_launches(...) was built without the KV cache's strides: pass "
                               "strides=CacheStrides.of(cache) to register the stride-derived kernels")

@@ -39,9 +39,8 @@ def register_layer_kernels(config: ModelConfig, backend: AttentionBackend, *, ra
     registers, with the requests :func:`~zerojit.kernels.mla.launches.step_launches` lists.
 
     Raises:
-        ValueError: ``ratio`` is not an int ``>= 1``.
+        ValueError: ``ratio`` is no layer's ratio in ``config``.
     """
-    layer_kind(ratio)
     step_launches(config, backend).register("layer", ratio=ratio)
 
 
@@ -58,7 +57,6 @@ def register_kv_cache_kernels(
         ratio: the registering layer's compression ratio.
 
     Raises:
-        ValueError: ``ratio`` is not an int ``>= 1``.
+        ValueError: ``ratio`` is no layer's ratio in ``config``.
     """
-    layer_kind(ratio)
     step_launches(config, backend, CacheStrides.of(cache)).register("kv_cache", ratio=ratio)
