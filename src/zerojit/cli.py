@@ -286,8 +286,9 @@ def run_command(
     from zerojit.runner.engine import RunOptions, option_conflicts, run
 
     _check_output_file("run", "--json", json_out)
-    for a, b, why in option_conflicts(warmup, jit_monitor_mode, workers):
-        _refuse("run", f"{_given(ctx, a, locals())} and {_given(ctx, b, locals())} conflict: {why}")
+    paired = dict(warmup=warmup, jit_monitor_mode=jit_monitor_mode, workers=workers)
+    for a, b, why in option_conflicts(**paired):
+        _refuse("run", f"{_given(ctx, a, paired[a])} and {_given(ctx, b, paired[b])} conflict: {why}")
     options = RunOptions(
         config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
         jit_monitor_mode=jit_monitor_mode, check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
@@ -301,10 +302,9 @@ def run_command(
     raise typer.Exit(0 if report.ok else 1)
 
 
-def _given(ctx: typer.Context, name: str, values: dict[str, Any]) -> str:
-    """How the user gave parameter ``name`` of the current command: ``--flag VALUE``, or
-    ``ENV=VALUE`` when it came from its environment variable."""
-    value = values[name]
+def _given(ctx: typer.Context, name: str, value: Any) -> str:
+    """How the user gave ``value`` to parameter ``name`` of the current command: ``--flag VALUE``,
+    or ``ENV=VALUE`` when it came from the parameter's environment variable."""
     param = next(p for p in ctx.command.params if p.name == name)
     source = ctx.get_parameter_source(name)
     if source is not None and source.name == "ENVIRONMENT" and param.envvar:

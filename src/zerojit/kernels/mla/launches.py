@@ -18,8 +18,9 @@ launch (:class:`KernelLaunch`), each with
 (:func:`zerojit.runner.metadata.step_metadata`) launches only the kernels listed here, with the
 facts read from the same ``request`` (K2 once per ``compressed_block_strides`` pair, K1 in the
 listed flavours with the listed stride, K6 non-causal only when listed, ...). So a kernel or a
-stride the step launches cannot be missing from registration, and vice versa: there is nothing
-to keep in step.
+stride the step launches cannot be missing from registration: there are no two lists to keep in
+step (``tests/runner/test_launch_coverage.py`` compares both ends by compile key, over the
+configuration space).
 
 Which kernels, and which layers register them (KERNELS.md; layer kinds by the layer's ratio c):
 
