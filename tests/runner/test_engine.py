@@ -227,7 +227,7 @@ def test_compare_metadata_is_exact_except_compact_rows():
     assert "compacted" in compare_metadata(a, b)[0]
     a.outputs["c"] = torch.tensor([[5, 3, -1]])
     a.outputs["x"] = torch.tensor([[1, 7, -1]])
-    assert "1 element(s) differ" in compare_metadata(a, b)[0]
+    assert "1 element differs, first at" in compare_metadata(a, b)[0]
     assert REFERENCES.name == "reference"
 
 

@@ -714,6 +714,7 @@ def compare_metadata(got: StepMetadata, want: StepMetadata) -> list[str]:
         if not torch.equal(a, b):
             where = (a != b).nonzero()
             first = tuple(int(x) for x in where[0])
-            problems.append(f"{name}: {where.shape[0]} element(s) differ, first at {first}: "
+            n = where.shape[0]
+            problems.append(f"{name}: {n} {'element differs' if n == 1 else 'elements differ'}, first at {first}: "
                             f"kernel {int(a[first])}, reference {int(b[first])}")
     return problems

@@ -111,7 +111,8 @@ class AttentionBackend:
         problems = []
         unknown = [f for f in self.index_flavours if f not in FLAVOUR_INPUTS]
         if unknown:
-            problems.append(f"index_flavours: unknown flavour(s) {unknown}; known flavours are {FLAVOURS}")
+            problems.append(f"index_flavours: unknown {'flavour' if len(unknown) == 1 else 'flavours'} {unknown}; "
+                            f"known flavours are {FLAVOURS}")
         for f in self.index_flavours:
             spec = FLAVOUR_INPUTS.get(f)
             if spec is None:
