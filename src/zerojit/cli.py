@@ -416,7 +416,7 @@ def bundle_export(
     """
     import contextlib
 
-    from zerojit.cache import export_bundle
+    from zerojit.cache import current_target_name, export_bundle
     from zerojit.compile_only import compile_only
     from zerojit.registry import count
     from zerojit.runner.config import load_config
@@ -426,6 +426,9 @@ def bundle_export(
     _check_output_file("bundle export", "--output", output)
     if target != "device":
         _check_target("bundle export", target)
+    elif current_target_name() is None:
+        _refuse("bundle export", "--target device: no GPU is visible here; pass the compile-only target the "
+                "bundle is for (e.g. --target cuda:90): it needs no GPU")
     overrides = {k: v for k, v in dict(dcp_size=dcp_size, dcp_interleave=dcp_interleave,
                                        num_speculative_tokens=num_speculative_tokens).items() if v is not None}
     if dcp_size is not None:
