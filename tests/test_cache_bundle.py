@@ -328,6 +328,7 @@ def test_bundle_import_checks_its_target_first(bundle, tmp_path, target, needle)
 # --- the whole story, through the CLI, in separate processes ----------------------------------
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
 def test_with_no_gpu_an_import_needs_the_target_it_will_serve_on(bundle, fresh_cache):
     """No GPU and no compile-only block: nothing to check the bundle's target against, so the
     caller must say it (a check against the bundle's own manifest would always pass)."""

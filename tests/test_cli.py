@@ -359,6 +359,7 @@ def test_the_report_says_one_request_and_gives_the_kv_cache_as_values():
                                 "swa_block_stride_rows": 256, "bytes": 3 << 20}
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
 def test_bundle_export_for_the_gpu_here_without_one_names_the_flag_to_use(tmp_path):
     one_line(invoke("bundle", "export", "-o", str(tmp_path / "b.tar.gz"), "--target", "device"), 2,
              "zerojit bundle export: --target device: no GPU is visible here; pass the compile-only target the bundle "
