@@ -328,6 +328,57 @@ def test_bundle_import_checks_its_target_first(bundle, tmp_path, target, needle)
 # --- the whole story, through the CLI, in separate processes ----------------------------------
 
 
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_with_no_gpu_an_import_needs_the_target_it_will_serve_on(bundle, fresh_cache):
+    """No GPU and no compile-only block: nothing to check the bundle's target against, so the
+    caller must say it (a check against the bundle's own manifest would always pass)."""
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+    from zerojit.registry import NoTargetError
+
+    with pytest.raises(NoTargetError) as info:
+        import_bundle(bundle[0])
+    assert str(info.value) == (
+        f"bundle {bundle[0]} is for cuda:90, and this machine has no GPU and no compile-only target to check that "
+        "against: pass the target it will serve on (--target cuda:90, import_bundle(target='cuda:90')); nothing was "
+        "installed")
+    result = CliRunner().invoke(app, ["bundle", "import", str(bundle[0])])
+    assert result.exit_code == 2 and result.output.strip().splitlines() == [f"zerojit bundle import: {info.value}"]
+    assert cache_contents(fresh_cache) == []
+    done = import_bundle(bundle[0], target="cuda:90")
+    assert done.summary().startswith("imported 5 cache entries (0 already present) for 4 keys of 1 kernel "
+                                     "(target cuda:90) into ")
+
+
+def test_a_bundle_repacked_with_plain_tar_is_refused_saying_what_a_bundle_holds(bundle, fresh_cache, tmp_path):
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(bundle[0]) as tar:
+        tar.extractall(unpacked, filter="data")
+    layout = ("a bundle holds manifest.json first, then only files named entries/<entry>/<file> (no folder members, "
+              "no './' prefix), as zerojit bundle export writes it; a bundle repacked with plain tar adds folder "
+              "members: repack it with `tar -czf BUNDLE manifest.json entries/*/*` from the unpacked folder")
+    plain, dotted, fixed = (tmp_path / f"{n}.tar.gz" for n in ("plain", "dotted", "fixed"))
+    subprocess.run(["tar", "-czf", str(plain), "manifest.json", "entries"], cwd=unpacked, check=True)
+    subprocess.run(["tar", "-czf", str(dotted), "."], cwd=unpacked, check=True)
+    with pytest.raises(BundleCorruptError) as info:
+        import_bundle(plain, target="cuda:90")
+    assert str(info.value) == f"bundle {plain}: unexpected folder 'entries'; {layout}; nothing was installed"
+    with pytest.raises(BundleCorruptError) as info:
+        import_bundle(dotted, target="cuda:90")
+    assert str(info.value) == f"bundle {dotted} starts with folder '.', not the file manifest.json: {layout}"
+    result = CliRunner().invoke(app, ["bundle", "import", str(plain), "--target", "cuda:90"])
+    assert result.exit_code == 1 and "unexpected folder 'entries'" in result.output
+    assert cache_contents(fresh_cache) == []
+    # the repack the message gives is a bundle again
+    subprocess.run(f"tar -czf {fixed} manifest.json entries/*/*", shell=True, cwd=unpacked, check=True)
+    assert len(import_bundle(fixed, target="cuda:90").installed) == 5
+
+
 def test_built_without_a_gpu_imported_elsewhere_warms_with_zero_compiles(tmp_path):
     """``zerojit bundle export`` with no GPU visible, ``zerojit bundle import`` into another cache,
     then a fresh process's warm-up of the DSv4-like model: zero compiles (Triton's listener)."""

@@ -209,3 +209,158 @@ def test_dead_keys_are_explained_in_the_audit():
     notes = CoverageAudit(kernels=(missed,)).dead_notes()
     assert len(notes) == 1 and "may disagree" in notes[0]
     assert CoverageAudit(kernels=(KernelCoverage("k", warmed=(WarmedKey("a", 1),), hits=1),)).dead_notes() == []
+
+
+# ------------------------------------------------------------------------------ issue 16: exit status, no traceback
+def one_line(result, status: int, *needles: str) -> str:
+    """Exit ``status`` with one line on stderr naming every needle, and no traceback."""
+    text = result.output
+    assert result.exit_code == status, (result.exit_code, text, result.exception)
+    assert "Traceback" not in text and not isinstance(result.exception, (ValueError, OSError, RuntimeError)), text
+    lines = [line for line in text.splitlines() if line.startswith("zerojit ")]
+    assert len(lines) == 1, text
+    for n in needles:
+        assert n in lines[0], text
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [["demo"], ["bundle", "export", "-o", "OUT", "--no-progress"],
+                                     ["run", "--device", "cpu", "--no-progress", "--requests", "1"]])
+def test_an_unusable_cache_folder_is_invalid_input_in_every_warming_command(command, tmp_path, monkeypatch):
+    from triton import knobs
+
+    args = [str(tmp_path / "b.tar.gz") if a == "OUT" else a for a in command]
+    name = " ".join(command[:2]) if command[0] == "bundle" else command[0]
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(knobs.cache, "dir", str(blocker))
+    line = one_line(invoke(*args), 2, f"zerojit {name}: zerojit warm-up: Triton's cache folder '{blocker}' is a file")
+    assert line.endswith("point TRITON_CACHE_DIR at a writable folder")
+    # read-only and empty (simulated, so it also holds as root, who ignores folder permissions)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: (mode != os.W_OK and real_access(p, mode)) if str(p) == str(ro)
+                        else real_access(p, mode))
+    monkeypatch.setattr(knobs.cache, "dir", str(ro))
+    one_line(invoke(*args), 2, f"cache folder '{ro}' is read-only and holds no compiled kernel")
+    assert not (tmp_path / "b.tar.gz").exists()
+
+
+@pytest.mark.parametrize("command", [["bundle", "import"], ["bundle", "inspect"]])
+def test_a_missing_bundle_is_invalid_input_and_a_corrupted_one_refused(command, tmp_path):
+    name = " ".join(command)
+    one_line(invoke(*command, "/missing.bundle"), 2, f"zerojit {name}: bundle '/missing.bundle' does not exist")
+    one_line(invoke(*command, str(tmp_path)), 2, f"bundle '{tmp_path}' is a directory, not a file")
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not an archive at all")
+    one_line(invoke(*command, str(junk), *(["--target", "cuda:90"] if "import" in command else [])), 1,
+             f"zerojit {name}: bundle {junk} is not a readable archive")
+
+
+def test_a_command_that_cannot_run_is_invalid_input_for_audit():
+    one_line(invoke("audit", "--", "/nonexistent/zerojit-cmd"), 2,
+             "zerojit audit: cannot run '/nonexistent/zerojit-cmd': No such file or directory")
+
+
+# ------------------------------------------------------------------------------ issue 16: conflicting flags
+@pytest.mark.parametrize("warmup", ["none", "triton"])
+@pytest.mark.parametrize("mode", ["error", "off"])
+def test_a_comparison_warmup_refuses_a_monitor_mode_other_than_warn(warmup, mode):
+    line = one_line(run_cli("--warmup", warmup, "--jit-monitor-mode", mode), 2,
+                    f"zerojit run: --warmup {warmup} and --jit-monitor-mode {mode} conflict: a triton or none warm-up "
+                    "runs the monitor in warn mode")
+    assert "zerojit run: dsv4-like" not in line
+    one_line(invoke("run", "--warmup", warmup, "--no-progress", env={"ZEROJIT_JIT_MONITOR": mode}), 2,
+             f"--warmup {warmup} and ZEROJIT_JIT_MONITOR={mode} conflict")
+
+
+def test_workers_with_a_triton_warmup_are_refused_naming_both_flags():
+    one_line(run_cli("--warmup", "triton", "--workers", "4"), 2,
+             "zerojit run: --warmup triton and --workers 4 conflict: only a zerojit warm-up has compile workers")
+
+
+def test_run_options_refuse_the_same_conflicts_naming_the_fields():
+    from zerojit.runner.engine import RunError, RunOptions
+
+    with pytest.raises(RunError, match="warmup='none' and jit_monitor_mode='error' conflict"):
+        RunOptions(warmup="none", jit_monitor_mode="error")
+    with pytest.raises(RunError, match="warmup='triton' and workers=2 conflict"):
+        RunOptions(warmup="triton", workers=2)
+    assert RunOptions(warmup="none").monitor_mode == "warn" and RunOptions().monitor_mode == "error"
+    assert RunOptions(warmup="triton", jit_monitor_mode="warn", workers=1).monitor_mode == "warn"
+
+
+def test_workers_above_the_cores_are_capped_with_a_note(monkeypatch, tmp_path):
+    from zerojit.runner import engine
+    from zerojit.runner.engine import RunOptions
+
+    monkeypatch.setattr(engine, "usable_cores", lambda: 2)
+    assert RunOptions(workers=64).warmup_workers == 2 and RunOptions(workers=2).warmup_workers == 2
+    assert RunOptions().warmup_workers is None
+    missing = tmp_path / "nosuch.csv"
+    result = run_cli("--workers", "64", "--trace", str(missing))  # capped, then refused before any work
+    assert "zerojit run: note: --workers 64 is more than the 2 cores this process can use; using 2" in result.output
+    assert result.exit_code == 2 and f"trace file '{missing}' does not exist" in result.output
+
+
+def test_usable_cores_is_this_process_affinity():
+    from zerojit.runner.engine import usable_cores
+
+    assert usable_cores() == len(os.sched_getaffinity(0)) >= 1
+
+
+# ------------------------------------------------------------------------------ issue 16: --help and plurals
+@pytest.mark.parametrize("command", [[], ["run"], ["demo"], ["audit"], ["bundle"], ["bundle", "export"],
+                                     ["bundle", "import"], ["bundle", "inspect"]])
+def test_help_lists_no_python_types(command):
+    import re
+
+    text = invoke(*command, "--help", env={"COLUMNS": "100"}).output
+    help_line = next(line for line in text.splitlines() if "--help" in line)
+    assert "Show this message and exit." in help_line and "<bool>" not in help_line, text
+    assert not re.search(r"<(bool|str|int|list\[str\])>", text), text  # FILE <str>, COMMAND... <list[str]>
+
+
+def test_run_help_documents_what_a_config_file_must_set_and_its_defaults():
+    text = " ".join(invoke("run", "--help", env={"COLUMNS": "200"}).output.replace("│", " ").split())
+    assert "it must set block_size, compress_ratios, index_topk; a field it leaves out takes its default" in text
+    assert "sliding_window 128, max_model_len 65536" in text and "num_speculative_tokens 0" in text
+    assert "default: error; with --warmup triton or none only warn" in text
+
+
+def test_the_report_says_one_request_and_gives_the_kv_cache_as_values():
+    from zerojit.audit import CoverageAudit, KernelCoverage, WarmedKey
+    from zerojit.runner.config import load_config
+    from zerojit.runner.engine import KVCacheSummary, RequestPathCost, RunReport, WarmupSummary
+
+    kv = KVCacheSummary(num_blocks=1, handed_out=1, layers_per_pack=1, block_stride_rows=256,
+                        compressed_block_strides={4: 64, 128: 2}, swa_block_stride_rows=256, bytes=3 << 20)
+    audit = CoverageAudit(kernels=(KernelCoverage("k", warmed=(WarmedKey("a", 1),), hits=1),))
+    report = RunReport(
+        config=load_config("dsv4-like"), backend="flashmla_sparse", device="cpu", target="cuda:90",
+        monitor_mode="error", trace="t.csv", requests=1, clipped=0, steps=1, tokens=1, prefill_tokens=1,
+        decode_tokens=0, preemptions=1, launches=1, warmup=WarmupSummary("zerojit", 1, 0.1, "cuda:90", {"k": 1}),
+        runtime_compiles=1, request_path=RequestPathCost(compiles=1, loads=1, cold_steps=1), first_step_ms=1.0,
+        median_step_ms=1.0, max_step_ms=1.0, replay_seconds=0.1, total_seconds=0.2, kv_cache=kv, audit=audit)
+    text = report.summary()
+    for phrase in ("1 speculative token)", "t.csv: 1 request (0 clipped", "1 step, 1 token (1 prefill, 0 decode), "
+                   "1 preemption, 1 launch,", "error: 1 runtime compile\n", "request path 1 compile (", "1 module load, "
+                   "1 cold step (", "1 warmed key, 0 dead", "1 hit     0 misses", "1 RUNTIME COMPILE after warm-up",
+                   "KV cache     1 block (1 handed out), 1 layer per pack: block_stride_rows 256, compressed "
+                   "{ratio 4: 64, ratio 128: 2}, swa 256; 3 MiB"):
+        assert phrase in text, (phrase, text)
+    for wrong in ("1 requests", "1 steps", "1 launches", "1 misses", "1 hits", "1 compiles"):
+        assert wrong not in text, wrong
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["kv_cache"] == {"num_blocks": 1, "handed_out": 1, "layers_per_pack": 1, "block_stride_rows": 256,
+                                "compressed_block_strides": [{"ratio": 4, "block_stride_rows": 64},
+                                                             {"ratio": 128, "block_stride_rows": 2}],
+                                "swa_block_stride_rows": 256, "bytes": 3 << 20}
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without a GPU")
+def test_bundle_export_for_the_gpu_here_without_one_names_the_flag_to_use(tmp_path):
+    one_line(invoke("bundle", "export", "-o", str(tmp_path / "b.tar.gz"), "--target", "device"), 2,
+             "zerojit bundle export: --target device: no GPU is visible here; pass the compile-only target the bundle "
+             "is for (e.g. --target cuda:90)")

@@ -98,7 +98,7 @@ def test_error_mode_fails_tests_that_compile_at_run_time(inner):
     assert "the RuntimeJitError was caught inside the test" in out
     assert "block_size: warmed as equal-to-one, called as divisible-by-16" in out
     assert "kernel 'plugin_scale' would compile at run time" in out
-    assert "2 runtime compile(s) after warm-up in 2 test(s)" in out  # the summary section
+    assert "2 runtime compiles after warm-up in 2 tests" in out  # the summary section
 
 
 def test_warn_mode_reports_without_failing(inner):
@@ -107,7 +107,7 @@ def test_warn_mode_reports_without_failing(inner):
     result.assert_outcomes(passed=4)
     out = result.stdout.str()
     assert "zerojit JIT monitor" in out
-    assert "2 runtime compile(s) after warm-up in 2 test(s):" in out
+    assert "2 runtime compiles after warm-up in 2 tests:" in out
     assert "test_inner.py::test_runtime_compile: 1x runtime JIT compile of kernel 'plugin_scale'" in out
     assert "test_inner.py::test_swallowed: 1x" in out
     assert "block_size: warmed as equal-to-one, called as i64 divisible-by-16" in out

@@ -52,7 +52,7 @@ from . import _version
 from ._primer import primer
 from .compile_only import active_compile_only, current_target_name, target_name
 from .context import allow_compiles
-from .reports import count
+from .reports import NoTargetError, count
 
 __all__ = [
     "cache_dir",
@@ -542,23 +542,20 @@ class BundleImport:
     """What :func:`import_bundle` did.
 
     Attributes:
-        manifest: the bundle's manifest.
+        manifest: the bundle's manifest (its target was checked: :func:`import_bundle`).
         cache_dir: the cache folder it was installed into.
         installed: entries moved into the cache; present: entries the cache already held complete.
-        target_checked: False when there was no target to check against (no GPU, no ``target``).
     """
 
     manifest: BundleManifest
     cache_dir: str
     installed: tuple[str, ...]
     present: tuple[str, ...]
-    target_checked: bool = True
 
     def summary(self) -> str:
-        note = "" if self.target_checked else " (target not checked: no GPU and no --target)"
         return (f"imported {count(len(self.installed), 'cache entry', 'cache entries')} ({len(self.present)} already "
                 f"present) for {count(self.manifest.num_keys, 'key')} of {count(len(self.manifest.kernels), 'kernel')} "
-                f"into {self.cache_dir}{note}")
+                f"(target {self.manifest.target}) into {self.cache_dir}")
 
 
 def _key_fields(key: Any) -> Any:
@@ -617,7 +614,7 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
 
     path = _bundle_path(path)
     if getattr(report, "failures", ()):
-        raise BundleError(f"the warm-up had {len(report.failures)} failure(s); a bundle must hold the whole key space")
+        raise BundleError(f"the warm-up had {count(len(report.failures), 'failure')}; a bundle must hold the whole key space")
     target = target or (report.target if report.target != "device" else current_target_name())
     if not target:
         raise BundleError("no target known for the bundle: pass target= (e.g. 'cuda:90')")
@@ -701,11 +698,18 @@ def _open(path: str) -> tarfile.TarFile:
         raise BundleCorruptError(f"bundle {path} is not a readable archive (truncated or corrupted?): {e}") from None
 
 
+#: What a bundle holds, for the messages that refuse one laid out otherwise.
+_LAYOUT = (f"a bundle holds {MANIFEST_NAME} first, then only files named entries/<entry>/<file> (no folder "
+           "members, no './' prefix), as zerojit bundle export writes it; a bundle repacked with plain tar adds "
+           f"folder members: repack it with `tar -czf BUNDLE {MANIFEST_NAME} entries/*/*` from the unpacked folder")
+
+
 def _read_manifest(tar: tarfile.TarFile, path: str) -> BundleManifest:
     try:
         first = tar.next()
         if first is None or first.name != MANIFEST_NAME or not first.isfile():
-            raise BundleCorruptError(f"bundle {path} does not start with {MANIFEST_NAME}")
+            found = "nothing" if first is None else f"{'folder' if first.isdir() else 'member'} {first.name!r}"
+            raise BundleCorruptError(f"bundle {path} starts with {found}, not the file {MANIFEST_NAME}: {_LAYOUT}")
         data = json.loads(tar.extractfile(first).read())
     except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
         raise BundleCorruptError(f"bundle {path}: cannot read its manifest (truncated or corrupted?): {e}") from None
@@ -747,8 +751,12 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
 
     Args:
         path: the bundle.
-        target: the target it must be for; default this process's (:func:`current_target_name`),
-            and unchecked when there is none (no GPU, no compile-only block).
+        target: the target it must be for; default this process's (:func:`current_target_name`:
+            the compile-only block's, else the GPU's). Where there is neither (an image builder
+            with no GPU), it is required: a bundle serves one target only, and the machine has
+            nothing to check the bundle's target against, so the caller says which GPU the
+            bundle is meant for. Checking the bundle against its own manifest instead would
+            always pass, and a bundle built for the wrong GPU would be installed without a word.
         into: the cache folder; default Triton's (``TRITON_CACHE_DIR``).
 
     Every check happens before anything is written to the cache: the manifest's fields against
@@ -763,6 +771,8 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
             environment (names the field).
         BundleCorruptError: a truncated or corrupted archive, a file missing or altered.
         BundleCacheDirError: the cache folder cannot be written (read-only, a file, disk full).
+        NoTargetError: no ``target`` where there is no GPU and no compile-only block (names the
+            bundle's target to pass).
         BundleError: no such file.
     """
     path = _bundle_path(path)
@@ -772,8 +782,13 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
     target = target or current_target_name()
     with _open(path) as tar:
         manifest = _read_manifest(tar, path)
-        checked = check_fingerprint(manifest, path, target, target_given=given,
-                                    compile_only=co_target is not None and target == co_target)
+        if target is None:
+            raise NoTargetError(
+                f"bundle {path} is for {manifest.target}, and this machine has no GPU and no compile-only target to "
+                f"check that against: pass the target it will serve on (--target {manifest.target}, "
+                f"import_bundle(target={manifest.target!r})); nothing was installed")
+        check_fingerprint(manifest, path, target, target_given=given,
+                          compile_only=co_target is not None and target == co_target)
         blobs: dict[tuple[str, str], bytes] = {}
         try:
             for member in tar:
@@ -781,7 +796,9 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
                     continue
                 m = _MEMBER_RE.match(member.name)
                 if not m or not member.isfile():
-                    raise BundleCorruptError(f"bundle {path}: unexpected member {member.name!r}")
+                    kind = "folder" if member.isdir() else "file" if member.isfile() else "member"
+                    raise BundleCorruptError(f"bundle {path}: unexpected {kind} {member.name!r}; {_LAYOUT}; "
+                                             "nothing was installed")
                 blobs[(m.group(1), m.group(2))] = tar.extractfile(member).read()
         except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
             raise BundleCorruptError(f"bundle {path} is truncated or corrupted: {e}; nothing was installed") from None
@@ -803,7 +820,7 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
             raise BundleCorruptError(f"bundle {path}: bad entry name {e!r}")
         files.setdefault(e, {})[n] = data
     installed, present = install_entries(files, into)
-    return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present), checked)
+    return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present))
 
 
 def pack_entries(entries: dict[str, dict[str, str]]) -> dict[str, dict[str, bytes]]:

@@ -5,19 +5,107 @@ Commands:
     demo     warm up the example kernel and print its report
     audit    run a script under the monitor and print the coverage audit
     bundle   export / import / inspect a cache bundle (the compiled key space as one archive)
+
+Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
+cache folder that cannot serve, flags that conflict), 1 for a refused artefact (a bundle for
+another build or target, a corrupted one, a warm-up that failed) or a runtime compile, 0
+otherwise (``audit`` passes the script's own status on). A user error ends the command with one
+line ``zerojit COMMAND: what is wrong and what to change`` on stderr, never a traceback
+(:func:`_user_errors`); a traceback means a bug in zerojit.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from typing import Any, Callable, Optional
 
 import typer
+from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from zerojit.monitor import ENV_VAR as _JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES
+from zerojit.runner.config import REQUIRED_FIELDS, file_defaults
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="zerojit: zero JIT compilation at run time for Triton kernels.")
+
+class _HelpWithoutType:
+    """``--help`` listed without a type: typer 0.29 shows the flag's ``<bool>`` beside it."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class _Command(_HelpWithoutType, TyperCommand):
+    """A command whose ``--help`` lists no Python types: none for ``--help``, none beside an
+    argument that has a metavar (typer 0.29 shows ``FILE <str>``, ``COMMAND... <list[str]>``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, TyperArgument) and param.metavar:
+                param.display_type_rich = lambda ctx: None  # the metavar says it all
+
+
+class _Group(_HelpWithoutType, TyperGroup):
+    """A command group whose ``--help`` is listed without a type."""
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
+                  help="zerojit: zero JIT compilation at run time for Triton kernels.")
+
+
+def _exit_status(error: BaseException) -> int | None:
+    """The exit status of a user error (the rule in the module docstring), or None for anything
+    else (a bug, whose traceback must show).
+
+    The classes are imported here, not at the top: only a failing command needs them, and
+    ``zerojit --help`` need not load the runner and its kernels.
+    """
+    from zerojit.cache import BundleError, CacheFolderError
+    from zerojit.kernels.mla.backends import BackendError
+    from zerojit.kernels.mla.config import ConfigError
+    from zerojit.monitor import RuntimeJitError
+    from zerojit.registry import NoTargetError, WarmupError
+    from zerojit.runner.engine import RunError
+    from zerojit.runner.trace import TraceError
+
+    # A cache folder that cannot be written is invalid input, also when a bundle import met it.
+    if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError)):
+        return 2
+    if isinstance(error, (RuntimeJitError, WarmupError, BundleError)):
+        return 1
+    return None
+
+
+def _user_errors(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate command ``zerojit COMMAND``: a user error (:func:`_exit_status`) it raises ends it
+    with one line on stderr and its exit status, never a traceback. Apply below ``@app.command``
+    (and ``@_reflowed``)."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)  # typer reads the options from the wrapped signature
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                status = _exit_status(e)
+                if status is None:
+                    raise
+                typer.echo(f"zerojit {command}: {e}", err=True)
+                raise typer.Exit(status) from None
+
+        return run
+
+    return decorate
+
+
+def _refuse(command: str, message: str) -> None:
+    """Exit 2 (invalid input) with ``zerojit COMMAND: message`` on stderr."""
+    typer.echo(f"zerojit {command}: {message}", err=True)
+    raise typer.Exit(2)
 
 
 def _reflowed(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -45,8 +133,46 @@ def _check_output_file(command: str, option: str, path: Optional[str]) -> None:
     elif os.path.exists(full) and not os.access(full, os.W_OK):
         problem = "exists and is not writable"
     if problem:
-        typer.echo(f"zerojit {command}: {option} {path!r}: cannot write there: {problem}", err=True)
-        raise typer.Exit(2)
+        _refuse(command, f"{option} {path!r}: cannot write there: {problem}")
+
+
+def _check_input_file(command: str, what: str, path: str) -> None:
+    """Refuse (exit 2), before any work, an input file that does not exist or is a directory."""
+    if os.path.isdir(path):
+        _refuse(command, f"{what} {path!r} is a directory, not a file")
+    if not os.path.exists(path):
+        _refuse(command, f"{what} {path!r} does not exist")
+
+
+def _check_target(command: str, target: str, *, option: str | None = None) -> None:
+    """Refuse (exit 2) a target this Triton cannot compile for, listing the supported ones;
+    ``option``: the flag to name instead of "compile-only target" (where the target is not one
+    to compile for, e.g. the target a bundle must be for)."""
+    from zerojit.compile_only import parse_target, supported_cuda_capabilities
+
+    try:
+        parse_target(target)
+    except ValueError as e:
+        message = str(e)
+        if option is not None:
+            message = message.replace("compile-only target", option, 1)
+        if "supported:" not in message and supported_cuda_capabilities():
+            message += (f"; supported: {', '.join(f'cuda:{c}' for c in supported_cuda_capabilities())}, "
+                        "and hip:<gfx arch>")
+        _refuse(command, message)
+
+
+def _capped_workers(command: str, workers: Optional[int]) -> Optional[int]:
+    """``--workers`` capped to the cores this process can use, with a note on stderr when capped
+    (more compile workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2)."""
+    from zerojit.runner.engine import usable_cores
+
+    cores = usable_cores()
+    if workers is None or workers <= cores:
+        return workers
+    typer.echo(f"zerojit {command}: note: --workers {workers} is more than the {cores} cores this process can use; "
+               f"using {cores}", err=True)
+    return cores
 
 
 def _check_jit_monitor_mode(value: Optional[str]) -> Optional[str]:
@@ -55,13 +181,16 @@ def _check_jit_monitor_mode(value: Optional[str]) -> Optional[str]:
     return value.lower() if value is not None else None
 
 
-def jit_monitor_mode_option(default: Optional[str] = None) -> Any:
+def jit_monitor_mode_option(default: Optional[str] = None, *, default_help: str = "") -> Any:
     """A ``--jit-monitor-mode off|warn|error`` typer option (falls back to ``ZEROJIT_JIT_MONITOR``).
 
     Use in a command that warms up and serves, then pass its value to
     :func:`apply_jit_monitor_mode` before warming up::
 
         def run(jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error")): ...
+
+    ``default_help``: what the default is, when it is not one value (e.g. it follows another
+    flag); appended to the help.
     """
     return typer.Option(
         default,
@@ -70,7 +199,7 @@ def jit_monitor_mode_option(default: Optional[str] = None) -> Any:
         callback=_check_jit_monitor_mode,
         metavar="MODE",
         help="runtime JIT monitor after warm-up: off, warn (log each runtime compile once) or "
-        "error (raise RuntimeJitError before compiling)",
+        "error (raise RuntimeJitError before compiling)" + (f" ({default_help})" if default_help else ""),
     )
 
 
@@ -97,11 +226,24 @@ def _root(
     """zerojit: zero JIT compilation at run time for Triton kernels."""
 
 
-@app.command("run")
+def _config_help() -> str:
+    """``--config``'s help: the shipped names, and what a JSON file must set or may leave out
+    (from :data:`zerojit.runner.config.REQUIRED_FIELDS` and ``file_defaults()``, so the help
+    cannot disagree with the loader)."""
+    from zerojit.runner.config import shipped_configs
+
+    defaults = ", ".join(f"{k} {'none' if v is None else v}" for k, v in file_defaults().items())
+    return (f"a shipped config ({', '.join(shipped_configs())}) or a JSON file of ModelConfig fields: it must set "
+            f"{', '.join(REQUIRED_FIELDS)}; a field it leaves out takes its default ({defaults}; name: the file's "
+            "stem)")
+
+
+@app.command("run", cls=_Command)
 @_reflowed
+@_user_errors("run")
 def run_command(
-    config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE",
-                               help="a shipped config (deepseek-v3.2, dsv4-like) or a JSON file"),
+    ctx: typer.Context,
+    config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
     trace: Optional[str] = typer.Option(None, "--trace", metavar="FILE",
                                         help="Azure-format trace CSV (default: the shipped 2,000-request slice)"),
     requests: Optional[int] = typer.Option(None, "--requests", min=1, metavar="N", help="replay only the first N requests"),
@@ -109,10 +251,13 @@ def run_command(
     target: str = typer.Option("cuda:90", "--target", metavar="TARGET", help="compile-only target on cpu (e.g. cuda:80)"),
     warmup: str = typer.Option("zerojit", "--warmup", metavar="MODE",
                                help="zerojit; or, to compare, triton (Triton's own warmup(): compile, no load) or "
-                               "none (plain JIT): these run the monitor in warn mode and need a fresh process"),
-    jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error"),
-    workers: int = typer.Option(1, "--workers", min=1, metavar="N",
-                                help="compile worker processes for a zerojit warm-up (1: compile in this process)"),
+                               "none (plain JIT): these run the monitor in warn mode, take no --workers and need a "
+                               "fresh process"),
+    jit_monitor_mode: Optional[str] = jit_monitor_mode_option(
+        default_help="default: error; with --warmup triton or none only warn"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
+                                          help="compile worker processes for a zerojit warm-up (default 1: compile "
+                                          "in this process; more than the cores: capped to the cores)"),
     check: Optional[int] = typer.Option(None, "--check", min=0, metavar="N",
                                         help="steps checked against the PyTorch references "
                                         "(cpu: in a TRITON_INTERPRET=1 child; default 0 on cpu, 8 on cuda)"),
@@ -132,55 +277,54 @@ def run_command(
     register their kernels), warms up, installs the JIT monitor, replays the trace through a
     continuous-batching scheduler (every step builds its attention metadata through the seven
     kernels) and reports. Exit status: 0 on success; 1 when something compiled at run time after a
-    zerojit warm-up or a check failed; 2 for invalid input (config, trace, options).
+    zerojit warm-up or a check failed; 2 for invalid input (config, trace, options, flags that
+    conflict).
     """
     import json
     from pathlib import Path
 
-    from zerojit.kernels.mla.backends import BackendError
-    from zerojit.kernels.mla.config import ConfigError
-    from zerojit.monitor import RuntimeJitError
-    from zerojit.cache import CacheFolderError
-    from zerojit.registry import NoTargetError, WarmupError
-    from zerojit.runner.engine import RunError, RunOptions, run
-    from zerojit.runner.trace import TraceError
+    from zerojit.runner.engine import RunOptions, option_conflicts, run
 
     _check_output_file("run", "--json", json_out)
-    try:
-        options = RunOptions(
-            config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
-            jit_monitor_mode=jit_monitor_mode or "error", check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
-            num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=not no_progress,
-            workers=workers,
-        )
-        report = run(options)
-    except (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError) as e:
-        typer.echo(f"zerojit run: {e}", err=True)
-        raise typer.Exit(2) from None
-    except (RuntimeJitError, WarmupError) as e:
-        typer.echo(f"zerojit run: {e}", err=True)
-        raise typer.Exit(1) from None
+    paired = dict(warmup=warmup, jit_monitor_mode=jit_monitor_mode, workers=workers)
+    for a, b, why in option_conflicts(**paired):
+        _refuse("run", f"{_given(ctx, a, paired[a])} and {_given(ctx, b, paired[b])} conflict: {why}")
+    options = RunOptions(
+        config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
+        jit_monitor_mode=jit_monitor_mode, check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
+        num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=not no_progress,
+        workers=_capped_workers("run", workers),
+    )
+    report = run(options)
     typer.echo(report.summary())
     if json_out:
         Path(json_out).write_text(json.dumps(report.to_dict(), indent=2))
     raise typer.Exit(0 if report.ok else 1)
 
 
-@app.command()
+def _given(ctx: typer.Context, name: str, value: Any) -> str:
+    """How the user gave ``value`` to parameter ``name`` of the current command: ``--flag VALUE``,
+    or ``ENV=VALUE`` when it came from the parameter's environment variable."""
+    param = next(p for p in ctx.command.params if p.name == name)
+    source = ctx.get_parameter_source(name)
+    if source is not None and source.name == "ENVIRONMENT" and param.envvar:
+        return f"{param.envvar}={value}"
+    return f"{max(param.opts, key=len)} {value}"
+
+
+@app.command(cls=_Command)
+@_user_errors("demo")
 def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-only target used when no GPU is present")) -> None:
-    """Warm up the example kernel's key space and print the warm-up report."""
+    """Warm up the example kernel's key space and print the warm-up report. Exit status: 0 warmed
+    up; 1 a key failed to compile; 2 invalid input (a TARGET this Triton cannot compile for, a
+    cache folder that cannot serve)."""
     import torch
 
     from zerojit import JitWarmupRegistry
     from zerojit.compile_only import compile_only
-    from zerojit.compile_only import parse_target
     from zerojit.examples.scale_add import scale_add
 
-    try:
-        parse_target(target)
-    except ValueError as e:
-        typer.echo(f"zerojit demo: {e}", err=True)
-        raise typer.Exit(2) from None
+    _check_target("demo", target)
     registry = JitWarmupRegistry()
     with registry.activate():
         scale_add.register_warmup(periods=(16, 7), aligned=(True, False))
@@ -192,8 +336,9 @@ def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-o
     typer.echo(report.summary())
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(cls=_Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @_reflowed
+@_user_errors("audit")
 def audit(
     command: list[str] = typer.Argument(..., metavar="COMMAND...", help="the command to run, after '--' (e.g. -- python serve.py --trace t.csv)"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="also write the audit as JSON to this file"),
@@ -204,7 +349,8 @@ def audit(
     its zerojit warm-up installs the monitor; it writes its audit at exit.
 
     Exit status: 1 when anything compiled at run time, else the script's
-    own status; 2 when the script ran no zerojit warm-up and exited 0.
+    own status; 2 when the script ran no zerojit warm-up and exited 0, or
+    cannot be run.
     """
     import json
     import subprocess
@@ -224,8 +370,7 @@ def audit(
         try:
             rc = subprocess.call(list(command), env=env)
         except OSError as e:
-            typer.echo(f"zerojit audit: cannot run {command[0]!r}: {e}", err=True)
-            raise typer.Exit(127) from None
+            _refuse("audit", f"cannot run {command[0]!r}: {e.strerror or e}")
         if not os.path.exists(out):
             typer.echo("zerojit audit: the script wrote no audit: it ran no zerojit warm-up (or exited "
                        "through os._exit), so nothing was monitored", err=True)
@@ -239,20 +384,22 @@ def audit(
     raise typer.Exit(1 if not result.ok else rc)
 
 
-bundle_app = typer.Typer(no_args_is_help=True, help="Cache bundles: a model's compiled key space as one archive.")
+bundle_app = typer.Typer(cls=_Group, no_args_is_help=True,
+                         help="Cache bundles: a model's compiled key space as one archive.")
 app.add_typer(bundle_app, name="bundle")
 
 
-@bundle_app.command("export")
+@bundle_app.command("export", cls=_Command)
 @_reflowed
+@_user_errors("bundle export")
 def bundle_export(
     output: str = typer.Option(..., "-o", "--output", metavar="FILE", help="the bundle file to write (.tar.gz)"),
-    config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE",
-                               help="a shipped config (deepseek-v3.2, dsv4-like) or a JSON file"),
+    config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
     target: str = typer.Option("cuda:90", "--target", metavar="TARGET",
                                help="compile-only target (e.g. cuda:90), or 'device' for the GPU here"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
-                                          help="compile worker processes (default: CPU count)"),
+                                          help="compile worker processes (default and most: the cores this process "
+                                          "can use)"),
     backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
     dcp_size: Optional[int] = typer.Option(None, "--dcp-size", metavar="S", help="decode-context-parallel size"),
     dcp_interleave: Optional[int] = typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
@@ -264,102 +411,82 @@ def bundle_export(
 
     Needs no GPU for a compile-only target (run it with CUDA_VISIBLE_DEVICES="" on a GPU host
     to prove it). The manifest records the Triton version and build, Python, target, ptxas,
-    kernels and keys. Exit status: 0 written; 1 warm-up failed; 2 invalid input.
+    kernels and keys. Exit status: 0 written; 1 warm-up failed; 2 invalid input (config, TARGET,
+    output path, a cache folder that cannot serve).
     """
     import contextlib
 
-    from zerojit.cache import BundleError, export_bundle
+    from zerojit.cache import current_target_name, export_bundle
     from zerojit.compile_only import compile_only
-    from zerojit.kernels.mla.backends import BackendError
-    from zerojit.kernels.mla.config import ConfigError
-    from zerojit.registry import WarmupError
+    from zerojit.registry import count
     from zerojit.runner.config import load_config
+    from zerojit.runner.engine import usable_cores
+    from zerojit.runner.model import register_model
 
     _check_output_file("bundle export", "--output", output)
+    if target != "device":
+        _check_target("bundle export", target)
+    elif current_target_name() is None:
+        _refuse("bundle export", "--target device: no GPU is visible here; pass the compile-only target the "
+                "bundle is for (e.g. --target cuda:90): it needs no GPU")
     overrides = {k: v for k, v in dict(dcp_size=dcp_size, dcp_interleave=dcp_interleave,
                                        num_speculative_tokens=num_speculative_tokens).items() if v is not None}
     if dcp_size is not None:
         overrides.setdefault("dcp_rank", 0)
-    try:
-        cfg = load_config(config, **overrides)
-        with (compile_only(target) if target != "device" else contextlib.nullcontext()):
-            from zerojit.runner.model import register_model
-
-            registry = register_model(cfg, backend)
-            report = registry.warmup(cfg, workers=workers or os.cpu_count(), progress=not no_progress,
-                                     target=target)
-            manifest = export_bundle(report, output)
-    except (ConfigError, BackendError, ValueError) as e:
-        typer.echo(f"zerojit bundle export: {e}", err=True)
-        raise typer.Exit(2) from None
-    except (WarmupError, BundleError) as e:
-        typer.echo(f"zerojit bundle export: {e}", err=True)
-        raise typer.Exit(1) from None
-    from zerojit.registry import count
-
+    cfg = load_config(config, **overrides)
+    with (compile_only(target) if target != "device" else contextlib.nullcontext()):
+        registry = register_model(cfg, backend)
+        report = registry.warmup(cfg, workers=_capped_workers("bundle export", workers) or usable_cores(),
+                                 progress=not no_progress, target=target)
+        manifest = export_bundle(report, output)
     origin = report.stats.origin(len({id(getattr(v, "compiled", v)) for v in report.variants}))
     typer.echo(f"wrote {output}: {count(report.num_keys, 'key')} ({origin}) in {report.seconds:.1f} s")
     typer.echo(manifest.summary())
 
 
-@bundle_app.command("import")
+@bundle_app.command("import", cls=_Command)
 @_reflowed
+@_user_errors("bundle import")
 def bundle_import(
     file: str = typer.Argument(..., metavar="FILE", help="the bundle to install"),
     target: Optional[str] = typer.Option(None, "--target", metavar="TARGET",
-                                         help="the target it must be for (default: this GPU's)"),
+                                         help="the target it must be for (default: this GPU's; required "
+                                         "where there is no GPU)"),
     cache_dir: Optional[str] = typer.Option(None, "--cache-dir", metavar="DIR",
                                             help="Triton cache folder (default: TRITON_CACHE_DIR)"),
 ) -> None:
     """Verify a bundle (manifest fields, every file's SHA-256) and install it into the Triton cache.
 
     A bundle for another Triton build, Python or target is refused, naming the field; a truncated
-    or corrupted one is refused; either way nothing is installed. Exit status: 0 installed;
-    1 refused; 2 invalid input (a TARGET this Triton cannot compile for, a cache folder that
-    cannot be written).
+    or corrupted one is refused; either way nothing is installed. Where there is no GPU, --target
+    says which GPU the bundle is meant for (there is nothing here to check its target against).
+    Exit status: 0 installed; 1 refused; 2 invalid input (no such FILE, a TARGET this Triton
+    cannot compile for, no --target without a GPU, a cache folder that cannot be written).
     """
-    from zerojit.cache import BundleCacheDirError, BundleError, import_bundle
+    from zerojit.cache import import_bundle
 
+    _check_input_file("bundle import", "bundle", file)
     if target is not None:
-        from zerojit.compile_only import parse_target, supported_cuda_capabilities
-
-        try:
-            parse_target(target)
-        except ValueError as e:
-            message = str(e).replace("compile-only target", "--target", 1)  # here it names the bundle's target
-            if "supported:" not in message and supported_cuda_capabilities():
-                message += (f"; supported: {', '.join(f'cuda:{c}' for c in supported_cuda_capabilities())}, "
-                            "and hip:<gfx arch>")
-            typer.echo(f"zerojit bundle import: {message}", err=True)
-            raise typer.Exit(2) from None
-    try:
-        result = import_bundle(file, target=target, into=cache_dir)
-    except BundleCacheDirError as e:
-        typer.echo(f"zerojit bundle import: {e}", err=True)
-        raise typer.Exit(2) from None
-    except BundleError as e:
-        typer.echo(f"zerojit bundle import: {e}", err=True)
-        raise typer.Exit(1) from None
+        _check_target("bundle import", target, option="--target")
+    result = import_bundle(file, target=target, into=cache_dir)
     typer.echo(result.summary())
 
 
-@bundle_app.command("inspect")
+@bundle_app.command("inspect", cls=_Command)
 @_reflowed
+@_user_errors("bundle inspect")
 def bundle_inspect(
     file: str = typer.Argument(..., metavar="FILE", help="a bundle"),
     json_out: bool = typer.Option(False, "--json", metavar="", help="print the whole manifest as JSON"),
 ) -> None:
-    """Print a bundle's manifest (nothing is verified or installed). Exit status: 0 printed; 2 no such
-    file, or not a readable bundle."""
+    """Print a bundle's manifest (nothing is verified or installed). Exit status: 0 printed; 1 not
+    a readable bundle (truncated, corrupted, not a zerojit bundle); 2 no such FILE."""
     import json
 
-    from zerojit.cache import BundleError, read_manifest
+    from zerojit.cache import read_manifest
 
-    try:
-        manifest = read_manifest(file)
-    except BundleError as e:
-        typer.echo(f"zerojit bundle inspect: {e}", err=True)
-        raise typer.Exit(2) from None
+    _check_input_file("bundle inspect", "bundle", file)
+    manifest = read_manifest(file)
     typer.echo(json.dumps(manifest.to_dict(), indent=2) if json_out else manifest.summary())
 
 

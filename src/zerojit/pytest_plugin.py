@@ -92,11 +92,16 @@ def pytest_runtest_call(item: pytest.Item):
         total = sum(n for _, n in new)
         text = "\n\n".join(m.compile.explain(blocked=not m.compile.direct) for m, _ in new)
         pytest.fail(
-            f"the test body triggered {total} runtime compile(s) after warm-up (JIT monitor in error mode; "
+            f"the test body triggered {_count(total, 'runtime compile')} after warm-up (JIT monitor in error mode; "
             f"the RuntimeJitError was caught inside the test):\n{text}",
             pytrace=False,
         )
     return result
+
+
+def _count(n: int, noun: str) -> str:
+    """``"1 test"``, ``"2 tests"``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _record(item: pytest.Item, mon_before: Any, before: dict) -> list:
@@ -114,7 +119,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr = terminalreporter
     tr.section("zerojit JIT monitor")
     total = sum(n for _, _, new in results for _, n in new)
-    tr.write_line(f"{total} runtime compile(s) after warm-up in {len(results)} test(s):")
+    tr.write_line(f"{_count(total, 'runtime compile')} after warm-up in {_count(len(results), 'test')}:")
     for nodeid, mode, new in results:
         for m, n in new:
             tr.write_line(f"{nodeid}: {n}x {m.compile.summary()}")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from zerojit.kernels.mla.config import ConfigError, ModelConfig
-from zerojit.runner.config import CONFIG_DIR, load_config, shipped_configs
+from zerojit.runner.config import CONFIG_DIR, REQUIRED_FIELDS, file_defaults, load_config, shipped_configs
 
 
 def test_shipped_names():
@@ -86,15 +87,44 @@ def test_bad_files(tmp_path):
     assert "block_size=96" in str(e.value) and "compress_ratios" in str(e.value)
 
 
-def test_a_problem_with_a_value_the_file_never_set_says_it_is_the_default(tmp_path):
+def test_a_file_must_set_the_architecture_fields_one_line_each(tmp_path):
+    """Leaving out block_size is one problem, not a second one about the default standing in for it."""
     path = tmp_path / "partial.json"
     path.write_text(json.dumps({"compress_ratios": [1, 4, 128], "index_topk": 512}))
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    problems = info.value.problems
-    assert problems[0].startswith("compress_ratios[2]=128: every ratio > 1 must divide block_size=64")
-    assert problems[-1] == "partial.json does not set block_size=64: that is ModelConfig's default"
-    path.write_text(json.dumps({"block_size": 48}))  # a value the file set: no note
+    assert info.value.problems == ["block_size: missing; set it (tokens per KV-cache block, a power of two: 64 for "
+                                   "DeepSeek-V3.2, 256 for a DSv4-like model)"]
+    assert str(info.value).startswith("invalid config partial.json (1 problem):")
+    path.write_text(json.dumps({}))
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert not any("does not set" in p for p in info.value.problems)
+    assert [p.split(":")[0] for p in info.value.problems] == list(REQUIRED_FIELDS) == [
+        "block_size", "compress_ratios", "index_topk"]
+    assert load_config(path, block_size=64, compress_ratios=[4], index_topk=64).block_size == 64  # overrides set them
+
+
+def test_a_problem_with_a_default_the_file_never_set_says_so_on_its_line(tmp_path):
+    path = tmp_path / "short.json"
+    path.write_text(json.dumps({"block_size": 64, "compress_ratios": [4], "index_topk": 64, "max_model_len": 100}))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    (problem,) = info.value.problems
+    assert problem.startswith("sliding_window=128: must be <= max_model_len=100")
+    assert problem.endswith("(sliding_window=128: the default, short.json does not set it)")
+    path.write_text(json.dumps({"block_size": 48, "compress_ratios": [4], "index_topk": 64}))  # a value the file set
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert not any("the default" in p for p in info.value.problems)
+
+
+def test_the_defaults_of_a_file_are_modelconfigs_and_documented():
+    defaults = file_defaults()
+    assert defaults == {"index_kpool": None, "sliding_window": 128, "max_model_len": 65536,
+                        "max_num_batched_tokens": 8192, "max_num_seqs": 256, "dcp_size": 1, "dcp_rank": 0,
+                        "dcp_interleave": 1, "num_speculative_tokens": 0}
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    for name, value in defaults.items():
+        assert f"`{name}` | {'none' if value is None else value}" in docs, name
+    for name in REQUIRED_FIELDS:
+        assert f"`{name}` | required" in docs, name

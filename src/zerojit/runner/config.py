@@ -1,9 +1,12 @@
 """Model configurations for the reference runner: shipped JSON files, or your own.
 
 A configuration is a JSON object whose keys are the fields of
-:class:`~zerojit.kernels.mla.config.ModelConfig` (missing fields take their defaults); keys that
-start with ``_`` are comments and ignored. Shipped configurations live in ``configs/`` beside
-this module and are named by their file stem:
+:class:`~zerojit.kernels.mla.config.ModelConfig`; keys that start with ``_`` are comments and
+ignored. The fields that describe the model's architecture, for which no value suits every model
+(:data:`REQUIRED_FIELDS`: ``block_size``, ``compress_ratios``, ``index_topk``), must be set; every
+other field a file leaves out takes its default (:func:`file_defaults`, listed in ``zerojit run
+--help`` and docs/cli.md); ``name`` defaults to the file's stem. Shipped configurations live in
+``configs/`` beside this module and are named by their file stem:
 
 - ``deepseek-v3.2``: 61 layers, all with the top-2048 indexer (ratio 4), block_size 64,
   Wn 128 (V3.2 proper has no window; the kernels need one), max_model_len 131072, no
@@ -24,16 +27,32 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
-from zerojit.kernels.mla.config import ConfigError, ModelConfig
+from zerojit.kernels.mla.config import ConfigError, ModelConfig, mentions
 
-__all__ = ["CONFIG_DIR", "ConfigError", "shipped_configs", "load_config"]
+__all__ = ["CONFIG_DIR", "REQUIRED_FIELDS", "ConfigError", "shipped_configs", "file_defaults", "load_config"]
 
 #: Folder of the shipped configuration files (``<name>.json``).
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+#: The fields a configuration file must set, with what each is: the model's architecture, where a
+#: default would silently describe another model (block_size 64 is DeepSeek-V3.2's, 256 a
+#: DSv4-like model's; their index_topk 2048 and 1024).
+REQUIRED_FIELDS: dict[str, str] = {
+    "block_size": "tokens per KV-cache block, a power of two: 64 for DeepSeek-V3.2, 256 for a DSv4-like model",
+    "compress_ratios": "one compression ratio per layer: 1 = sliding window only, 4 = top-k indexer, 128 = "
+                       "compressed without indexer; e.g. [4, 4, 4]",
+    "index_topk": "the indexer's top-k width in compressed entries: 2048 for DeepSeek-V3.2, 1024 for a DSv4-like model",
+}
+
+
+def file_defaults() -> dict[str, Any]:
+    """The value each field a configuration file may leave out takes (``ModelConfig``'s defaults),
+    in field order; ``name`` (the file's stem) and :data:`REQUIRED_FIELDS` are not among them."""
+    return {f.name: f.default for f in dataclasses.fields(ModelConfig) if f.name != "name" and f.name not in REQUIRED_FIELDS}
 
 
 def shipped_configs() -> list[str]:
@@ -60,9 +79,11 @@ def load_config(name_or_path: str | os.PathLike, **overrides: Any) -> ModelConfi
 
     Raises:
         ConfigError: an unknown name (listing the shipped names), a missing or unreadable file,
-            invalid JSON or a non-object top level; otherwise every unknown key and every invalid
-            field of the file merged with the overrides, all in one error (ModelConfig's rules,
-            KERNELS.md "Validity").
+            invalid JSON or a non-object top level; otherwise every unknown key, every
+            :data:`REQUIRED_FIELDS` field neither the file nor the overrides set (one line each),
+            and every invalid field of the file merged with the overrides, all in one error
+            (ModelConfig's rules, KERNELS.md "Validity"); a problem judging a default the file
+            does not set says so on its line.
     """
     if _is_path(name_or_path):
         path = Path(name_or_path)
@@ -93,12 +114,16 @@ def load_config(name_or_path: str | os.PathLike, **overrides: Any) -> ModelConfi
     fields.setdefault("name", path.stem)
     fields.update(overrides)
     try:
-        return ModelConfig.from_dict(fields)
-    except ConfigError as e:  # say which values in the messages the file never set
-        unset = [f"{f.name}={getattr(ModelConfig, f.name)!r}" for f in dataclasses.fields(ModelConfig)
-                 if f.name not in fields and f.default is not dataclasses.MISSING
-                 and any(re.search(rf"(?<!\w){f.name}=", problem) for problem in e.problems)]
-        if not unset:
-            raise
-        note = f"{path.name} does not set {', '.join(unset)}: {'that is' if len(unset) == 1 else 'those are'} ModelConfig's default"
-        raise ConfigError(e.problems + [note]) from None
+        return ModelConfig.from_dict(fields, required=REQUIRED_FIELDS)
+    except ConfigError as e:  # a problem with a value the file never set says where the value came from
+        defaults = {f: v for f, v in file_defaults().items() if f not in fields}
+        raise ConfigError([_with_defaults(p, defaults, path.name) for p in e.problems],
+                          what=f"config {path.name}") from None
+
+
+def _with_defaults(problem: str, defaults: dict[str, Any], file: str) -> str:
+    """``problem``, followed by the defaults it judges that ``file`` does not set (one line)."""
+    used = [f"{f}={v!r}" for f, v in defaults.items() if mentions(problem, f)]
+    if not used:
+        return problem
+    return f"{problem} ({', '.join(used)}: the default, {file} does not set {'it' if len(used) == 1 else 'them'})"

@@ -80,6 +80,9 @@ __all__ = [
     "WARMUP_MODES",
     "RunError",
     "RunOptions",
+    "usable_cores",
+    "option_conflicts",
+    "KVCacheSummary",
     "WarmupSummary",
     "RequestPathCost",
     "CheckReport",
@@ -115,7 +118,8 @@ class RunOptions:
         target: the compile-only target on cpu (``cuda:90`` = sm_90).
         warmup: ``zerojit`` | ``triton`` | ``none`` (see the module docstring).
         jit_monitor_mode: ``error`` (raise before any runtime compile), ``warn`` or ``off``;
-            ``triton`` / ``none`` warm-ups always use ``warn``.
+            None: ``error`` after a zerojit warm-up, ``warn`` after the ``triton`` / ``none``
+            ones, which accept only ``warn`` (their runtime compiles are what they measure).
         check: steps to check against the references (None: 0 on cpu, 8 on cuda).
         check_max_tokens: on cpu, only steps of at most this many tokens are sampled (the
             interpreter runs one program at a time).
@@ -125,7 +129,9 @@ class RunOptions:
         progress: show progress bars.
         kv_cache_tokens: context tokens the paged KV cache holds (over all DCP ranks).
         step_interval_s: simulated seconds per scheduler step (arrivals replayed in that time).
-        workers: warm-up compile worker processes (None: 1, compiling in this process).
+        workers: zerojit warm-up compile worker processes (None: 1, compiling in this process);
+            more than :func:`usable_cores` are capped to it (:attr:`warmup_workers`). The
+            ``triton`` / ``none`` warm-ups take none (``workers > 1`` is refused).
         fresh_triton_cache: compile into a new, empty Triton cache directory (always for the
             ``triton`` / ``none`` warm-ups).
     """
@@ -136,7 +142,7 @@ class RunOptions:
     device: str | None = None
     target: str = "cuda:90"
     warmup: str = "zerojit"
-    jit_monitor_mode: str = "error"
+    jit_monitor_mode: str | None = None
     check: int | None = None
     check_max_tokens: int = 512
     dcp_size: int | None = None
@@ -154,8 +160,13 @@ class RunOptions:
         problems = []
         if self.warmup not in WARMUP_MODES:
             problems.append(f"warmup={self.warmup!r}: must be one of {', '.join(WARMUP_MODES)}")
-        if self.jit_monitor_mode not in JIT_MONITOR_MODES:
+        if self.jit_monitor_mode is not None and self.jit_monitor_mode not in JIT_MONITOR_MODES:
             problems.append(f"jit_monitor_mode={self.jit_monitor_mode!r}: must be off, warn or error")
+        if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
+                                         or self.workers < 1):
+            problems.append(f"workers={self.workers!r}: must be an int >= 1 (or None: compile in this process)")
+        problems += [f"{a}={getattr(self, a)!r} and {b}={getattr(self, b)!r} conflict: {why}"
+                     for a, b, why in option_conflicts(self.warmup, self.jit_monitor_mode, self.workers)]
         if self.device not in (None, "cpu", "cuda"):
             problems.append(f"device={self.device!r}: must be cpu or cuda")
         if self.requests is not None and self.requests < 1:
@@ -200,8 +211,50 @@ class RunOptions:
 
     @property
     def monitor_mode(self) -> str:
-        """The monitor's mode for this run (``warn`` for the triton / none warm-ups)."""
-        return self.jit_monitor_mode if self.warmup == "zerojit" else "warn"
+        """The monitor's mode for this run: ``jit_monitor_mode``, else ``error`` after a zerojit
+        warm-up and ``warn`` after the triton / none ones."""
+        if self.jit_monitor_mode is not None:
+            return self.jit_monitor_mode
+        return "error" if self.warmup == "zerojit" else "warn"
+
+    @property
+    def warmup_workers(self) -> int | None:
+        """The compile workers the warm-up starts: ``workers`` capped to :func:`usable_cores`
+        (more workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2)."""
+        return None if self.workers is None else min(self.workers, usable_cores())
+
+
+def usable_cores() -> int:
+    """CPU cores this process may run on: its affinity mask (what a container or ``taskset``
+    grants), else ``os.cpu_count()``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def option_conflicts(warmup: str, jit_monitor_mode: str | None, workers: int | None) -> list[tuple[str, str, str]]:
+    """The :class:`RunOptions` fields given together that cannot go together, as ``(field,
+    field, why and what to change)``; empty when none. The CLI names the flags of the same
+    fields (``--warmup`` ...), :class:`RunOptions` the fields.
+
+    - ``warmup`` ``triton`` / ``none`` with ``jit_monitor_mode`` other than ``warn``: their runtime
+      compiles are what they measure, so the monitor must let them happen and count them.
+    - ``warmup`` ``triton`` / ``none`` with ``workers > 1``: only a zerojit warm-up has compile
+      workers (Triton's ``warmup()`` compiles in this process; ``none`` compiles nothing).
+    """
+    if warmup == "zerojit" or warmup not in WARMUP_MODES:
+        return []
+    out = []
+    if jit_monitor_mode not in (None, "warn"):
+        out.append(("warmup", "jit_monitor_mode",
+                    "a triton or none warm-up runs the monitor in warn mode (its runtime compiles are what it "
+                    "measures); leave the monitor mode out or make it warn"))
+    if workers is not None and workers > 1:
+        out.append(("warmup", "workers",
+                    "only a zerojit warm-up has compile workers (a triton warm-up compiles in this process, none "
+                    "compiles nothing before the replay); leave the workers out or warm up with zerojit"))
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,6 +341,51 @@ class CheckReport:
 
 
 @dataclass(frozen=True)
+class KVCacheSummary:
+    """The paged KV cache a run allocated, as values (KERNELS.md "Strides").
+
+    Attributes:
+        num_blocks: blocks per layer in each cache (block ids ``0 .. num_blocks - 1``).
+        handed_out: blocks the allocator hands out per rank (the rest: the window cache's extra
+            ``S - 1`` blocks per main block under DCP, see :func:`kv_blocks_per_rank`).
+        layers_per_pack: layer slots per pack tensor of the main cache (1: dense).
+        block_stride_rows: rows between consecutive block ids of the main cache (K1's).
+        compressed_block_strides: ``{ratio: rows}`` of every compressed cache (K2's).
+        swa_block_stride_rows: rows between consecutive block ids of the window cache (K6's).
+        bytes: bytes of every tensor of the cache.
+    """
+
+    num_blocks: int
+    handed_out: int
+    layers_per_pack: int
+    block_stride_rows: int
+    compressed_block_strides: dict[int, int]
+    swa_block_stride_rows: int
+    bytes: int
+
+    @classmethod
+    def of(cls, cache: PagedKVCache, handed_out: int) -> "KVCacheSummary":
+        """The summary of an allocated cache of which ``handed_out`` blocks per rank are used."""
+        return cls(cache.num_blocks, handed_out, cache.layers_per_pack, cache.block_stride_rows,
+                   dict(cache.compressed_block_strides), cache.swa_block_stride_rows, cache.nbytes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every field; ``compressed_block_strides`` as ``[{"ratio", "block_stride_rows"}]``
+        (JSON object keys would turn the ratios into strings)."""
+        d = dataclasses.asdict(self)
+        d["compressed_block_strides"] = [{"ratio": c, "block_stride_rows": r}
+                                         for c, r in self.compressed_block_strides.items()]
+        return d
+
+    def summary(self) -> str:
+        """One line, as the run report prints it."""
+        comp = ", ".join(f"ratio {c}: {s}" for c, s in self.compressed_block_strides.items())
+        return (f"{count(self.num_blocks, 'block')} ({self.handed_out} handed out), "
+                f"{count(self.layers_per_pack, 'layer')} per pack: block_stride_rows {self.block_stride_rows}, "
+                f"compressed {{{comp}}}, swa {self.swa_block_stride_rows}; {self.bytes / 2**20:.0f} MiB")
+
+
+@dataclass(frozen=True)
 class RunReport:
     """Everything ``zerojit run`` reports; :meth:`to_dict` is its ``--json`` output."""
 
@@ -313,7 +411,7 @@ class RunReport:
     max_step_ms: float
     replay_seconds: float
     total_seconds: float
-    kv_cache: str
+    kv_cache: KVCacheSummary
     audit: CoverageAudit
     checks: CheckReport | None = None
 
@@ -356,7 +454,7 @@ class RunReport:
             "max_step_ms": round(self.max_step_ms, 3),
             "replay_seconds": round(self.replay_seconds, 3),
             "total_seconds": round(self.total_seconds, 3),
-            "kv_cache": self.kv_cache,
+            "kv_cache": self.kv_cache.to_dict(),
             "audit": {**self.audit_counts(), "detail": self.audit.to_dict()},
             "checks": self.checks.to_dict() if self.checks is not None else None,
             "ok": self.ok,
@@ -368,43 +466,46 @@ class RunReport:
         dcp = f", DCP {c.dcp_size} rank {c.dcp_rank}" if c.dcp_size > 1 else ""
         where = f"{self.device} (dry launches, compile-only {self.target})" if self.target else self.device
         lines = [
-            f"zerojit run: {c.name} ({c.num_layers} layers, block_size {c.block_size}{dcp}, "
-            f"{c.num_speculative_tokens} speculative), backend {self.backend}, on {where}",
-            f"  trace        {self.trace}: {self.requests} requests ({self.clipped} clipped to max_model_len)",
-            f"  replay       {self.steps} steps, {self.tokens} tokens ({self.prefill_tokens} prefill, "
-            f"{self.decode_tokens} decode), {self.preemptions} preemptions, {self.launches} launches, "
-            f"{self.replay_seconds:.1f} s",
+            f"zerojit run: {c.name} ({count(c.num_layers, 'layer')}, block_size {c.block_size}{dcp}, "
+            f"{count(c.num_speculative_tokens, 'speculative token')}), backend {self.backend}, on {where}",
+            f"  trace        {self.trace}: {count(self.requests, 'request')} ({self.clipped} clipped to max_model_len)",
+            f"  replay       {count(self.steps, 'step')}, {count(self.tokens, 'token')} ({self.prefill_tokens} "
+            f"prefill, {self.decode_tokens} decode), {count(self.preemptions, 'preemption')}, "
+            f"{count(self.launches, 'launch', 'launches')}, {self.replay_seconds:.1f} s",
             f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})"
             + (f"; {w.origin}" if w.origin else ""),
             *(w.report.stats.notes("               note: ") if w.report is not None and w.report.stats else ()),
-            f"  monitor      {self.monitor_mode}: {self.runtime_compiles} runtime compiles",
-            f"  request path {rp.compiles} compiles ({rp.compile_ms:.1f} ms compiling), {rp.loads} module loads, "
-            f"{rp.cold_steps} cold steps (steps that compiled or loaded a module: +{rp.extra_ms:.1f} ms over the median step)",
+            f"  monitor      {self.monitor_mode}: {count(self.runtime_compiles, 'runtime compile')}",
+            f"  request path {count(rp.compiles, 'compile')} ({rp.compile_ms:.1f} ms compiling), "
+            f"{count(rp.loads, 'module load')}, {count(rp.cold_steps, 'cold step')} (steps that compiled or loaded "
+            f"a module: +{rp.extra_ms:.1f} ms over the median step)",
             f"  step time    first {self.first_step_ms:.2f} ms, median {self.median_step_ms:.2f} ms, "
             f"max {self.max_step_ms:.2f} ms",
-            f"  KV cache     {self.kv_cache}",
+            f"  KV cache     {self.kv_cache.summary()}",
         ]
         counts = self.audit_counts()
-        lines.append(f"  audit        {counts['warmed']} warmed keys, {counts['dead']} dead, {counts['misses']} missed")
-        for k in self.audit.kernels:
-            lines.append(f"    {k.kernel:<36} {len(k.warmed):>3} warmed {len(k.dead):>3} dead {k.hits:>8} hits "
-                         f"{k.runtime_compiles:>4} {'miss' if k.runtime_compiles == 1 else 'misses'}")
+        lines.append(f"  audit        {count(counts['warmed'], 'warmed key')}, {counts['dead']} dead, "
+                     f"{counts['misses']} missed")
+        for k in self.audit.kernels:  # a table: the nouns agree with the numbers beside them
+            lines.append(f"    {k.kernel:<36} {len(k.warmed):>3} warmed {len(k.dead):>3} dead {k.hits:>8} "
+                         f"{'hit ' if k.hits == 1 else 'hits'} {k.runtime_compiles:>4} "
+                         f"{'miss' if k.runtime_compiles == 1 else 'misses'}")
             lines += [f"      dead: {w.key}" for w in k.dead]
             lines += [f"      MISS: {m.arguments} ({m.nearest})" for m in k.misses]
         lines += [f"    note: {n}" for n in self.audit.dead_notes()]
         if self.checks is not None:
             ch = self.checks
-            verdict = "all equal" if ch.ok else f"{len(ch.mismatches)} MISMATCHES"
-            lines.append(f"  checks       {len(ch.steps)} steps ({ch.where}) {list(ch.steps)}: {ch.outputs} outputs, "
-                         f"{verdict} ({ch.seconds:.1f} s)")
+            verdict = "all equal" if ch.ok else count(len(ch.mismatches), "MISMATCH", "MISMATCHES")
+            lines.append(f"  checks       {count(len(ch.steps), 'step')} ({ch.where}) {list(ch.steps)}: "
+                         f"{count(ch.outputs, 'output')}, {verdict} ({ch.seconds:.1f} s)")
             lines += [f"    {m}" for m in ch.mismatches[:20]]
         lines.append(f"  total        {self.total_seconds:.1f} s")
         if self.warmup.mode == "zerojit":
             lines.append("zero runtime compiles" if self.runtime_compiles == 0
-                         else f"{self.runtime_compiles} RUNTIME COMPILES after warm-up")
+                         else f"{count(self.runtime_compiles, 'RUNTIME COMPILE')} after warm-up")
         else:
-            lines.append(f"--warmup {self.warmup.mode}: {rp.compiles} compiles and {rp.extra_ms:.0f} ms on the request "
-                         f"path (zerojit: 0)")
+            lines.append(f"--warmup {self.warmup.mode}: {count(rp.compiles, 'compile')} and {rp.extra_ms:.0f} ms on "
+                         "the request path (zerojit: 0)")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -468,7 +569,7 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
         first_step_ms=replay.step_ms[0] if replay.step_ms else 0.0,
         median_step_ms=statistics.median(replay.step_ms) if replay.step_ms else 0.0,
         max_step_ms=max(replay.step_ms, default=0.0), replay_seconds=replay.seconds,
-        total_seconds=time.perf_counter() - start, kv_cache=_describe_cache(cache, num_blocks), audit=audit,
+        total_seconds=time.perf_counter() - start, kv_cache=KVCacheSummary.of(cache, num_blocks), audit=audit,
         checks=checks,
     )
     return report
@@ -545,13 +646,6 @@ def kv_blocks_per_rank(config: ModelConfig, kv_cache_tokens: int) -> int:
     return max(-(-kv_cache_tokens // per_block), longest)
 
 
-def _describe_cache(cache: PagedKVCache, num_blocks: int) -> str:
-    comp = ", ".join(f"ratio {c}: {s}" for c, s in cache.compressed_block_strides)
-    return (f"{cache.num_blocks} blocks ({num_blocks} handed out), {cache.layers_per_pack} layers per pack: "
-            f"block_stride_rows {cache.block_stride_rows}, compressed {{{comp}}}, "
-            f"swa {cache.swa_block_stride_rows}; {cache.nbytes / 2**20:.0f} MiB")
-
-
 @contextlib.contextmanager
 def _compile_target(target: str | None) -> Iterator[None]:
     """Compile-only for ``target`` (no GPU: warm-up compiles cubins, launches are dry), or nothing."""
@@ -602,7 +696,7 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
     if options.warmup != "zerojit":
         _require_fresh_process(registry, options.warmup)
     if options.warmup == "zerojit":
-        report = registry.warmup(config, progress=options.progress, workers=options.workers, target=target)
+        report = registry.warmup(config, progress=options.progress, workers=options.warmup_workers, target=target)
     elif options.warmup == "triton":
         report = _triton_warmup(registry, config, target, progress=options.progress)
     else:

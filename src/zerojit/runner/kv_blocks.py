@@ -32,7 +32,7 @@ class OutOfBlocksError(RuntimeError):
 
     def __init__(self, request_id: int, needed: int, free: int, num_blocks: int) -> None:
         super().__init__(
-            f"request {request_id} needs {needed} more KV-cache block(s) but only {free} of "
+            f"request {request_id} needs {needed} more KV-cache block{'' if needed == 1 else 's'} but only {free} of "
             f"{num_blocks} are free; allocate a larger cache (more blocks) or lower "
             "max_num_seqs / max_model_len"
         )

@@ -3,10 +3,14 @@
 Every step the runner turns a scheduler :class:`~zerojit.runner.scheduler.Batch` (which requests
 run, their query and context lengths) and the KV-block allocator's block ids into the inputs the
 kernels read (:func:`build_step_inputs`), then calls the kernels the attention backend launches
-(:func:`step_metadata`), in this order:
+(:func:`step_metadata`). Which kernels, and with which layout facts (K2's caches and strides, K1's
+flavours and stride, K6's variants), it reads from
+:func:`zerojit.kernels.mla.launches.step_launches`, the same description the model's layers
+register from (:class:`MetadataPlan`), so a step cannot launch what no layer registered. The
+order:
 
 ====  ==========================================  =============================================
-K2    ``compressed_slot_mapping``                 once per compressed ratio (``config.compressed_ratios``)
+K2    ``compressed_slot_mapping``                 once per compressed cache (a ratio of ``config.compressed_ratios``)
 K3    ``prepare_uniform_decode``                  uniform speculative decodes (``Lq > 1``), when the backend flattens them
 K1    ``convert_req_index_to_global_index``       indexer top-k: the decode rows (decode flavour), then each prefill chunk (prefill flavour)
 K6    ``compute_swa_indices_and_lens``            causal over every token; non-causal over the decode rows when the backend runs drafts so
@@ -54,7 +58,6 @@ Layout choices (documented once, here):
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -62,11 +65,12 @@ import torch
 from torch import Tensor
 
 from zerojit.kernels.mla import reference
-from zerojit.kernels.mla.backends import KERNEL_NAMES, AttentionBackend
+from zerojit.kernels.mla.backends import AttentionBackend
 from zerojit.kernels.mla.combine import combine_topk_swa_indices
 from zerojit.kernels.mla.config import INDEXER_RATIO, ModelConfig
 from zerojit.kernels.mla.decode import prepare_uniform_decode
 from zerojit.kernels.mla.index import FLAVOUR_INPUTS, convert_req_index_to_global_index
+from zerojit.kernels.mla.launches import CacheStrides, StepLaunches, block_table_width, step_launches
 from zerojit.kernels.mla.prefill import build_prefill_chunk_metadata, compute_prefill_metadata
 from zerojit.kernels.mla.shapes import cdiv
 from zerojit.kernels.mla.slot_mapping import compressed_slot_mapping
@@ -163,47 +167,63 @@ REFERENCES = MetadataOps(
 class MetadataPlan:
     """What every step of a run launches, fixed by the config, the backend and the bound cache.
 
+    The kernels and their layout facts come from
+    :func:`~zerojit.kernels.mla.launches.step_launches` (:attr:`step_launches`), the description
+    the model's layers registered: the step launches K2 once per compressed cache listed there,
+    K1 in the flavours and with the stride listed there, K6's non-causal variant only when listed,
+    and nothing that is not listed.
+
     Attributes:
         config: the model configuration (S, r, I, ratios, Wn, TOP_K, limits).
         backend: the attention backend (which kernels, which K1 flavours, K3, K6 variants).
-        block_stride_rows: the main cache's rows between block ids (K1).
-        compressed_block_strides: ``((ratio, rows), ...)`` of the compressed caches (K2).
-        swa_block_stride_rows: the sliding-window cache's rows between block ids (K6).
+        strides: the bound cache's strides (:class:`~zerojit.kernels.mla.launches.CacheStrides`).
         prefill_workspace_tokens: most context tokens one prefill chunk gathers.
+        step_launches: ``step_launches(config, backend, strides)`` (derived, not an argument).
     """
 
     config: ModelConfig
     backend: AttentionBackend
-    block_stride_rows: int
-    compressed_block_strides: tuple[tuple[int, int], ...]
-    swa_block_stride_rows: int
+    strides: CacheStrides
     prefill_workspace_tokens: int = 32768
+    step_launches: StepLaunches = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "step_launches", step_launches(self.config, self.backend, self.strides))
 
     @classmethod
     def for_cache(cls, config: ModelConfig, backend: AttentionBackend, cache: Any, **kw: Any) -> "MetadataPlan":
         """The plan for a bound :class:`~zerojit.runner.kv_cache.PagedKVCache` (strides read from it)."""
-        return cls(config, backend, cache.block_stride_rows, tuple(cache.compressed_block_strides),
-                   cache.swa_block_stride_rows, **kw)
+        return cls(config, backend, CacheStrides.of(cache), **kw)
 
-    # -- which kernels -------------------------------------------------------------------------
+    # -- which kernels, with which layout facts --------------------------------------------------
     @property
     def kernels(self) -> tuple[str, ...]:
-        """Registry names of the kernels the backend launches for this config."""
-        return self.backend.kernels_for(self.config)
+        """Registry names of the kernels a step launches, in K-order."""
+        return self.step_launches.names
 
     def launches(self, k: str) -> bool:
         """Whether kernel ``"K1"`` ... ``"K7"`` runs at all in this plan."""
-        return KERNEL_NAMES[k] in self.kernels
+        return k in self.step_launches
+
+    def fact(self, k: str, name: str) -> Any:
+        """Layout fact ``name`` of kernel ``k``'s launches, as registered (e.g. ``fact("K1",
+        "block_stride_rows")``).
+
+        Raises:
+            KeyError: the plan never launches ``k``. LookupError: ``k`` has no such fact.
+        """
+        return self.step_launches[k].fact(name)
+
+    @property
+    def compressed_caches(self) -> tuple[tuple[int, int], ...]:
+        """``((ratio, block_stride_rows), ...)``: one K2 launch per pair, as registered; () without K2."""
+        return self.fact("K2", "compressed_block_strides") if self.launches("K2") else ()
 
     @property
     def index_flavours(self) -> tuple[str, str]:
-        """K1's ``(decode rows, prefill rows)`` flavours from the backend's list: the prefill rows
-        use the workspace or compact flavour when there is one, the decode rows the other."""
-        flavours = self.backend.index_flavours
-        special = [f for f in flavours if FLAVOUR_INPUTS[f]["has_workspace"] or FLAVOUR_INPUTS[f]["compact"]]
-        plain = [f for f in flavours if f not in special]
-        decode = (plain or special)[0]
-        return decode, (special or plain)[0]
+        """K1's ``(decode rows, prefill rows)`` flavours, among those registered (see
+        :attr:`StepLaunches.index_flavours <zerojit.kernels.mla.launches.StepLaunches.index_flavours>`)."""
+        return self.step_launches.index_flavours
 
     @property
     def uniform_decode(self) -> bool:
@@ -212,15 +232,31 @@ class MetadataPlan:
 
     @property
     def noncausal_drafts(self) -> bool:
-        """K6's non-causal variant runs over the decode (draft) rows."""
-        return False in self.backend.swa_causal(self.config)
+        """K6's non-causal variant runs over the decode (draft) rows (it is registered)."""
+        return False in self.fact("K6", "causal")
+
+    # -- the cache's strides -----------------------------------------------------------------
+    @property
+    def block_stride_rows(self) -> int:
+        """The main cache's rows between block ids (K1)."""
+        return self.strides.block_stride_rows
+
+    @property
+    def compressed_block_strides(self) -> tuple[tuple[int, int], ...]:
+        """``((ratio, rows), ...)`` of the compressed caches."""
+        return self.strides.compressed_block_strides
+
+    @property
+    def swa_block_stride_rows(self) -> int:
+        """The sliding-window cache's rows between block ids (K6)."""
+        return self.strides.swa_block_stride_rows
 
     # -- widths --------------------------------------------------------------------------------
     @property
     def table_width(self) -> int:
-        """Columns of the main block table: ``cdiv(max_model_len, block_size * S)``."""
-        c = self.config
-        return cdiv(c.max_model_len, c.block_size * c.dcp_size)
+        """Columns of the main block table: ``cdiv(max_model_len, block_size * S)``
+        (:func:`~zerojit.kernels.mla.launches.block_table_width`, which K3's registered alignment reads)."""
+        return block_table_width(self.config)
 
     @property
     def swa_table_width(self) -> int:
@@ -500,7 +536,7 @@ def step_metadata(inputs: StepInputs, plan: MetadataPlan, ops: MetadataOps, buff
     qsl, seq = inputs.query_start_loc, inputs.seq_lens
 
     # K2: where this step's compressed-KV entries go, in each compressed cache.
-    for ratio, stride in plan.compressed_block_strides:
+    for ratio, stride in plan.compressed_caches:
         out.add(f"K2 slot_mapping ratio {ratio}", ops.compressed_slot_mapping(
             query_start_loc=qsl, seq_lens=seq, block_table=inputs.block_table, num_tokens=T, ratio=ratio,
             block_size=cfg.block_size, block_stride_rows=stride, **plan.dcp))
@@ -528,7 +564,7 @@ def step_metadata(inputs: StepInputs, plan: MetadataPlan, ops: MetadataOps, buff
     swa = dict(token_to_req=inputs.token_to_req, slot_mapping=inputs.swa_slot_mapping, seq_lens=seq,
                query_start_loc=qsl, block_table=inputs.swa_block_table, token_offset=0,
                sliding_window=cfg.sliding_window, block_size=cfg.block_size,
-               block_stride_rows=plan.swa_block_stride_rows, num_speculative_tokens=cfg.num_speculative_tokens)
+               block_stride_rows=plan.fact("K6", "block_stride_rows"), num_speculative_tokens=cfg.num_speculative_tokens)
     idx, lens = ops.compute_swa_indices_and_lens(num_tokens=T, causal=True, **swa)
     out.add("K6 causal swa_indices", idx)
     out.add("K6 causal swa_lens", lens)
@@ -559,7 +595,7 @@ def _index(out: StepMetadata, name: str, ops: MetadataOps, plan: MetadataPlan, f
     cfg, spec = plan.config, FLAVOUR_INPUTS[flavour]
     kw: dict[str, Any] = dict(
         req_id=inputs.token_to_req[t0:t1], block_table=inputs.block_table, token_indices=inputs.token_indices[t0:t1],
-        block_size=cfg.block_size, block_stride_rows=plan.block_stride_rows,
+        block_size=cfg.block_size, block_stride_rows=plan.fact("K1", "block_stride_rows"),
         max_num_blocks_per_req=plan.table_width, count_valid=spec["count_valid"], compact=spec["compact"],
         **(plan.dcp if spec["dcp"] else {}))
     if spec["has_workspace"] and chunk is not None:
@@ -678,6 +714,7 @@ def compare_metadata(got: StepMetadata, want: StepMetadata) -> list[str]:
         if not torch.equal(a, b):
             where = (a != b).nonzero()
             first = tuple(int(x) for x in where[0])
-            problems.append(f"{name}: {where.shape[0]} element(s) differ, first at {first}: "
+            n = where.shape[0]
+            problems.append(f"{name}: {n} {'element differs' if n == 1 else 'elements differ'}, first at {first}: "
                             f"kernel {int(a[first])}, reference {int(b[first])}")
     return problems

@@ -10,6 +10,10 @@ docs KERNELS.md "Registration" literally:
    K2, K6) with the bound cache's real strides through
    :func:`~zerojit.kernels.mla.registration.register_kv_cache_kernels`.
 
+Both register what :func:`zerojit.kernels.mla.launches.step_launches` lists, the description the
+runner's step launches from (:class:`zerojit.runner.metadata.MetadataPlan`), so the model
+registers every kernel and stride a step launches.
+
 A 61-layer model so registers 61 times at each step; the active registry keeps one request per
 distinct value. Outside :meth:`zerojit.registry.JitWarmupRegistry.activate` both steps register
 nothing (and cost nothing).
@@ -29,6 +33,7 @@ from collections import Counter
 
 from zerojit.kernels.mla.backends import AttentionBackend, default_backend, get_backend
 from zerojit.kernels.mla.config import ModelConfig
+from zerojit.kernels.mla.launches import step_launches
 from zerojit.kernels.mla.registration import (
     LayerKind,
     layer_kind,
@@ -123,9 +128,10 @@ class SparseMLAModel:
 
     @property
     def kernel_names(self) -> tuple[str, ...]:
-        """Registry names of the kernels this model launches with its backend (what registration
-        must have covered once the cache is bound)."""
-        return self.backend.kernels_for(self.config)
+        """Registry names of the kernels a step of this model launches with its backend, in
+        K-order: the kernels :func:`~zerojit.kernels.mla.launches.step_launches` lists, which are
+        the kernels its layers register."""
+        return step_launches(self.config, self.backend).names
 
     # ------------------------------------------------------------------ KV cache
     def bind_kv_cache(self, cache: PagedKVCache) -> None:

@@ -19,12 +19,12 @@ K7 combine_topk_swa_indices             yes                         yes
 dcp_size                                1 only                      > 1 only
 ======================================  ==========================  ===========================
 
-A backend is a frozen value (:class:`AttentionBackend`); the per-family registration functions
-of :mod:`zerojit.kernels.mla.registration` read it, so the one place that decides what a backend
-warms is the backend itself, and only the active backend's kernels are ever registered.
-:meth:`AttentionBackend.kernels_for` says which kernels a backend launches for a given
-configuration (layers without an indexer need no K1/K4, a config without compressed ratios no
-K2, ...): a model built with the backend must register exactly those, which the tests check.
+A backend is a frozen value (:class:`AttentionBackend`) of the choices that differ between
+backends. :func:`zerojit.kernels.mla.launches.step_launches` combines it with a configuration
+and the bound cache's strides into the one description of what a step launches (layers without
+an indexer need no K1/K4, a config without compressed caches no K2, ...), which both
+registration and the runner's step read; so only the active backend's kernels are ever
+registered, and exactly those its steps launch.
 
 Example::
 
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import INDEXER_RATIO, ModelConfig
+from .config import ModelConfig
 from .index import FLAVOUR_INPUTS, FLAVOURS
 
 __all__ = [
@@ -111,7 +111,8 @@ class AttentionBackend:
         problems = []
         unknown = [f for f in self.index_flavours if f not in FLAVOUR_INPUTS]
         if unknown:
-            problems.append(f"index_flavours: unknown flavour(s) {unknown}; known flavours are {FLAVOURS}")
+            problems.append(f"index_flavours: unknown {'flavour' if len(unknown) == 1 else 'flavours'} {unknown}; "
+                            f"known flavours are {FLAVOURS}")
         for f in self.index_flavours:
             spec = FLAVOUR_INPUTS.get(f)
             if spec is None:
@@ -154,27 +155,6 @@ class AttentionBackend:
         if self.swa_noncausal_drafts and config.num_speculative_tokens > 0:
             return (True, False)
         return (True,)
-
-    def kernels_for(self, config: ModelConfig) -> tuple[str, ...]:
-        """Registry names of the kernels this backend launches for ``config``, in K-order.
-
-        K1 and K4 serve indexer layers (ratio :data:`~zerojit.kernels.mla.config.INDEXER_RATIO`)
-        only, K2 compressed layers (a ratio > 1; it then covers every ratio of
-        ``config.compressed_ratios``, ``index_kpool`` included), K3 speculative decode
-        (see :meth:`launches_uniform_decode`); K5, K6 and K7 serve every layer.
-        """
-        has_indexer = INDEXER_RATIO in config.compress_ratios
-        ks = []
-        if self.index_flavours and has_indexer:
-            ks.append("K1")
-        if any(c > 1 for c in config.compress_ratios):
-            ks.append("K2")
-        if self.launches_uniform_decode(config):
-            ks.append("K3")
-        if has_indexer:
-            ks.append("K4")
-        ks += ["K5", "K6", "K7"]
-        return tuple(KERNEL_NAMES[k] for k in ks)
 
     def describe(self) -> str:
         """One line per kernel family: what this backend launches (for ``--help`` and reports)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 from .shapes import cdiv
 
-__all__ = ["ConfigError", "ModelConfig", "INDEXER_RATIO", "INT32_MAX", "MAX_NUM_SEQS"]
+__all__ = ["ConfigError", "ModelConfig", "INDEXER_RATIO", "INT32_MAX", "MAX_NUM_SEQS", "mentions"]
 
 #: The compression ratio whose layers carry the top-k "lightning indexer" (KERNELS.md: the
 #: indexer serves ratio-4 layers; ratio-128 layers have none; ratio-1 layers are window-only).
@@ -76,6 +76,11 @@ def _join_wheres(wheres: list[str]) -> str:
     parts = [f"compress_ratios[{', '.join(layers)}]"] if layers else []
     parts += [w for w in wheres if not w.startswith("compress_ratios[")]
     return " and ".join(parts)
+
+
+def mentions(problem: str, field_name: str) -> bool:
+    """Whether a :class:`ConfigError` problem line names field ``field_name`` (as a word)."""
+    return re.search(rf"(?<![\w.]){re.escape(field_name)}(?!\w)", problem) is not None
 
 
 def _divisors_of(n: int) -> str:
@@ -369,11 +374,20 @@ class ModelConfig:
         return tuple(f.name for f in dataclasses.fields(cls))
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
-        """Build from a mapping of field names to values; missing fields take their defaults.
+    def from_dict(cls, d: Mapping[str, Any], *, required: Mapping[str, str] | None = None) -> ModelConfig:
+        """Build from a mapping of field names to values; missing fields take their defaults,
+        except the ``required`` ones.
+
+        Args:
+            d: field name -> value.
+            required: fields ``d`` must set, each with what it is (for the message), e.g.
+                ``{"block_size": "tokens per KV-cache block, e.g. 256"}``.
 
         Raises:
-            ConfigError: naming every unknown key together with every invalid field.
+            ConfigError: naming every unknown key, every missing required field (one line each:
+                ``"block_size: missing; ..."``), and every invalid field. A problem that mentions a
+                missing required field is left out: it would judge the default standing in for
+                the value the caller has yet to give.
         """
         if not isinstance(d, Mapping):
             raise ConfigError(
@@ -385,11 +399,13 @@ class ModelConfig:
             f"{k!r}: unknown field; known fields are {', '.join(cls.field_names())}"
             for k in unknown
         ]
+        missing = [f for f in cls.field_names() if f in (required or {}) and f not in d]
+        problems += [f"{f}: missing; set it ({required[f]})" for f in missing]
         known = {k: v for k, v in d.items() if k in names}
         try:
             cfg = cls(**known)
         except ConfigError as e:
-            raise ConfigError(problems + e.problems) from None
+            raise ConfigError(problems + [p for p in e.problems if not any(mentions(p, f) for f in missing)]) from None
         if problems:
             raise ConfigError(problems)
         return cfg
