@@ -354,3 +354,16 @@ def test_admission_waits_for_blocks_and_preemption_recomputes():
         ((1, 2), (9, 4), (9, 4), ()),  # 1 recomputes 8 + 1 tokens; 2 fits beside it
         ((1,), (1,), (10,), ()),
     ]
+
+
+def test_a_request_that_preempts_itself_leaves_its_budget_to_the_prefill_behind_it():
+    # Found by test_invariants_on_random_traces: request 7's 4-token speculative decode takes the
+    # whole budget, request 6's prefill waits; 7 then lacks blocks and preempts itself, and the
+    # step must still run 6 (it used to plan nothing and fail).
+    reqs = [TraceRequest(i, 0.0, p, o) for i, (p, o) in enumerate([(1, 1)] * 6 + [(2, 1), (1, 9), (1, 1)])]
+    limits = SchedulerLimits(max_num_batched_tokens=4, max_num_seqs=2, max_model_len=10, num_speculative_tokens=3,
+                             long_prefill_chunk=1)
+    batches = list(Scheduler(reqs, limits, allocator=BlockAllocator(10, 1)))
+    self_preempted = next(b for b in batches if 7 in b.preempted)
+    assert self_preempted.request_ids == (6,) and self_preempted.query_lens == (1,)
+    assert sorted(r for b in batches for r in b.finished) == list(range(9))

@@ -43,7 +43,9 @@ out, the most recently admitted running request is *preempted* (vLLM's recompute
 blocks are freed, its computed tokens dropped, and it goes back to the front of the waiting queue;
 when readmitted it prefills its prompt plus the tokens it had generated, and that prefill's last
 chunk samples its next token. If the request short of blocks is itself the most recent, it is
-preempted. A step that preempts admits nothing. The oldest running request is never preempted,
+preempted. A preemption gives back its tokens and blocks, so the requests still running are then
+planned again (a prefill left out behind a long decode runs instead of an empty step). A step
+that preempts admits nothing. The oldest running request is never preempted,
 so every request finishes. Blocks of a finished request are freed at the start of the *next*
 step, so :meth:`~zerojit.runner.kv_blocks.BlockAllocator.block_table` works for every request of
 the batch just returned.
@@ -413,28 +415,18 @@ class Scheduler:
 
         now = self._advance_clock()
         limits = self.limits
-        budget = limits.max_num_batched_tokens
         chunk_cap = limits.long_prefill_chunk or limits.max_num_batched_tokens
 
-        # 1-2. plan: decodes first, then continuing prefills, both in admission order.
-        planned: dict[int, int] = {}
-        for req in self._running:
-            if req.is_decode:
-                lq = min(limits.decode_query_len, req.output_len - req.num_generated)
-                if lq <= budget:
-                    planned[req.request_id] = lq
-                    budget -= lq
-        for req in self._running:
-            if budget == 0:
-                break
-            if not req.is_decode:
-                chunk = min(req.num_known - req.num_computed, budget, chunk_cap)
-                planned[req.request_id] = chunk
-                budget -= chunk
-
-        # KV blocks, in admission order, preempting from the most recently admitted.
+        # 1-2. plan: decodes first, then continuing prefills, both in admission order; then KV
+        # blocks, in admission order, preempting from the most recently admitted. A preemption
+        # gives back its tokens and blocks, so the requests still running are planned again: one
+        # left out for want of budget (a prefill behind a long decode) may run now.
         preempted: list[int] = []
-        if self.allocator is not None:
+        while True:
+            planned, budget = self._plan(chunk_cap)
+            if self.allocator is None:
+                break
+            before = len(preempted)
             i = 0
             while i < len(self._running):
                 req = self._running[i]
@@ -442,6 +434,8 @@ class Scheduler:
                 if lq is not None and not self._reserve(req, req.num_computed + lq, planned, preempted):
                     continue  # req itself was preempted; the list shifted under i
                 i += 1
+            if len(preempted) == before:
+                break
 
         decodes = [r for r in self._running if r.request_id in planned and r.is_decode]
         prefills = [r for r in self._running if r.request_id in planned and not r.is_decode]
@@ -478,6 +472,27 @@ class Scheduler:
                 now = head.arrival_s
         self._clock_steps += 1
         return now
+
+    def _plan(self, chunk_cap: int) -> tuple[dict[int, int], int]:
+        """Query lengths of the running requests this step (decodes first, then continuing
+        prefills, each in admission order) and the token budget left."""
+        limits = self.limits
+        budget = limits.max_num_batched_tokens
+        planned: dict[int, int] = {}
+        for req in self._running:
+            if req.is_decode:
+                lq = min(limits.decode_query_len, req.output_len - req.num_generated)
+                if lq <= budget:
+                    planned[req.request_id] = lq
+                    budget -= lq
+        for req in self._running:
+            if budget == 0:
+                break
+            if not req.is_decode:
+                chunk = min(req.num_known - req.num_computed, budget, chunk_cap)
+                planned[req.request_id] = chunk
+                budget -= chunk
+        return planned, budget
 
     def _reserve(
         self, req: _Request, seq_len: int, planned: dict[int, int], preempted: list[int]
