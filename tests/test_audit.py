@@ -140,7 +140,7 @@ def test_audit_of_a_monitored_run(dry):
     assert lines[3].split() == ["audit_unregistered", "0", "0", "0", "0", "1", "1", "0", "0"]
     assert "dead  AuditScale.CompileKey(block=128)  (0 launches)" in table
     assert "no key of this kernel was warmed" in table
-    assert table.endswith("2 runtime compile(s) after warm-up; 1 dead warm-up key(s)")
+    assert table.endswith("2 runtime compiles after warm-up; 1 dead warm-up key")
 
 
 def test_clean_run_audit_is_ok(dry):
@@ -152,7 +152,7 @@ def test_clean_run_audit_is_ok(dry):
     scale(x=torch.zeros(64), out=torch.zeros(64), block=64)
     audit = build_audit(report, monitor.current())
     assert audit.ok and audit.mode == "error" and audit.kernel("audit_scale").warmed[0].hits == 1
-    assert "zero runtime compiles; 0 dead warm-up key(s)" in audit.table()
+    assert "zero runtime compiles; 0 dead warm-up keys" in audit.table()
     with pytest.raises(KeyError, match="no kernel 'nope'"):
         audit.kernel("nope")
 
@@ -215,7 +215,7 @@ def test_cli_audit_runs_a_script_and_sets_the_exit_status(tmp_path, monkeypatch)
     res = runner.invoke(app, ["audit", "--json", str(tmp_path / "a.json"), "--", sys.executable, str(script), "--miss"])
     assert res.exit_code == 1, res.output
     assert "MISS" in res.output and "BLOCK: warmed as constexpr 64, called as constexpr 128" in res.output
-    assert "1 runtime compile(s) after warm-up" in res.output
+    assert "1 runtime compile after warm-up" in res.output
     saved = CoverageAudit.from_dict(json.loads((tmp_path / "a.json").read_text()))
     k = saved.kernel("script_scale")
     assert k.warmed[0].hits == 2 and k.misses[0].compiled == 1 and k.misses[0].hits == 1
@@ -230,3 +230,15 @@ def test_cli_audit_script_without_warmup(tmp_path):
     script.write_text("print('no zerojit here')\n")
     res = CliRunner().invoke(app, ["audit", "--", sys.executable, str(script)])
     assert res.exit_code == 2 and "ran no zerojit warm-up" in res.output
+
+
+def test_the_audit_table_counts_in_the_singular_too():
+    from zerojit.audit import CoverageAudit, KernelCoverage, RuntimeMiss, WarmedKey
+
+    miss = RuntimeMiss(arguments="n: i32", misses=1, compiled=1, disk_loads=0, blocked=0, hits=1, nearest_key="K(1)")
+    audit = CoverageAudit(kernels=(KernelCoverage(kernel="k", warmed=(WarmedKey(key="K(1)", hits=1),),
+                                                  misses=(miss,), unwarmed_hits=(), hits=1),), direct=(), mode="warn")
+    table = audit.table()
+    assert "hit   K(1)  (1 launch)" in table
+    assert "(1 miss: 1 compiled, 0 from disk cache, 0 blocked; 1 launch)" in table
+    assert table.endswith("1 runtime compile after warm-up; 0 dead warm-up keys")

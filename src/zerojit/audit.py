@@ -34,6 +34,7 @@ from typing import Any
 
 from . import monitor as _monitor
 from . import registry as _registry
+from .reports import count
 
 __all__ = [
     "AUDIT_OUT_ENV",
@@ -265,23 +266,24 @@ class CoverageAudit:
         for k in self.kernels:
             lines.append(f"{k.kernel}:")
             for w in k.warmed:
-                lines.append(f"  {'dead' if w.dead else 'hit ':<4}  {w.key}  ({w.hits} launches)")
+                lines.append(f"  {'dead' if w.dead else 'hit ':<4}  {w.key}  ({count(w.hits, 'launch', 'launches')})")
             for m in k.misses:
                 how = f"{m.compiled} compiled, {m.disk_loads} from disk cache, {m.blocked} blocked"
-                lines.append(f"  MISS  {m.arguments}  ({m.misses} misses: {how}; {m.hits} launches)")
+                lines.append(f"  MISS  {m.arguments}  ({count(m.misses, 'miss', 'misses')}: {how}; {count(m.hits, 'launch', 'launches')})")
                 lines.append(f"        {m.nearest}")
                 if m.nearest_key is not None:
                     lines += [f"        {d}" for d in m.differences]
             for u in k.unwarmed_hits:
-                lines.append(f"  other {u.triton_key}  ({u.hits} launches of a variant neither warmed nor monitored)")
+                lines.append(f"  other {u.triton_key}  ({count(u.hits, 'launch', 'launches')} of a variant neither warmed nor monitored)")
         for d in self.direct:
             lines.append(f"direct triton.compile after warm-up: {d.arguments} "
                          f"({d.compiled} compiled, {d.disk_loads} from disk cache)")
         lines += [f"note: {n}" for n in self.dead_notes()]
         if self.ok:
-            lines.append(f"zero runtime compiles; {self.dead_warmups} dead warm-up key(s)")
+            lines.append(f"zero runtime compiles; {count(self.dead_warmups, 'dead warm-up key')}")
         else:
-            lines.append(f"{self.runtime_compiles} runtime compile(s) after warm-up; {self.dead_warmups} dead warm-up key(s)")
+            lines.append(f"{count(self.runtime_compiles, 'runtime compile')} after warm-up; "
+                         f"{count(self.dead_warmups, 'dead warm-up key')}")
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -524,7 +524,7 @@ class BundleManifest:
         missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]
         if missing:
-            raise BundleCorruptError(f"bundle manifest lacks field(s) {missing}")
+            raise BundleCorruptError(f"bundle manifest lacks {'field' if len(missing) == 1 else 'fields'} {missing}")
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def summary(self) -> str:

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from .cache import cache_dir, entries_of, install_entries, pack_entries, use_fast_triton_key
 from .compile_only import warm_target
+from .reports import count
 from .precompile import JobOutcome, plan_digest
 from .restore import records, restore_records
 
@@ -92,7 +93,7 @@ def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *,
     # 3. compile (and load) this rank's share (Triton's build hash overlaps the workers' boot there)
     share = shard(len(jobs), rank, world)
     first = session.run([jobs[i] for i in share], progress=progress,
-                        desc=f"zerojit warm-up, rank {rank}: {len(share)} of {len(jobs)} keys")
+                        desc=f"zerojit warm-up, rank {rank}: {len(share)} of {count(len(jobs), 'key')}")
 
     # 4. share the results: Triton's build, this share's restore records, and (separate cache
     # folders) its entries; the exchange is also the barrier after every rank's compiles
@@ -128,7 +129,7 @@ def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *,
     rest = [i for i, o in enumerate(outcomes) if o is None]
     if rest:
         ran = session.run([jobs[i] for i in rest], progress=progress,
-                          desc=f"zerojit warm-up, rank {rank}: loading {len(rest)} keys", expect_warm=True)
+                          desc=f"zerojit warm-up, rank {rank}: loading {count(len(rest), 'key')}", expect_warm=True)
         for i, o in zip(rest, ran):
             outcomes[i] = o
     return outcomes

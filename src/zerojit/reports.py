@@ -160,7 +160,7 @@ class WarmupStats:
                          "then loaded from the disk cache")
         cached = self.disk_loads - self.worker_compiled - self.lock_waits
         if cached > 0:
-            bundle = f", {self.bundle_entries} entries installed from a bundle" if self.bundle_entries else ""
+            bundle = f", {count(self.bundle_entries, 'entry', 'entries')} installed from a bundle" if self.bundle_entries else ""
             parts.append(f"{cached} loaded from the disk cache, compiled before this warm-up{bundle}")
         if self.restored:
             parts.append(f"{self.restored} restored from the disk cache by zerojit's restore index")
