@@ -295,8 +295,9 @@ class TensorArg(_Element):
 
     def _fast(self, gen: "_Generator") -> str:
         x, last = self.name, self.ndim - 1
-        test = (f"{x}.__class__ is _zj_Tensor and {x}.dtype is {gen.const(self.dtype)} and {x}.ndim == {self.ndim}"
-                f" and ({x}.stride({last}) == 1 or {x}.shape[{last}] <= 1)")
+        test = "" if x in gen.cached else f"{x}.__class__ is _zj_Tensor and "  # else tested before the cache
+        test += (f"{x}.dtype is {gen.const(self.dtype)} and {x}.ndim == {self.ndim}"
+                 f" and ({x}.stride({last}) == 1 or {x}.shape[{last}] <= 1)")
         if gen.anchor != x:
             test += f" and {x}.device == _zj_dev"
         if self.length:
@@ -541,11 +542,20 @@ class _Slow(Exception):
 
 
 class _Generator:
-    """Source fragments of one launcher's generated checks: constants by name, the anchor."""
+    """Source fragments of one launcher's generated checks.
+
+    Attributes:
+        anchor: the input whose device every tensor input must share (its device is ``_zj_dev``).
+        tensors: the tensor inputs checked unconditionally.
+        cached: those whose ``shape`` and ``stride()`` are read once, into ``_zj_<name>_shape`` and
+            ``_zj_<name>_strides``, by the time the source being rewritten runs.
+        consts: the constants the source names (``_zj_c0``: ``torch.int32``, ...).
+    """
 
     def __init__(self, anchor: str | None, tensors: frozenset[str]) -> None:
         self.anchor = anchor
         self.tensors = tensors
+        self.cached: set[str] = set()
         self.consts: dict[str, Any] = {}
 
     def const(self, value: Any) -> str:
@@ -557,23 +567,47 @@ class _Generator:
         return name
 
     def fast(self, source: str) -> str:
-        """``source`` for the generated tests: ``len(t)`` of a tensor input checked unconditionally
-        above reads ``t.shape[0]`` (equal for a plain tensor), ``is_int(x)`` reads
-        ``x.__class__ is int`` (False for an int subclass, which the reference path then accepts)."""
-        tensors = self.tensors
+        """``source`` for the generated tests, reading the same values more cheaply.
+
+        ``len(t)`` of a tensor input checked unconditionally above reads ``t.shape[0]``; once
+        ``t``'s shape and strides are cached, ``t.shape``, ``t.ndim``, ``t.stride()`` and
+        ``t.stride(k)`` read the cache (torch builds a new ``Size`` per ``t.shape``, and
+        ``t.stride(k)`` costs twice ``t.stride()``); ``is_int(x)`` reads ``x.__class__ is int``
+        (False for an int subclass, which the reference path then accepts).
+        """
+        tensors, cached = self.tensors, self.cached
+
+        def name(text: str) -> ast.Name:
+            return ast.Name(text, ast.Load())
+
+        def shape(t: str) -> ast.AST:
+            return name(f"_zj_{t}_shape") if t in cached else ast.Attribute(name(t), "shape", ast.Load())
 
         class Rewrite(ast.NodeTransformer):
-            def visit_Call(self, node: ast.Call) -> ast.AST:
+            def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
                 self.generic_visit(node)
-                if not (isinstance(node.func, ast.Name) and len(node.args) == 1 and not node.keywords
+                if isinstance(node.value, ast.Name) and node.value.id in cached and isinstance(node.ctx, ast.Load):
+                    if node.attr == "shape":
+                        return shape(node.value.id)
+                    if node.attr == "ndim":
+                        return ast.Call(name("len"), [shape(node.value.id)], [])
+                return node
+
+            def visit_Call(self, node: ast.Call) -> ast.AST:
+                func = node.func
+                if (isinstance(func, ast.Attribute) and func.attr == "stride" and isinstance(func.value, ast.Name)
+                        and func.value.id in cached and not node.keywords and len(node.args) <= 1):
+                    strides = name(f"_zj_{func.value.id}_strides")
+                    return ast.Subscript(strides, self.visit(node.args[0]), ast.Load()) if node.args else strides
+                self.generic_visit(node)
+                if not (isinstance(func, ast.Name) and len(node.args) == 1 and not node.keywords
                         and isinstance(node.args[0], ast.Name)):
                     return node
                 arg = node.args[0]
-                if node.func.id == "len" and arg.id in tensors:
-                    return ast.Subscript(ast.Attribute(arg, "shape", ast.Load()), ast.Constant(0), ast.Load())
-                if node.func.id == "is_int":
-                    return ast.Compare(ast.Attribute(arg, "__class__", ast.Load()), [ast.Is()],
-                                       [ast.Name("_zj_int", ast.Load())])
+                if func.id == "len" and arg.id in tensors:
+                    return ast.Subscript(shape(arg.id), ast.Constant(0), ast.Load())
+                if func.id == "is_int":
+                    return ast.Compare(ast.Attribute(arg, "__class__", ast.Load()), [ast.Is()], [name("_zj_int")])
                 return node
 
         return ast.unparse(Rewrite().visit(ast.parse(source.strip(), mode="eval")))
@@ -693,6 +727,10 @@ class _CheckedLaunch:
                 if e.name in self.per_launch_lets:
                     lines.append(f"{e.name} = {gen.fast(e.expr)}")
                 continue
+            if isinstance(e, TensorArg) and e.name in tensors:  # read shape and strides once, once a tensor
+                lines += [f"if {e.name}.__class__ is not _zj_Tensor:\n                raise _zj_Slow",
+                          f"_zj_{e.name}_shape = {e.name}.shape", f"_zj_{e.name}_strides = {e.name}.stride()"]
+                gen.cached.add(e.name)
             test = e._guard(gen) if e in self.deferred else e._fast(gen)
             if test is None:
                 continue
