@@ -26,7 +26,7 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if isinstance(first, ast.Expr) and isinstance(getattr(first.value, "value", None), str):
                 lines.update(range(first.lineno, first.end_lineno + 1))
     return lines
 

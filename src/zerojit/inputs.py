@@ -16,10 +16,9 @@ inputs beside it, in the order they run::
             IntArg("block_size", low=1),
             Require("ratio", "is_int(ratio) and ratio >= 1 and block_size % ratio == 0",
                     "must be an int >= 1 dividing block_size={block_size}, got {ratio!r}"),
-            host_only=("ratio", "block_size"),
         )
         def __call__(self, key, constexprs, *, query_start_loc, seq_lens, block_table, num_tokens,
-                     ratio, block_size) -> LaunchSpec:
+                     ratio, block_size) -> LaunchSpec:  # dispatch(*, ratio, block_size) takes the facts
             out = torch.empty(num_tokens, dtype=torch.int64, device=seq_lens.device)
             return LaunchSpec(grid=(seq_lens.shape[0],), kwargs=dict(constexprs, slot_mapping=out),
                               returns=out)
@@ -36,7 +35,9 @@ defaults, order: the public call signature). Before the body runs, the framework
    and builds the key's kernel arguments (``constexprs``, below), and remembers both;
 4. calls the body with ``(key, constexprs)`` and the inputs. The body allocates outputs and
    returns the :class:`~zerojit.kernel.LaunchSpec`, as with :func:`~zerojit.kernel.kernel_launcher`
-   (which :func:`checked_launcher` applies: inputs still map to kernel parameters by name).
+   (which :func:`checked_launcher` applies: inputs still map to kernel parameters by name; a
+   fact that names no kernel parameter, like ``ratio`` above, is consumed on the host, so it
+   needs no ``host_only``).
 
 ``constexprs`` holds, for each ``CompileKey`` field named like a ``tl.constexpr`` parameter of
 the kernel (as is, or upper-cased: ``ratio`` -> ``RATIO``) or like a launch option
@@ -54,8 +55,8 @@ signature: the common case (valid inputs, facts seen before) is straight-line at
 one dict lookup, no call per check; anything unusual (a failed test, a tensor subclass, an int
 subclass, new facts, an exception inside a test) takes the *reference path*, which runs each
 check's plain definition in order and raises the exact message (or, for valid inputs, returns
-the same key). In generated tests only, ``len(t)`` of a tensor input checked unconditionally
-above reads ``t.shape[0]`` (the same value; torch's ``len`` costs three times more).
+the same key). The generated tests read each tensor's shape and strides once and spell a few
+expressions more cheaply, with the same value (see ``_Generator.fast``).
 
 **Expressions.** ``length``, ``low``/``high``, ``condition``, ``when`` and :class:`Let` are Python
 expressions over the launch inputs, the :class:`Let` names defined above them, the helpers
@@ -77,7 +78,7 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
-from .kernel import KernelDefinitionError, KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from .kernel import KernelDefinitionError, KernelInputError, TritonJitKernel, kernel_launcher
 from .specialization import LAUNCH_OPTIONS, is_aligned
 
 __all__ = [
@@ -229,11 +230,23 @@ class _Element:
 
     when: str | None
 
+    def __post_init__(self) -> None:  # compile every expression now: a typo fails where it is written
+        for source in self._decisions():
+            _parse(source)
+        for template in self._templates():
+            _parse(template, True)
+
     def _expressions(self) -> tuple[str, ...]:
-        """The expressions that decide this step (their names place it: per launch or per facts)."""
-        raise NotImplementedError
+        """The step's own expressions (a length, bounds, a condition)."""
+        return ()
+
+    def _decisions(self) -> tuple[str, ...]:
+        """The expressions that decide the step, ``when`` included: their names place it (per
+        launch, or once per facts)."""
+        return self._expressions() + ((self.when,) if self.when else ())
 
     def _templates(self) -> tuple[str, ...]:
+        """Its message templates (read only to report a failure)."""
         return ()
 
     def _subject(self) -> str | None:
@@ -242,8 +255,8 @@ class _Element:
 
     def _reads(self) -> frozenset[str]:
         names = {self._subject()} - {None}
-        for e in self._expressions() + ((self.when,) if self.when else ()):
-            names |= _parse(e)[1]
+        for source in self._decisions():
+            names |= _parse(source)[1]
         return frozenset(names)
 
     def _fast(self, gen: "_Generator") -> str | None:
@@ -287,8 +300,7 @@ class TensorArg(_Element):
     def __post_init__(self) -> None:
         if not isinstance(self.ndim, int) or self.ndim < 1:
             raise KernelDefinitionError(f"TensorArg({self.name!r}): ndim must be an int >= 1, got {self.ndim!r}")
-        for e in self._expressions() + ((self.when,) if self.when else ()):
-            _parse(e)
+        super().__post_init__()
 
     def _expressions(self) -> tuple[str, ...]:
         return (self.length,) if self.length else ()
@@ -325,10 +337,6 @@ class IntArg(_Element):
     high: int | str | None = None
     when: str | None = None
 
-    def __post_init__(self) -> None:
-        for e in self._expressions() + ((self.when,) if self.when else ()):
-            _parse(e)
-
     def _expressions(self) -> tuple[str, ...]:
         return tuple(b for b in (self.low, self.high) if isinstance(b, str))
 
@@ -352,9 +360,6 @@ class BoolArg(_Element):
     name: str
     when: str | None = None
 
-    def _expressions(self) -> tuple[str, ...]:
-        return ()
-
     def _fast(self, gen: "_Generator") -> str:
         return f"{self.name}.__class__ is _zj_bool"
 
@@ -375,9 +380,6 @@ class RowStrideInt32(_Element):
 
     name: str
     when: str | None = None
-
-    def _expressions(self) -> tuple[str, ...]:
-        return ()
 
     def _fast(self, gen: "_Generator") -> str:
         return f"{self.name}.stride(0) <= {INT32_MAX}"
@@ -402,11 +404,6 @@ class Require(_Element):
     condition: str
     problem: str
     when: str | None = None
-
-    def __post_init__(self) -> None:
-        for e in self._expressions() + ((self.when,) if self.when else ()):
-            _parse(e)
-        _parse(self.problem, True)
 
     def _expressions(self) -> tuple[str, ...]:
         return (self.condition,)
@@ -435,12 +432,12 @@ class Let(_Element):
 
     name: str
     expr: str
-    when = None
+    when = None  # a Let is never conditional: its expression decides (``"a if flag else None"``)
 
     def __post_init__(self) -> None:
-        _parse(self.expr)
         if self.name.startswith("_zj_") or not self.name.isidentifier():
             raise KernelDefinitionError(f"Let({self.name!r}): not a usable name")
+        super().__post_init__()
 
     def _expressions(self) -> tuple[str, ...]:
         return (self.expr,)
@@ -618,11 +615,17 @@ class _CheckedLaunch:
 
     Attributes:
         cls: the kernel class. elements: the steps, in order. inputs: ``(name, default)`` pairs.
-        facts: ``dispatch``'s parameters. memo_key: the source of the memo key.
+        anchor: the first tensor input, whose device the others must share.
+        facts: ``dispatch``'s parameters. key_facts: those that are inputs named like key fields.
+        memo_key: the source of the memo key (the facts, and the type of each fact input whose
+            type only a once-per-facts step checks).
         deferred: the steps that run once per distinct facts (on the reference path).
+        per_launch_lets: the Lets the generated tests compute (the facts, what per-launch steps read).
+        host_only: the inputs that map to no kernel parameter (given, and the facts that name none).
         constexpr_fields: ``(parameter, key field)`` pairs that build ``constexprs``.
-        source: the generated Python source (``__call__`` and ``key_for``).
-        slow_calls: how many launches took the reference path (new facts, unusual or bad inputs).
+        source: the generated Python source (``__call__`` and ``key_for``); entry, key_for: them.
+        slow_calls: how many calls took the reference path (new facts, unusual or bad inputs); a
+            statistic, not exact under concurrent calls.
     """
 
     def __init__(self, cls: type, pending: _PendingLauncher) -> None:
@@ -639,15 +642,16 @@ class _CheckedLaunch:
         tensors = [e for e in self.elements if isinstance(e, TensorArg)]
         self.anchor = tensors[0].name if tensors else None
         if tensors and tensors[0].when:
-            raise KernelDefinitionError(f"{where}: the first TensorArg ({self.anchor!r}) gives the device; it takes no when")
+            raise KernelDefinitionError(
+                f"{where}: the first TensorArg ({self.anchor!r}) gives the device; it takes no when")
         lets: list[str] = []
         for e in self.elements:
             subject = e._subject()
             if subject is not None and subject not in names:
                 raise KernelDefinitionError(f"{where}: {type(e).__name__}({subject!r}) names no input of __call__")
             known = set(names) | set(lets) | set(HELPERS) | set(self.globals) | set(vars(builtins))
-            sources = [(s, False) for s in e._expressions() + ((e.when,) if e.when else ())]
-            for source, template in sources + [(t, True) for t in e._templates()]:
+            sources = [(s, False) for s in e._decisions()] + [(t, True) for t in e._templates()]
+            for source, template in sources:
                 unknown = _parse(source, template)[1] - known
                 if unknown:
                     raise KernelDefinitionError(
@@ -662,8 +666,8 @@ class _CheckedLaunch:
         self.facts = tuple(p.name for p in dispatch if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
         for f in self.facts:
             if f not in names and f not in lets:
-                raise KernelDefinitionError(
-                    f"{cls.__name__}.dispatch takes {f!r}, which is neither an input of __call__ nor a Let of its checks")
+                raise KernelDefinitionError(f"{cls.__name__}.dispatch takes {f!r}, which is neither an input of "
+                                            "__call__ nor a Let of its checks")
             if any(t.name == f for t in tensors):
                 raise KernelDefinitionError(
                     f"{cls.__name__}.dispatch takes the tensor {f!r}: a fact is layout data; derive it with a Let")
@@ -712,8 +716,8 @@ class _CheckedLaunch:
                 raise KernelDefinitionError(f"{self.cls.__name__}.CompileKey.{f.name} names two parameters {targets}")
             if targets:
                 if targets[0] in taken:
-                    raise KernelDefinitionError(
-                        f"{self.cls.__name__}.CompileKey fields {taken[targets[0]]!r} and {f.name!r} both name {targets[0]!r}")
+                    raise KernelDefinitionError(f"{self.cls.__name__}.CompileKey fields {taken[targets[0]]!r} and "
+                                                f"{f.name!r} both name {targets[0]!r}")
                 taken[targets[0]] = f.name
                 pairs.append((targets[0], f.name))
         return tuple(pairs)
