@@ -31,11 +31,10 @@ import torch
 import triton
 import triton.language as tl
 
-from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.inputs import CheckedKernel, IntArg, Require, TensorArg, checked_launcher
+from zerojit.kernel import KernelInputError, LaunchSpec
 from zerojit.keyspace import trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
-
-from ._checks import check_int, check_tensor
 from ._device import segment_of, segment_search_steps
 from .shapes import cdiv, padded_width
 
@@ -87,7 +86,7 @@ def _combine_topk_swa_indices_kernel(
     tl.store(out, val.to(tl.int32), mask=t_ok[:, None] & (cols < WIDTH))
 
 
-class CombineTopkSwaIndices(TritonJitKernel["CombineTopkSwaIndices.CompileKey"]):
+class CombineTopkSwaIndices(CheckedKernel["CombineTopkSwaIndices.CompileKey"]):
     """K7: one index row per prefill token, its top-k compressed entries then its window.
 
     Call with keyword arguments:
@@ -123,8 +122,7 @@ class CombineTopkSwaIndices(TritonJitKernel["CombineTopkSwaIndices.CompileKey"])
             length (argument ``swa_offset``).
     """
 
-    kernel = _combine_topk_swa_indices_kernel
-    name = "combine_topk_swa_indices"
+    kernel = _combine_topk_swa_indices_kernel  # name: "combine_topk_swa_indices"
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -147,73 +145,58 @@ class CombineTopkSwaIndices(TritonJitKernel["CombineTopkSwaIndices.CompileKey"])
     def get_warmup_keys(self, config) -> list["CombineTopkSwaIndices.CompileKey"]:
         """Each distinct (c, TOP_K) pair of the config's layers (``config.topk_width(c)``)."""
         pairs = dict.fromkeys((c, config.topk_width(c)) for c in config.compress_ratios)
-        return trace_dispatch(self.dispatch)(
-            zip_inputs(*(dict(ratio=c, top_k=k) for c, k in pairs)),
-            sliding_window=config.sliding_window,
-        )
+        return trace_dispatch(self.dispatch)(zip_inputs(*(dict(ratio=c, top_k=k) for c, k in pairs)),
+                                             sliding_window=config.sliding_window)
 
     def warmup_inputs(self, key: "CombineTopkSwaIndices.CompileKey") -> dict:
+        """Launch inputs in ``key``'s classes (meta tensors, no memory; no top-k input when TOP_K = 0)."""
         i32 = scalar_rep(0, specialize=False)  # num_tokens, row_stride, swa_offset, top-k row stride
-        return dict(
-            topk=WarmupTensor(torch.int32, (i32, key.top_k)) if key.top_k else None,
-            query_start_loc=WarmupTensor(torch.int32, (5,)),
-            seq_lens=WarmupTensor(torch.int32, (4,)),
-            gather_lens=WarmupTensor(torch.int32, (4,)),
-            num_tokens=i32,
-            row_stride=i32,
-            swa_offset=i32,
-            top_k=key.top_k,
-            ratio=key.ratio,
-            sliding_window=key.sliding_window,
-        )
+        return dict(self.fact_inputs(key), topk=WarmupTensor(torch.int32, (i32, key.top_k)) if key.top_k else None,
+                    query_start_loc=WarmupTensor(torch.int32, (5,)), seq_lens=WarmupTensor(torch.int32, (4,)),
+                    gather_lens=WarmupTensor(torch.int32, (4,)), num_tokens=i32, row_stride=i32, swa_offset=i32)
 
-    @kernel_launcher(host_only=("max_gather_len", "max_compressed_len"))
-    def __call__(self, *, topk, query_start_loc, seq_lens, gather_lens, num_tokens: int, row_stride: int,
-                 swa_offset: int, top_k: int, ratio: int, sliding_window: int, max_gather_len: int | None = None,
-                 max_compressed_len: int | None = None) -> LaunchSpec:
-        name = self.name
-        check_tensor(name, "seq_lens", seq_lens, ndim=1)
-        n = seq_lens.shape[0]
-        dev = seq_lens.device
-        check_tensor(name, "query_start_loc", query_start_loc, ndim=1, device=dev, device_of="seq_lens",
-                     length=n + 1, length_of="len(seq_lens) + 1")
-        check_tensor(name, "gather_lens", gather_lens, ndim=1, device=dev, device_of="seq_lens", length=n,
-                     length_of="len(seq_lens)")
-        for arg, v in (("num_tokens", num_tokens), ("row_stride", row_stride), ("swa_offset", swa_offset),
-                       ("top_k", top_k)):
-            check_int(name, arg, v)
-        check_int(name, "ratio", ratio, low=1)
-        check_int(name, "sliding_window", sliding_window, low=1)
-        if top_k > 0:
-            if topk is None:
-                raise KernelInputError(name, "topk", f"is None but top_k={top_k} > 0; pass the top-k indices "
-                                                     "(topk[t, k] = k for a layer without indexer)")
-            check_tensor(name, "topk", topk, ndim=2, device=dev, device_of="seq_lens")
-            if topk.shape[0] < num_tokens or topk.shape[1] < top_k:
-                raise KernelInputError(name, "topk", f"must be [>= num_tokens={num_tokens}, >= top_k={top_k}], "
-                                                     f"got {tuple(topk.shape)}")
-        else:
-            topk = None  # window-only layer: no top-k part (and a None pointer in the key)
-        on_cpu = dev.type == "cpu"
+    @checked_launcher(
+        TensorArg("seq_lens", 1),
+        TensorArg("query_start_loc", 1, length="len(seq_lens) + 1"),
+        TensorArg("gather_lens", 1, length="len(seq_lens)"),
+        IntArg("num_tokens"),
+        IntArg("row_stride"),
+        IntArg("swa_offset"),
+        IntArg("top_k"),
+        IntArg("ratio", low=1),
+        IntArg("sliding_window", low=1),
+        Require("topk", "top_k <= 0 or topk is not None",
+                "is None but top_k={top_k} > 0; pass the top-k indices (topk[t, k] = k for a layer without indexer)"),
+        TensorArg("topk", 2, when="top_k > 0"),
+        Require("topk", "top_k <= 0 or (topk.shape[0] >= num_tokens and topk.shape[1] >= top_k)",
+                "must be [>= num_tokens={num_tokens}, >= top_k={top_k}], got {tuple(topk.shape)}"),
+        host_only=("max_gather_len", "max_compressed_len"),
+    )
+    def __call__(self, key, constexprs, *, topk, query_start_loc, seq_lens, gather_lens, num_tokens: int,
+                 row_stride: int, swa_offset: int, top_k: int, ratio: int, sliding_window: int,
+                 max_gather_len: int | None = None, max_compressed_len: int | None = None) -> LaunchSpec:
+        """Launch K7; returns ``(combined, lens)`` (see the class)."""
+        n, dev = seq_lens.shape[0], seq_lens.device
+        on_cpu = dev.type == "cpu"  # the layout checks read tensor values only where that is free
         if max_gather_len is None and on_cpu and n:
             max_gather_len = int(gather_lens.max())
         if max_gather_len is not None and row_stride < swa_offset + max_gather_len:
-            raise KernelInputError(name, "row_stride", f"row_stride={row_stride} must be >= swa_offset + "
+            raise KernelInputError(self.name, "row_stride", f"row_stride={row_stride} must be >= swa_offset + "
                                    f"max(gather_lens) = {swa_offset} + {max_gather_len} = {swa_offset + max_gather_len}")
         if top_k > 0:
             if max_compressed_len is None and on_cpu and n:
                 max_compressed_len = int((seq_lens // ratio).max())
             if max_compressed_len is not None and swa_offset < max_compressed_len:
-                raise KernelInputError(name, "swa_offset", f"swa_offset={swa_offset} must be >= the largest "
+                raise KernelInputError(self.name, "swa_offset", f"swa_offset={swa_offset} must be >= the largest "
                                        f"compressed length max(seq_lens // ratio) = {max_compressed_len}")
-        key = self.dispatch(top_k=top_k, ratio=ratio, sliding_window=sliding_window)
+        else:
+            topk = None  # window-only layer: no top-k part (and a None pointer in the key)
         combined = torch.empty((num_tokens, key.width), dtype=torch.int32, device=dev)
         lens = torch.empty(num_tokens, dtype=torch.int32, device=dev)
         return LaunchSpec(
             grid=(cdiv(num_tokens, key.block_t), key.width // key.block_w),
-            kwargs=dict(topk=topk, combined=combined, lens=lens, num_reqs=n, search_steps=segment_search_steps(n),
-                        topk_stride=topk.stride(0) if topk is not None else 0, WIDTH=key.width,
-                        BLOCK_T=key.block_t, BLOCK_W=key.block_w, num_warps=key.num_warps),
+            kwargs=dict(constexprs, topk=topk, combined=combined, lens=lens, num_reqs=n,
+                        search_steps=segment_search_steps(n), topk_stride=topk.stride(0) if topk is not None else 0),
             returns=(combined, lens),
         )
 

@@ -24,11 +24,10 @@ import torch
 import triton
 import triton.language as tl
 
-from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.inputs import INT32_MAX, CheckedKernel, IntArg, Let, Require, RowStrideInt32, TensorArg, checked_launcher
+from zerojit.kernel import LaunchSpec
 from zerojit.keyspace import choices, trace_dispatch
 from zerojit.specialization import WarmupTensor, scalar_rep
-
-from ._checks import INT32_MAX, check_int, check_row_stride, check_tensor
 
 __all__ = ["TILE", "PrepareUniformDecode", "prepare_uniform_decode"]
 
@@ -81,7 +80,7 @@ def _prepare_uniform_decode_kernel(
     tl.store(dst + c, tl.load(src + c, mask=m), mask=m)
 
 
-class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
+class PrepareUniformDecode(CheckedKernel["PrepareUniformDecode.CompileKey"]):
     """K3: expand ``num_decodes`` requests of query length Lq into ``Nd`` single-token rows.
 
     Call (keyword-only)::
@@ -111,12 +110,9 @@ class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
 
     kernel = _prepare_uniform_decode_kernel
 
-    def __init__(self) -> None:
-        self._keys = {aligned: self.dispatch(aligned=aligned) for aligned in (False, True)}  # the whole space
-
     @dataclass(frozen=True)
     class CompileKey:
-        """One compiled variant of K3.
+        """One compiled variant of K3 (each field is the kernel's upper-cased constexpr).
 
         Attributes:
             tile: block-table columns per loop iteration.
@@ -142,74 +138,42 @@ class PrepareUniformDecode(TritonJitKernel["PrepareUniformDecode.CompileKey"]):
     def warmup_inputs(self, key: "PrepareUniformDecode.CompileKey") -> dict:
         """Launch inputs in ``key``'s classes (meta tensors, no memory)."""
         R, Lq, W = 4, 2, 20  # W a multiple of 4: rows of a contiguous table stay aligned
-        return dict(
-            seq_lens=WarmupTensor(torch.int32, (R,)),
-            block_table=WarmupTensor(torch.int32, (R, W), aligned=key.aligned),
-            expanded_seq_lens=WarmupTensor(torch.int32, (R * Lq,)),
-            expanded_block_table=WarmupTensor(torch.int32, (R * Lq, W)),
-            query_len=scalar_rep(Lq, specialize=False),
-            num_decode_tokens=R * Lq,
-        )
+        return dict(seq_lens=WarmupTensor(torch.int32, (R,)), expanded_seq_lens=WarmupTensor(torch.int32, (R * Lq,)),
+                    block_table=WarmupTensor(torch.int32, (R, W), aligned=key.aligned),
+                    expanded_block_table=WarmupTensor(torch.int32, (R * Lq, W)),
+                    query_len=scalar_rep(Lq, specialize=False), num_decode_tokens=R * Lq)
 
-    def key_for(self, **inputs) -> "PrepareUniformDecode.CompileKey":
-        """The compile key ``__call__`` would launch for these inputs (after validating them)."""
-        return self._check(**inputs)
-
-    def _check(
-        self, *, seq_lens, block_table, expanded_seq_lens, expanded_block_table, query_len, num_decode_tokens
-    ) -> "PrepareUniformDecode.CompileKey":
-        name = self.name
-        check_tensor(name, "seq_lens", seq_lens, ndim=1)
-        device = seq_lens.device
-        check_tensor(name, "block_table", block_table, ndim=2, device=device, device_of="seq_lens")
-        check_tensor(name, "expanded_seq_lens", expanded_seq_lens, ndim=1, device=device, device_of="seq_lens")
-        check_tensor(name, "expanded_block_table", expanded_block_table, ndim=2, device=device, device_of="seq_lens")
-        check_int(name, "query_len", query_len, low=1, high=INT32_MAX)
-        Nd = num_decode_tokens
-        check_int(name, "num_decode_tokens", Nd, high=INT32_MAX)
-        W = block_table.shape[1]
-        if expanded_seq_lens.shape[0] < Nd:
-            raise KernelInputError(name, "expanded_seq_lens", f"holds {expanded_seq_lens.shape[0]} rows, num_decode_tokens={Nd}")
-        if expanded_block_table.shape[0] < Nd:
-            raise KernelInputError(
-                name, "expanded_block_table", f"holds {expanded_block_table.shape[0]} rows, num_decode_tokens={Nd}"
-            )
-        if expanded_block_table.shape[1] < W:
-            raise KernelInputError(
-                name, "expanded_block_table", f"has {expanded_block_table.shape[1]} columns, block_table has {W}"
-            )
-        need = -(-Nd // query_len)
-        for arg, t in (("seq_lens", seq_lens), ("block_table", block_table)):
-            if t.shape[0] < need:
-                raise KernelInputError(
-                    name, arg, f"has {t.shape[0]} requests but num_decode_tokens={Nd} with query_len={query_len} needs {need}"
-                )
-        check_row_stride(name, "block_table", block_table)
-        check_row_stride(name, "expanded_block_table", expanded_block_table)
-        aligned = (
-            block_table.data_ptr() % 16 == 0 and block_table.stride(0) % 4 == 0
-            and expanded_block_table.data_ptr() % 16 == 0 and expanded_block_table.stride(0) % 4 == 0
-        )
-        return self._keys[aligned]
-
-    @kernel_launcher(host_only=("num_decode_tokens",))
-    def __call__(
-        self, *, seq_lens, block_table, expanded_seq_lens, expanded_block_table, query_len, num_decode_tokens
-    ) -> LaunchSpec:
+    @checked_launcher(
+        TensorArg("seq_lens", 1),
+        TensorArg("block_table", 2),
+        TensorArg("expanded_seq_lens", 1),
+        TensorArg("expanded_block_table", 2),
+        IntArg("query_len", 1, INT32_MAX),
+        IntArg("num_decode_tokens", high=INT32_MAX),
+        Require("expanded_seq_lens", "expanded_seq_lens.shape[0] >= num_decode_tokens",
+                "holds {expanded_seq_lens.shape[0]} rows, num_decode_tokens={num_decode_tokens}"),
+        Require("expanded_block_table", "expanded_block_table.shape[0] >= num_decode_tokens",
+                "holds {expanded_block_table.shape[0]} rows, num_decode_tokens={num_decode_tokens}"),
+        Require("expanded_block_table", "expanded_block_table.shape[1] >= block_table.shape[1]",
+                "has {expanded_block_table.shape[1]} columns, block_table has {block_table.shape[1]}"),
+        Let("need", "-(-num_decode_tokens // query_len)"),  # requests the live rows come from
+        Require("seq_lens", "seq_lens.shape[0] >= need", "has {seq_lens.shape[0]} requests but "
+                "num_decode_tokens={num_decode_tokens} with query_len={query_len} needs {need}"),
+        Require("block_table", "block_table.shape[0] >= need", "has {block_table.shape[0]} requests but "
+                "num_decode_tokens={num_decode_tokens} with query_len={query_len} needs {need}"),
+        RowStrideInt32("block_table"),
+        RowStrideInt32("expanded_block_table"),
+        Let("aligned", "block_table.data_ptr() % 16 == 0 and block_table.stride(0) % 4 == 0"
+                       " and expanded_block_table.data_ptr() % 16 == 0 and expanded_block_table.stride(0) % 4 == 0"),
+        host_only=("num_decode_tokens",),
+    )
+    def __call__(self, key, constexprs, *, seq_lens, block_table, expanded_seq_lens, expanded_block_table, query_len,
+                 num_decode_tokens) -> LaunchSpec:
         """Launch K3 over the ``num_decode_tokens`` live rows; returns the two buffers (see the class)."""
-        key = self._check(
-            seq_lens=seq_lens, block_table=block_table, expanded_seq_lens=expanded_seq_lens,
-            expanded_block_table=expanded_block_table, query_len=query_len, num_decode_tokens=num_decode_tokens,
-        )
         return LaunchSpec(
             grid=(num_decode_tokens,),
-            kwargs=dict(
-                bt_stride=block_table.stride(0),
-                ebt_stride=expanded_block_table.stride(0),
-                width=block_table.shape[1],
-                TILE=key.tile,
-                ALIGNED=key.aligned,
-            ),
+            kwargs=dict(constexprs, bt_stride=block_table.stride(0), ebt_stride=expanded_block_table.stride(0),
+                        width=block_table.shape[1]),
             returns=(expanded_seq_lens, expanded_block_table),
         )
 

@@ -33,11 +33,12 @@ import torch
 import triton
 import triton.language as tl
 
-from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.inputs import INT32_MAX, CheckedKernel, IntArg, Let, Require, RowStrideInt32, TensorArg, checked_launcher
+from zerojit.kernel import LaunchSpec
 from zerojit.keyspace import choices, trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
 
-from ._checks import INT32_MAX, check_dcp, check_int, check_row_stride, check_tensor, is_int
+from ._checks import DCP
 
 __all__ = [
     "FLAVOURS",
@@ -159,7 +160,7 @@ def _is_pow2(v: int) -> bool:
     return v >= 1 and v & (v - 1) == 0
 
 
-class ConvertReqIndexToGlobalIndex(TritonJitKernel["ConvertReqIndexToGlobalIndex.CompileKey"]):
+class ConvertReqIndexToGlobalIndex(CheckedKernel["ConvertReqIndexToGlobalIndex.CompileKey"]):
     """K1: ``out[t, j]`` = the global KV-cache slot of request-local position ``token_indices[t, j]``.
 
     Call (keyword-only)::
@@ -205,13 +206,9 @@ class ConvertReqIndexToGlobalIndex(TritonJitKernel["ConvertReqIndexToGlobalIndex
 
     kernel = _convert_req_index_to_global_index_kernel
 
-    def __init__(self) -> None:
-        # launch facts -> (CompileKey, constexpr kwargs): keeps per-launch host work small
-        self._by_facts: dict[tuple, tuple] = {}
-
     @dataclass(frozen=True)
     class CompileKey:
-        """One compiled variant of K1.
+        """One compiled variant of K1 (each field is the kernel's upper-cased constexpr).
 
         Attributes:
             block_size: tokens per KV-cache block (constexpr).
@@ -240,42 +237,24 @@ class ConvertReqIndexToGlobalIndex(TritonJitKernel["ConvertReqIndexToGlobalIndex
         dcp_interleave: int
         indices_aligned: bool
 
-    def dispatch(
-        self,
-        *,
-        block_size: int,
-        block_stride_rows: int,
-        K: int,
-        has_workspace: bool = False,
-        count_valid: bool = False,
-        compact: bool = False,
-        dcp_size: int = 1,
-        dcp_interleave: int = 1,
-        indices_aligned: bool = True,
-    ) -> "ConvertReqIndexToGlobalIndex.CompileKey":
-        """The compile key of a launch with these facts (the launcher calls it too)."""
-        block_n = K if _is_pow2(K) and K <= MAX_ROW_BLOCK else TILE_N
+    def dispatch(self, *, block_size: int, block_stride_rows: int, K: int, has_workspace: bool = False,
+                 count_valid: bool = False, compact: bool = False, dcp_size: int = 1, dcp_interleave: int = 1,
+                 indices_aligned: bool = True) -> "ConvertReqIndexToGlobalIndex.CompileKey":
+        """The compile key of a launch with these layout facts (the launcher calls it too)."""
         return self.CompileKey(
-            block_size=block_size,
-            block_stride_rows=block_stride_rows,
-            K=K,
-            block_n=block_n,
-            has_workspace=bool(has_workspace),
-            count_valid=bool(count_valid),
-            compact=bool(compact),
-            dcp_size=dcp_size,
-            dcp_interleave=dcp_interleave if dcp_size > 1 else 1,
-            indices_aligned=bool(indices_aligned),
-        )
+            block_size=block_size, block_stride_rows=block_stride_rows, K=K,
+            block_n=K if _is_pow2(K) and K <= MAX_ROW_BLOCK else TILE_N, has_workspace=bool(has_workspace),
+            count_valid=bool(count_valid), compact=bool(compact), dcp_size=dcp_size,
+            dcp_interleave=dcp_interleave if dcp_size > 1 else 1, indices_aligned=bool(indices_aligned))
 
-    def get_warmup_keys(
-        self,
-        config,
-        *,
-        block_stride_rows: int,
-        flavours: tuple[str, ...],
-        indices_aligned: tuple[bool, ...] | None = None,
-    ) -> list["ConvertReqIndexToGlobalIndex.CompileKey"]:
+    def extra_kwargs(self, key: "ConvertReqIndexToGlobalIndex.CompileKey") -> dict:
+        """``num_warps``: 8 elements per thread (two 128-bit vectors), 1 to 8 warps; at most 4 for
+        a compacting row, whose scan and scattered store ran fastest so (H200, T=8192, K=2048)."""
+        return dict(num_warps=max(1, min(4 if key.compact else 8, key.block_n // 256)))
+
+    def get_warmup_keys(self, config, *, block_stride_rows: int, flavours: tuple[str, ...],
+                        indices_aligned: tuple[bool, ...] | None = None,
+                        ) -> list["ConvertReqIndexToGlobalIndex.CompileKey"]:
         """Every key of K1 for a model and a bound KV cache.
 
         Args:
@@ -295,191 +274,77 @@ class ConvertReqIndexToGlobalIndex(TritonJitKernel["ConvertReqIndexToGlobalIndex
         unknown = [f for f in flavours if f not in FLAVOUR_INPUTS]
         if unknown:
             raise ValueError(f"{self.name}: unknown flavour(s) {unknown}; known flavours are {FLAVOURS}")
-        dcp = config.dcp_size > 1
-        rows = []
-        for f in flavours:
-            spec = FLAVOUR_INPUTS[f]
-            if spec["dcp"] and not dcp:
-                continue
-            rows.append(
-                dict(
-                    has_workspace=spec["has_workspace"],
-                    count_valid=spec["count_valid"],
-                    compact=spec["compact"],
-                    dcp_size=config.dcp_size if spec["dcp"] else 1,
-                    dcp_interleave=config.dcp_interleave if spec["dcp"] else 1,
-                )
-            )
+        rows = [  # what each flavour sets, varying together; a DCP flavour needs S > 1
+            dict(has_workspace=spec["has_workspace"], count_valid=spec["count_valid"], compact=spec["compact"],
+                 dcp_size=config.dcp_size if spec["dcp"] else 1,
+                 dcp_interleave=config.dcp_interleave if spec["dcp"] else 1)
+            for spec in (FLAVOUR_INPUTS[f] for f in flavours) if config.dcp_size > 1 or not spec["dcp"]
+        ]
         if not rows:
             return []
         if indices_aligned is None:
             indices_aligned = (config.index_topk % 4 == 0,)
-        return trace_dispatch(self.dispatch)(
-            zip_inputs(*rows),
-            block_size=config.block_size,
-            block_stride_rows=block_stride_rows,
-            K=config.index_topk,
-            indices_aligned=choices(*indices_aligned),
-        )
+        return trace_dispatch(self.dispatch)(zip_inputs(*rows), block_size=config.block_size, K=config.index_topk,
+                                             block_stride_rows=block_stride_rows,
+                                             indices_aligned=choices(*indices_aligned))
 
     def warmup_inputs(self, key: "ConvertReqIndexToGlobalIndex.CompileKey") -> dict:
         """Launch inputs in ``key``'s classes (meta tensors, no memory)."""
         T, R, W = 16, 4, 17  # any sizes: T and R only size the grid / tables, W is a runtime int
-        K = key.K
-        if key.indices_aligned:  # aligned base, row stride rounded up to 4 elements
-            ti = WarmupTensor(torch.int32, (T, K), strides=(-(-K // 4) * 4, 1))
-        else:  # base one element past a 16-byte boundary
-            ti = WarmupTensor(torch.int32, (T, K), aligned=False)
-        inputs = dict(
-            req_id=WarmupTensor(torch.int32, (T,)),
-            block_table=WarmupTensor(torch.int32, (R, W)),
-            token_indices=ti,
-            block_size=key.block_size,
-            block_stride_rows=key.block_stride_rows,
-            max_num_blocks_per_req=scalar_rep(W, specialize=False),
-            dcp_size=key.dcp_size,
-            dcp_rank=0,
-            dcp_interleave=key.dcp_interleave,
-            count_valid=key.count_valid,
-            compact=key.compact,
-        )
+        K = key.K  # aligned: row stride rounded up to 4 elements; else the base one element past 16 bytes
+        ti = (WarmupTensor(torch.int32, (T, K), strides=(-(-K // 4) * 4, 1)) if key.indices_aligned
+              else WarmupTensor(torch.int32, (T, K), aligned=False))
+        inputs = dict(self.fact_inputs(key), req_id=WarmupTensor(torch.int32, (T,)), token_indices=ti,
+                      block_table=WarmupTensor(torch.int32, (R, W)),
+                      max_num_blocks_per_req=scalar_rep(W, specialize=False))
         if key.has_workspace:
             inputs["prefill_workspace_request_ids"] = WarmupTensor(torch.int32, (T,))
             inputs["prefill_workspace_starts"] = WarmupTensor(torch.int32, (R,))
         return inputs
 
-    def key_for(self, **inputs) -> "ConvertReqIndexToGlobalIndex.CompileKey":
-        """The compile key ``__call__`` would launch for these inputs (after validating them)."""
-        return self._check(**inputs)[0][0]
-
-    def _check(
-        self,
-        *,
-        req_id,
-        block_table,
-        token_indices,
-        block_size,
-        block_stride_rows,
-        max_num_blocks_per_req,
-        prefill_workspace_request_ids=None,
-        prefill_workspace_starts=None,
-        dcp_size=1,
-        dcp_rank=0,
-        dcp_interleave=1,
-        count_valid=False,
-        compact=False,
-    ):
-        name = self.name
-        check_tensor(name, "token_indices", token_indices, ndim=2)
-        T, K = token_indices.shape
-        device = token_indices.device
-        check_tensor(name, "req_id", req_id, ndim=1, device=device, device_of="token_indices", length=T,
-                     length_of="T (rows of token_indices)")
-        check_tensor(name, "block_table", block_table, ndim=2, device=device, device_of="token_indices")
-        check_int(name, "block_size", block_size, low=1, high=INT32_MAX)
-        check_int(name, "block_stride_rows", block_stride_rows, low=1, high=INT32_MAX)
-        if K < 1:
-            raise KernelInputError(name, "token_indices", f"needs at least one column (K >= 1), got shape {tuple(token_indices.shape)}")
-        W = block_table.shape[1]
-        if not is_int(max_num_blocks_per_req) or not 0 <= max_num_blocks_per_req <= W:
-            raise KernelInputError(
-                name, "max_num_blocks_per_req",
-                f"must be an int in [0, block_table.shape[1]={W}], got {max_num_blocks_per_req!r}",
-            )
-        check_dcp(name, dcp_size, dcp_rank, dcp_interleave)
-        if compact and dcp_size == 1:
-            raise KernelInputError(name, "compact", "COMPACT_TO_FRONT is a DCP-only flavour: it needs dcp_size > 1")
-        has_ws = prefill_workspace_request_ids is not None or prefill_workspace_starts is not None
-        if has_ws:
-            if prefill_workspace_request_ids is None or prefill_workspace_starts is None:
-                missing = "prefill_workspace_request_ids" if prefill_workspace_request_ids is None else "prefill_workspace_starts"
-                raise KernelInputError(name, missing, "pass both prefill workspace tensors or neither")
-            if dcp_size > 1:
-                raise KernelInputError(
-                    name, "prefill_workspace_request_ids",
-                    f"the prefill workspace is only supported with dcp_size == 1 (got {dcp_size})",
-                )
-            check_tensor(name, "prefill_workspace_request_ids", prefill_workspace_request_ids, ndim=1, device=device,
-                         device_of="token_indices", length=T, length_of="T (rows of token_indices)")
-            check_tensor(name, "prefill_workspace_starts", prefill_workspace_starts, ndim=1, device=device,
-                         device_of="token_indices")
-        ti_stride = check_row_stride(name, "token_indices", token_indices)
-        bt_stride = check_row_stride(name, "block_table", block_table)
-        aligned = token_indices.data_ptr() % 16 == 0 and ti_stride % 4 == 0
-        facts = (block_size, block_stride_rows, K, has_ws, bool(count_valid), bool(compact), dcp_size, dcp_interleave, aligned)
-        found = self._by_facts.get(facts)
-        if found is None:  # once per distinct launch: the key and its constexpr kwargs
-            key = self.dispatch(
-                block_size=block_size, block_stride_rows=block_stride_rows, K=K, has_workspace=has_ws,
-                count_valid=count_valid, compact=compact, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
-                indices_aligned=aligned,
-            )
-            found = self._by_facts.setdefault(facts, (key, _constexprs(key)))
-        return found, T, ti_stride, bt_stride
-
-    @kernel_launcher(host_only=("block_size", "block_stride_rows", "dcp_size", "dcp_interleave", "count_valid", "compact"))
-    def __call__(
-        self,
-        *,
-        req_id,
-        block_table,
-        token_indices,
-        block_size,
-        block_stride_rows,
-        max_num_blocks_per_req,
-        prefill_workspace_request_ids=None,
-        prefill_workspace_starts=None,
-        dcp_size=1,
-        dcp_rank=0,
-        dcp_interleave=1,
-        count_valid=False,
-        compact=False,
-    ) -> LaunchSpec:
-        """Launch K1; returns ``(out [T, K] int32, valid_counts [T] int32 or None)`` (see the class)."""
-        (key, constexprs), T, ti_stride, bt_stride = self._check(
-            req_id=req_id, block_table=block_table, token_indices=token_indices, block_size=block_size,
-            block_stride_rows=block_stride_rows, max_num_blocks_per_req=max_num_blocks_per_req,
-            prefill_workspace_request_ids=prefill_workspace_request_ids,
-            prefill_workspace_starts=prefill_workspace_starts, dcp_size=dcp_size, dcp_rank=dcp_rank,
-            dcp_interleave=dcp_interleave, count_valid=count_valid, compact=compact,
-        )
-        K, device = key.K, token_indices.device
-        single = key.block_n >= K  # one program per row
-        if key.compact and not single:
-            out = torch.full((T, K), -1, dtype=torch.int32, device=device)
-        else:
-            out = torch.empty((T, K), dtype=torch.int32, device=device)
-        counts = None
-        if key.count_valid or (key.compact and not single):  # tiled compact reserves places here
-            counts = (torch.empty if single else torch.zeros)(T, dtype=torch.int32, device=device)
-        return LaunchSpec(
-            grid=(T, triton.cdiv(K, key.block_n)),
-            kwargs=dict(constexprs, out=out, valid_counts=counts, ti_stride=ti_stride, bt_stride=bt_stride),
-            returns=(out, counts if key.count_valid else None),
-        )
-
-
-def _constexprs(key: ConvertReqIndexToGlobalIndex.CompileKey) -> dict:
-    """The kernel's constexpr arguments and launch options, all from the key."""
-    return dict(
-        BLOCK_SIZE=key.block_size,
-        BLOCK_STRIDE_ROWS=key.block_stride_rows,
-        K=key.K,
-        BLOCK_N=key.block_n,
-        HAS_WORKSPACE=key.has_workspace,
-        COUNT_VALID=key.count_valid,
-        COMPACT=key.compact,
-        DCP_SIZE=key.dcp_size,
-        DCP_INTERLEAVE=key.dcp_interleave,
-        INDICES_ALIGNED=key.indices_aligned,
-        num_warps=_num_warps(key.block_n, key.compact),
+    @checked_launcher(
+        TensorArg("token_indices", 2),
+        TensorArg("req_id", 1, length="token_indices.shape[0]", length_of="T (rows of token_indices)"),
+        TensorArg("block_table", 2),
+        IntArg("block_size", 1, INT32_MAX),
+        IntArg("block_stride_rows", 1, INT32_MAX),
+        Let("K", "token_indices.shape[1]"),
+        Require("token_indices", "K >= 1",
+                "needs at least one column (K >= 1), got shape {tuple(token_indices.shape)}"),
+        Require("max_num_blocks_per_req",
+                "is_int(max_num_blocks_per_req) and 0 <= max_num_blocks_per_req <= block_table.shape[1]",
+                "must be an int in [0, block_table.shape[1]={block_table.shape[1]}], got {max_num_blocks_per_req!r}"),
+        *DCP,
+        Require("compact", "not (compact and dcp_size == 1)",
+                "COMPACT_TO_FRONT is a DCP-only flavour: it needs dcp_size > 1"),
+        Let("has_workspace", "prefill_workspace_request_ids is not None or prefill_workspace_starts is not None"),
+        Require("prefill_workspace_request_ids", "not has_workspace or prefill_workspace_request_ids is not None",
+                "pass both prefill workspace tensors or neither"),
+        Require("prefill_workspace_starts", "not has_workspace or prefill_workspace_starts is not None",
+                "pass both prefill workspace tensors or neither"),
+        Require("prefill_workspace_request_ids", "not has_workspace or dcp_size == 1",
+                "the prefill workspace is only supported with dcp_size == 1 (got {dcp_size})"),
+        TensorArg("prefill_workspace_request_ids", 1, length="token_indices.shape[0]",
+                  length_of="T (rows of token_indices)", when="has_workspace"),
+        TensorArg("prefill_workspace_starts", 1, when="has_workspace"),
+        RowStrideInt32("token_indices"),
+        RowStrideInt32("block_table"),
+        Let("indices_aligned", "token_indices.data_ptr() % 16 == 0 and token_indices.stride(0) % 4 == 0"),
     )
-
-
-def _num_warps(block_n: int, compact: bool = False) -> int:
-    """8 elements per thread (two 128-bit vectors), 1 to 8 warps; at most 4 for a compacting
-    row, whose scan and scattered store ran fastest so (H200, T=8192, K=2048)."""
-    return max(1, min(4 if compact else 8, block_n // 256))
+    def __call__(self, key, constexprs, *, req_id, block_table, token_indices, block_size, block_stride_rows,
+                 max_num_blocks_per_req, prefill_workspace_request_ids=None, prefill_workspace_starts=None,
+                 dcp_size=1, dcp_rank=0, dcp_interleave=1, count_valid=False, compact=False) -> LaunchSpec:
+        """Launch K1; returns ``(out [T, K] int32, valid_counts [T] int32 or None)`` (see the class)."""
+        T, K, device = token_indices.shape[0], key.K, token_indices.device
+        tiled = key.block_n < K  # several programs per row: they reserve places in a -1 row, add to zeroed counts
+        out = (torch.full((T, K), -1, dtype=torch.int32, device=device) if key.compact and tiled
+               else torch.empty((T, K), dtype=torch.int32, device=device))
+        counts = None
+        if key.count_valid or (key.compact and tiled):
+            counts = (torch.zeros if tiled else torch.empty)(T, dtype=torch.int32, device=device)
+        return LaunchSpec(grid=(T, triton.cdiv(K, key.block_n)), returns=(out, counts if key.count_valid else None),
+                          kwargs=dict(constexprs, out=out, valid_counts=counts, ti_stride=token_indices.stride(0),
+                                      bt_stride=block_table.stride(0)))
 
 
 #: The module-level instance serving code launches.

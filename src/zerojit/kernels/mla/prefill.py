@@ -32,11 +32,12 @@ import torch
 import triton
 import triton.language as tl
 
-from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.inputs import CheckedKernel, IntArg, Let, TensorArg, checked_launcher
+from zerojit.kernel import LaunchSpec
 from zerojit.keyspace import choices, trace_dispatch
-from zerojit.specialization import WarmupTensor, is_aligned, scalar_rep
+from zerojit.specialization import WarmupTensor, scalar_rep
 
-from ._checks import check_dcp, check_int, check_tensor
+from ._checks import DCP
 from ._device import segment_of, segment_search_steps
 from .shapes import cdiv, next_power_of_2
 
@@ -93,7 +94,7 @@ def _build_prefill_chunk_metadata_kernel(
         tl.store(token_to_seq_ptr + e, tl.where(owned, b, -1), mask=m)
 
 
-class BuildPrefillChunkMetadata(TritonJitKernel["BuildPrefillChunkMetadata.CompileKey"]):
+class BuildPrefillChunkMetadata(CheckedKernel["BuildPrefillChunkMetadata.CompileKey"]):
     """K4: per query row of a prefill chunk, the range of packed compressed KV it may read.
 
     Call with keyword arguments:
@@ -130,8 +131,7 @@ class BuildPrefillChunkMetadata(TritonJitKernel["BuildPrefillChunkMetadata.Compi
             cu_compressed[n]``) are the caller's, as in the reference.
     """
 
-    kernel = _build_prefill_chunk_metadata_kernel
-    name = "build_prefill_chunk_metadata"
+    kernel = _build_prefill_chunk_metadata_kernel  # name: "build_prefill_chunk_metadata"
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -156,46 +156,34 @@ class BuildPrefillChunkMetadata(TritonJitKernel["BuildPrefillChunkMetadata.Compi
 
         No indexer layer (``config.indexer_ratios == ()``) gives no key.
         """
-        return trace_dispatch(self.dispatch)(
-            ratio=choices(*config.indexer_ratios),
-            dcp_size=config.dcp_size,
-            dcp_interleave=config.dcp_interleave,
-            seq_lens_aligned=choices(*seq_lens_aligned),
-        )
+        return trace_dispatch(self.dispatch)(ratio=choices(*config.indexer_ratios), dcp_size=config.dcp_size,
+                                             dcp_interleave=config.dcp_interleave,
+                                             seq_lens_aligned=choices(*seq_lens_aligned))
 
     def warmup_inputs(self, key: "BuildPrefillChunkMetadata.CompileKey") -> dict:
+        """Launch inputs in ``key``'s classes (meta tensors, no memory; rank 0 of the DCP ranks)."""
         i32 = scalar_rep(0, specialize=False)  # the do_not_specialize ints: one int32 representative
-        return dict(
-            query_start_loc=WarmupTensor(torch.int32, (5,)),
-            seq_lens=WarmupTensor(torch.int32, (4,), aligned=key.seq_lens_aligned),
-            cu_compressed=WarmupTensor(torch.int32, (5,)),
-            query_slice_start=i32,
-            query_slice_stop=i32,
-            num_compressed=i32,
-            ratio=key.ratio,
-            dcp_size=key.dcp_size,
-            dcp_rank=0,  # do_not_specialize too, but it must be < dcp_size: 0 is an int32 like any rank
-            dcp_interleave=key.dcp_interleave,
-        )
+        return dict(self.fact_inputs(key), query_start_loc=WarmupTensor(torch.int32, (5,)),
+                    seq_lens=WarmupTensor(torch.int32, (4,), aligned=key.seq_lens_aligned),
+                    cu_compressed=WarmupTensor(torch.int32, (5,)), query_slice_start=i32, query_slice_stop=i32,
+                    num_compressed=i32)
 
-    @kernel_launcher
-    def __call__(self, *, query_start_loc, seq_lens, cu_compressed, query_slice_start: int, query_slice_stop: int,
-                 num_compressed: int, ratio: int, dcp_size: int = 1, dcp_rank: int = 0,
+    @checked_launcher(
+        TensorArg("seq_lens", 1),
+        TensorArg("query_start_loc", 1, length="len(seq_lens) + 1"),
+        TensorArg("cu_compressed", 1, length="len(seq_lens) + 1"),
+        IntArg("query_slice_start"),
+        IntArg("query_slice_stop", low="query_slice_start"),
+        IntArg("num_compressed"),
+        IntArg("ratio", low=1),
+        *DCP,
+        Let("seq_lens_aligned", "is_aligned(seq_lens)"),
+    )
+    def __call__(self, key, constexprs, *, query_start_loc, seq_lens, cu_compressed, query_slice_start: int,
+                 query_slice_stop: int, num_compressed: int, ratio: int, dcp_size: int = 1, dcp_rank: int = 0,
                  dcp_interleave: int = 1) -> LaunchSpec:
-        name = self.name
-        check_tensor(name, "seq_lens", seq_lens, ndim=1)
-        n = seq_lens.shape[0]
-        dev = seq_lens.device
-        for arg, t in (("query_start_loc", query_start_loc), ("cu_compressed", cu_compressed)):
-            check_tensor(name, arg, t, ndim=1, device=dev, device_of="seq_lens", length=n + 1,
-                         length_of="len(seq_lens) + 1")
-        check_int(name, "query_slice_start", query_slice_start)
-        check_int(name, "query_slice_stop", query_slice_stop, low=query_slice_start)
-        check_int(name, "num_compressed", num_compressed)
-        check_int(name, "ratio", ratio, low=1)
-        check_dcp(name, dcp_size, dcp_rank, dcp_interleave)
-        key = self.dispatch(ratio=ratio, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
-                            seq_lens_aligned=is_aligned(seq_lens))
+        """Launch K4; returns ``(ks, ke, token_to_seq)`` (see the class)."""
+        n, dev = seq_lens.shape[0], seq_lens.device
         rows = query_slice_stop - query_slice_start
         ks = torch.empty(rows, dtype=torch.int32, device=dev)
         ke = torch.empty(rows, dtype=torch.int32, device=dev)
@@ -203,8 +191,8 @@ class BuildPrefillChunkMetadata(TritonJitKernel["BuildPrefillChunkMetadata.Compi
         row_programs = cdiv(rows, key.block)
         return LaunchSpec(
             grid=(row_programs + cdiv(num_compressed, key.block),),
-            kwargs=dict(ks=ks, ke=ke, token_to_seq=token_to_seq, num_reqs=n, search_steps=segment_search_steps(n),
-                        num_row_programs=row_programs, BLOCK=key.block, num_warps=key.num_warps),
+            kwargs=dict(constexprs, ks=ks, ke=ke, token_to_seq=token_to_seq, num_reqs=n,
+                        search_steps=segment_search_steps(n), num_row_programs=row_programs),
             returns=(ks, ke, token_to_seq),
         )
 
@@ -236,7 +224,7 @@ def _compute_prefill_metadata_kernel(
     tl.store(cu_gather_lens_ptr + p, tl.zeros_like(gather), mask=p == 0)
 
 
-class ComputePrefillMetadata(TritonJitKernel["ComputePrefillMetadata.CompileKey"]):
+class ComputePrefillMetadata(CheckedKernel["ComputePrefillMetadata.CompileKey"]):
     """K5: tokens each prefill request gathers for its sliding window, and their cumsum.
 
     Call with keyword arguments:
@@ -260,8 +248,7 @@ class ComputePrefillMetadata(TritonJitKernel["ComputePrefillMetadata.CompileKey"
             counts or ``num_decodes + num_prefills > R``; ``sliding_window < 1``.
     """
 
-    kernel = _compute_prefill_metadata_kernel
-    name = "compute_prefill_metadata"
+    kernel = _compute_prefill_metadata_kernel  # name: "compute_prefill_metadata"
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -293,30 +280,24 @@ class ComputePrefillMetadata(TritonJitKernel["ComputePrefillMetadata.CompileKey"
             sliding_window=i32,
         )
 
-    @kernel_launcher
-    def __call__(self, *, seq_lens, query_start_loc, num_decodes: int, num_prefills: int,
+    @checked_launcher(
+        TensorArg("seq_lens", 1),
+        TensorArg("query_start_loc", 1, length="len(seq_lens) + 1"),
+        IntArg("num_decodes", high="len(seq_lens)"),
+        IntArg("num_prefills", high="len(seq_lens) - num_decodes"),
+        IntArg("sliding_window", low=1),
+    )
+    def __call__(self, key, constexprs, *, seq_lens, query_start_loc, num_decodes: int, num_prefills: int,
                  sliding_window: int) -> LaunchSpec:
-        name = self.name
-        check_tensor(name, "seq_lens", seq_lens, ndim=1)
-        R = seq_lens.shape[0]
+        """Launch K5; returns ``(gather_lens, cu_gather_lens)`` (see the class)."""
         dev = seq_lens.device
-        check_tensor(name, "query_start_loc", query_start_loc, ndim=1, device=dev, device_of="seq_lens",
-                     length=R + 1, length_of="len(seq_lens) + 1")
-        check_int(name, "num_decodes", num_decodes, high=R)
-        check_int(name, "num_prefills", num_prefills, high=R - num_decodes)
-        check_int(name, "sliding_window", sliding_window, low=1)
-        key = self.dispatch(num_prefills=num_prefills)
         gather_lens = torch.empty(num_prefills, dtype=torch.int32, device=dev)
-        if num_prefills == 0:
+        if num_prefills == 0:  # nothing launches: the cumsum of no request is [0]
             cu_gather_lens = torch.zeros(1, dtype=torch.int32, device=dev)
         else:
             cu_gather_lens = torch.empty(num_prefills + 1, dtype=torch.int32, device=dev)
-        return LaunchSpec(
-            grid=(1 if num_prefills else 0,),
-            kwargs=dict(gather_lens=gather_lens, cu_gather_lens=cu_gather_lens, TILE=key.tile,
-                        num_warps=key.num_warps),
-            returns=(gather_lens, cu_gather_lens),
-        )
+        return LaunchSpec(grid=(1 if num_prefills else 0,), kwargs=dict(constexprs, gather_lens=gather_lens,
+                          cu_gather_lens=cu_gather_lens), returns=(gather_lens, cu_gather_lens))
 
 
 #: The process's K5 launcher.

@@ -32,11 +32,12 @@ import torch
 import triton
 import triton.language as tl
 
-from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.inputs import INT32_MAX, CheckedKernel, IntArg, Require, RowStrideInt32, TensorArg, checked_launcher
+from zerojit.kernel import LaunchSpec
 from zerojit.keyspace import trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
 
-from ._checks import INT32_MAX, check_dcp, check_int, check_row_stride, check_tensor, is_int
+from ._checks import DCP
 
 __all__ = ["TILE", "CompressedSlotMapping", "compressed_slot_mapping"]
 
@@ -107,7 +108,7 @@ def _compressed_slot_mapping_kernel(
             j0 += TILE
 
 
-class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"]):
+class CompressedSlotMapping(CheckedKernel["CompressedSlotMapping.CompileKey"]):
     """K2: ``slot_mapping[t]`` = the compressed-cache slot token t's entry goes to, or -1.
 
     Call (keyword-only)::
@@ -142,13 +143,9 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
 
     kernel = _compressed_slot_mapping_kernel
 
-    def __init__(self) -> None:
-        # launch facts -> (CompileKey, constexpr kwargs): keeps per-launch host work small
-        self._by_facts: dict[tuple, tuple] = {}
-
     @dataclass(frozen=True)
     class CompileKey:
-        """One compiled variant of K2.
+        """One compiled variant of K2 (each field is the kernel's upper-cased constexpr).
 
         Attributes:
             ratio: compression ratio c.
@@ -165,18 +162,11 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
         dcp_size: int
         dcp_interleave: int
 
-    def dispatch(
-        self, *, ratio: int, block_size: int, block_stride_rows: int, dcp_size: int = 1, dcp_interleave: int = 1
-    ) -> "CompressedSlotMapping.CompileKey":
-        """The compile key of a launch with these facts (the launcher calls it too)."""
-        return self.CompileKey(
-            ratio=ratio,
-            tile=TILE,
-            cbs=block_size // ratio,
-            block_stride_rows=block_stride_rows,
-            dcp_size=dcp_size,
-            dcp_interleave=dcp_interleave if dcp_size > 1 else 1,
-        )
+    def dispatch(self, *, ratio: int, block_size: int, block_stride_rows: int, dcp_size: int = 1,
+                 dcp_interleave: int = 1) -> "CompressedSlotMapping.CompileKey":
+        """The compile key of a launch with these layout facts (the launcher calls it too)."""
+        return self.CompileKey(ratio=ratio, tile=TILE, cbs=block_size // ratio, block_stride_rows=block_stride_rows,
+                               dcp_size=dcp_size, dcp_interleave=dcp_interleave if dcp_size > 1 else 1)
 
     def get_warmup_keys(self, config, *, compressed_block_strides=()) -> list["CompressedSlotMapping.CompileKey"]:
         """One key per compressed ratio of the model (``config.compressed_ratios``: ratios > 1 and
@@ -188,104 +178,44 @@ class CompressedSlotMapping(TritonJitKernel["CompressedSlotMapping.CompileKey"])
                 caches; a ratio missing from it uses the dense stride ``block_size // ratio``.
         """
         strides = dict(compressed_block_strides)
-        caches = [  # one compressed cache per ratio: its ratio and block stride vary together
-            dict(ratio=c, block_stride_rows=strides.get(c, config.block_size // c)) for c in config.compressed_ratios
-        ]
+        caches = [dict(ratio=c, block_stride_rows=strides.get(c, config.block_size // c))  # vary together
+                  for c in config.compressed_ratios]
         if not caches:
             return []
-        return trace_dispatch(self.dispatch)(
-            zip_inputs(*caches),
-            block_size=config.block_size,
-            dcp_size=config.dcp_size,
-            dcp_interleave=config.dcp_interleave,
-        )
+        return trace_dispatch(self.dispatch)(zip_inputs(*caches), block_size=config.block_size,
+                                             dcp_size=config.dcp_size, dcp_interleave=config.dcp_interleave)
 
     def warmup_inputs(self, key: "CompressedSlotMapping.CompileKey") -> dict:
         """Launch inputs in ``key``'s classes (meta tensors, no memory)."""
         R, W = 4, 17
-        return dict(
-            query_start_loc=WarmupTensor(torch.int32, (R + 1,)),
-            seq_lens=WarmupTensor(torch.int32, (R,)),
-            block_table=WarmupTensor(torch.int32, (R, W)),
-            num_tokens=scalar_rep(100, specialize=False),
-            ratio=key.ratio,
-            block_size=key.cbs * key.ratio,
-            block_stride_rows=key.block_stride_rows,
-            dcp_size=key.dcp_size,
-            dcp_rank=0,
-            dcp_interleave=key.dcp_interleave,
-        )
+        return dict(self.fact_inputs(key), query_start_loc=WarmupTensor(torch.int32, (R + 1,)),
+                    seq_lens=WarmupTensor(torch.int32, (R,)), block_table=WarmupTensor(torch.int32, (R, W)),
+                    num_tokens=scalar_rep(100, specialize=False), block_size=key.cbs * key.ratio)
 
-    def key_for(self, **inputs) -> "CompressedSlotMapping.CompileKey":
-        """The compile key ``__call__`` would launch for these inputs (after validating them)."""
-        return self._check(**inputs)[0]
-
-    def _check(
-        self, *, query_start_loc, seq_lens, block_table, num_tokens, ratio, block_size, block_stride_rows,
-        dcp_size=1, dcp_rank=0, dcp_interleave=1,
-    ) -> tuple["CompressedSlotMapping.CompileKey", dict]:
-        name = self.name
-        check_tensor(name, "seq_lens", seq_lens, ndim=1)
-        R, device = seq_lens.shape[0], seq_lens.device
-        check_tensor(name, "query_start_loc", query_start_loc, ndim=1, device=device, device_of="seq_lens",
-                     length=R + 1, length_of="len(seq_lens) + 1")
-        check_tensor(name, "block_table", block_table, ndim=2, device=device, device_of="seq_lens")
-        if block_table.shape[0] < R:
-            raise KernelInputError(name, "block_table", f"has {block_table.shape[0]} rows, fewer than the R = {R} requests")
-        check_row_stride(name, "block_table", block_table)
-        check_int(name, "num_tokens", num_tokens, high=INT32_MAX)
-        check_int(name, "block_size", block_size, low=1)
-        if not is_int(ratio) or ratio < 1 or block_size % ratio:
-            raise KernelInputError(name, "ratio", f"must be an int >= 1 dividing block_size={block_size}, got {ratio!r}")
-        check_int(name, "block_stride_rows", block_stride_rows, low=1, high=INT32_MAX)
-        check_dcp(name, dcp_size, dcp_rank, dcp_interleave)
-        if dcp_size > 1 and (block_size // ratio) % dcp_interleave:
-            raise KernelInputError(
-                name, "dcp_interleave", f"must divide block_size // ratio = {block_size // ratio} under DCP, got {dcp_interleave}"
-            )
-        facts = (ratio, block_size, block_stride_rows, dcp_size, dcp_interleave)
-        found = self._by_facts.get(facts)
-        if found is None:  # once per distinct launch: the key and its constexpr kwargs
-            key = self.dispatch(
-                ratio=ratio, block_size=block_size, block_stride_rows=block_stride_rows, dcp_size=dcp_size,
-                dcp_interleave=dcp_interleave,
-            )
-            constexprs = dict(RATIO=key.ratio, CBS=key.cbs, BLOCK_STRIDE_ROWS=key.block_stride_rows,
-                              DCP_SIZE=key.dcp_size, DCP_INTERLEAVE=key.dcp_interleave, TILE=key.tile)
-            found = self._by_facts.setdefault(facts, (key, constexprs))
-        return found
-
-    @kernel_launcher(host_only=("ratio", "block_size", "block_stride_rows", "dcp_size", "dcp_interleave"))
-    def __call__(
-        self,
-        *,
-        query_start_loc,
-        seq_lens,
-        block_table,
-        num_tokens,
-        ratio,
-        block_size,
-        block_stride_rows,
-        dcp_size=1,
-        dcp_rank=0,
-        dcp_interleave=1,
-    ) -> LaunchSpec:
+    @checked_launcher(
+        TensorArg("seq_lens", 1),
+        TensorArg("query_start_loc", 1, length="len(seq_lens) + 1"),
+        TensorArg("block_table", 2),
+        Require("block_table", "block_table.shape[0] >= len(seq_lens)",
+                "has {block_table.shape[0]} rows, fewer than the R = {len(seq_lens)} requests"),
+        RowStrideInt32("block_table"),
+        IntArg("num_tokens", high=INT32_MAX),
+        IntArg("block_size", low=1),
+        Require("ratio", "is_int(ratio) and ratio >= 1 and block_size % ratio == 0",
+                "must be an int >= 1 dividing block_size={block_size}, got {ratio!r}"),
+        IntArg("block_stride_rows", 1, INT32_MAX),
+        *DCP,
+        Require("dcp_interleave", "dcp_size <= 1 or (block_size // ratio) % dcp_interleave == 0",
+                "must divide block_size // ratio = {block_size // ratio} under DCP, got {dcp_interleave}"),
+    )
+    def __call__(self, key, constexprs, *, query_start_loc, seq_lens, block_table, num_tokens, ratio, block_size,
+                 block_stride_rows, dcp_size=1, dcp_rank=0, dcp_interleave=1) -> LaunchSpec:
         """Launch K2; returns ``slot_mapping [num_tokens]`` int64 (see the class)."""
-        key, constexprs = self._check(
-            query_start_loc=query_start_loc, seq_lens=seq_lens, block_table=block_table, num_tokens=num_tokens,
-            ratio=ratio, block_size=block_size, block_stride_rows=block_stride_rows, dcp_size=dcp_size,
-            dcp_rank=dcp_rank, dcp_interleave=dcp_interleave,
-        )
         R, device = seq_lens.shape[0], seq_lens.device
-        if R == 0:  # no program to write the padding: fill on the host, launch nothing
-            out = torch.full((num_tokens,), -1, dtype=torch.int64, device=device)
-        else:
-            out = torch.empty((num_tokens,), dtype=torch.int64, device=device)
-        return LaunchSpec(
-            grid=(R,),
-            kwargs=dict(constexprs, slot_mapping=out, bt_stride=block_table.stride(0)),
-            returns=out,
-        )
+        out = (torch.full((num_tokens,), -1, dtype=torch.int64, device=device) if R == 0  # no program: fill here
+               else torch.empty((num_tokens,), dtype=torch.int64, device=device))
+        return LaunchSpec(grid=(R,), kwargs=dict(constexprs, slot_mapping=out, bt_stride=block_table.stride(0)),
+                          returns=out)
 
 
 #: The module-level instance serving code launches.

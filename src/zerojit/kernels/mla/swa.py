@@ -31,11 +31,10 @@ import torch
 import triton
 import triton.language as tl
 
-from zerojit.kernel import KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.inputs import BoolArg, CheckedKernel, IntArg, Let, Require, TensorArg, checked_launcher
+from zerojit.kernel import KernelInputError, LaunchSpec
 from zerojit.keyspace import choices, trace_dispatch
 from zerojit.specialization import WarmupTensor, scalar_rep
-
-from ._checks import check_int, check_tensor
 from .shapes import cdiv, next_power_of_2, swa_width
 
 __all__ = ["ComputeSwaIndicesAndLens", "compute_swa_indices_and_lens"]
@@ -87,7 +86,7 @@ def _compute_swa_indices_and_lens_kernel(
         tl.store(out_row[:, None] + k[None, :], slot.to(tl.int32), mask=row_ok[:, None] & (k[None, :] < WOUT))
 
 
-class ComputeSwaIndicesAndLens(TritonJitKernel["ComputeSwaIndicesAndLens.CompileKey"]):
+class ComputeSwaIndicesAndLens(CheckedKernel["ComputeSwaIndicesAndLens.CompileKey"]):
     """K6: each token row's sliding-window KV slots and their count (rule: module docstring).
 
     Call with keyword arguments:
@@ -124,8 +123,7 @@ class ComputeSwaIndicesAndLens(TritonJitKernel["ComputeSwaIndicesAndLens.Compile
             non-causal row too long (argument ``max_query_len`` or ``query_start_loc``).
     """
 
-    kernel = _compute_swa_indices_and_lens_kernel
-    name = "compute_swa_indices_and_lens"
+    kernel = _compute_swa_indices_and_lens_kernel  # name: "compute_swa_indices_and_lens"
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -160,99 +158,67 @@ class ComputeSwaIndicesAndLens(TritonJitKernel["ComputeSwaIndicesAndLens.Compile
         """
         strides = (block_stride_rows,) if isinstance(block_stride_rows, int) else tuple(block_stride_rows)
         return trace_dispatch(self.dispatch)(
-            sliding_window=config.sliding_window,
-            block_size=config.block_size,
-            block_stride_rows=choices(*strides),
-            causal=choices(*causal),
-            num_speculative_tokens=config.num_speculative_tokens,
+            sliding_window=config.sliding_window, block_size=config.block_size, block_stride_rows=choices(*strides),
+            causal=choices(*causal), num_speculative_tokens=config.num_speculative_tokens,
             when=lambda causal, num_speculative_tokens, **_: causal or num_speculative_tokens > 0,
         )
 
     def warmup_inputs(self, key: "ComputeSwaIndicesAndLens.CompileKey") -> dict:
+        """Launch inputs in ``key``'s classes (meta tensors, no memory; the host-side query length)."""
         # wout = roundup(Wn - 1 + Lmax, 64) with Lmax = wout - Wn + 1 gives key.wout back.
         spec = 0 if key.causal else key.wout - key.sliding_window
         i32 = scalar_rep(0, specialize=False)  # num_tokens, token_offset, table row stride: do_not_specialize
-        return dict(
-            token_to_req=WarmupTensor(torch.int32, (64,)),
-            slot_mapping=WarmupTensor(torch.int64, (64,)),
-            seq_lens=WarmupTensor(torch.int32, (4,)),
-            query_start_loc=WarmupTensor(torch.int32, (5,)),
-            block_table=WarmupTensor(torch.int32, (4, i32)),
-            num_tokens=i32,
-            token_offset=i32,
-            sliding_window=key.sliding_window,
-            block_size=key.block_size,
-            block_stride_rows=key.block_stride_rows,
-            causal=key.causal,
-            num_speculative_tokens=spec,
-            max_query_len=1,
-        )
+        return dict(self.fact_inputs(key), token_to_req=WarmupTensor(torch.int32, (64,)),
+                    slot_mapping=WarmupTensor(torch.int64, (64,)), seq_lens=WarmupTensor(torch.int32, (4,)),
+                    query_start_loc=WarmupTensor(torch.int32, (5,)), block_table=WarmupTensor(torch.int32, (4, i32)),
+                    num_tokens=i32, token_offset=i32, num_speculative_tokens=spec, max_query_len=1)
 
-    @kernel_launcher(host_only=("num_speculative_tokens", "max_query_len"))
-    def __call__(self, *, token_to_req, slot_mapping, seq_lens, query_start_loc, block_table, num_tokens: int,
-                 token_offset: int, sliding_window: int, block_size: int, block_stride_rows: int,
-                 causal: bool = True, num_speculative_tokens: int = 0,
-                 max_query_len: int | None = None) -> LaunchSpec:
-        name = self.name
-        check_tensor(name, "slot_mapping", slot_mapping, ndim=1, dtype=torch.int64)
+    @checked_launcher(
+        TensorArg("slot_mapping", 1, torch.int64),
+        TensorArg("token_to_req", 1),
+        TensorArg("seq_lens", 1),
+        TensorArg("query_start_loc", 1, length="len(seq_lens) + 1"),
+        TensorArg("block_table", 2),
+        IntArg("num_tokens"),
+        IntArg("token_offset"),
+        Require("slot_mapping", "token_offset + num_tokens <= slot_mapping.shape[0]",
+                "has {slot_mapping.shape[0]} entries but rows token_offset={token_offset} + "
+                "num_tokens={num_tokens} need {token_offset + num_tokens}"),
+        Require("token_to_req", "token_offset + num_tokens <= token_to_req.shape[0]",
+                "has {token_to_req.shape[0]} entries but rows token_offset={token_offset} + "
+                "num_tokens={num_tokens} need {token_offset + num_tokens}"),
+        IntArg("sliding_window", low=1),
+        IntArg("block_size", low=1),
+        IntArg("block_stride_rows", low=1),
+        IntArg("num_speculative_tokens"),
+        BoolArg("causal"),
+        Let("host_qlen", "not causal and num_tokens and max_query_len is not None"),  # Lmax checked on the host
+        IntArg("max_query_len", when="host_qlen"),
+        Require("max_query_len", "max_query_len <= 1 + num_speculative_tokens",
+                "non-causal rows need every query length <= Lmax = 1 + num_speculative_tokens = "
+                "{1 + num_speculative_tokens}, got max_query_len={max_query_len}; use the causal variant or raise "
+                "num_speculative_tokens", when="host_qlen"),
+        host_only=("max_query_len",),
+    )
+    def __call__(self, key, constexprs, *, token_to_req, slot_mapping, seq_lens, query_start_loc, block_table,
+                 num_tokens: int, token_offset: int, sliding_window: int, block_size: int, block_stride_rows: int,
+                 causal: bool = True, num_speculative_tokens: int = 0, max_query_len: int | None = None) -> LaunchSpec:
+        """Launch K6; returns ``(swa_indices, swa_lens)`` (see the class)."""
+        if not causal and num_tokens and max_query_len is None and query_start_loc.shape[0] > 1:
+            rows = slice(token_offset, token_offset + num_tokens)  # the requests of the live rows, as the reference
+            req = token_to_req[rows][slot_mapping[rows] >= 0].long()
+            qlens = (query_start_loc[1:] - query_start_loc[:-1]).long()[req.clamp(0, query_start_loc.shape[0] - 2)]
+            if req.numel() and int(qlens.max()) > 1 + num_speculative_tokens:  # a device sync on a GPU
+                worst = int(qlens.argmax())
+                raise KernelInputError(
+                    self.name, "query_start_loc", f"non-causal rows need qlen <= Lmax = 1 + num_speculative_tokens = "
+                    f"{1 + num_speculative_tokens}, but request {int(req[worst])} has qlen {int(qlens[worst])}; use "
+                    "the causal variant or raise num_speculative_tokens")
         dev = slot_mapping.device
-        check_tensor(name, "token_to_req", token_to_req, ndim=1, device=dev, device_of="slot_mapping")
-        check_tensor(name, "seq_lens", seq_lens, ndim=1, device=dev, device_of="slot_mapping")
-        R = seq_lens.shape[0]
-        check_tensor(name, "query_start_loc", query_start_loc, ndim=1, device=dev, device_of="slot_mapping",
-                     length=R + 1, length_of="len(seq_lens) + 1")
-        check_tensor(name, "block_table", block_table, ndim=2, device=dev, device_of="slot_mapping")
-        check_int(name, "num_tokens", num_tokens)
-        check_int(name, "token_offset", token_offset)
-        last = token_offset + num_tokens
-        for arg, t in (("slot_mapping", slot_mapping), ("token_to_req", token_to_req)):
-            if last > t.shape[0]:
-                raise KernelInputError(name, arg, f"has {t.shape[0]} entries but rows token_offset={token_offset} + "
-                                                  f"num_tokens={num_tokens} need {last}")
-        check_int(name, "sliding_window", sliding_window, low=1)
-        check_int(name, "block_size", block_size, low=1)
-        check_int(name, "block_stride_rows", block_stride_rows, low=1)
-        check_int(name, "num_speculative_tokens", num_speculative_tokens)
-        if not isinstance(causal, bool):
-            raise KernelInputError(name, "causal", f"must be a bool, got {type(causal).__name__}")
-        if not causal and num_tokens:
-            self._check_query_lens(slot_mapping, token_to_req, query_start_loc, token_offset, num_tokens,
-                                   1 + num_speculative_tokens, max_query_len)
-        key = self.dispatch(sliding_window=sliding_window, block_size=block_size, block_stride_rows=block_stride_rows,
-                            causal=causal, num_speculative_tokens=num_speculative_tokens)
         swa_indices = torch.empty((num_tokens, key.wout), dtype=torch.int32, device=dev)
         swa_lens = torch.empty(num_tokens, dtype=torch.int32, device=dev)
-        return LaunchSpec(
-            grid=(cdiv(num_tokens, key.block_t),),
-            kwargs=dict(swa_indices=swa_indices, swa_lens=swa_lens, block_table_stride=block_table.stride(0),
-                        WOUT=key.wout, BLOCK_T=key.block_t, BLOCK_W=key.block_w, num_warps=key.num_warps),
-            returns=(swa_indices, swa_lens),
-        )
-
-    def _check_query_lens(self, slot_mapping, token_to_req, query_start_loc, token_offset: int, num_tokens: int,
-                          lmax: int, max_query_len: int | None) -> None:
-        """Non-causal rows need ``qlen_b <= Lmax`` (see the class docstring for where it runs)."""
-        if max_query_len is not None:
-            check_int(self.name, "max_query_len", max_query_len)
-            if max_query_len > lmax:
-                raise KernelInputError(
-                    self.name, "max_query_len",
-                    f"non-causal rows need every query length <= Lmax = 1 + num_speculative_tokens = {lmax}, "
-                    f"got max_query_len={max_query_len}; use the causal variant or raise num_speculative_tokens")
-            return
-        rows = slice(token_offset, token_offset + num_tokens)
-        req = token_to_req[rows][slot_mapping[rows] >= 0].long()
-        num_reqs = query_start_loc.numel() - 1
-        if req.numel() == 0 or num_reqs == 0:
-            return
-        qlens = (query_start_loc[1:] - query_start_loc[:-1]).long()[req.clamp(0, num_reqs - 1)]
-        if int(qlens.max()) > lmax:  # one device sync on a GPU (pass max_query_len to avoid it)
-            worst = int(qlens.argmax())
-            raise KernelInputError(
-                self.name, "query_start_loc",
-                f"non-causal rows need qlen <= Lmax = 1 + num_speculative_tokens = {lmax}, but request "
-                f"{int(req[worst])} has qlen {int(qlens[worst])}; use the causal variant or raise "
-                "num_speculative_tokens")
+        return LaunchSpec(grid=(cdiv(num_tokens, key.block_t),), returns=(swa_indices, swa_lens), kwargs=dict(
+            constexprs, swa_indices=swa_indices, swa_lens=swa_lens, block_table_stride=block_table.stride(0)))
 
 
 #: The process's K6 launcher.
