@@ -10,6 +10,7 @@ named target and turns launches into dry launches.
 from . import audit  # listens for warm-ups: `zerojit audit`'s child writes its audit at exit
 from . import compile_only  # the module: zerojit.compile_only.compile_only("cuda:90")
 from ._version import __version__
+from .inputs import BoolArg, CheckedKernel, IntArg, Let, Require, RowStrideInt32, TensorArg, checked_launcher
 from .kernel import CompiledVariant, JitKernel, KernelDefinitionError, KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .keyspace import KeySpaceError, choices, int_range, trace_dispatch, zip_inputs
 from .monitor import JitMonitor, RuntimeJitError  # listens for warm-ups: ZEROJIT_JIT_MONITOR
@@ -24,6 +25,14 @@ __all__ = [
     "LaunchSpec",
     "TritonJitKernel",
     "kernel_launcher",
+    "CheckedKernel",
+    "checked_launcher",
+    "TensorArg",
+    "IntArg",
+    "BoolArg",
+    "RowStrideInt32",
+    "Require",
+    "Let",
     "KeySpaceError",
     "choices",
     "int_range",
