@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 from triton import knobs
 
-from zerojit import precompile
+from zerojit import precompile, triton_compat
 from zerojit.compile_only import compile_only
 from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.keyspace import choices, trace_dispatch
@@ -614,10 +614,10 @@ def test_a_worker_without_site_runs_it_when_an_import_needs_it():
 def test_workers_skip_the_entry_point_scan_only_with_tritons_own_backends(monkeypatch):
     import triton.backends as tb
 
-    assert precompile._backends_in_tree.__wrapped__()  # this Triton: nvidia and amd, shipped inside it
+    assert triton_compat.backends_in_tree.__wrapped__()  # this Triton: nvidia and amd, shipped inside it
     plugin = type("PluginBackend", (), {"__module__": "some_plugin.compiler"})
     monkeypatch.setitem(tb.backends, "plugin", type(tb.backends["nvidia"])(compiler=plugin, driver=object))
-    assert not precompile._backends_in_tree.__wrapped__()  # a plugin backend: Triton's entry points find it
+    assert not triton_compat.backends_in_tree.__wrapped__()  # a plugin backend: Triton's entry points find it
 
 
 GPU_WARMUP = r"""

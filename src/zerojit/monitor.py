@@ -20,7 +20,7 @@ the CLI flag ``--jit-monitor-mode``):
   A direct ``triton.compile`` gives no hook before it runs; in error mode it raises *after* the
   compile (the only point Triton reports it), still naming what compiled.
 
-How it hooks in (Triton 3.6):
+How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
 
 * ``triton.knobs.runtime.jit_cache_hook`` is called by ``JITFunction._do_compile`` on every
   in-process cache miss, before compiling; raising there aborts the launch and leaves Triton's
@@ -49,7 +49,8 @@ of each, :func:`on_warmup_complete` installs the *process monitor* when ``ZEROJI
 with every warm-up this process has completed and is armed as soon as it is installed.
 
 Async compile mode (``triton.runtime._async_compile``) is not specially supported: misses are
-seen, but a compile finished on another thread may be counted as a direct compile.
+seen, but a compile finished on another thread may be counted as a direct compile (and from Triton
+3.7 on, a launch that finds the pending ``FutureKernel`` in the in-process cache is a hit).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ from . import registry as _registry
 from .context import allow_compiles, in_warmup
 from .kernel import TritonJitKernel
 from .specialization import SpecClass
+from .triton_compat import RUN_OPTIONS, find_in_process_key, hook_compile_request
 from .triton_compat import get_cache_hook as _get_cache_hook, get_compile_listener as _get_listener
 from .triton_compat import set_cache_hook as _set_cache_hook, set_compile_listener as _set_listener
 
@@ -188,7 +190,7 @@ def _parse_options(text: str | None) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-_HIDDEN_OPTIONS = ("debug", "instrumentation_mode")
+_HIDDEN_OPTIONS = RUN_OPTIONS  # added by Triton's run, not passed by the launch
 
 
 def _shown_options(options: dict | None) -> str:
@@ -744,18 +746,16 @@ class JitMonitor:
             ident = (id(jit_fn), key)
             stats = self._misses.get(ident)
             first = stats is None
+            request = hook_compile_request(compile)
             if first:
-                spec = specialization_from_compile_info(
-                    jit_fn, compile["signature"], compile["constants"], compile["configs"][0]
-                )
+                spec = specialization_from_compile_info(jit_fn, request.signature, request.constants, request.attrs)
                 record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
                 stats = self._misses[ident] = _Stats(record, jit_fn)
             stats.misses += 1
             if mode == "error":
                 stats.blocked += 1
-            else:
-                signature = compile["signature"]
-                self._pending[id(signature)] = (signature, stats)
+            else:  # the listener call that follows carries this very signature dict
+                self._pending[id(request.signature)] = (request.signature, stats)
         if mode == "error":
             if first:
                 logger.error("zerojit: blocked %s", stats.record.summary())
@@ -813,10 +813,7 @@ class JitMonitor:
         jit_fn = getattr(kernel, "kernel", None)
         triton_key = None
         if ident not in self._variant_ids and jit_fn is not None:  # once per variant: find its Triton key
-            triton_key = next(
-                (k for caches in list(jit_fn.device_caches.values()) for k, v in list(caches[0].items()) if v is compiled),
-                None,
-            )
+            triton_key = find_in_process_key(jit_fn, compiled)
         with self._lock:
             if jit_fn is not None:
                 self._names.setdefault(id(jit_fn), kernel.name)
