@@ -315,7 +315,7 @@ _FAST_TEMPLATE = """def _zj_fast(_drv, _dry, _grid, _sk{inputs}):
             _d = _e.resolve()
         if _d is False:
             _c = _e.compiled
-            _c.run(_gx, _gy, _gz, _stream, _c.function, _c.packed_metadata, None, None, None{args})
+            {run}
         else:  # exactly the call the launcher's __call__ makes of its C entry (triton_compat)
             {direct}
     return _e
@@ -343,6 +343,7 @@ def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict) -> 
         args = "".join(f", _a{i}" for i in range(len(plan.positional)))
         src = _FAST_TEMPLATE.format(inputs=inputs, assign=assign, guard=guard, args=args,
                                     key=_key_expr(slots, plan.option_token),
+                                    run=_tc.COMPILED_RUN_CALL.format(args=args),
                                     direct=_tc.DIRECT_LAUNCH_CALL.format(args=args))
     namespace = _namespace(jit_fn)
     namespace.update(plan.defaults, _tables=tables)

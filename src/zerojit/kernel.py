@@ -332,6 +332,11 @@ class TritonJitKernel(JitKernel[KeyT]):
             raise KernelDefinitionError(
                 f"{cls.__name__}: kernel {cls.kernel.fn.__name__} has a variadic parameter ({variadic[0]}); a zerojit "
                 "kernel's parameters are named, one each (keyword-only ones are fine)")
+        keyword_only = [p.name for p in signature.values() if p.kind is p.KEYWORD_ONLY]
+        if keyword_only and not _tc.KEYWORD_ONLY_PARAMETERS:
+            raise KernelDefinitionError(
+                f"{cls.__name__}: kernel {cls.kernel.fn.__name__} has keyword-only parameters {keyword_only}, which "
+                f"Triton {_tc.TRITON_VERSION} cannot compile (Triton 3.9 can): make them positional")
         kparams = tuple(signature)
         cls._kernel_params = frozenset(kparams)
         table = []

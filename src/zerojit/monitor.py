@@ -70,7 +70,8 @@ from . import registry as _registry
 from .context import allow_compiles, in_warmup
 from .kernel import TritonJitKernel
 from .specialization import SpecClass
-from .triton_compat import RUN_OPTIONS, find_in_process_key, hook_compile_request
+from .triton_compat import (RUN_OPTIONS, find_in_process_key, hook_compile_request, hook_jit_function, source_fields,
+                            source_of)
 from .triton_compat import get_cache_hook as _get_cache_hook, get_compile_listener as _get_listener
 from .triton_compat import set_cache_hook as _set_cache_hook, set_compile_listener as _set_listener
 
@@ -570,7 +571,8 @@ class JitMonitor:
                     continue
                 self._variant_ids[id(compiled)] = v
                 self._variants.append(v)
-                fn = getattr(getattr(compiled, "src", None), "fn", None)
+                source = source_of(compiled)
+                fn = source[0] if source is not None else None
                 if fn is not None:
                     self._by_fn.setdefault(id(fn), []).append(v)
                     self._names.setdefault(id(fn), v.kernel)
@@ -740,7 +742,7 @@ class JitMonitor:
     def _on_cache_miss(self, previous_result: Any, *, key: str, fn: Any, compile: dict, **_: Any) -> None:
         if previous_result or self._mode == "off" or in_warmup():
             return  # a user hook took the compile over, or this compile is deliberate
-        jit_fn = fn.jit_function
+        jit_fn = hook_jit_function(fn)
         mode = self._mode
         with self._lock:
             ident = (id(jit_fn), key)
@@ -764,7 +766,8 @@ class JitMonitor:
             logger.warning("zerojit: %s", stats.record.summary())
 
     def _on_compiled(self, previous_result: Any, *, src: Any, metadata: Any = None, cache_hit: bool = False, **_: Any) -> None:
-        signature = getattr(src, "signature", None)
+        source = source_fields(src)
+        signature = source[1] if source is not None else None
         with self._lock:
             pending = self._pending.get(id(signature)) if signature is not None else None
             if pending is not None and pending[0] is signature:
@@ -776,10 +779,10 @@ class JitMonitor:
                 return
         if self._mode == "off" or in_warmup():
             return
-        jit_fn = getattr(src, "fn", None)
+        jit_fn = source[0] if source is not None else None
         if jit_fn is not None and hasattr(jit_fn, "params"):
             name = self.kernel_name(jit_fn)
-            spec = specialization_from_compile_info(jit_fn, src.signature, src.constants, src.attrs)
+            spec = specialization_from_compile_info(*source)
             ident: Any = (id(jit_fn), spec)
         else:
             jit_fn, name, spec = None, str(getattr(src, "name", src)), ()

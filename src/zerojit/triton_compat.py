@@ -28,7 +28,8 @@ named after the release that brought it:
   ``_module_pid`` field (:func:`new_compiled_kernel`); ``AsyncCompileMode.submit`` takes a cleanup
   callback as a fourth argument (zerojit never calls it); the binder refuses a ``**kwargs``
   parameter (``triton.jit`` raises) and takes keyword-only parameters by keyword only
-  (:func:`positional_parameters`); the interpreter gives a scalar comparison a handle of the
+  (:func:`positional_parameters`; earlier code generators cannot compile keyword-only parameters
+  at all: :data:`KEYWORD_ONLY_PARAMETERS`); the interpreter gives a scalar comparison a handle of the
   wrong type, so ``block & (scalar < 0)`` as a mask fails there (the MLA index kernel avoids it).
 * 3.10 (not supported yet): FP fusion will be off by default (3.9 warns when
   ``TRITON_DEFAULT_FP_FUSION`` is unset). ``enable_fp_fusion`` is part of every disk-cache key and
@@ -60,7 +61,7 @@ from triton.runtime.jit import JITFunction, compute_cache_key
 
 __all__ = [
     "UnsupportedTritonError", "TRITON_VERSION", "VERSION", "BUILDS_LAUNCHERS", "DRIVER", "KEY_KNOBS_SOURCE",
-    "KEY_KNOBS_NAMESPACE", "RUN_OPTIONS", "DIRECT_LAUNCH_CALL", "HookChain", "JITFunction", "GPUTarget", "DriverBase",
+    "KEY_KNOBS_NAMESPACE", "RUN_OPTIONS", "COMPILED_RUN_CALL", "DIRECT_LAUNCH_CALL", "HookChain", "JITFunction", "GPUTarget", "DriverBase",
     "AsmDict",
     # knobs and the driver
     "interpreting", "cache_dir", "set_cache_dir", "triton_home", "active_driver", "peek_driver", "set_driver",
@@ -70,10 +71,10 @@ __all__ = [
     "set_compile_listener", "add_load_hooks", "remove_load_hooks", "hook_compile_request", "hook_compile_options", "stages_hook_fingerprint",
     # binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
-    "find_in_process_key", "param_specialization", "hook_jit_function", "source_hash", "metadata_file_name", "positional_parameters", "tensor_type", "file_compiled",
+    "find_in_process_key", "param_specialization", "KEYWORD_ONLY_PARAMETERS", "hook_jit_function", "source_hash", "metadata_file_name", "positional_parameters", "tensor_type", "file_compiled",
     "resolved", "is_pending",
     # compiled kernels
-    "ast_source", "source_of", "compiled_files", "new_compiled_kernel", "backend_for", "compile_source",
+    "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for", "compile_source",
     "load_compiled", "import_launch_path_modules",
     # launchers
     "cuda_launchers_in_use", "launcher_key", "launcher_file", "build_launcher", "direct_launch", "launcher_class",
@@ -378,6 +379,11 @@ def param_specialization(jit_fn: Any, specialization: list) -> list:
     return specialization[:len(jit_fn.params)]
 
 
+#: 3.9: keyword-only kernel parameters compile (earlier code generators do not see them: a
+#: ``NameError`` at compile time).
+KEYWORD_ONLY_PARAMETERS = VERSION >= (3, 9)
+
+
 def positional_parameters(jit_fn: Any) -> int:
     """How many leading parameters Triton's binder takes positionally; the rest (keyword-only
     ones) go by keyword. 3.9: the binder keeps the keyword-only separator and refuses them
@@ -430,13 +436,18 @@ def ast_source(jit_fn: Any, signature: dict, constants: dict | None = None, attr
     return ASTSource(jit_fn, signature, constants, attrs)
 
 
-def source_of(compiled: Any) -> tuple[Any, dict, dict, dict] | None:
-    """``(jit_fn, signature, constants, attrs)`` of the ``ASTSource`` ``compiled`` was compiled
-    from, or None (compiled from IR text, or not a ``CompiledKernel``)."""
-    src = getattr(compiled, "src", None)
+def source_fields(src: Any) -> tuple[Any, dict, dict, dict] | None:
+    """``(jit_fn, signature, constants, attrs)`` of an ``ASTSource`` (the ``src`` a compilation
+    listener is called with), or None for IR text or anything else."""
     if not isinstance(src, ASTSource):
         return None
     return src.fn, src.signature, src.constants, src.attrs
+
+
+def source_of(compiled: Any) -> tuple[Any, dict, dict, dict] | None:
+    """:func:`source_fields` of the source ``compiled`` was compiled from, or None (compiled from
+    IR text, or not a ``CompiledKernel``)."""
+    return source_fields(getattr(compiled, "src", None))
 
 
 def compiled_files(compiled: Any) -> dict[str, str]:
@@ -561,6 +572,12 @@ try:
     from triton.backends.nvidia.driver import CudaLauncher as _CudaLauncher
 except ImportError:  # pragma: no cover - a Triton without the NVIDIA backend
     _CudaLauncher = None
+
+#: The fast path's launch of a ``CompiledKernel`` ``_c``, in generated code: exactly what
+#: ``JITFunction.run`` passes (3.6-3.9): the grid, the stream, the function and packed metadata,
+#: no launch metadata, no launch hooks (the fast path runs only when none is set), then
+#: ``{args}``, the kernel arguments in parameter order, constexprs included.
+COMPILED_RUN_CALL = "_c.run(_gx, _gy, _gz, _stream, _c.function, _c.packed_metadata, None, None, None{args})"
 
 #: The call the fast path makes instead of ``CudaLauncher.__call__`` (3.6), in generated code:
 #: ``_d`` is :func:`direct_launch`'s tuple, ``_gx/_gy/_gz`` the grid, ``_stream`` the stream and
