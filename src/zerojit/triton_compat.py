@@ -32,9 +32,12 @@ named after the release that brought it:
   at all: :data:`KEYWORD_ONLY_PARAMETERS`); the interpreter gives a scalar comparison a handle of the
   wrong type, so ``block & (scalar < 0)`` as a mask fails there (the MLA index kernel avoids it).
 * 3.10 (not supported yet): FP fusion will be off by default (3.9 warns when
-  ``TRITON_DEFAULT_FP_FUSION`` is unset). ``enable_fp_fusion`` is part of every disk-cache key and
-  of a compile's options, so every cached entry, restore index and bundle changes, and kernels
-  whose float results depend on fused multiply-adds compute slightly different values.
+  ``TRITON_DEFAULT_FP_FUSION`` is unset, once per process: every compile worker too). It bites
+  where the default is taken: the compile options a worker is sent and every disk-cache key hash
+  ``enable_fp_fusion``, so float kernels compile to other code and may round differently (the MLA
+  kernels are integer-only); ``TRITON_DEFAULT_FP_FUSION`` is a cache-invalidating variable, so a
+  restore index or bundle made with it unset is refused (``cache_env``) where it is set, and the
+  other way round.
 """
 
 from __future__ import annotations
@@ -60,29 +63,31 @@ from triton.runtime.driver import driver as DRIVER  # Triton's DriverConfig (see
 from triton.runtime.jit import JITFunction, compute_cache_key
 
 __all__ = [
-    "UnsupportedTritonError", "TRITON_VERSION", "VERSION", "BUILDS_LAUNCHERS", "DRIVER", "KEY_KNOBS_SOURCE",
-    "KEY_KNOBS_NAMESPACE", "RUN_OPTIONS", "COMPILED_RUN_CALL", "DIRECT_LAUNCH_CALL", "HookChain", "JITFunction", "GPUTarget", "DriverBase",
-    "AsmDict",
+    # versions and the facts generated code binds
+    "UnsupportedTritonError", "TRITON_VERSION", "VERSION", "BUILDS_LAUNCHERS", "KEYWORD_ONLY_PARAMETERS", "DRIVER",
+    "KEY_KNOBS_SOURCE", "KEY_KNOBS_NAMESPACE", "RUN_OPTIONS", "COMPILED_RUN_CALL", "DIRECT_LAUNCH_CALL", "HookChain",
+    "JITFunction", "GPUTarget", "DriverBase", "AsmDict",
     # knobs and the driver
     "interpreting", "cache_dir", "set_cache_dir", "triton_home", "active_driver", "peek_driver", "set_driver",
     "current_device", "current_target", "gpu_target", "cache_invalidating_env",
     # compile hooks
     "get_cache_hook", "set_cache_hook", "get_post_compile_hook", "set_post_compile_hook", "get_compile_listener",
-    "set_compile_listener", "add_load_hooks", "remove_load_hooks", "hook_compile_request", "hook_compile_options", "stages_hook_fingerprint",
-    # binder and the in-process cache
+    "set_compile_listener", "add_load_hooks", "remove_load_hooks", "hook_jit_function", "hook_compile_request",
+    "hook_compile_options", "stages_hook_fingerprint",
+    # the binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
-    "find_in_process_key", "param_specialization", "KEYWORD_ONLY_PARAMETERS", "hook_jit_function", "source_hash", "metadata_file_name", "positional_parameters", "tensor_type", "file_compiled",
-    "resolved", "is_pending",
+    "find_in_process_key", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
+    "resolved", "is_pending", "source_hash",
     # compiled kernels
-    "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for", "compile_source",
-    "load_compiled", "import_launch_path_modules",
+    "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
+    "compile_source", "load_compiled", "import_launch_path_modules",
     # launchers
     "cuda_launchers_in_use", "launcher_key", "launcher_file", "build_launcher", "direct_launch", "launcher_class",
     "set_launcher_class", "launcher_share_key",
-    # the disk cache
-    "cache_manager", "default_cache_manager", "cache_manager_class", "set_cache_manager_class", "group_file_name",
-    "read_group_file", "group_file_data", "build_key", "build_key_function", "set_build_key_function", "backends_in_tree",
-    "ptxas_path", "ptxas_version", "sm_arch", "cuda_backend_available",
+    # the disk cache and the toolchain
+    "cache_manager", "default_cache_manager", "cache_manager_class", "set_cache_manager_class", "metadata_file_name",
+    "group_file_name", "read_group_file", "build_key_function", "set_build_key_function", "backends_in_tree",
+    "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch",
 ]
 
 
@@ -748,20 +753,10 @@ def read_group_file(path: str) -> dict[str, str]:
     return children
 
 
-def group_file_data(children: dict[str, str]) -> bytes:
-    """The content of a group file listing ``children`` (name -> absolute path)."""
-    return json.dumps({"child_paths": children}).encode()
-
-
-def build_key() -> str:
-    """Triton's build key (``triton_key()``: its version, compiler sources and ``libtriton``),
-    which every disk-cache key hashes; the first call in a process hashes the whole build."""
-    return _tcache.triton_key()
-
-
 def build_key_function() -> Callable[[], str]:
-    """The function Triton calls for its build key (its own, or one set by
-    :func:`set_build_key_function`)."""
+    """The function Triton calls for its build key (``triton_key()``: its version, compiler
+    sources and ``libtriton``, hashed into every disk-cache key; Triton's own hashes the whole
+    build on its first call in a process), or one set by :func:`set_build_key_function`."""
     return _tcache.triton_key
 
 
