@@ -18,6 +18,7 @@ import pytest
 if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
     pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
 
+import triton
 import triton.runtime.cache as tcache
 from triton import knobs
 
@@ -89,7 +90,24 @@ def test_a_garbage_install_memo_is_ignored_and_rewritten(monkeypatch, tmp_path, 
     where(monkeypatch, tmp_path, "second")
     calls = fresh_triton_key(monkeypatch, "3.6.0-again")
     assert cache.use_fast_triton_key() == "3.6.0-again" and len(calls) == 1
-    assert json.loads(memo.read_text()) == {"signature": signature, "values": {"triton_key": "3.6.0-again"}}
+    assert json.loads(memo.read_text()) == {"triton_version": triton.__version__, "signature": signature,
+                                            "values": {"triton_key": "3.6.0-again"}}
+
+
+def test_a_memo_of_another_triton_version_is_never_used(monkeypatch, tmp_path):
+    """The same files' stat signature under another Triton version (a memo carried over, or
+    stat values that happen to match): the build is hashed again and the memo rewritten."""
+    where(monkeypatch, tmp_path, "first")
+    fresh_triton_key(monkeypatch)
+    cache.use_fast_triton_key()
+    memo_file = tmp_path / "first" / ".zerojit" / "triton-build.json"
+    for path in (memo_file, *install_memo(tmp_path)):
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps(dict(data, triton_version="3.5.0")))
+
+    calls = fresh_triton_key(monkeypatch, "3.6.0-this-version")
+    assert cache.use_fast_triton_key() == "3.6.0-this-version" and len(calls) == 1
+    assert json.loads(memo_file.read_text())["triton_version"] == triton.__version__
 
 
 def test_the_signature_covers_the_files_triton_hashes():

@@ -90,10 +90,15 @@ def test_unknown_cuda_architecture_is_refused_listing_the_supported_ones():
 def test_supported_cuda_capabilities_come_from_tritons_ptxas():
     from zerojit.compile_only import parse_target, supported_cuda_capabilities
 
+    from zerojit.triton_compat import VERSION
+
     supported = supported_cuda_capabilities()
-    for c in (75, 80, 86, 89, 90, 100, 120):  # each compiles with Triton 3.6's ptxas (sm_90a, sm_100a, ...)
+    for c in (75, 80, 86, 89, 90, 100, 120):  # each compiles with Triton 3.6-3.9's ptxas (sm_90a, sm_100a, ...)
         assert c in supported and parse_target(f"cuda:{c}").arch == c
-    for c in (50, 88, 110, 999):  # below sm_70, unknown to its ptxas, or unknown to both
+    # CUDA 13's ptxas (Triton 3.7 on) renamed sm_101 to sm_110
+    renamed = 101 if VERSION >= (3, 7) else 110
+    assert (110 in supported) == (VERSION >= (3, 7))
+    for c in (50, 88, renamed, 999):  # below sm_70, unknown to its ptxas, or unknown to both
         assert c not in supported
         with pytest.raises(ValueError, match=rf"cuda:{c}'.*supported: cuda:70"):
             parse_target(f"cuda:{c}")

@@ -63,7 +63,10 @@ def warmed(co):
 def cubin_arch(cubin: bytes) -> int:
     assert cubin[:4] == b"\x7fELF"
     assert struct.unpack_from("<H", cubin, 18)[0] == EM_CUDA
-    return struct.unpack_from("<I", cubin, 48)[0] & 0xFF  # e_flags: the SM number
+    flags = struct.unpack_from("<I", cubin, 48)[0]  # e_flags: the SM number, where the ABI puts it
+    # CUDA's ELF ABI version (e_ident[8]) 8, written by newer ptxas (Triton 3.9's for sm_90, every
+    # version's for sm_100), keeps it in bits 8-15; version 7 in bits 0-7
+    return (flags >> 8) & 0xFF if cubin[8] >= 8 else flags & 0xFF
 
 
 def test_warmup_produces_real_sm90_cubins(warmed):

@@ -27,7 +27,7 @@ from triton import knobs
 from triton.runtime.driver import driver
 from triton.runtime.jit import compute_cache_key
 
-from zerojit import JitWarmupRegistry
+from zerojit import JitWarmupRegistry, triton_compat
 from zerojit import kernel as zkernel
 from zerojit._launch import FAST_PATH_ENV
 from zerojit.audit import build_audit
@@ -387,6 +387,7 @@ def test_fast_path_passes_the_launcher_what_triton_passes(warmed, launching, mon
         assert normal[9:] == tuple(bind(_probe_kernel, *normal[9:])[0].values())
 
 
+@pytest.mark.skipif(not triton_compat.VERSION == (3, 6), reason="Triton 3.6's CudaLauncher only")
 def test_direct_cuda_launcher_call_equals_cudalauncher_call(warmed, launching, monkeypatch):
     """The fast path's shortcut past ``CudaLauncher.__call__`` passes its C entry the same arguments."""
     from triton.backends.nvidia.driver import CudaLauncher
@@ -415,6 +416,26 @@ def test_direct_cuda_launcher_call_equals_cudalauncher_call(warmed, launching, m
                  if e.compiled is c)
     assert entry.direct is not False and entry.direct[0] is launcher.launch  # the shortcut was taken
     launcher.global_scratch_size = 8  # scratch memory: the launcher must allocate it, no shortcut
+    monkeypatch.setattr(entry, "direct", None)
+    assert entry.resolve() is False
+
+
+@pytest.mark.skipif(triton_compat.VERSION < (3, 7), reason="Triton 3.7's shared launcher")
+def test_from_triton_3_7_the_fast_path_calls_the_launcher_as_triton_does(warmed, monkeypatch):
+    """3.7: one shared C entry whose ``CudaLauncher.__call__`` also passes argument annotations and
+    the signature: no shortcut past it; the fast path calls ``compiled.run`` like Triton's run."""
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    _, report = warmed
+    launcher = object.__new__(CudaLauncher)
+    launcher.global_scratch_size = launcher.profile_scratch_size = 0
+    c = variant_of(report, Probe.CompileKey()).compiled
+    monkeypatch.setattr(c, "_run", launcher)
+    assert triton_compat.direct_launch(c) is None
+    monkeypatch.setattr(probe, "fast_path", True)
+    assert probe.select_variant(**inputs()) is not None
+    entry = next(e for table in Probe._launch_state.fast.current[1].values() for e in table.values()
+                 if e.compiled is c)
     monkeypatch.setattr(entry, "direct", None)
     assert entry.resolve() is False
 
@@ -573,4 +594,5 @@ def test_on_a_gpu_the_fast_path_computes_what_the_normal_path_computes(monkeypat
         assert torch.equal(outs[0], outs[1]), over
     entries = [e for table in Probe._launch_state.fast.current[1].values() for e in table.values()
                if e.direct is not None]
-    assert entries and all(e.direct is not False for e in entries)  # the CudaLauncher shortcut
+    # Triton 3.6: the CudaLauncher shortcut; 3.7 and later call compiled.run
+    assert entries and all((e.direct is not False) == (triton_compat.VERSION == (3, 6)) for e in entries)

@@ -196,16 +196,44 @@ def test_a_broken_or_stale_index_restores_nothing_and_is_rewritten(cache, damage
         data = b"not a pickle"
     else:
         body = pickle.loads(data)
-        body["fingerprint"] = body["fingerprint"][:1] + ("0.0.0",) + body["fingerprint"][2:]  # another Triton
+        body["fingerprint"]["python"] = (2, 7)  # made by another Python
         data = pickle.dumps(body)
     open(path, "wb").write(data)
     forget(fill)
     warm = registry_of(fill).warmup(progress=False)
     assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)
     assert variants(warm) == variants(cold)
+    why = "refused: field 'python' differs" if damage == "other fingerprint" else "is unreadable"
+    assert [line.startswith(f"restore index {path} {why}") for line in warm.stats.recovered] == [True]
     forget(fill)
     again = registry_of(fill).warmup(progress=False)
     assert again.stats.restored == 3 and variants(again) == variants(cold)
+
+
+@pytest.mark.parametrize("field, value", [("triton_version", "3.5.0"), ("triton_build", "0" * 64),
+                                          ("format", 5)])
+def test_an_index_of_another_triton_is_refused_naming_the_field_and_never_half_used(cache, field, value):
+    """An index moved from another Triton version or build (or an older zerojit's) restores
+    nothing at all: the warm-up goes through Triton's own lookup, says which field differs, and
+    rewrites the index for this Triton."""
+    fill = Fill()
+    forget(fill)
+    cold = registry_of(fill).warmup(progress=False)
+    (path,) = glob.glob(str(cache / ".zerojit" / "restore-*.pkl"))
+    assert path.endswith(f"-triton{triton.__version__}.pkl")  # one index per Triton version
+    body = pickle.loads(open(path, "rb").read())
+    ours = body["fingerprint"][field]
+    body["fingerprint"][field] = value
+    open(path, "wb").write(pickle.dumps(body))
+    forget(fill)
+    warm = registry_of(fill).warmup(progress=False)
+    assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)
+    assert variants(warm) == variants(cold)
+    assert f"restore index {path} refused: field {field!r} differs: the index has {value!r}, this process {ours!r}" \
+        in "\n".join(warm.stats.recovered)
+    assert pickle.loads(open(path, "rb").read())["fingerprint"][field] == ours  # rewritten for this Triton
+    forget(fill)
+    assert registry_of(fill).warmup(progress=False).stats.restored == 3
 
 
 def test_a_changed_kernel_source_is_not_restored(cache, monkeypatch):

@@ -13,14 +13,17 @@ Protocol: the parent writes requests to stdin, the worker answers on its origina
 points its fd 1 at stderr, so stray prints cannot corrupt the stream). Each message is a 4-byte
 little-endian length and a pickle. The first request is the set-up (``sys.path``, cache folder,
 target, the modules that define the kernels), sent at start; the worker answers it with its
-ready message once booted. Then come ``launcher`` requests (a launcher module needs no build
-key), ``{"triton_key": ...}`` (the parent's Triton build key, unanswered: sent once the parent
+ready message once booted. Then come ``launcher`` requests (Triton 3.6 only: a launcher module
+needs no build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key, unanswered: sent once the parent
 has it, before the first ``compile`` request), and ``compile`` requests; each request is
 answered by one dict; ``None`` ends the worker.
 
 A compile runs under the entry's file lock, so workers of several warm-ups (several processes on
 one host) compile each entry once; Triton's ``compile`` re-checks the disk cache inside the lock
 (:func:`entry_locked`: the same ``flock`` as the parent's ``filelock``, without its import).
+
+Triton's private surfaces are reached through :mod:`zerojit.triton_compat`, imported (like
+:mod:`zerojit.compile_only`) once the set-up has put the parent's ``sys.path`` in place.
 """
 
 import time
@@ -159,25 +162,23 @@ class Worker:
         sys.path[:] = setup["sys_path"]
         install_lazy("torch")  # (done by preload() already, unless it is a test calling Worker)
         import triton
-        from triton import knobs
-        from triton.backends.compiler import GPUTarget
-
-        knobs.cache.dir = setup["cache_dir"]
-        self.same_triton = os.path.abspath(triton.__file__) == setup.get("triton_file")
-        self.target = GPUTarget(*setup["target"])
-        from triton.runtime.driver import driver
 
         # Importable only now (sys.path came with the set-up); the worker is a plain script so
         # that its boot imports no more of zerojit than compiling needs.
+        from zerojit import triton_compat
         from zerojit.compile_only import CompileOnlyDriver
 
+        self.tc = triton_compat
+        triton_compat.set_cache_dir(setup["cache_dir"])
+        self.same_triton = os.path.abspath(triton.__file__) == setup.get("triton_file")
+        self.target = triton_compat.gpu_target(*setup["target"])
         drv = CompileOnlyDriver(f"{self.target.backend}:{self.target.arch}")
         drv.target = self.target  # the parent's exact target (warp size included)
-        driver.set_active(drv)
+        triton_compat.set_driver(drv)
         self.functions: dict = {}
         self.hit: list = []  # the current compile's cache hits, from Triton's listener
         self.stages: list = []  # and its (stage, seconds)
-        previous = knobs.compilation.listener
+        previous = triton_compat.get_compile_listener()
 
         def listener(*, src, metadata, metadata_group, times, cache_hit, **kw):
             self.hit.append(cache_hit)
@@ -186,14 +187,12 @@ class Worker:
             if previous is not None:
                 previous(src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit, **kw)
 
-        knobs.compilation.listener = listener
+        triton_compat.set_compile_listener(listener)
 
     def use_triton_key(self, key: str | None) -> None:
         """Use the parent's Triton build key (same installation: no need to hash it again)."""
         if key and self.same_triton:
-            import triton.runtime.cache as tcache
-
-            tcache.triton_key = lambda: key
+            self.tc.set_build_key_function(lambda: key)
 
     def function(self, qualified: str):
         """The ``triton.jit`` function ``"module:qualname"`` (a failed import is remembered and
@@ -209,21 +208,16 @@ class Worker:
                 raise
         return fn
 
-    @staticmethod
-    def _import(qualified: str):
+    def _import(self, qualified: str):
         module_name, _, qualname = qualified.partition(":")
         obj = importlib.import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
-        from triton.runtime.jit import JITFunction
-
-        if not isinstance(obj, JITFunction):
+        if not isinstance(obj, self.tc.JITFunction):
             raise TypeError(f"{qualified} is a {type(obj).__name__}, not a triton.jit function")
         return obj
 
     def compile(self, task: dict) -> dict:
-        from triton.compiler import ASTSource, compile as triton_compile
-
         try:
             fn = self.function(task["function"])
             signature, constants, attrs = pickle.loads(task["payload"])
@@ -233,25 +227,20 @@ class Worker:
         try:
             with entry_locked(task["lock"]):
                 self.hit, self.stages = [], []
-                compiled = triton_compile(ASTSource(fn, signature, constants, attrs), target=self.target,
-                                          options=task["options"])
+                compiled = self.tc.compile_source(self.tc.ast_source(fn, signature, constants, attrs), self.target,
+                                                  task["options"])
         except Exception as e:
             return {"ok": False, "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - start}
         return {"ok": True, "hash": compiled.hash, "compiled": self.hit == [False], "stages": self.stages,
                 "seconds": time.perf_counter() - start}
 
     def launcher(self, task: dict) -> dict:
-        """Build (and cache) the CUDA launcher module of a signature, as Triton's ``CudaLauncher``
-        would at the kernel's first load."""
+        """Build (and cache) the CUDA launcher module of a signature, as Triton 3.6's
+        ``CudaLauncher`` would at the kernel's first load (3.7 and later ask for none)."""
         start = time.perf_counter()
         try:
-            from triton.backends.nvidia.driver import include_dirs, libraries, library_dirs, make_launcher
-            from triton.runtime.build import compile_module_from_src
-
-            src = make_launcher({}, dict(enumerate(task["signature"])), None)
             with entry_locked(task["lock"]):
-                compile_module_from_src(src=src, name="__triton_launcher", library_dirs=library_dirs(),
-                                        include_dirs=include_dirs, libraries=libraries)
+                self.tc.build_launcher(tuple(task["signature"]))
         except Exception as e:
             return {"ok": False, "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - start}
         return {"ok": True, "seconds": time.perf_counter() - start}
@@ -293,7 +282,7 @@ def preload(setup: dict, requests) -> dict:
     times = {"started_at": STARTED_AT}
     try:
         _import_with_site_fallback("triton.backends.nvidia.compiler", "triton.compiler.compiler",
-                                   "zerojit.compile_only", *setup.get("modules", ()))
+                                   "zerojit.triton_compat", "zerojit.compile_only", *setup.get("modules", ()))
         times["imported_at"] = time.time()
         if not _readable(requests):
             _compile_throwaway(*setup["target"])
@@ -338,25 +327,24 @@ def _compile_throwaway(backend: str, arch: int, warp_size: int) -> None:
 
     import triton
     import triton.language as tl
-    import triton.runtime.cache as tcache
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+
+    from zerojit import triton_compat as tc  # after the set-up's sys.path, like compile_only
 
     @triton.jit
     def _preload_kernel(x_ptr, n):
         offs = tl.arange(0, 128)
         tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
 
-    real_key, real_dir = tcache.triton_key, knobs.cache.dir
+    real_key, real_dir = tc.build_key_function(), tc.cache_dir()
     with tempfile.TemporaryDirectory(prefix="zerojit-preload-") as tmp:
-        knobs.cache.dir = tmp
-        tcache.triton_key = lambda: "zerojit-worker-preload"  # not the real build key: never shared
+        tc.set_cache_dir(tmp)
+        tc.set_build_key_function(lambda: "zerojit-worker-preload")  # not the real build key: never shared
         try:
-            triton.compile(ASTSource(_preload_kernel, {"x_ptr": "*i32", "n": "i32"}),
-                           target=GPUTarget(backend, arch, warp_size))
+            tc.compile_source(tc.ast_source(_preload_kernel, {"x_ptr": "*i32", "n": "i32"}),
+                              tc.gpu_target(backend, arch, warp_size))
         finally:
-            tcache.triton_key, knobs.cache.dir = real_key, real_dir
+            tc.set_build_key_function(real_key)
+            tc.set_cache_dir(real_dir)
 
 
 def main() -> None:

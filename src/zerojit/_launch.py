@@ -28,11 +28,15 @@ string, launch metadata and option parsing are skipped. Anything unproven takes 
 * other launch options, or ``TRITON_DEBUG`` / instrumentation / the function's ``debug`` changed;
 * launch hooks set (``knobs.runtime.launch_enter_hook``/``launch_exit_hook`` not empty),
   ``pre_run_hooks`` on the function, or a global the kernel reads that changed since it compiled
-  (Triton raises there; the normal path lets it);
+  (Triton raises there; the normal path lets it); Triton 3.7 and later: a stages-inspection hook
+  (it adds a custom-pipeline entry to Triton's key);
 * a device that was not warmed, a warm-up in progress.
 
-On a Triton 3.6 ``CudaLauncher`` without scratch memory the fast launcher calls the launcher's C
-entry itself, with the arguments ``CudaLauncher.__call__`` would pass it.
+The knobs that join Triton's key and the launcher shortcut are Triton facts, bound from
+:mod:`zerojit.triton_compat` when the code is generated (:data:`~zerojit.triton_compat.KEY_KNOBS_SOURCE`,
+:func:`~zerojit.triton_compat.direct_launch`): on Triton 3.6, a ``CudaLauncher`` without scratch
+memory has its C entry called directly, with the arguments ``CudaLauncher.__call__`` would pass
+it; from 3.7 on the fast launcher calls ``compiled.run``.
 """
 
 from __future__ import annotations
@@ -44,10 +48,9 @@ from typing import Any, Callable, Mapping
 
 import torch
 import triton
-from triton import knobs as _knobs
-from triton.knobs import HookChain
 
-from .specialization import SpecClass, bind
+from . import triton_compat as _tc
+from .specialization import SpecClass, bind, spec_classes
 
 __all__ = ["FastVariant", "LaunchState", "Plan", "FAST_PATH_ENV", "current_device"]
 
@@ -123,28 +126,12 @@ class _Entry:
         self.direct: Any = None  # None: not resolved; False: compiled.run(...); else see resolve()
 
     def resolve(self) -> Any:
-        """``(launch, function, cooperative_grid, pdl, packed_metadata)`` for a plain
-        ``CudaLauncher`` (its C entry is called directly), else False (``compiled.run(...)``)."""
-        c = self.compiled
-        launcher = c.run  # loads the module and builds the launcher if warm-up did not
-        direct: Any = False
-        if _is_plain_cuda_launcher(launcher):
-            direct = (launcher.launch, c.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
-                      c.packed_metadata)
-        self.direct = direct
-        return direct
-
-
-def _is_plain_cuda_launcher(launcher: Any) -> bool:
-    """A Triton 3.6 ``CudaLauncher`` whose ``__call__`` only forwards to its C ``launch``."""
-    if not triton.__version__.startswith("3.6."):
-        return False
-    try:
-        from triton.backends.nvidia.driver import CudaLauncher
-    except Exception:  # pragma: no cover - no NVIDIA backend in this wheel
-        return False
-    return (type(launcher) is CudaLauncher and launcher.global_scratch_size == 0
-            and launcher.profile_scratch_size == 0)
+        """:func:`zerojit.triton_compat.direct_launch`'s tuple (the launcher's C entry is called
+        directly), else False (``compiled.run(...)``). Loads the module and builds the launcher
+        if warm-up did not."""
+        direct = _tc.direct_launch(self.compiled)
+        self.direct = False if direct is None else direct
+        return self.direct
 
 
 def _wide(v: int) -> Any:
@@ -268,8 +255,8 @@ def _guards_and_slots(jit_fn: Any, kinds: list[str]) -> tuple[list[str], list[st
 
 
 def _key_expr(slots: list[str], option_token: str) -> str:
-    return "(" + "".join(f"{s}, " for s in slots) + (
-        f"_K.runtime.debug, _J.debug, _K.compilation.instrumentation_mode, {option_token})")
+    # the knobs of Triton's key (debug, instrumentation; 3.9: fpsan) come from triton_compat
+    return "(" + "".join(f"{s}, " for s in slots) + f"{_tc.KEY_KNOBS_SOURCE}, _J.debug, {option_token})"
 
 
 def _namespace(jit_fn: Any) -> dict[str, Any]:
@@ -277,9 +264,9 @@ def _namespace(jit_fn: Any) -> dict[str, Any]:
 
     return dict(
         _Tensor=torch.Tensor, _int=int, _bool=bool, _float=float, _wide=_wide,
-        _UNPROVABLE=_UNPROVABLE, _const_token=_const_token, _value_token=_value_token, _K=_knobs, _J=jit_fn,
-        _HookChain=HookChain, _globals_unchanged=_globals_unchanged, _zj_mod=sys.modules[__name__],
-        _current_device=current_device,
+        _UNPROVABLE=_UNPROVABLE, _const_token=_const_token, _value_token=_value_token, _J=jit_fn,
+        _HookChain=_tc.HookChain, _globals_unchanged=_globals_unchanged, _zj_mod=sys.modules[__name__],
+        _current_device=current_device, **_tc.KEY_KNOBS_NAMESPACE,
     )
 
 
@@ -313,24 +300,24 @@ _FAST_TEMPLATE = """def _zj_fast(_drv, _dry, _grid, _sk{inputs}):
     _used = _J.used_global_vals
     if _used and not _globals_unchanged(_used):
         return None  # Triton raises "Global variable ... has changed": the normal path lets it
-    _rt = _K.runtime
-    _enter, _exit = _rt.launch_enter_hook, _rt.launch_exit_hook
+    _enter, _exit = _KR.launch_enter_hook, _KR.launch_exit_hook
     if ((_enter is not None and (_enter.__class__ is not _HookChain or _enter.calls))
             or (_exit is not None and (_exit.__class__ is not _HookChain or _exit.calls))):
         return None  # hooks want launch metadata: the normal path builds it
     if not _dry:
         _stream = _drv.get_current_stream(_dev)
         _n = len(_grid)
+        _gx = _grid[0]
+        _gy = _grid[1] if _n > 1 else 1
+        _gz = _grid[2] if _n > 2 else 1
         _d = _e.direct
         if _d is None:
             _d = _e.resolve()
         if _d is False:
             _c = _e.compiled
-            _c.run(_grid[0], _grid[1] if _n > 1 else 1, _grid[2] if _n > 2 else 1, _stream, _c.function,
-                   _c.packed_metadata, None, None, None{args})
-        else:  # CudaLauncher.__call__ without scratch memory is exactly this call of its C entry
-            _d[0](_grid[0], _grid[1] if _n > 1 else 1, _grid[2] if _n > 2 else 1, _stream, _d[1], _d[2], _d[3],
-                  None, None, _d[4], None, None, None{args})
+            {run}
+        else:  # exactly the call the launcher's __call__ makes of its C entry (triton_compat)
+            {direct}
     return _e
 """
 
@@ -355,7 +342,9 @@ def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict) -> 
         guard = f"    if not ({' and '.join(guards)}):\n        return None\n" if guards else ""
         args = "".join(f", _a{i}" for i in range(len(plan.positional)))
         src = _FAST_TEMPLATE.format(inputs=inputs, assign=assign, guard=guard, args=args,
-                                    key=_key_expr(slots, plan.option_token))
+                                    key=_key_expr(slots, plan.option_token),
+                                    run=_tc.COMPILED_RUN_CALL.format(args=args),
+                                    direct=_tc.DIRECT_LAUNCH_CALL.format(args=args))
     namespace = _namespace(jit_fn)
     namespace.update(plan.defaults, _tables=tables)
     exec(compile(src, f"<zerojit fast path of {jit_fn.fn.__name__}>", "exec"), namespace)
@@ -461,10 +450,20 @@ class LaunchState:
         self.run = cls.kernel.run  # JITFunction.run, bound once
         self.param_names = tuple(inspect_params(cls.kernel))
         self.param_defaults = inspect_defaults(cls.kernel)
+        # Triton 3.9's binder takes keyword-only parameters by keyword only (triton_compat)
+        self.num_positional = _tc.positional_parameters(cls.kernel)
         self.input_index = {name: i for i, (name, _) in enumerate(inputs)}
         self.arg_table = arg_table
         self.plans: dict[tuple, Plan] = {}
         self.fast: _FastTables | None = None
+
+    def binder_args(self, args: tuple) -> tuple[tuple, dict]:
+        """Parameter values in order (``Plan.args``) as ``(positional, keywords)`` for Triton's
+        binder: keyword-only parameters by name."""
+        n = self.num_positional
+        if n == len(args):
+            return args, {}
+        return args[:n], dict(zip(self.param_names[n:], args[n:]))
 
     def fast_launcher(self, plan: Plan) -> Callable | None:
         """``plan``'s fast launcher, or None when no warm-up recorded a variant of this class."""
@@ -519,7 +518,10 @@ class LaunchState:
         token = "(" + "".join(f"{opt!r}, _o{j}.__class__, _o{j}, " for j, opt in enumerate(options)) + ")"
         if positional is not None:
             values = "".join(f"{e}, " for e in positional)
-            run.append(f"    return _run({values}grid=_grid, warmup=_warmup{opt_kw})")
+            n = self.num_positional  # keyword-only parameters go by name
+            by_name = "".join(f"{params[i]}={e}, " for i, e in enumerate(positional[n:], start=n))
+            call = "".join(f"{e}, " for e in positional[:n]) + by_name
+            run.append(f"    return _run({call}grid=_grid, warmup=_warmup{opt_kw})")
             args.append(f"    return ({values}), {opts}, {token}")
         else:
             kw = "".join(f", {p}={source[p]}" for p in keyword_order)
@@ -546,18 +548,16 @@ class LaunchState:
         Recorded only when Triton's own lookup of these arguments yields ``compiled`` (so the
         table never holds anything Triton would not launch for them).
         """
-        if compiled is None or hasattr(compiled, "result") or _fast_path_disabled():
+        if compiled is None or _tc.is_pending(compiled) or _fast_path_disabled():
             return
         if len(args) != len(self.param_names):
             return
-        from triton.runtime.jit import compute_cache_key
-
-
         jit = self.jit_fn
+        positional, keywords = self.binder_args(args)
         try:
-            _, specialization, opts = bind(jit, *args, **options)
-            triton_key = compute_cache_key({}, specialization, opts)
-            cache = jit.device_caches[device][0]
+            _, specialization, opts = bind(jit, *positional, **keywords, **options)
+            triton_key = _tc.in_process_key(specialization, opts)
+            cache = _tc.kernel_cache(jit, device)
         except Exception:
             return
         if cache.get(triton_key) is not compiled:
@@ -565,7 +565,7 @@ class LaunchState:
         variant = FastVariant(
             kernel=kernel.name,
             triton_key=triton_key,
-            specialization=tuple(SpecClass.from_triton(e) for e in specialization),
+            specialization=spec_classes(jit, specialization),
             param_names=self.param_names,
             device=device,
             compiled=compiled,

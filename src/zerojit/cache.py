@@ -19,8 +19,9 @@ This module provides:
 * :func:`entry_lock`: a file lock per entry, so processes sharing a cache folder compile each
   entry once (the others wait, then load it);
 * remembered launchers (:func:`remembered_launcher`, :func:`install_remembered_launcher`): the
-  CUDA launcher modules a warm-up's workers built, kept per Triton install, so a cold warm-up
-  into a new cache folder on that install copies them instead of building them again;
+  CUDA launcher modules a warm-up's workers built (Triton 3.6; later versions build none), kept
+  per Triton install, so a cold warm-up into a new cache folder on that install copies them
+  instead of building them again;
 * bundles: :func:`export_bundle` writes the entries of a warm-up as one archive with a manifest,
   :func:`import_bundle` verifies everything (manifest fields, every file's SHA-256) before
   installing anything, then moves whole entries into the cache folder.
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from . import _version
+from . import triton_compat as _tc
 from ._primer import primer
 from .compile_only import active_compile_only, current_target_name, target_name
 from .context import allow_compiles
@@ -98,9 +100,7 @@ _MEMBER_RE = re.compile(r"^entries/([A-Z2-7]+)/([^/\\]+)$")
 
 def cache_dir() -> str:
     """Triton's disk-cache folder for this process (``TRITON_CACHE_DIR`` / ``knobs.cache.dir``)."""
-    from triton import knobs
-
-    return knobs.cache.dir
+    return _tc.cache_dir()
 
 
 def entry_name(cache_hash: str) -> str:
@@ -169,11 +169,10 @@ def _python() -> str:
 
 def _install_dir(what: str) -> str:
     """``~/.triton/zerojit/<what>-<install>`` (Triton's home, ``TRITON_HOME``, default ``~``), one
-    per Triton install: this Python interpreter and this Triton package folder."""
-    from triton import knobs
-
-    install = hashlib.sha256(f"{_python()}\0{_triton_root()}".encode()).hexdigest()[:16]
-    return os.path.join(knobs.cache.home_dir, ".triton", "zerojit", f"{what}-{install}")
+    per Triton install: this Python interpreter, this Triton package folder and its version (a
+    Triton upgraded in place is another install: nothing remembered for one is used by another)."""
+    install = hashlib.sha256(f"{_python()}\0{_triton_root()}\0{_tc.TRITON_VERSION}".encode()).hexdigest()[:16]
+    return os.path.join(_tc.triton_home(), ".triton", "zerojit", f"{what}-{install}")
 
 
 def _memo_paths() -> list[str]:
@@ -186,12 +185,16 @@ def _memo_paths() -> list[str]:
 
 
 def _read_memo(signature: str, path: str) -> dict:
+    """The values remembered at ``path`` for this Triton version and build (``signature``: the
+    stat signature of its files); {} for another one (never half-used), a torn or a foreign file."""
     try:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return {}
-    values = data.get("values") if isinstance(data, dict) and data.get("signature") == signature else None
+    if not isinstance(data, dict) or data.get("triton_version") != _tc.TRITON_VERSION:
+        return {}
+    values = data.get("values") if data.get("signature") == signature else None
     return values if isinstance(values, dict) and all(isinstance(v, str) for v in values.values()) else {}
 
 
@@ -200,7 +203,7 @@ def _write_memo(signature: str, values: dict, path: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            json.dump({"signature": signature, "values": values}, f)
+            json.dump({"triton_version": _tc.TRITON_VERSION, "signature": signature, "values": values}, f)
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only folder: the memo is only an optimisation
@@ -229,12 +232,10 @@ def use_fast_triton_key() -> str:
     and per Triton install in ``~/.triton/zerojit/`` (Triton's home, ``TRITON_HOME``), under a
     digest of the size, mtime and inode of every file it reads; when that digest matches,
     ``triton.runtime.cache.triton_key`` is replaced by a function returning the remembered value
-    (any change to Triton's files changes the digest, and the value is computed afresh). Returns
-    the key.
+    (any change to Triton's files changes the digest, and the value is computed afresh; a memo
+    of another Triton version is never used). Returns the key.
     """
-    import triton.runtime.cache as tcache
-
-    current = tcache.triton_key
+    current = _tc.build_key_function()
     if getattr(current, "_zerojit_memo", False):
         return current()
     if hasattr(current, "cache_info") and current.cache_info().currsize:
@@ -253,17 +254,12 @@ def use_fast_triton_key() -> str:
 
         triton_key._zerojit_memo = True  # type: ignore[attr-defined]
         triton_key.__wrapped__ = current  # type: ignore[attr-defined]
-        triton_key.cache_clear = lambda: setattr(tcache, "triton_key", current)  # type: ignore[attr-defined]
-        tcache.triton_key = triton_key
+        triton_key.cache_clear = lambda: _tc.set_build_key_function(current)  # type: ignore[attr-defined]
+        _tc.set_build_key_function(triton_key)
     return value
 
 
-def launcher_file() -> str:
-    """The file name of a CUDA launcher module in Triton's cache: ``__triton_launcher<EXT_SUFFIX>``
-    (Triton's ``compile_module_from_src``)."""
-    import sysconfig
-
-    return f"__triton_launcher{sysconfig.get_config_var('EXT_SUFFIX')}"
+launcher_file = _tc.launcher_file
 
 
 def remembered_launcher(launcher_key: str) -> str:
@@ -276,7 +272,7 @@ def remembered_launcher(launcher_key: str) -> str:
     so a new cache folder on the same install needs the very same file: like Triton's build hash
     (:func:`use_fast_triton_key`), it is remembered per install. The file name carries Python's
     extension suffix (:func:`launcher_file`), and the folder is per Python interpreter and
-    Triton package.
+    Triton package (and version). Triton 3.6 only: 3.7 and later build no launcher modules.
     """
     return os.path.join(_install_dir("launchers"), f"{launcher_key}{launcher_file()}")
 
@@ -285,10 +281,8 @@ def remember_launcher(launcher_key: str) -> None:
     """Keep a copy of the launcher module of ``launcher_key`` that is in the cache folder (written
     whole: a copy, then a rename); nothing there, or a read-only home, is not an error
     (remembering is only an optimisation)."""
-    from triton.runtime.cache import get_cache_manager
-
     path = remembered_launcher(launcher_key)
-    built = get_cache_manager(launcher_key).get_file(launcher_file())
+    built = _tc.cache_manager(launcher_key).get_file(launcher_file())
     if built is None or os.path.exists(path):
         return
     try:
@@ -304,12 +298,10 @@ def install_remembered_launcher(launcher_key: str) -> bool:
     """Put the remembered launcher module of ``launcher_key`` into the cache folder, where Triton
     looks for it (its cache manager writes the file whole); False when none is remembered or it
     cannot be read (the caller then builds it)."""
-    from triton.runtime.cache import get_cache_manager
-
     try:
         with open(remembered_launcher(launcher_key), "rb") as f:
             data = f.read()
-        get_cache_manager(launcher_key).put(data, launcher_file(), binary=True)
+        _tc.cache_manager(launcher_key).put(data, launcher_file(), binary=True)
     except OSError:
         return False
     return True
@@ -337,10 +329,7 @@ def _ptxas_version(target: str) -> str | None:
     if not target.startswith("cuda:"):
         return None
     try:
-        from triton.backends.nvidia.compiler import get_ptxas_version
-
-        arch = int(target.split(":")[1])
-        return get_ptxas_version(arch).strip().splitlines()[-1]
+        return _tc.ptxas_version(int(target.split(":")[1]))
     except Exception:
         return None
 
@@ -357,17 +346,14 @@ def fingerprint(target: str) -> dict[str, Any]:
     ``ptxas`` the version line of the ``ptxas`` Triton runs (CUDA targets); ``cache_env`` the
     environment variables Triton hashes into its cache keys.
     """
-    import triton
-    from triton._C.libtriton import get_cache_invalidating_env_vars
-
     return {
-        "triton_version": triton.__version__,
+        "triton_version": _tc.TRITON_VERSION,
         "triton_build": triton_build_hash(),
         "python": _python_tag(),
         "target": target,
         "triton_key": hashlib.sha256(use_fast_triton_key().encode()).hexdigest(),
         "ptxas": _ptxas_version(target),
-        "cache_env": dict(sorted(get_cache_invalidating_env_vars().items())),
+        "cache_env": dict(sorted(_tc.cache_invalidating_env().items())),
     }
 
 

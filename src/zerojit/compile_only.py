@@ -24,6 +24,8 @@ import functools
 import re
 from typing import Iterator
 
+from . import triton_compat as _tc
+
 __all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "compile_only", "parse_target", "supported_cuda_capabilities",
            "active_compile_only", "current_target_name", "is_target_name", "target_name", "warm_target"]
 
@@ -49,8 +51,6 @@ def parse_target(target: str):
         ValueError: the string is not of that form, or names a CUDA architecture this Triton
             cannot compile for (the message lists those it can).
     """
-    from triton.backends.compiler import GPUTarget
-
     m = _TARGET.match(target.strip())
     if not m:
         raise ValueError(f"compile-only target {target!r} is not of the form 'cuda:90' (a compute capability) or 'hip:gfx942' (an AMD gfx arch)")
@@ -58,23 +58,19 @@ def parse_target(target: str):
         capability = int(m.group(2))
         supported = supported_cuda_capabilities()
         if supported and capability not in supported:
-            import triton
-
             why = (f"its NVIDIA backend has no code below sm_{MIN_CUDA_CAPABILITY}" if capability < MIN_CUDA_CAPABILITY
                    else f"its ptxas does not know {_sm_name(capability)}")
             raise ValueError(
-                f"compile-only target {target.strip()!r}: Triton {triton.__version__} cannot compile for "
+                f"compile-only target {target.strip()!r}: Triton {_tc.TRITON_VERSION} cannot compile for "
                 f"compute capability {capability} ({why}); supported: {', '.join(f'cuda:{c}' for c in supported)}"
             )
-        return GPUTarget("cuda", capability, 32)
-    return GPUTarget("hip", m.group(4), 64)
+        return _tc.gpu_target("cuda", capability, 32)
+    return _tc.gpu_target("hip", m.group(4), 64)
 
 
 def _sm_name(capability: int) -> str:
     try:
-        from triton.backends.nvidia.compiler import sm_arch_from_capability
-
-        return sm_arch_from_capability(capability)
+        return _tc.sm_arch(capability)
     except Exception:  # no NVIDIA backend
         return f"sm_{capability}"
 
@@ -88,18 +84,17 @@ def supported_cuda_capabilities() -> tuple[int, ...]:
     (``sm_arch_from_capability``: ``sm_90a`` from 90 on); LLVM's NVPTX target knows every
     processor these ``ptxas`` list. So ``C`` is supported when that ``ptxas --help`` lists that
     name among its ``--gpu-name`` values (and ``C >= MIN_CUDA_CAPABILITY``). With Triton 3.6:
-    70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 120, 121.
+    70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 120, 121; 3.7 and 3.8 (CUDA 13's ``ptxas``,
+    where sm_101 became sm_110): 101 gives way to 110; 3.9 adds 107.
 
     Returns ``()`` (no check) when the NVIDIA backend or its ``ptxas`` cannot be asked.
     """
-    try:
-        from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
-    except Exception:
+    if not _tc.cuda_backend_available():
         return ()
     known: dict[str, set[str]] = {}
     for arch in (MIN_CUDA_CAPABILITY, 100):  # the two ptxas Triton picks between
         try:
-            path = get_ptxas(arch).path
+            path = _tc.ptxas_path(arch)
             if path not in known:
                 known[path] = _ptxas_gpu_names(path)
         except Exception:
@@ -111,7 +106,7 @@ def supported_cuda_capabilities() -> tuple[int, ...]:
             if m:
                 capabilities.add(int(m.group(1)))
     return tuple(sorted(c for c in capabilities if c >= MIN_CUDA_CAPABILITY
-                        and sm_arch_from_capability(c) in known.get(get_ptxas(c).path, ())))
+                        and _tc.sm_arch(c) in known.get(_tc.ptxas_path(c), ())))
 
 
 def _ptxas_gpu_names(path: str) -> set[str]:
@@ -123,13 +118,7 @@ def _ptxas_gpu_names(path: str) -> set[str]:
     return set(re.findall(r"'(\w+)'", section))
 
 
-def _driver_base():
-    from triton.backends.driver import DriverBase
-
-    return DriverBase
-
-
-class CompileOnlyDriver(_driver_base()):  # type: ignore[misc]
+class CompileOnlyDriver(_tc.DriverBase):  # type: ignore[misc]
     """A Triton driver for a named target that compiles and never launches.
 
     Its device is the string ``"compile-only:<target>"``, so Triton's per-device kernel caches
@@ -179,9 +168,7 @@ class CompileOnlyDriver(_driver_base()):  # type: ignore[misc]
 
 def active_compile_only() -> CompileOnlyDriver | None:
     """The compile-only driver if one is active in this process, else None."""
-    from triton.runtime.driver import driver
-
-    active = driver._active  # reading the private slot: .active would create a GPU driver
+    active = _tc.peek_driver()  # .active would create a GPU driver
     return active if isinstance(active, CompileOnlyDriver) else None
 
 
@@ -195,18 +182,15 @@ def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
         ValueError: a malformed target (see :func:`parse_target`).
         RuntimeError: Triton was imported with ``TRITON_INTERPRET=1`` (nothing compiles there).
     """
-    from triton import knobs
-    from triton.runtime.driver import driver
-
-    if knobs.runtime.interpret:
+    if _tc.interpreting():
         raise RuntimeError("compile_only() needs a process without TRITON_INTERPRET=1")
     new = CompileOnlyDriver(target)
-    previous = driver._active
-    driver.set_active(new)
+    previous = _tc.peek_driver()
+    _tc.set_driver(new)
     try:
         yield new
     finally:
-        driver._active = previous
+        _tc.set_driver(previous)
 
 
 def target_name(target) -> str:
@@ -231,9 +215,7 @@ def current_target_name() -> str | None:
     if co is not None:
         return co.target_name
     try:
-        from triton.runtime.driver import driver
-
-        return target_name(driver.active.get_current_target())
+        return target_name(_tc.current_target())
     except Exception:
         return None
 
@@ -241,10 +223,8 @@ def current_target_name() -> str | None:
 def warm_target():
     """(Triton's current ``GPUTarget``, whether it is the compile-only driver's), or (None, True)
     when no driver can start (no GPU and no compile-only target: nothing will compile anyway)."""
-    from triton.runtime.driver import driver
-
     try:
-        active = driver.active
+        active = _tc.active_driver()
         return active.get_current_target(), isinstance(active, CompileOnlyDriver)
     except Exception:
         return None, True

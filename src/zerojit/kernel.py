@@ -41,13 +41,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Generic, Hashable, Mapping, TypeVar
 
-from triton.runtime.driver import driver as _triton_driver
-
 from . import context
+from . import triton_compat as _tc
 from ._launch import FastVariant, LaunchState, Plan
 from .compile_only import CompileOnlyDriver
-from .specialization import LAUNCH_OPTIONS, SpecClass, bind
-from .triton_compat import load_compiled
+from .specialization import LAUNCH_OPTIONS, SpecClass, bind, spec_classes
+
+# Triton's DriverConfig: launches read its ``_active`` slot (the active driver, or None before
+# the first launch) without creating a GPU driver (see triton_compat.peek_driver).
+_triton_driver = _tc.DRIVER
 
 __all__ = [
     "KernelDefinitionError",
@@ -324,7 +326,18 @@ class TritonJitKernel(JitKernel[KeyT]):
         launch = cls.__dict__.get("__call__", getattr(cls, "__call__", None))
         if not hasattr(launch, "_zerojit_inputs"):
             raise KernelDefinitionError(f"{cls.__name__}.__call__ must be decorated with @kernel_launcher")
-        kparams = tuple(inspect.signature(cls.kernel.fn).parameters)
+        signature = inspect.signature(cls.kernel.fn).parameters
+        variadic = [p for p in signature.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if variadic:  # inputs map to parameters by name; Triton 3.9 refuses **kwargs, 3.6/3.7 bind no *args
+            raise KernelDefinitionError(
+                f"{cls.__name__}: kernel {cls.kernel.fn.__name__} has a variadic parameter ({variadic[0]}); a zerojit "
+                "kernel's parameters are named, one each (keyword-only ones are fine)")
+        keyword_only = [p.name for p in signature.values() if p.kind is p.KEYWORD_ONLY]
+        if keyword_only and not _tc.KEYWORD_ONLY_PARAMETERS:
+            raise KernelDefinitionError(
+                f"{cls.__name__}: kernel {cls.kernel.fn.__name__} has keyword-only parameters {keyword_only}, which "
+                f"Triton {_tc.TRITON_VERSION} cannot compile (Triton 3.9 can): make them positional")
+        kparams = tuple(signature)
         cls._kernel_params = frozenset(kparams)
         table = []
         for name, default in launch._zerojit_inputs:
@@ -405,10 +418,11 @@ class TritonJitKernel(JitKernel[KeyT]):
         sink = _WARMUP_SINK.get()
         named = dict(zip(state.param_names, args), **options)
         sink.append((None, named))  # before Triton runs: a compile deferred to a worker leaves these
-        compiled = self.kernel.run(*args, grid=spec.grid, warmup=True, **options)
+        positional, keywords = state.binder_args(args)
+        compiled = self.kernel.run(*positional, grid=spec.grid, warmup=True, **keywords, **options)
         sink[-1] = (compiled, named)
         if self.fast_path:
-            state.record(self, _triton_driver.active.get_current_device(), compiled, args, options, otoken)
+            state.record(self, _tc.current_device(), compiled, args, options, otoken)
         return spec.returns
 
     def select_variant(self, **inputs: Any) -> FastVariant | None:
@@ -445,12 +459,11 @@ class TritonJitKernel(JitKernel[KeyT]):
                 than once.
             Exception: whatever Triton's compiler raised for this key.
         """
-        from triton import knobs
-
-        if knobs.runtime.interpret:
+        if _tc.interpreting():
             raise RuntimeError(f"{self.name}: nothing compiles under TRITON_INTERPRET=1")
+        device = _tc.current_device()
         with _DEVICE_CACHE_LOCK:
-            self.kernel.device_caches[_triton_driver.active.get_current_device()]
+            _tc.device_cache(self.kernel, device)
         sink: list = []
         token = _WARMUP_SINK.set(sink)
         try:
@@ -463,21 +476,18 @@ class TritonJitKernel(JitKernel[KeyT]):
                 "(a grid with a 0 launches nothing)"
             )
         compiled, args = sink[0]
-        if hasattr(compiled, "result"):  # Triton's async compile mode hands back a future
-            compiled = compiled.result()
-        device = _triton_driver.active.get_current_device()
-        kernel_cache, _, _, _, binder = self.kernel.device_caches[device]
-        triton_key = next((k for k, v in kernel_cache.items() if v is compiled), "")
+        compiled = _tc.resolved(compiled)  # Triton's async compile mode hands back a future
+        triton_key = _tc.find_in_process_key(self.kernel, compiled, device) or ""
         loaded = False
-        if not isinstance(_triton_driver.active, CompileOnlyDriver):
-            load_compiled(compiled)  # module, function and launcher now, not at the first launch
+        if not isinstance(_tc.active_driver(), CompileOnlyDriver):
+            _tc.load_compiled(compiled)  # module, function and launcher now, not at the first launch
             loaded = True
         _, specialization, _ = bind(self.kernel, **args)
         return CompiledVariant(
             kernel=self.name,
             key=key,
             triton_key=triton_key,
-            specialization=tuple(SpecClass.from_triton(e) for e in specialization),
+            specialization=spec_classes(self.kernel, specialization),
             param_names=tuple(p.name for p in self.kernel.params),
             loaded=loaded,
             compiled=compiled,

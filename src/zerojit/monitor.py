@@ -20,7 +20,7 @@ the CLI flag ``--jit-monitor-mode``):
   A direct ``triton.compile`` gives no hook before it runs; in error mode it raises *after* the
   compile (the only point Triton reports it), still naming what compiled.
 
-How it hooks in (Triton 3.6):
+How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
 
 * ``triton.knobs.runtime.jit_cache_hook`` is called by ``JITFunction._do_compile`` on every
   in-process cache miss, before compiling; raising there aborts the launch and leaves Triton's
@@ -49,7 +49,8 @@ of each, :func:`on_warmup_complete` installs the *process monitor* when ``ZEROJI
 with every warm-up this process has completed and is armed as soon as it is installed.
 
 Async compile mode (``triton.runtime._async_compile``) is not specially supported: misses are
-seen, but a compile finished on another thread may be counted as a direct compile.
+seen, but a compile finished on another thread may be counted as a direct compile (and from Triton
+3.7 on, a launch that finds the pending ``FutureKernel`` in the in-process cache is a hit).
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ from . import registry as _registry
 from .context import allow_compiles, in_warmup
 from .kernel import TritonJitKernel
 from .specialization import SpecClass
+from .triton_compat import (RUN_OPTIONS, find_in_process_key, hook_compile_request, hook_jit_function, source_fields,
+                            source_of)
 from .triton_compat import get_cache_hook as _get_cache_hook, get_compile_listener as _get_listener
 from .triton_compat import set_cache_hook as _set_cache_hook, set_compile_listener as _set_listener
 
@@ -188,7 +191,7 @@ def _parse_options(text: str | None) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-_HIDDEN_OPTIONS = ("debug", "instrumentation_mode")
+_HIDDEN_OPTIONS = RUN_OPTIONS  # added by Triton's run, not passed by the launch
 
 
 def _shown_options(options: dict | None) -> str:
@@ -568,7 +571,8 @@ class JitMonitor:
                     continue
                 self._variant_ids[id(compiled)] = v
                 self._variants.append(v)
-                fn = getattr(getattr(compiled, "src", None), "fn", None)
+                source = source_of(compiled)
+                fn = source[0] if source is not None else None
                 if fn is not None:
                     self._by_fn.setdefault(id(fn), []).append(v)
                     self._names.setdefault(id(fn), v.kernel)
@@ -738,24 +742,22 @@ class JitMonitor:
     def _on_cache_miss(self, previous_result: Any, *, key: str, fn: Any, compile: dict, **_: Any) -> None:
         if previous_result or self._mode == "off" or in_warmup():
             return  # a user hook took the compile over, or this compile is deliberate
-        jit_fn = fn.jit_function
+        jit_fn = hook_jit_function(fn)
         mode = self._mode
         with self._lock:
             ident = (id(jit_fn), key)
             stats = self._misses.get(ident)
             first = stats is None
+            request = hook_compile_request(compile)
             if first:
-                spec = specialization_from_compile_info(
-                    jit_fn, compile["signature"], compile["constants"], compile["configs"][0]
-                )
+                spec = specialization_from_compile_info(jit_fn, request.signature, request.constants, request.attrs)
                 record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
                 stats = self._misses[ident] = _Stats(record, jit_fn)
             stats.misses += 1
             if mode == "error":
                 stats.blocked += 1
-            else:
-                signature = compile["signature"]
-                self._pending[id(signature)] = (signature, stats)
+            else:  # the listener call that follows carries this very signature dict
+                self._pending[id(request.signature)] = (request.signature, stats)
         if mode == "error":
             if first:
                 logger.error("zerojit: blocked %s", stats.record.summary())
@@ -764,7 +766,8 @@ class JitMonitor:
             logger.warning("zerojit: %s", stats.record.summary())
 
     def _on_compiled(self, previous_result: Any, *, src: Any, metadata: Any = None, cache_hit: bool = False, **_: Any) -> None:
-        signature = getattr(src, "signature", None)
+        source = source_fields(src)
+        signature = source[1] if source is not None else None
         with self._lock:
             pending = self._pending.get(id(signature)) if signature is not None else None
             if pending is not None and pending[0] is signature:
@@ -776,10 +779,10 @@ class JitMonitor:
                 return
         if self._mode == "off" or in_warmup():
             return
-        jit_fn = getattr(src, "fn", None)
+        jit_fn = source[0] if source is not None else None
         if jit_fn is not None and hasattr(jit_fn, "params"):
             name = self.kernel_name(jit_fn)
-            spec = specialization_from_compile_info(jit_fn, src.signature, src.constants, src.attrs)
+            spec = specialization_from_compile_info(*source)
             ident: Any = (id(jit_fn), spec)
         else:
             jit_fn, name, spec = None, str(getattr(src, "name", src)), ()
@@ -813,10 +816,7 @@ class JitMonitor:
         jit_fn = getattr(kernel, "kernel", None)
         triton_key = None
         if ident not in self._variant_ids and jit_fn is not None:  # once per variant: find its Triton key
-            triton_key = next(
-                (k for caches in list(jit_fn.device_caches.values()) for k, v in list(caches[0].items()) if v is compiled),
-                None,
-            )
+            triton_key = find_in_process_key(jit_fn, compiled)
         with self._lock:
             if jit_fn is not None:
                 self._names.setdefault(id(jit_fn), kernel.name)

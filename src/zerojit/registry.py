@@ -355,10 +355,11 @@ class JitWarmupRegistry:
         restore_target, dry = warm_target()
         digest = plan_digest(jobs)
         restored: dict = {}
+        refused: list[str] = []  # an index that is there but refused (another Triton, ...): said in recovered
         t0 = time.perf_counter()
         if group is None and restore_target is not None:
-            restored = restore_variants(jobs, digest, restore_target, load=not dry)
-            if extra and restore_variants(extra, plan_digest(extra), restore_target, load=not dry):
+            restored = restore_variants(jobs, digest, restore_target, load=not dry, notes=refused)
+            if extra and restore_variants(extra, plan_digest(extra), restore_target, load=not dry, notes=refused):
                 extra = []  # the primer has an index of its own: it is not part of every warm-up
         restore_seconds = time.perf_counter() - t0
         imports_seconds = None
@@ -370,6 +371,7 @@ class JitWarmupRegistry:
 
         prestarted, self._prestarted = self._prestarted, None  # start_workers': used or stopped by the session
         with WarmupSession(workers=workers, pool=prestarted) as session:
+            session.counts.recovered.extend(refused)
             if group is not None:
                 from .distributed import sharded_warmup
 

@@ -1,11 +1,11 @@
 """Triton's specialization rules, as values a user can print and compare.
 
 Triton compiles one variant of a ``@triton.jit`` function per *specialization*: per argument, the
-binder (``native_specialize_impl`` in Triton 3.6) turns the runtime value into a pair
+binder (``native_specialize_impl``, Triton 3.6-3.9) turns the runtime value into a pair
 ``(type, attr)``; the list of pairs plus the launch options forms the in-process cache key.
 A runtime value in a class that warm-up never produced therefore compiles mid-request.
 
-The classes (Triton 3.6, ``triton/runtime/jit.py`` and its C++ binder):
+The classes (the same in Triton 3.6-3.9, ``triton/runtime/jit.py`` and its C++ binder):
 
 * int: ``(width, attr)``; width is ``i32`` for [-2**31, 2**31), ``i64`` for [-2**63, 2**63),
   ``u64`` for [2**63, 2**64); anything else raises ``OverflowError``. attr is ``"D"`` when the
@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from .triton_compat import bind, param_specialization, tensor_type  # bind: Triton's binder, as run calls it
+
 __all__ = [
     "SpecClass",
     "classify",
@@ -43,6 +45,7 @@ __all__ = [
     "is_aligned",
     "bind",
     "param_classes",
+    "spec_classes",
     "LAUNCH_OPTIONS",
 ]
 
@@ -184,11 +187,8 @@ def classify(
     if isinstance(value, float):
         return SpecClass("fp32", None)
     if hasattr(value, "data_ptr") and hasattr(value, "dtype"):
-        from triton._utils import type_canonicalisation_dict
-        from triton.runtime.jit import _normalize_ty  # Triton's own dtype spelling
-
-        ty = _normalize_ty(str(value.dtype).removeprefix("torch."))
-        if ty not in type_canonicalisation_dict:  # Triton's binder refuses it too (KeyError)
+        ty = tensor_type(value.dtype)  # Triton's own dtype spelling
+        if ty is None:  # Triton's binder refuses it too (KeyError)
             raise TypeError(f"a tensor of dtype {value.dtype} cannot be passed to a Triton kernel")
         ptr = ("*k" if is_const else "*") + ty
         if do_not_specialize:
@@ -266,23 +266,12 @@ class WarmupTensor:
         return torch.as_strided(base, shape, tuple(strides), offset)
 
 
-def bind(jit_fn: Any, *args: Any, **kwargs: Any) -> tuple[dict, list[tuple[str, Any]], dict]:
-    """Run Triton's own binder for ``jit_fn`` on the current driver's device.
-
-    Returns ``(bound_args, specialization, options)`` exactly as ``JITFunction.run`` computes them
-    (the ``debug`` and ``instrumentation_mode`` options are filled in the same way), so the caller
-    sees the key a launch with these arguments would look up.
-    """
-    from triton import knobs
-    from triton.runtime.driver import driver
-
-    kwargs["debug"] = kwargs.get("debug", jit_fn.debug) or knobs.runtime.debug
-    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
-    device = driver.active.get_current_device()
-    binder = jit_fn.device_caches[device][4]
-    return binder(*args, **kwargs)
-
-
 def param_classes(jit_fn: Any, specialization: list[tuple[str, Any]]) -> dict[str, SpecClass]:
     """Name each entry of a Triton specialization list by its kernel parameter."""
     return {p.name: SpecClass.from_triton(entry) for p, entry in zip(jit_fn.params, specialization)}
+
+
+def spec_classes(jit_fn: Any, specialization: list[tuple[str, Any]]) -> tuple[SpecClass, ...]:
+    """One :class:`SpecClass` per kernel parameter, in order, from a :func:`bind` specialization
+    (entries Triton adds after the parameters', e.g. 3.7's custom pipeline, are not classes)."""
+    return tuple(SpecClass.from_triton(e) for e in param_specialization(jit_fn, specialization))

@@ -1,11 +1,43 @@
 """Every private Triton surface zerojit reaches, in one module.
 
 zerojit works with Triton's binder, its in-process kernel caches, its compile hooks, its
-launchers and the fields of its compiled kernels, none of which is a public API. Everything
-that touches them goes through this module, so that a new Triton release is one file's work;
-each version difference is handled here, named after the version that brought it.
+launchers, its cache manager and the fields of its compiled kernels, none of which is a public
+API. Everything that touches them goes through this module, so that a new Triton release is one
+file's work. Public API (``triton.jit``, ``triton.cdiv``, ``triton.__version__``,
+``triton.language``) is used where it is needed.
 
-Supported: Triton 3.6.
+Supported: Triton 3.6 to 3.9 (``triton>=3.6,<3.10``; importing this module with another Triton
+raises :class:`UnsupportedTritonError`). Each difference is handled where its surface is, and
+named after the release that brought it:
+
+* 3.7: the compile hooks' ``_call_hook`` takes the target, and the specialization data they
+  carry has a ``target`` field (zerojit reads only its ``options``); with a stages-inspection
+  hook set, the in-process key gains a ``("custom_pipeline", hash)`` entry and the disk key the
+  hook's key (:func:`bind`, :data:`KEY_KNOBS_SOURCE`, :func:`stages_hook_fingerprint`); NVIDIA's
+  launcher is one shared C entry (``driver.active.utils.launch``): no per-signature launcher
+  module is built with a C compiler (:data:`BUILDS_LAUNCHERS`); the async compile mode files its
+  ``FutureKernel`` in the in-process cache (:func:`resolved`).
+* 3.8: ``CompiledKernel.__del__`` unloads its module (``kernel_unload_hook``), so a cache entry
+  zerojit replaced or dropped would unload a module a launcher still uses: zerojit files variants
+  with :func:`file_compiled` (never replacing one) and keeps every ``CompiledKernel`` it hands
+  out referenced; ``FileCacheManager.get_group`` returns None when a listed file is missing (it
+  dropped the file before); the dependency hash sorts constexpr globals, so ``cache_key`` values
+  differ from 3.7's; the native specializer also imports gluon's ``nvidia.rubin`` module.
+* 3.9: ``JITFunction.run`` adds ``fpsan_homomorphic_casts`` to the options that form the
+  in-process key (:func:`bind`, :data:`KEY_KNOBS_SOURCE`); ``CompiledKernel`` has a
+  ``_module_pid`` field (:func:`new_compiled_kernel`); ``AsyncCompileMode.submit`` takes a cleanup
+  callback as a fourth argument (zerojit never calls it); the binder refuses a ``**kwargs``
+  parameter (``triton.jit`` raises) and takes keyword-only parameters by keyword only
+  (:func:`positional_parameters`; earlier code generators cannot compile keyword-only parameters
+  at all: :data:`KEYWORD_ONLY_PARAMETERS`); the interpreter gives a scalar comparison a handle of the
+  wrong type, so ``block & (scalar < 0)`` as a mask fails there (the MLA index kernel avoids it).
+* 3.10 (not supported yet): FP fusion will be off by default (3.9 warns when
+  ``TRITON_DEFAULT_FP_FUSION`` is unset, once per process: every compile worker too). It bites
+  where the default is taken: the compile options a worker is sent and every disk-cache key hash
+  ``enable_fp_fusion``, so float kernels compile to other code and may round differently (the MLA
+  kernels are integer-only); ``TRITON_DEFAULT_FP_FUSION`` is a cache-invalidating variable, so a
+  restore index or bundle made with it unset is refused (``cache_env``) where it is set, and the
+  other way round.
 """
 
 from __future__ import annotations
@@ -13,23 +45,151 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
+import json
+import os
+import re
+import sysconfig
+from collections import namedtuple
 from typing import Any, Callable
 
+import triton
 from triton import knobs
+from triton._C.libtriton import get_cache_invalidating_env_vars
+from triton.backends.compiler import GPUTarget
+from triton.backends.driver import DriverBase
+from triton.compiler.compiler import ASTSource, AsmDict, CompiledKernel, make_backend
+from triton.runtime import cache as _tcache
+from triton.runtime.driver import driver as DRIVER  # Triton's DriverConfig (see peek_driver)
+from triton.runtime.jit import JITFunction, compute_cache_key
 
 __all__ = [
-    "get_cache_hook",
-    "get_compile_listener",
-    "import_launch_path_modules",
-    "load_compiled",
-    "set_cache_hook",
-    "set_compile_listener",
+    # versions and the facts generated code binds
+    "UnsupportedTritonError", "TRITON_VERSION", "VERSION", "BUILDS_LAUNCHERS", "KEYWORD_ONLY_PARAMETERS", "DRIVER",
+    "KEY_KNOBS_SOURCE", "KEY_KNOBS_NAMESPACE", "RUN_OPTIONS", "COMPILED_RUN_CALL", "DIRECT_LAUNCH_CALL", "HookChain",
+    "JITFunction", "GPUTarget", "DriverBase", "AsmDict",
+    # knobs and the driver
+    "interpreting", "cache_dir", "set_cache_dir", "triton_home", "active_driver", "peek_driver", "set_driver",
+    "current_device", "current_target", "gpu_target", "cache_invalidating_env",
+    # compile hooks
+    "get_cache_hook", "set_cache_hook", "get_post_compile_hook", "set_post_compile_hook", "get_compile_listener",
+    "set_compile_listener", "add_load_hooks", "remove_load_hooks", "hook_jit_function", "hook_compile_request",
+    "hook_compile_options", "stages_hook_fingerprint",
+    # the binder and the in-process cache
+    "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
+    "find_in_process_key", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
+    "resolved", "is_pending", "source_hash",
+    # compiled kernels
+    "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
+    "compile_source", "load_compiled", "import_launch_path_modules",
+    # launchers
+    "cuda_launchers_in_use", "launcher_key", "launcher_file", "build_launcher", "direct_launch", "launcher_class",
+    "set_launcher_class", "launcher_share_key",
+    # the disk cache and the toolchain
+    "cache_manager", "default_cache_manager", "cache_manager_class", "set_cache_manager_class", "metadata_file_name",
+    "group_file_name", "read_group_file", "build_key_function", "set_build_key_function", "backends_in_tree",
+    "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch",
 ]
 
 
-# -- compile hooks ------------------------------------------------------------------------------
-# ``knobs.runtime.jit_cache_hook`` is called by ``JITFunction`` on every in-process cache miss,
-# before compiling; ``knobs.compilation.listener`` after every ``triton.compile``.
+class UnsupportedTritonError(ImportError):
+    """The installed Triton is outside the range zerojit supports (3.6 to 3.9)."""
+
+
+def _minor(version: str) -> tuple[int, int]:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+#: The installed Triton's version string, e.g. ``"3.9.0"``.
+TRITON_VERSION: str = triton.__version__
+#: ``(major, minor)`` of the installed Triton, e.g. ``(3, 9)``.
+VERSION: tuple[int, int] = _minor(TRITON_VERSION)
+_OLDEST, _NEWEST = (3, 6), (3, 9)
+
+if not _OLDEST <= VERSION <= _NEWEST:
+    raise UnsupportedTritonError(
+        f"zerojit supports Triton 3.6 to 3.9 (triton>=3.6,<3.10); this is Triton {TRITON_VERSION}: install a "
+        "supported one (zerojit relies on Triton's binder, caches and hooks, which change between minor releases)")
+
+HookChain = knobs.HookChain
+
+# ---------------------------------------------------------------------------------------------
+# Knobs and the driver
+# ---------------------------------------------------------------------------------------------
+
+
+def interpreting() -> bool:
+    """True when Triton interprets kernels in this process (``TRITON_INTERPRET=1``)."""
+    return bool(knobs.runtime.interpret)
+
+
+def cache_dir() -> str:
+    """Triton's disk-cache folder for this process (``TRITON_CACHE_DIR`` / ``knobs.cache.dir``;
+    may be empty when the setting is)."""
+    return knobs.cache.dir
+
+
+def set_cache_dir(path: str) -> None:
+    """Point Triton's disk cache at ``path`` for this process."""
+    knobs.cache.dir = path
+
+
+def triton_home() -> str:
+    """Triton's home folder (``TRITON_HOME``, default ``~``), where its ``.triton`` folder lives."""
+    return knobs.cache.home_dir
+
+
+def active_driver() -> Any:
+    """Triton's active driver (creating the GPU driver when none is active yet).
+
+    Raises:
+        RuntimeError: there is no GPU driver to create (no GPU and no compile-only driver).
+    """
+    return DRIVER.active
+
+
+def peek_driver() -> Any | None:
+    """The active driver, or None when none was created yet (never creates one).
+
+    Hot paths bind :data:`DRIVER` (Triton's ``DriverConfig``) once and read this slot,
+    ``DRIVER._active``, themselves (3.6-3.9 all keep the active driver there)."""
+    return DRIVER._active
+
+
+def set_driver(drv: Any | None) -> None:
+    """Make ``drv`` Triton's active driver (None: the next use creates the GPU driver)."""
+    DRIVER._active = drv
+
+
+def current_device() -> Any:
+    """The active driver's current device (an int on a GPU, a string under compile-only)."""
+    return DRIVER.active.get_current_device()
+
+
+def current_target() -> GPUTarget:
+    """The active driver's target (``GPUTarget(backend, arch, warp_size)``)."""
+    return DRIVER.active.get_current_target()
+
+
+def gpu_target(backend: str, arch: int | str, warp_size: int) -> GPUTarget:
+    """Triton's ``GPUTarget``: e.g. ``gpu_target("cuda", 90, 32)``."""
+    return GPUTarget(backend, arch, warp_size)
+
+
+def cache_invalidating_env() -> dict[str, str]:
+    """The environment variables Triton hashes into every disk-cache key, with their values."""
+    return dict(get_cache_invalidating_env_vars())
+
+
+# ---------------------------------------------------------------------------------------------
+# Compile hooks
+# ---------------------------------------------------------------------------------------------
+# ``jit_cache_hook`` is called by ``JITFunction`` on every in-process cache miss, before
+# compiling (a true result skips the compile); ``jit_post_compile_hook`` after it; the
+# compilation listener after every ``triton.compile`` (``cache_hit``: a disk-cache load). Their
+# keyword arguments are the same in 3.6-3.9 (3.7's ``_call_hook`` takes the target, but passes
+# the hooks the same ``key``, ``repr``, ``fn``, ``compile``, ``is_manual_warmup`` and
+# ``already_compiled``; the ``specialization_data`` JSON gains a ``target`` field).
 
 
 def get_cache_hook() -> Callable[..., Any] | None:
@@ -42,6 +202,16 @@ def set_cache_hook(hook: Callable[..., Any] | None) -> None:
     knobs.runtime.jit_cache_hook = hook
 
 
+def get_post_compile_hook() -> Callable[..., Any] | None:
+    """Triton's ``jit_post_compile_hook`` (called after a ``triton.jit`` compile)."""
+    return knobs.runtime.jit_post_compile_hook
+
+
+def set_post_compile_hook(hook: Callable[..., Any] | None) -> None:
+    """Set Triton's ``jit_post_compile_hook``."""
+    knobs.runtime.jit_post_compile_hook = hook
+
+
 def get_compile_listener() -> Callable[..., Any] | None:
     """Triton's compilation listener (called after every ``triton.compile``, with ``cache_hit``)."""
     return knobs.compilation.listener
@@ -52,7 +222,287 @@ def set_compile_listener(listener: Callable[..., Any] | None) -> None:
     knobs.compilation.listener = listener
 
 
-# -- loading a compiled kernel ------------------------------------------------------------------
+def add_load_hooks(start: Callable[..., Any], end: Callable[..., Any]) -> None:
+    """Add ``start``/``end`` to Triton's module-load hook chains (called around each module load
+    on a GPU with ``(module, function, name, metadata_group, hash)``)."""
+    knobs.runtime.kernel_load_start_hook.add(start)
+    knobs.runtime.kernel_load_end_hook.add(end)
+
+
+def remove_load_hooks(start: Callable[..., Any], end: Callable[..., Any]) -> None:
+    """Take ``start``/``end`` out of the module-load hook chains again."""
+    knobs.runtime.kernel_load_start_hook.remove(start)
+    knobs.runtime.kernel_load_end_hook.remove(end)
+
+
+#: What a ``jit_cache_hook`` call asks to compile: the ``ASTSource`` arguments and the device.
+CompileRequest = namedtuple("CompileRequest", "signature constants attrs device")
+
+
+def hook_compile_request(compile: dict) -> CompileRequest:
+    """The :data:`CompileRequest` in the ``compile`` argument of a ``jit_cache_hook`` call (the
+    same dicts Triton then hands ``ASTSource``).
+
+    Raises:
+        KeyError, IndexError: ``compile`` is not the dict Triton passes (a foreign caller).
+    """
+    return CompileRequest(compile["signature"], compile["constants"], compile["configs"][0], compile["device"])
+
+
+def hook_compile_options(compile: dict) -> dict:
+    """The compile options in the ``compile`` argument of a ``jit_cache_hook`` call, as
+    ``JITFunction.preload`` reads them from its ``specialization_data`` JSON (3.7 adds a
+    ``target`` field beside them there).
+
+    Raises:
+        KeyError, ValueError: ``compile`` is not the dict Triton passes.
+    """
+    options = json.loads(compile["specialization_data"])["options"]
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+
+
+def hook_jit_function(fn: Any) -> Any:
+    """The ``triton.jit`` function behind the ``fn`` argument of a hook call (a ``JitFunctionInfo``)."""
+    return fn.jit_function
+
+
+def stages_hook_fingerprint() -> str | None:
+    """What a stages-inspection hook adds to Triton's keys: None when none is set or on 3.6
+    (whose keys ignore the hook); else its ``(key, hash)`` as a string.
+
+    3.7: ``knobs.runtime.add_stages_inspection_hook()`` returns ``(key, hash)``; the disk key gains
+    the key and the in-process key a ``("custom_pipeline", hash)`` entry.
+    """
+    hook = knobs.runtime.add_stages_inspection_hook
+    if hook is None or VERSION < (3, 7):
+        return None
+    return repr(tuple(hook()))
+
+
+# ---------------------------------------------------------------------------------------------
+# The binder and the in-process cache
+# ---------------------------------------------------------------------------------------------
+# ``jit_fn.device_caches[device]`` (a defaultdict, created at first use) is
+# ``(kernel_cache, kernel_key_cache, target, backend, binder)`` in 3.6-3.9: the in-process cache
+# (Triton key -> CompiledKernel), the memo ``(specialization, options) -> key``, the target, the
+# backend and the binder (Triton's generated ``dynamic_func`` over ``native_specialize_impl``).
+
+DeviceCache = namedtuple("DeviceCache", "kernel_cache key_memo target backend binder")
+
+
+def device_cache(jit_fn: Any, device: Any) -> DeviceCache:
+    """``jit_fn``'s per-device cache for ``device`` (created, with its binder, on first use; the
+    caller serializes creation where threads race: two creators would each get their own)."""
+    return DeviceCache(*jit_fn.device_caches[device])
+
+
+def has_device_cache(jit_fn: Any, device: Any) -> bool:
+    """True when ``jit_fn`` already has a per-device cache for ``device``."""
+    return device in jit_fn.device_caches
+
+
+def kernel_cache(jit_fn: Any, device: Any) -> dict:
+    """``jit_fn``'s in-process cache on ``device`` (Triton key -> ``CompiledKernel``)."""
+    return jit_fn.device_caches[device][0]
+
+
+def key_memo(jit_fn: Any, device: Any) -> dict:
+    """Triton's memo of in-process keys on ``device``: ``(tuple(specialization), str(options))`` ->
+    key (filled by ``compute_cache_key`` at each launch; empty when there is no device cache)."""
+    return jit_fn.device_caches[device][1] if device in jit_fn.device_caches else {}
+
+
+def every_kernel_cache(jit_fn: Any) -> list[dict]:
+    """``jit_fn``'s in-process caches, one per device it has run on."""
+    return [caches[0] for caches in list(jit_fn.device_caches.values())]
+
+
+#: Source of the knob reads that join Triton's in-process key besides the arguments, for
+#: generated code: an expression list over ``_KR`` (``knobs.runtime``), ``_KC``
+#: (``knobs.compilation``) and ``_UNPROVABLE`` (the caller's token for "no key can be proven":
+#: 3.7's custom pipeline, which only the hook itself can name). Bound at generation time
+#: (:data:`KEY_KNOBS_NAMESPACE`), so a launch reads only the knobs themselves.
+KEY_KNOBS_SOURCE = "_KR.debug, _KC.instrumentation_mode"
+if VERSION >= (3, 7):  # 3.7: a stages-inspection hook adds ("custom_pipeline", hash) to the key
+    KEY_KNOBS_SOURCE += ", (_KR.add_stages_inspection_hook is None or _UNPROVABLE)"
+if VERSION >= (3, 9):  # 3.9: run adds fpsan_homomorphic_casts to the options in the key
+    KEY_KNOBS_SOURCE += ", _KC.fpsan_homomorphic_casts"
+KEY_KNOBS_NAMESPACE = {"_KR": knobs.runtime, "_KC": knobs.compilation}
+
+
+#: The options ``JITFunction.run`` adds to a launch's before binding (part of the in-process key,
+#: never passed by a launch). 3.9 adds ``fpsan_homomorphic_casts``.
+RUN_OPTIONS = ("debug", "instrumentation_mode") + (("fpsan_homomorphic_casts",) if VERSION >= (3, 9) else ())
+
+
+def _run_options(jit_fn: Any, kwargs: dict) -> dict:
+    """``kwargs`` with the options ``JITFunction.run`` adds before binding."""
+    kwargs["debug"] = kwargs.get("debug", jit_fn.debug) or knobs.runtime.debug
+    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    if VERSION >= (3, 9):  # 3.9: part of the options that form the in-process key
+        kwargs["fpsan_homomorphic_casts"] = knobs.compilation.fpsan_homomorphic_casts
+    return kwargs
+
+
+def bind(jit_fn: Any, *args: Any, **kwargs: Any) -> tuple[dict, list, dict]:
+    """Run Triton's own binder for ``jit_fn`` on the current driver's device.
+
+    Returns ``(bound_args, specialization, options)`` exactly as ``JITFunction.run`` computes them:
+    the options ``run`` adds are filled in (``debug``, ``instrumentation_mode``; 3.9:
+    ``fpsan_homomorphic_casts``) and, 3.7: with a stages-inspection hook set, the specialization
+    ends with run's ``'("custom_pipeline", hash)'`` entry (:func:`param_specialization` drops it).
+
+    Raises:
+        TypeError, KeyError, OverflowError: what Triton's binder raises for these arguments.
+    """
+    binder = jit_fn.device_caches[DRIVER.active.get_current_device()][4]
+    bound, specialization, options = binder(*args, **_run_options(jit_fn, kwargs))
+    hook = knobs.runtime.add_stages_inspection_hook if VERSION >= (3, 7) else None
+    if hook is not None:
+        specialization.append(f'("custom_pipeline", {hook()[1]})')
+    return bound, specialization, options
+
+
+def in_process_key(specialization: list, options: dict) -> str:
+    """The in-process cache key ``JITFunction.run`` looks up for a :func:`bind` result."""
+    return compute_cache_key({}, specialization, options)
+
+
+def find_in_process_key(jit_fn: Any, compiled: Any, device: Any = None) -> str | None:
+    """The key ``compiled`` is filed under in ``jit_fn``'s in-process cache (on ``device``, or on
+    any device when None), or None."""
+    caches = [kernel_cache(jit_fn, device)] if device is not None else every_kernel_cache(jit_fn)
+    for cache in caches:
+        for k, v in list(cache.items()):
+            if v is compiled:
+                return k
+    return None
+
+
+def param_specialization(jit_fn: Any, specialization: list) -> list:
+    """The parameters' entries of a specialization list (without 3.7's custom-pipeline entry)."""
+    return specialization[:len(jit_fn.params)]
+
+
+#: 3.9: keyword-only kernel parameters compile (earlier code generators do not see them: a
+#: ``NameError`` at compile time).
+KEYWORD_ONLY_PARAMETERS = VERSION >= (3, 9)
+
+
+def positional_parameters(jit_fn: Any) -> int:
+    """How many leading parameters Triton's binder takes positionally; the rest (keyword-only
+    ones) go by keyword. 3.9: the binder keeps the keyword-only separator and refuses them
+    positionally; earlier binders ignore parameter kinds, so by keyword is right on 3.6-3.9."""
+    import inspect
+
+    params = list(inspect.signature(jit_fn.fn).parameters.values())  # (an interpreted function has no .params)
+    return next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.KEYWORD_ONLY), len(params))
+
+
+def tensor_type(dtype: Any) -> str | None:
+    """Triton's type name for a tensor dtype (``torch.float16`` -> ``"fp16"``), or None when the
+    binder refuses such a tensor."""
+    from triton._utils import type_canonicalisation_dict
+    from triton.runtime.jit import _normalize_ty
+
+    ty = _normalize_ty(str(dtype).removeprefix("torch."))
+    return ty if ty in type_canonicalisation_dict else None
+
+
+def file_compiled(cache: dict, key: str, compiled: Any) -> Any:
+    """File ``compiled`` under ``key`` in an in-process cache unless an entry is there; returns
+    the entry filed. Never replaces one: 3.8's ``CompiledKernel.__del__`` unloads the module of
+    a dropped entry, which a launcher handed out earlier may still use."""
+    return cache.setdefault(key, compiled)
+
+
+def is_pending(obj: Any) -> bool:
+    """True for an async compile's ``FutureKernel`` (``triton.runtime._async_compile``)."""
+    return hasattr(obj, "result") and not isinstance(obj, CompiledKernel)
+
+
+def resolved(obj: Any) -> Any:
+    """The ``CompiledKernel`` of ``obj``: ``obj`` itself, or an async compile's result (waiting
+    for it). 3.7: the ``FutureKernel`` also sits in the in-process cache until it resolves.
+
+    Raises:
+        Exception: whatever the async compile raised.
+    """
+    return obj.result() if is_pending(obj) else obj
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled kernels
+# ---------------------------------------------------------------------------------------------
+
+
+def ast_source(jit_fn: Any, signature: dict, constants: dict | None = None, attrs: dict | None = None) -> Any:
+    """Triton's ``ASTSource`` of ``jit_fn`` for a signature, constexprs and attributes."""
+    return ASTSource(jit_fn, signature, constants, attrs)
+
+
+def source_fields(src: Any) -> tuple[Any, dict, dict, dict] | None:
+    """``(jit_fn, signature, constants, attrs)`` of an ``ASTSource`` (the ``src`` a compilation
+    listener is called with), or None for IR text or anything else."""
+    if not isinstance(src, ASTSource):
+        return None
+    return src.fn, src.signature, src.constants, src.attrs
+
+
+def source_of(compiled: Any) -> tuple[Any, dict, dict, dict] | None:
+    """:func:`source_fields` of the source ``compiled`` was compiled from, or None (compiled from
+    IR text, or not a ``CompiledKernel``)."""
+    return source_fields(getattr(compiled, "src", None))
+
+
+def compiled_files(compiled: Any) -> dict[str, str]:
+    """The files of ``compiled``'s disk-cache entry: file name -> absolute path (its
+    ``metadata_group``; empty when it has none)."""
+    return dict(getattr(compiled, "metadata_group", None) or {})
+
+
+def backend_for(target: GPUTarget, backends: dict) -> Any:
+    """Triton's compiler backend for ``target``, made once per ``backends`` dict (a cache)."""
+    backend = backends.get(target)
+    if backend is None:
+        backend = backends[target] = make_backend(target)
+    return backend
+
+
+def new_compiled_kernel(*, jit_fn: Any, src: tuple, metadata: Any, metadata_group: dict[str, str], asm: dict,
+                        backend: Any) -> Any:
+    """A ``CompiledKernel`` with the fields Triton's own ``__init__`` sets on a disk-cache hit,
+    made from values the caller already holds (no file is read here).
+
+    Args:
+        jit_fn: the ``triton.jit`` function; src: its ``(signature, constants, attrs)``.
+        metadata: the entry's ``KernelMetadata`` namedtuple (``target`` a ``GPUTarget``).
+        metadata_group: the entry's files, name -> path. asm: an ``AsmDict`` holding at least the
+            binary (``backend.binary_ext``). backend: Triton's backend for the target.
+
+    3.9: sets ``_module_pid`` (read by ``__del__``). The module, function and launcher load later
+    (:func:`load_compiled`). Raises KeyError when ``asm`` lacks the binary.
+    """
+    compiled = CompiledKernel.__new__(CompiledKernel)
+    compiled.metadata = metadata
+    compiled.packed_metadata = backend.pack_metadata(metadata)
+    compiled.src = ASTSource(jit_fn, *src)
+    compiled.hash = metadata.hash
+    compiled.name = metadata.name
+    compiled.asm = asm
+    compiled.metadata_group = metadata_group
+    compiled.kernel = asm[backend.binary_ext]
+    compiled.module = None
+    compiled.function = None
+    compiled._run = None
+    if VERSION >= (3, 9):  # 3.9: __del__ unloads only in the process that loaded the module
+        compiled._module_pid = None
+    return compiled
+
+
+def compile_source(src: Any, target: GPUTarget, options: dict | None = None) -> Any:
+    """``triton.compile(src, target=target, options=options)``: the disk cache first, else compile."""
+    return triton.compile(src, target=target, options=options)
 
 
 @functools.lru_cache(maxsize=1)
@@ -89,13 +539,15 @@ def load_compiled(compiled: Any) -> None:
             raise RuntimeError(f"cuFuncLoad failed for kernel {compiled.name!r} with CUDA error {rc}")
 
 
-# What Triton 3.6's native specializer (``native_specialize_impl``) imports on its first call with
-# a tensor argument: the Python types it checks arguments against (names found in libtriton).
+# What the native specializer (``native_specialize_impl``) imports on its first call with a tensor
+# argument: the Python types it checks arguments against (names found in libtriton).
 _SPECIALIZER_MODULES = (
     "triton.language", "triton.runtime.jit", "triton.tools.tensor_descriptor",
     "triton.experimental.gluon.language._layouts", "triton.experimental.gluon.language.amd._layouts",
     "triton.experimental.gluon.language.nvidia.blackwell", "triton.experimental.gluon.nvidia.hopper",
 )
+if VERSION >= (3, 8):  # 3.8: gluon's Rubin layouts join them
+    _SPECIALIZER_MODULES += ("triton.experimental.gluon.language.nvidia.rubin",)
 
 
 def import_launch_path_modules() -> None:
@@ -109,3 +561,264 @@ def import_launch_path_modules() -> None:
             importlib.import_module(name)
         except ImportError:
             pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Launchers
+# ---------------------------------------------------------------------------------------------
+
+#: 3.6 builds one C launcher module per kernel signature (``make_launcher`` +
+#: ``compile_module_from_src``, a C compiler run each) when a kernel first loads. 3.7: NVIDIA and
+#: AMD launch through one shared entry (``driver.active.utils.launch``): no launchers to build, to
+#: remember or to ship to compile workers.
+BUILDS_LAUNCHERS = VERSION < (3, 7)
+
+try:
+    from triton.backends.nvidia.driver import CudaLauncher as _CudaLauncher
+except ImportError:  # pragma: no cover - a Triton without the NVIDIA backend
+    _CudaLauncher = None
+
+#: The fast path's launch of a ``CompiledKernel`` ``_c``, in generated code: exactly what
+#: ``JITFunction.run`` passes (3.6-3.9): the grid, the stream, the function and packed metadata,
+#: no launch metadata, no launch hooks (the fast path runs only when none is set), then
+#: ``{args}``, the kernel arguments in parameter order, constexprs included.
+COMPILED_RUN_CALL = "_c.run(_gx, _gy, _gz, _stream, _c.function, _c.packed_metadata, None, None, None{args})"
+
+#: The call the fast path makes instead of ``CudaLauncher.__call__`` (3.6), in generated code:
+#: ``_d`` is :func:`direct_launch`'s tuple, ``_gx/_gy/_gz`` the grid, ``_stream`` the stream and
+#: ``{args}`` the kernel arguments (each preceded by a comma). The C entry takes the grid, the
+#: stream, the function, the cooperative-grid and PDL flags, the two scratch buffers (None: the
+#: kernel has none), the packed metadata, the launch metadata and the two launch hooks (None).
+DIRECT_LAUNCH_CALL = "_d[0](_gx, _gy, _gz, _stream, _d[1], _d[2], _d[3], None, None, _d[4], None, None, None{args})"
+
+
+def direct_launch(compiled: Any) -> tuple | None:
+    """``(launch, function, cooperative_grid, pdl, packed_metadata)`` when ``compiled``'s launcher
+    is a 3.6 ``CudaLauncher`` whose ``__call__`` only forwards to its C entry (no scratch memory
+    to allocate), for :data:`DIRECT_LAUNCH_CALL`; else None (call ``compiled.run``). Loads the
+    module and builds the launcher if that has not happened. 3.7: the shared launcher's
+    ``__call__`` passes argument annotations and the signature too: no shortcut."""
+    launcher = compiled.run
+    if (VERSION != (3, 6) or _CudaLauncher is None or type(launcher) is not _CudaLauncher
+            or launcher.global_scratch_size != 0 or launcher.profile_scratch_size != 0):
+        return None
+    return (launcher.launch, compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+            compiled.packed_metadata)
+
+
+def cuda_launchers_in_use() -> bool:
+    """True when this process loads kernels with a per-signature CUDA launcher module that a
+    worker could build ahead (a GPU, not compile-only, and :data:`BUILDS_LAUNCHERS`)."""
+    if not BUILDS_LAUNCHERS or _CudaLauncher is None:
+        return False
+    try:
+        return DRIVER.active.launcher_cls is _CudaLauncher
+    except Exception:
+        return False
+
+
+def launcher_file() -> str:
+    """The file name of a launcher module in Triton's cache: ``__triton_launcher<EXT_SUFFIX>``."""
+    return f"__triton_launcher{sysconfig.get_config_var('EXT_SUFFIX')}"
+
+
+def _launcher_source(types: tuple) -> str:
+    from triton.backends.nvidia.driver import make_launcher
+
+    return make_launcher({}, dict(enumerate(types)), None)  # what CudaLauncher builds
+
+
+def launcher_key(types: tuple) -> str | None:
+    """The disk-cache key of the CUDA launcher module of a kernel whose signature types are
+    ``types`` (3.6: SHA-256 of its generated source and the platform); None when there is no such
+    module to build ahead: 3.7 and later, or a tensor-descriptor argument (its launcher depends on
+    compile results)."""
+    from triton.runtime.build import platform_key
+
+    if not BUILDS_LAUNCHERS or any(isinstance(t, str) and t.startswith("tensordesc") for t in _flat(types)):
+        return None
+    import hashlib
+
+    return hashlib.sha256((_launcher_source(types) + platform_key()).encode("utf-8")).hexdigest()
+
+
+def build_launcher(types: tuple) -> None:
+    """Build (into the disk cache) the CUDA launcher module of signature ``types``, as 3.6's
+    ``CudaLauncher`` does at a kernel's first load.
+
+    Raises:
+        RuntimeError: on 3.7 and later (no such module exists).
+        Exception: the C compiler's failure.
+    """
+    if not BUILDS_LAUNCHERS:
+        raise RuntimeError(f"Triton {TRITON_VERSION} builds no launcher modules")
+    from triton.backends.nvidia.driver import include_dirs, libraries, library_dirs
+    from triton.runtime.build import compile_module_from_src
+
+    compile_module_from_src(src=_launcher_source(types), name="__triton_launcher", library_dirs=library_dirs(),
+                            include_dirs=include_dirs, libraries=libraries)
+
+
+def _flat(values) -> list:
+    out = []
+    for v in values:
+        out += _flat(v) if isinstance(v, tuple) else [v]
+    return out
+
+
+def launcher_class(drv: Any) -> Any:
+    """The launcher class of driver ``drv`` (called as ``cls(src, metadata)`` at each load)."""
+    return drv.launcher_cls
+
+
+def set_launcher_class(drv: Any, cls: Any) -> None:
+    """Make driver ``drv`` build launchers with ``cls``."""
+    drv.launcher_cls = cls
+
+
+# What a CUDA launcher keeps of a kernel besides its signature (3.6-3.9).
+_LAUNCHER_FIELDS = ("num_ctas", "global_scratch_size", "global_scratch_align", "profile_scratch_size",
+                    "profile_scratch_align", "launch_cooperative_grid", "launch_pdl")
+
+
+def launcher_share_key(src: Any, metadata: Any) -> str | None:
+    """A key under which kernels may share one launcher object: their signature and the metadata
+    fields a CUDA launcher keeps (constexprs are typed ``"constexpr"``); None when the launcher
+    depends on more (tensor descriptors)."""
+    if getattr(metadata, "tensordesc_meta", None):
+        return None
+    return repr((sorted(src.signature.items()), [getattr(metadata, f, None) for f in _LAUNCHER_FIELDS]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The disk cache
+# ---------------------------------------------------------------------------------------------
+# An entry is a folder named by the base32 of its key, holding the IR files, the binary, a
+# metadata JSON and ``__grp__<metadata>.json`` (``{"child_paths": {name: absolute path}}``,
+# written last). 3.8: ``get_group`` returns None if a listed file is missing (3.6/3.7 dropped it
+# and reported the rest); either way zerojit treats such an entry as a miss.
+
+default_cache_manager = _tcache.FileCacheManager
+
+
+def cache_manager(key: str) -> Any:
+    """Triton's cache manager for the entry of disk-cache key ``key`` (``get_cache_manager``)."""
+    return _tcache.get_cache_manager(key)
+
+
+def cache_manager_class() -> type | None:
+    """The cache manager class set (``TRITON_CACHE_MANAGER`` / ``knobs.cache.manager_class``), or
+    None for Triton's default (:data:`default_cache_manager`)."""
+    return knobs.cache.manager_class
+
+
+def set_cache_manager_class(cls: type | None) -> Callable[[], None]:
+    """Make Triton use cache manager ``cls``; returns a function that restores what was set
+    before (including "nothing set": the environment's again)."""
+    was_set = "manager_class" in knobs.cache.__dict__
+    previous = knobs.cache.manager_class
+    knobs.cache.manager_class = cls
+
+    def restore() -> None:
+        if knobs.cache.manager_class is cls:
+            if was_set:
+                knobs.cache.manager_class = previous
+            else:
+                del knobs.cache.manager_class
+
+    return restore
+
+
+def metadata_file_name(jit_fn: Any) -> str:
+    """The metadata file of ``jit_fn``'s disk-cache entries: its name (cut to 150 characters, as
+    ``triton.compile`` does) plus ``.json``; the name ``get_group`` is asked for."""
+    return f"{jit_fn.__name__[:150]}.json"
+
+
+def group_file_name(filename: str) -> str:
+    """The group file of an entry whose metadata file is ``filename``: ``__grp__<filename>``."""
+    return f"__grp__{filename}"
+
+
+def read_group_file(path: str) -> dict[str, str]:
+    """The files a group file lists (name -> absolute path).
+
+    Raises:
+        OSError: it cannot be read. ValueError, KeyError, TypeError: it is not a group file.
+    """
+    with open(path, encoding="utf-8") as f:
+        children = json.load(f)["child_paths"]
+    if not isinstance(children, dict):
+        raise TypeError(f"{path}: child_paths is not a mapping")
+    return children
+
+
+def build_key_function() -> Callable[[], str]:
+    """The function Triton calls for its build key (``triton_key()``: its version, compiler
+    sources and ``libtriton``, hashed into every disk-cache key; Triton's own hashes the whole
+    build on its first call in a process), or one set by :func:`set_build_key_function`."""
+    return _tcache.triton_key
+
+
+def set_build_key_function(fn: Callable[[], str]) -> None:
+    """Make Triton use ``fn()`` as its build key (``triton.runtime.cache.triton_key``)."""
+    _tcache.triton_key = fn
+
+
+def source_hash(jit_fn: Any) -> str:
+    """``jit_fn``'s source hash over its dependencies (Triton's ``cache_key``; 3.8: constexpr
+    globals are sorted first, so the values differ from 3.7's for the same source)."""
+    return jit_fn.cache_key
+
+
+@functools.lru_cache(maxsize=1)
+def backends_in_tree() -> bool:
+    """True when the backends Triton found are exactly those shipped inside Triton (so its
+    ``TRITON_BACKENDS_IN_TREE=1`` finds the same ones without reading every installed package's
+    entry points)."""
+    try:
+        import triton.backends as tb
+
+        root = os.path.dirname(tb.__file__)
+        shipped = {n for n in os.listdir(root) if os.path.isdir(os.path.join(root, n)) and not n.startswith("__")}
+        return set(tb.backends) == shipped and all(
+            b.compiler.__module__ == f"triton.backends.{name}.compiler" for name, b in tb.backends.items())
+    except Exception:
+        return False
+
+
+# ---------------------------------------------------------------------------------------------
+# The NVIDIA toolchain
+# ---------------------------------------------------------------------------------------------
+
+
+def cuda_backend_available() -> bool:
+    """True when this Triton has its NVIDIA backend."""
+    return _CudaLauncher is not None
+
+
+def ptxas_path(capability: int) -> str:
+    """The ``ptxas`` Triton runs for compute capability ``capability`` (``ptxas-blackwell`` from
+    100 on). Raises: RuntimeError, ImportError: no NVIDIA backend or no ``ptxas``."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    return get_ptxas(capability).path
+
+
+def ptxas_version(capability: int) -> str:
+    """The version line of the ``ptxas`` Triton runs for ``capability``.
+
+    Raises: ImportError, RuntimeError, OSError: no NVIDIA backend, or ``ptxas`` cannot be run.
+    """
+    from triton.backends.nvidia.compiler import get_ptxas_version
+
+    return get_ptxas_version(capability).strip().splitlines()[-1]
+
+
+def sm_arch(capability: int) -> str:
+    """The processor name Triton compiles ``capability`` for (``sm_90a`` for 90). Raises
+    ImportError without the NVIDIA backend."""
+    from triton.backends.nvidia.compiler import sm_arch_from_capability
+
+    return sm_arch_from_capability(capability)
+

@@ -54,6 +54,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from zerojit import triton_compat
 from zerojit.audit import CoverageAudit, build_audit
 from zerojit.kernel import _WARMUP_SINK, CompiledVariant
 from zerojit.kernels.mla.config import ModelConfig
@@ -664,15 +665,13 @@ def _triton_cache_dir(options: RunOptions) -> Iterator[None]:
     if not (options.fresh_triton_cache or options.warmup != "zerojit"):
         yield
         return
-    from triton import knobs
-
-    previous = knobs.cache.dir
+    previous = triton_compat.cache_dir()
     with tempfile.TemporaryDirectory(prefix="zerojit-run-triton-cache-") as tmp:
-        knobs.cache.dir = tmp
+        triton_compat.set_cache_dir(tmp)
         try:
             yield
         finally:
-            knobs.cache.dir = previous
+            triton_compat.set_cache_dir(previous)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -711,10 +710,9 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
 
 
 def _require_fresh_process(registry: JitWarmupRegistry, mode: str) -> None:
-    from triton.runtime.driver import driver
-
-    device = driver.active.get_current_device()
-    held = [k.name for k in registry.kernels if device in k.kernel.device_caches and k.kernel.device_caches[device][0]]
+    device = triton_compat.current_device()
+    held = [k.name for k in registry.kernels
+            if triton_compat.has_device_cache(k.kernel, device) and triton_compat.kernel_cache(k.kernel, device)]
     if held:
         raise RunError(
             f"--warmup {mode} measures what lands on the request path, so it needs a fresh process: "
@@ -725,9 +723,8 @@ def _require_fresh_process(registry: JitWarmupRegistry, mode: str) -> None:
 def _triton_warmup(registry: JitWarmupRegistry, config: ModelConfig, target: str, *, progress: bool) -> WarmupReport:
     """Triton's own warm-up of every key the registry would warm (compile, no load)."""
     from tqdm.auto import tqdm
-    from triton.runtime.driver import driver
 
-    from zerojit.specialization import SpecClass, bind
+    from zerojit.specialization import bind, spec_classes
 
     start = time.perf_counter()
     plan, failures = registry.warmup_keys(config)
@@ -750,11 +747,11 @@ def _triton_warmup(registry: JitWarmupRegistry, config: ModelConfig, target: str
                     bar.update()
                 compiled, args = sink[0]
                 _, spec, _ = bind(kernel.kernel, **args)
-                cache = kernel.kernel.device_caches[driver.active.get_current_device()][0]
-                triton_key = next((k for k, v in cache.items() if v is compiled), "")
+                triton_key = triton_compat.find_in_process_key(kernel.kernel, compiled,
+                                                               triton_compat.current_device()) or ""
                 done.append(CompiledVariant(
                     kernel=kernel.name, key=key, triton_key=triton_key,
-                    specialization=tuple(SpecClass.from_triton(e) for e in spec),
+                    specialization=spec_classes(kernel.kernel, spec),
                     param_names=tuple(p.name for p in kernel.kernel.params), loaded=False, compiled=compiled))
             kernels.append(KernelWarmup(kernel.name, tuple(v.key for v in done), tuple(done), t_kernel))
     return WarmupReport(kernels=tuple(kernels), failures=tuple(failures), seconds=time.perf_counter() - start,
@@ -808,25 +805,20 @@ class _RequestPathClock:
             self._load_t0 = None
 
     def __enter__(self) -> "_RequestPathClock":
-        from triton import knobs
-
-        rt = knobs.runtime
-        self._prev = (rt.jit_cache_hook, rt.jit_post_compile_hook)
-        rt.jit_cache_hook, rt.jit_post_compile_hook = self._on_cache, self._on_post
-        rt.kernel_load_start_hook.add(self._on_load_start)
-        rt.kernel_load_end_hook.add(self._on_load_end)
+        tc = triton_compat
+        self._prev = (tc.get_cache_hook(), tc.get_post_compile_hook())
+        tc.set_cache_hook(self._on_cache)
+        tc.set_post_compile_hook(self._on_post)
+        tc.add_load_hooks(self._on_load_start, self._on_load_end)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from triton import knobs
-
-        rt = knobs.runtime
-        if rt.jit_cache_hook == self._on_cache:
-            rt.jit_cache_hook = self._prev[0]
-        if rt.jit_post_compile_hook == self._on_post:
-            rt.jit_post_compile_hook = self._prev[1]
-        rt.kernel_load_start_hook.remove(self._on_load_start)
-        rt.kernel_load_end_hook.remove(self._on_load_end)
+        tc = triton_compat
+        if tc.get_cache_hook() == self._on_cache:
+            tc.set_cache_hook(self._prev[0])
+        if tc.get_post_compile_hook() == self._on_post:
+            tc.set_post_compile_hook(self._prev[1])
+        tc.remove_load_hooks(self._on_load_start, self._on_load_end)
 
     def marker(self) -> tuple[int, int]:
         """Changes when a compile or a load happened since the last call."""
@@ -1041,10 +1033,8 @@ def check_in_interpreter(options: RunOptions, steps: Sequence[int]) -> CheckRepo
 
 def _interpreter_child() -> None:
     """The ``--check`` child: replay the schedule, interpret and compare the given steps."""
-    from triton import knobs
-
     spec_path, result_path = sys.argv[1], sys.argv[2]
-    if not knobs.runtime.interpret:
+    if not triton_compat.interpreting():
         raise SystemExit("the --check child must run with TRITON_INTERPRET=1")
     spec = json.loads(Path(spec_path).read_text())
     options = RunOptions(**spec["options"])
