@@ -267,3 +267,25 @@ def test_compile_then_dry_launch_hits_the_same_entry(co):
     assert len(cache) == 1
     assert seen == [(axpy, variant.compiled)]
     assert bool((out == 7.0).all())  # a dry launch executes nothing: out is left as it was
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the launch has a driver")
+def test_a_launch_with_no_gpu_and_no_compile_only_target_says_what_to_do():
+    import subprocess
+    import sys
+
+    script = (
+        "import torch\n"
+        "from zerojit.kernel import NoDeviceError\n"
+        "from zerojit.examples.scale_add import scale_add\n"
+        "x = torch.zeros(64)\n"
+        "try:\n"
+        "    scale_add(x=x, bias=torch.zeros(16), out=torch.zeros(64), period=16, scale=2.0)\n"
+        "except NoDeviceError as e:\n"
+        "    print(e)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("scale_add: cannot launch: no GPU is visible and no compile-only target is active")
+    assert 'compile_only("cuda:90")' in out.stdout and "TRITON_INTERPRET=1" in out.stdout

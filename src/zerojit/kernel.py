@@ -54,6 +54,7 @@ _triton_driver = _tc.DRIVER
 __all__ = [
     "KernelDefinitionError",
     "KernelInputError",
+    "NoDeviceError",
     "LaunchSpec",
     "CompiledVariant",
     "FastVariant",
@@ -77,6 +78,11 @@ class KernelInputError(ValueError):
         super().__init__(f"{kernel}: argument {argument!r}: {problem}")
         self.kernel = kernel
         self.argument = argument
+
+
+class NoDeviceError(RuntimeError):
+    """A launch where Triton has nothing to launch on: no GPU is visible, no
+    :func:`zerojit.compile_only.compile_only` block is open, and ``TRITON_INTERPRET`` is off."""
 
 
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
@@ -389,7 +395,16 @@ class TritonJitKernel(JitKernel[KeyT]):
         if _WARMUP_SINK.get() is not None:
             return self._warmup_launch(spec, plan.args(sk, *inputs))
         drv = _triton_driver._active
-        dry = False  # no driver yet: Triton's run creates the GPU driver
+        dry = False
+        if drv is None:  # the process's first launch: create the GPU driver, or say why there is none
+            try:
+                drv = _tc.active_driver()
+            except RuntimeError as e:
+                raise NoDeviceError(
+                    f"{self.name}: cannot launch: no GPU is visible and no compile-only target is active "
+                    f"(Triton: {e}). Launch on a GPU; for a dry launch with no GPU, launch inside "
+                    "`with zerojit.compile_only.compile_only(\"cuda:90\"):` (after warming up there); to run "
+                    "the kernel on CPU tensors, set TRITON_INTERPRET=1 before importing Triton") from None
         if drv is not None:
             dry = _DRY_DRIVERS.get(drv.__class__)
             if dry is None:
