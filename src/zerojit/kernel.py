@@ -396,7 +396,7 @@ class TritonJitKernel(JitKernel[KeyT]):
             return self._warmup_launch(spec, plan.args(sk, *inputs))
         drv = _triton_driver._active
         dry = False
-        if drv is None:  # the process's first launch: create the GPU driver, or say why there is none
+        if drv is None and not _tc.interpreting():  # the first launch: create the GPU driver, or say why not
             try:
                 drv = _tc.active_driver()
             except RuntimeError as e:
