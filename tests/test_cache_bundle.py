@@ -448,3 +448,12 @@ def test_on_a_gpu_a_bundle_built_with_no_gpu_visible_warms_with_zero_compiles(tm
     proc = subprocess.run([sys.executable, "-c", script], env=server, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"compiled": 0, "keys": 21, "loaded": True}
+
+
+def test_export_never_replaces_a_symlink_or_device(bundle, tmp_path):
+    link = tmp_path / "link.tar.gz"
+    link.symlink_to(tmp_path / "target")
+    for path in (link, "/dev/full"):
+        with pytest.raises(BundleError, match="exists and is not a regular file"):
+            export_bundle(bundle[2], path)
+    assert os.path.islink(link) and not os.path.isfile("/dev/full")

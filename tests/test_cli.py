@@ -369,3 +369,19 @@ def test_bundle_export_for_the_gpu_here_without_one_names_the_flag_to_use(tmp_pa
     one_line(invoke("bundle", "export", "-o", str(tmp_path / "b.tar.gz"), "--target", "device"), 2,
              "zerojit bundle export: --target device: no GPU is visible here; pass the compile-only target the bundle "
              "is for (e.g. --target cuda:90)")
+
+
+# ------------------------------------------------------------------------------ fresh user: output paths
+def test_bundle_export_never_replaces_what_is_not_a_regular_file(tmp_path):
+    link = tmp_path / "link.tar.gz"
+    link.symlink_to(tmp_path / "elsewhere")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/full", str(link), str(fifo)):
+        one_line(invoke("bundle", "export", "-o", path), 2,
+                 f"zerojit bundle export: --output {path!r}: cannot write there: exists and is not a regular file")
+    assert os.path.islink(link) and os.path.exists("/dev/full") and not os.path.isfile("/dev/full")
+    one_line(invoke("bundle", "export", "-o", ""), 2, "zerojit bundle export: --output '': the path is empty")
+    one_line(invoke("bundle", "export", "-o", "/proc/x.bundle"), 2,
+             "zerojit bundle export: --output '/proc/x.bundle': cannot write there: no file can be created in "
+             "its directory '/proc'")

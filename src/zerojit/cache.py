@@ -594,8 +594,8 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
 
     Raises:
         TypeError: ``path`` is not a path (str or os.PathLike).
-        BundleError: a failed warm-up (a bundle must be complete), a missing cache file, or no
-            target known.
+        BundleError: a failed warm-up (a bundle must be complete), a missing cache file, no
+            target known, ``path`` not a regular file (it is never replaced), or the write failed.
     """
 
     path = _bundle_path(path)
@@ -633,6 +633,10 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         zerojit_version=_version.__version__,
     )
+    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+        # the rename below would replace it: a device node, a symlink or a folder is never ours to replace
+        raise BundleError(f"cannot write bundle {path}: it exists and is not a regular file; remove it or write "
+                          "elsewhere")
     tmp = f"{path}.tmp-{os.getpid()}"
     try:
         with tarfile.open(tmp, "w:gz") as tar:
@@ -641,7 +645,7 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
                 _add(tar, f"entries/{entry}/{name}", data)
         os.replace(tmp, path)
     except OSError as e:
-        raise BundleError(f"cannot write bundle {path}: {e}") from None
+        raise BundleError(f"cannot write bundle {path}: {e.strerror or e}") from None
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

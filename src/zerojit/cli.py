@@ -116,24 +116,44 @@ def _reflowed(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _check_output_file(command: str, option: str, path: Optional[str]) -> None:
-    """Refuse (exit 2), before any work, an output file that cannot be written: its directory
-    missing or read-only, or the path a directory."""
-    if not path:
+def _check_output_file(command: str, option: str, path: Optional[str], *, replaced: bool = False) -> None:
+    """Refuse (exit 2), before any work, an output file that cannot be written: an empty path, its
+    directory missing, read-only or refusing new files (``/proc``), or the path a directory.
+    ``replaced``: the file is written under a temporary name and renamed over ``path``, so an
+    existing ``path`` must be a regular file (a rename would replace a device node or symlink)."""
+    if path is None:
         return
+    if not path:
+        _refuse(command, f"{option} '': the path is empty; give a file to write")
     full = os.path.abspath(path)
     parent = os.path.dirname(full)
     problem = None
     if os.path.isdir(full):
         problem = "is a directory"
+    elif replaced and os.path.lexists(full) and (os.path.islink(full) or not os.path.isfile(full)):
+        problem = "exists and is not a regular file (it would be replaced); remove it or write elsewhere"
     elif not os.path.isdir(parent):
         problem = f"its directory {parent!r} does not exist"
     elif not os.access(parent, os.W_OK | os.X_OK):
         problem = f"its directory {parent!r} is not writable"
     elif os.path.exists(full) and not os.access(full, os.W_OK):
         problem = "exists and is not writable"
+    elif replaced or not os.path.exists(full):
+        problem = _cannot_create_in(parent)
     if problem:
         _refuse(command, f"{option} {path!r}: cannot write there: {problem}")
+
+
+def _cannot_create_in(folder: str) -> Optional[str]:
+    """Why no file can be created in ``folder`` (which passes ``os.access``), or None: creating
+    one is the only test that holds for ``/proc`` and read-only mounts (and for root)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".zerojit-probe-"):
+            return None
+    except OSError as e:
+        return f"no file can be created in its directory {folder!r} ({e.strerror or e})"
 
 
 def _check_input_file(command: str, what: str, path: str) -> None:
@@ -423,7 +443,7 @@ def bundle_export(
     from zerojit.runner.engine import usable_cores
     from zerojit.runner.model import register_model
 
-    _check_output_file("bundle export", "--output", output)
+    _check_output_file("bundle export", "--output", output, replaced=True)
     if target != "device":
         _check_target("bundle export", target)
     elif current_target_name() is None:
