@@ -29,8 +29,8 @@ def invoke(*args: str, env: dict | None = None):
     return CliRunner().invoke(app, list(args), env=env)
 
 
-def run_cli(*args: str):
-    return invoke("run", "--device", "cpu", "--no-progress", "--requests", "5", *args)
+def run_cli(*args: str, env: dict | None = None):
+    return invoke("run", "--device", "cpu", "--no-progress", "--requests", "5", *args, env=env)
 
 
 def refused(result, *needles: str) -> str:
@@ -385,3 +385,57 @@ def test_bundle_export_never_replaces_what_is_not_a_regular_file(tmp_path):
     one_line(invoke("bundle", "export", "-o", "/proc/x.bundle"), 2,
              "zerojit bundle export: --output '/proc/x.bundle': cannot write there: no file can be created in "
              "its directory '/proc'")
+
+
+# ------------------------------------------------------------------------------ fresh user: the environment
+@pytest.fixture
+def monitor_configuration(monkeypatch):
+    """Restore the process monitor's configuration a command under test sets."""
+    from zerojit import monitor
+
+    monkeypatch.setattr(monitor, "_configured", monitor._configured)
+    return monitor
+
+
+@pytest.mark.parametrize("command", [["demo"], ["bundle", "export", "-o", "OUT", "--no-progress"]])
+def test_a_bad_monitor_variable_is_refused_before_any_warm_up(command, tmp_path, monitor_configuration, monkeypatch):
+    from zerojit import registry as registry_module
+
+    monkeypatch.setattr(registry_module.JitWarmupRegistry, "warmup",
+                        lambda *a, **k: pytest.fail("warmed up despite a bad ZEROJIT_JIT_MONITOR"))
+    args = [str(tmp_path / "b.tar.gz") if a == "OUT" else a for a in command]
+    name = " ".join(command[:2]) if command[0] == "bundle" else command[0]
+    one_line(invoke(*args, env={"ZEROJIT_JIT_MONITOR": "bogus"}), 2,
+             f"zerojit {name}: ZEROJIT_JIT_MONITOR must be one of off, warn, error, not 'bogus': "
+             "unset ZEROJIT_JIT_MONITOR")
+
+
+def test_the_monitor_flag_wins_over_a_bad_monitor_variable(tmp_path, monitor_configuration):
+    missing = tmp_path / "nosuch.csv"  # refused inside the run, after the monitor mode is settled
+    result = run_cli("--jit-monitor-mode", "warn", "--trace", str(missing), env={"ZEROJIT_JIT_MONITOR": "bogus"})
+    one_line(result, 2, f"trace file '{missing}' does not exist")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ZEROJIT_JIT_MONITOR", "bogus")
+        assert monitor_configuration.configured_mode() == "warn"
+
+
+@pytest.mark.parametrize("command", [["demo"], ["bundle", "export", "-o", "OUT", "--no-progress"],
+                                     ["run", "--device", "cpu", "--no-progress", "--requests", "1"]])
+def test_an_interpreting_process_is_told_to_unset_triton_interpret(command, tmp_path, monkeypatch):
+    from zerojit import triton_compat
+
+    monkeypatch.setattr(triton_compat, "interpreting", lambda: True)
+    args = [str(tmp_path / "b.tar.gz") if a == "OUT" else a for a in command]
+    name = " ".join(command[:2]) if command[0] == "bundle" else command[0]
+    one_line(invoke(*args), 2, f"zerojit {name}: compile_only() needs a process without TRITON_INTERPRET=1",
+             "unset TRITON_INTERPRET")
+
+
+def test_compile_only_in_an_interpreting_process_is_still_a_runtime_error(monkeypatch):
+    from zerojit import triton_compat
+    from zerojit.compile_only import InterpreterProcessError, compile_only
+
+    monkeypatch.setattr(triton_compat, "interpreting", lambda: True)
+    with pytest.raises(InterpreterProcessError) as info, compile_only("cuda:90"):
+        pass
+    assert isinstance(info.value, RuntimeError)

@@ -65,15 +65,18 @@ def _exit_status(error: BaseException) -> int | None:
     ``zerojit --help`` need not load the runner and its kernels.
     """
     from zerojit.cache import BundleError, CacheFolderError
+    from zerojit.compile_only import InterpreterProcessError
     from zerojit.kernels.mla.backends import BackendError
     from zerojit.kernels.mla.config import ConfigError
-    from zerojit.monitor import RuntimeJitError
+    from zerojit.monitor import MonitorModeError, RuntimeJitError
     from zerojit.registry import NoTargetError, WarmupError
     from zerojit.runner.engine import RunError
     from zerojit.runner.trace import TraceError
 
-    # A cache folder that cannot be written is invalid input, also when a bundle import met it.
-    if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError)):
+    # A cache folder that cannot be written is invalid input, also when a bundle import met it; so
+    # is the environment (a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1 where compile-only is needed).
+    if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
+                          MonitorModeError, InterpreterProcessError)):
         return 2
     if isinstance(error, (RuntimeJitError, WarmupError, BundleError)):
         return 1
@@ -224,10 +227,16 @@ def jit_monitor_mode_option(default: Optional[str] = None, *, default_help: str 
 
 
 def apply_jit_monitor_mode(mode: Optional[str]) -> None:
-    """Make the next warm-up install the monitor in ``mode`` (None: follow ``ZEROJIT_JIT_MONITOR``)."""
+    """Make the next warm-up install the monitor in ``mode`` (None: follow ``ZEROJIT_JIT_MONITOR``).
+
+    Call it before any work in every command that warms up: with None, a bad value of the
+    variable is refused now (:class:`~zerojit.monitor.MonitorModeError`, exit 2 through
+    :func:`_user_errors`), not when the warm-up completes; a mode given wins over the variable.
+    """
     from zerojit import monitor
 
     monitor.configure(mode)
+    monitor.configured_mode()
 
 
 def _print_version(value: bool) -> None:
@@ -309,6 +318,10 @@ def run_command(
     paired = dict(warmup=warmup, jit_monitor_mode=jit_monitor_mode, workers=workers)
     for a, b, why in option_conflicts(**paired):
         _refuse("run", f"{_given(ctx, a, paired[a])} and {_given(ctx, b, paired[b])} conflict: {why}")
+    # The flag wins over ZEROJIT_JIT_MONITOR for the process monitor too, which otherwise reads
+    # the variable when warm-up completes (a value the option took from it is already checked).
+    from_flag = ctx.get_parameter_source("jit_monitor_mode").name == "COMMANDLINE"
+    apply_jit_monitor_mode(jit_monitor_mode if from_flag else None)
     options = RunOptions(
         config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
         jit_monitor_mode=jit_monitor_mode, check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
@@ -345,6 +358,7 @@ def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-o
     from zerojit.examples.scale_add import scale_add
 
     _check_target("demo", target)
+    apply_jit_monitor_mode(None)
     registry = JitWarmupRegistry()
     with registry.activate():
         scale_add.register_warmup(periods=(16, 7), aligned=(True, False))
@@ -449,6 +463,7 @@ def bundle_export(
     elif current_target_name() is None:
         _refuse("bundle export", "--target device: no GPU is visible here; pass the compile-only target the "
                 "bundle is for (e.g. --target cuda:90): it needs no GPU")
+    apply_jit_monitor_mode(None)
     overrides = {k: v for k, v in dict(dcp_size=dcp_size, dcp_interleave=dcp_interleave,
                                        num_speculative_tokens=num_speculative_tokens).items() if v is not None}
     if dcp_size is not None:

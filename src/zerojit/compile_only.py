@@ -26,7 +26,7 @@ from typing import Iterator
 
 from . import triton_compat as _tc
 
-__all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "compile_only", "parse_target", "supported_cuda_capabilities",
+__all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "InterpreterProcessError", "compile_only", "parse_target", "supported_cuda_capabilities",
            "active_compile_only", "current_target_name", "is_target_name", "target_name", "warm_target"]
 
 _TARGET = re.compile(r"^(cuda):(\d+)$|^(hip):(gfx\w+)$")
@@ -34,6 +34,11 @@ _TARGET = re.compile(r"^(cuda):(\d+)$|^(hip):(gfx\w+)$")
 
 class CompileOnlyLaunchError(RuntimeError):
     """Something tried to execute a kernel under the compile-only driver."""
+
+
+class InterpreterProcessError(RuntimeError):
+    """:func:`compile_only` in a process where Triton interprets kernels (``TRITON_INTERPRET=1``):
+    nothing compiles there. A RuntimeError, as it was before it had a type of its own."""
 
 
 #: The lowest compute capability accepted: Triton's NVIDIA backend has code paths down to sm_70
@@ -180,10 +185,12 @@ def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
 
     Raises:
         ValueError: a malformed target (see :func:`parse_target`).
-        RuntimeError: Triton was imported with ``TRITON_INTERPRET=1`` (nothing compiles there).
+        InterpreterProcessError: Triton was imported with ``TRITON_INTERPRET=1`` (nothing
+            compiles there).
     """
     if _tc.interpreting():
-        raise RuntimeError("compile_only() needs a process without TRITON_INTERPRET=1")
+        raise InterpreterProcessError("compile_only() needs a process without TRITON_INTERPRET=1 (the interpreter "
+                                      "compiles nothing): unset TRITON_INTERPRET")
     new = CompileOnlyDriver(target)
     previous = _tc.peek_driver()
     _tc.set_driver(new)

@@ -80,6 +80,7 @@ __all__ = [
     "ENV_VAR",
     "JitMonitor",
     "RuntimeJitError",
+    "MonitorModeError",
     "RuntimeCompile",
     "ArgDifference",
     "MissCount",
@@ -104,9 +105,14 @@ ENV_VAR = "ZEROJIT_JIT_MONITOR"
 logger = logging.getLogger("zerojit.monitor")
 
 
-def _check_mode(mode: str, where: str = "JitMonitor mode") -> str:
+class MonitorModeError(ValueError):
+    """A monitor mode (``JitMonitor(mode)``, :func:`configure`, ``ZEROJIT_JIT_MONITOR``) other than
+    off, warn or error; the message names where it came from."""
+
+
+def _check_mode(mode: str, where: str = "JitMonitor mode", hint: str = "") -> str:
     if mode not in MODES:
-        raise ValueError(f"{where} must be one of {', '.join(MODES)}, not {mode!r}")
+        raise MonitorModeError(f"{where} must be one of {', '.join(MODES)}, not {mode!r}{hint}")
     return mode
 
 
@@ -858,12 +864,12 @@ def configured_mode() -> str:
     """The mode :func:`on_warmup_complete` will use: :func:`configure`'s, else the env var, else off.
 
     Raises:
-        ValueError: ``ZEROJIT_JIT_MONITOR`` holds something other than off, warn or error.
+        MonitorModeError: ``ZEROJIT_JIT_MONITOR`` holds something other than off, warn or error.
     """
     if _configured is not None:
         return _configured
     value = os.environ.get(ENV_VAR, "").strip().lower()
-    return _check_mode(value, ENV_VAR) if value else "off"
+    return _check_mode(value, ENV_VAR, f": unset {ENV_VAR} or set it to one of them") if value else "off"
 
 
 def current() -> JitMonitor | None:
