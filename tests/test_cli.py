@@ -439,3 +439,41 @@ def test_compile_only_in_an_interpreting_process_is_still_a_runtime_error(monkey
     with pytest.raises(InterpreterProcessError) as info, compile_only("cuda:90"):
         pass
     assert isinstance(info.value, RuntimeError)
+
+
+# ------------------------------------------------------------------------------ fresh user: --json writes
+class _Report:
+    ok = True
+
+    def summary(self) -> str:
+        return "the run's summary"
+
+    def to_dict(self) -> dict:
+        return {"ok": True}
+
+
+def test_run_json_that_cannot_be_written_is_refused_naming_the_flag(monkeypatch):
+    from zerojit.runner import engine
+
+    monkeypatch.setattr(engine, "run", lambda options: _Report())
+    line = one_line(run_cli("--json", "/dev/full"), 2, "zerojit run: --json '/dev/full': cannot write there")
+    assert "No space left on device" in line
+    assert "the run's summary" in run_cli("--json", "/dev/full").output  # the run's result is still printed
+    refused(run_cli("--json", "/proc/x.json"), "zerojit run: --json '/proc/x.json': cannot write there: no file "
+            "can be created in its directory '/proc'")
+    refused(run_cli("--json", ""), "zerojit run: --json '': the path is empty")
+
+
+def test_audit_json_that_cannot_be_written_is_refused_naming_the_flag():
+    import sys
+
+    from zerojit.audit import AUDIT_OUT_ENV, CoverageAudit
+
+    script = f"import os; open(os.environ[{AUDIT_OUT_ENV!r}], 'w').write({CoverageAudit(kernels=()).to_json()!r})"
+    result = invoke("audit", "--json", "/dev/full", "--", sys.executable, "-c", script)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "zero runtime compiles" in result.output  # the audit is still printed
+    assert [line for line in result.output.splitlines() if line.startswith("zerojit audit:")] == [
+        "zerojit audit: --json '/dev/full': cannot write there: No space left on device"]
+    one_line(invoke("audit", "--json", "/proc/x.json", "--", "true"), 2, "zerojit audit: --json '/proc/x.json'")
+    one_line(invoke("audit", "--json", "", "--", "true"), 2, "zerojit audit: --json '': the path is empty")

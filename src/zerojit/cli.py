@@ -159,6 +159,17 @@ def _cannot_create_in(folder: str) -> Optional[str]:
         return f"no file can be created in its directory {folder!r} ({e.strerror or e})"
 
 
+def _write_output(command: str, option: str, path: str, text: str) -> None:
+    """Write ``text`` to the output file of ``option``; a failed write (``/dev/full``, a disk that
+    filled since the up-front check) is invalid input like an unwritable path: exit 2, one line."""
+    from pathlib import Path
+
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        _refuse(command, f"{option} {path!r}: cannot write there: {e.strerror or e}")
+
+
 def _check_input_file(command: str, what: str, path: str) -> None:
     """Refuse (exit 2), before any work, an input file that does not exist or is a directory."""
     if os.path.isdir(path):
@@ -310,7 +321,6 @@ def run_command(
     conflict).
     """
     import json
-    from pathlib import Path
 
     from zerojit.runner.engine import RunOptions, option_conflicts, run
 
@@ -330,8 +340,8 @@ def run_command(
     )
     report = run(options)
     typer.echo(report.summary())
-    if json_out:
-        Path(json_out).write_text(json.dumps(report.to_dict(), indent=2))
+    if json_out is not None:
+        _write_output("run", "--json", json_out, json.dumps(report.to_dict(), indent=2))
     raise typer.Exit(0 if report.ok else 1)
 
 
@@ -411,8 +421,8 @@ def audit(
             raise typer.Exit(rc or 2)
         result = CoverageAudit.from_dict(json.loads(Path(out).read_text()))
     typer.echo(result.table())
-    if json_out:
-        Path(json_out).write_text(result.to_json())
+    if json_out is not None:
+        _write_output("audit", "--json", json_out, result.to_json())
     if rc != 0:
         typer.echo(f"zerojit audit: the script exited with status {rc}", err=True)
     raise typer.Exit(1 if not result.ok else rc)
