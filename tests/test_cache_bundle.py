@@ -31,6 +31,7 @@ from zerojit.cache import (
     export_bundle,
     import_bundle,
     read_manifest,
+    verify_bundle,
 )
 from zerojit.compile_only import compile_only
 from zerojit.examples.scale_add import scale_add
@@ -457,3 +458,58 @@ def test_export_never_replaces_a_symlink_or_device(bundle, tmp_path):
         with pytest.raises(BundleError, match="exists and is not a regular file"):
             export_bundle(bundle[2], path)
     assert os.path.islink(link) and not os.path.isfile("/dev/full")
+
+
+def damaged(bundle: Path, tmp_path: Path, how: str) -> Path:
+    """A copy of ``bundle`` damaged as ``how`` says (a fresh user's list of what got through)."""
+    data = bundle.read_bytes()
+    out = tmp_path / f"{how}.tar.gz"
+    if how.startswith("cut-"):
+        out.write_bytes(data[:len(data) - int(how[4:])])
+    elif how == "half":
+        out.write_bytes(data[:len(data) // 2])
+    elif how == "crc":
+        out.write_bytes(data[:-8] + bytes([data[-8] ^ 1]) + data[-7:])  # gzip's trailer: CRC-32, then length
+    elif how == "appended":
+        out.write_bytes(data + b"garbage")
+    elif how == "missing":
+        rewrite(bundle, out, member=(".ptx", lambda d: None))
+    else:  # a member an extraction would follow out of the cache folder
+        with tarfile.open(bundle, "r:gz") as tar:
+            members = [(m, tar.extractfile(m).read()) for m in tar]
+        entry = next(m.name.split("/")[1] for m, _ in members if m.name.startswith("entries/"))
+        with tarfile.open(out, "w:gz") as tar:
+            for m, d in members:
+                tar.addfile(m, io.BytesIO(d))
+            if how == "traversal":
+                info = tarfile.TarInfo(f"entries/{entry}/../../evil")
+                info.size = 4
+                tar.addfile(info, io.BytesIO(b"evil"))
+            else:
+                info = tarfile.TarInfo(f"entries/{entry}/link")
+                info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+                tar.addfile(info)
+    return out
+
+
+DAMAGES = ["cut-1", "cut-8", "cut-30", "half", "crc", "appended", "missing", "traversal", "symlink"]
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_a_damaged_bundle_is_refused_by_import_and_inspect(bundle, fresh_cache, tmp_path, how):
+    from zerojit.cli import app
+    from typer.testing import CliRunner
+
+    path = damaged(bundle[0], tmp_path, how)
+    with pytest.raises(BundleCorruptError) as info:
+        import_bundle(path, target="cuda:90")
+    assert str(info.value).endswith("nothing was installed")
+    assert cache_contents(fresh_cache) == []
+    with pytest.raises(BundleCorruptError):
+        verify_bundle(path)
+    for command in (["import", "--target", "cuda:90"], ["inspect"]):
+        result = CliRunner().invoke(app, ["bundle", command[0], str(path), *command[1:]])
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert cache_contents(fresh_cache) == []
+    assert verify_bundle(bundle[0]) == read_manifest(bundle[0])  # the sound one passes

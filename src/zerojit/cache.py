@@ -78,6 +78,7 @@ __all__ = [
     "BundleImport",
     "export_bundle",
     "read_manifest",
+    "verify_bundle",
     "import_bundle",
     "entries_of",
     "pack_entries",
@@ -90,7 +91,7 @@ MANIFEST_NAME = "manifest.json"
 _LOCK_DIR = ".zerojit-locks"
 _STATE_DIR = ".zerojit"
 _ENTRY_RE = re.compile(r"^[A-Z2-7]+$")  # Triton names entries by the base32 of a SHA-256
-_MEMBER_RE = re.compile(r"^entries/([A-Z2-7]+)/([^/\\]+)$")
+_MEMBER_RE = re.compile(r"^entries/([A-Z2-7]+)/(?!\.\.?$)([^/\\]+)$")  # no '.' or '..' file
 
 
 # ---------------------------------------------------------------------------------------------
@@ -718,6 +719,22 @@ def read_manifest(path: str | os.PathLike) -> BundleManifest:
         return _read_manifest(tar, path)
 
 
+def verify_bundle(path: str | os.PathLike) -> BundleManifest:
+    """The manifest of the bundle at ``path``, once the whole archive is verified as
+    :func:`import_bundle` verifies it (read to its end, every file against its SHA-256 and the
+    manifest's file list), without checking it against this machine and without installing.
+
+    Raises:
+        TypeError: ``path`` is not a path (str or os.PathLike).
+        BundleError / BundleCorruptError: no file, not an archive, truncated or corrupted.
+    """
+    path = _bundle_path(path)
+    with _open(path) as tar:
+        manifest = _read_manifest(tar, path)
+        _verified_files(tar, path, manifest)
+    return manifest
+
+
 def check_fingerprint(manifest: BundleManifest, path: str, target: str | None, *, target_given: bool = False,
                       compile_only: bool = False) -> bool:
     """Raise :class:`BundleMismatchError` on the first field that differs; returns whether the
@@ -734,6 +751,52 @@ def check_fingerprint(manifest: BundleManifest, path: str, target: str | None, *
         if theirs != local[f]:
             raise BundleMismatchError(path, f, theirs, local[f], target_given=target_given, compile_only=compile_only)
     return target is not None
+
+
+def _verified_files(tar: tarfile.TarFile, path: str, manifest: BundleManifest, done: str = "") -> dict[str, dict[str, bytes]]:
+    """Every entry file of the bundle ``tar`` (its manifest already read), as ``{entry: {file:
+    bytes}}``, once the whole archive is verified: each member a file ``entries/<entry>/<file>``,
+    the archive read to its very end (so gzip checks its CRC and length; a bundle cut short by a
+    few bytes still holds every member) with nothing after the tar's end, and the files exactly
+    the manifest's, each with its SHA-256. ``done``: appended to each message.
+
+    Raises:
+        BundleCorruptError: naming what is wrong.
+    """
+    blobs: dict[tuple[str, str], bytes] = {}
+    try:
+        for member in tar:
+            if member.name == MANIFEST_NAME and member.offset == 0:  # read already
+                continue
+            m = _MEMBER_RE.match(member.name)
+            if not m or not member.isfile():
+                kind = "folder" if member.isdir() else "file" if member.isfile() else "member"
+                raise BundleCorruptError(f"bundle {path}: unexpected {kind} {member.name!r}; {_LAYOUT}{done}")
+            blobs[(m.group(1), m.group(2))] = tar.extractfile(member).read()
+        # The tar ends at its first zero block; what follows must be zeros up to gzip's end.
+        while chunk := tar.fileobj.read(1 << 20):
+            if chunk.count(0) != len(chunk):
+                raise BundleCorruptError(f"bundle {path} has data after the archive's end (appended to it?); "
+                                         f"export it again{done}")
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+        raise BundleCorruptError(f"bundle {path} is truncated or corrupted: {e}; export it again{done}") from None
+    expected = {(e, n): h for e, spec in manifest.entries.items() for n, h in spec["files"].items()}
+    missing = sorted(set(expected) - set(blobs))
+    extra = sorted(set(blobs) - set(expected))
+    if missing or extra:
+        def names(keys: list) -> str:
+            return ", ".join(f"{e}/{n}" for e, n in keys[:3]) + (", ..." if len(keys) > 3 else "")
+
+        differ = "; ".join(f"{what} {names(keys)}" for what, keys in (("missing", missing), ("unexpected", extra))
+                           if keys)
+        raise BundleCorruptError(f"bundle {path}: files differ from its manifest ({differ}); truncated?{done}")
+    for (e, n), h in expected.items():
+        if _sha256(blobs[(e, n)]) != h:
+            raise BundleCorruptError(f"bundle {path}: {e}/{n} is corrupted (SHA-256 differs from the manifest){done}")
+    files: dict[str, dict[str, bytes]] = {}
+    for (e, n), data in blobs.items():
+        files.setdefault(e, {})[n] = data
+    return files
 
 
 def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: str | None = None) -> BundleImport:
@@ -779,36 +842,7 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
                 f"import_bundle(target={manifest.target!r})); nothing was installed")
         check_fingerprint(manifest, path, target, target_given=given,
                           compile_only=co_target is not None and target == co_target)
-        blobs: dict[tuple[str, str], bytes] = {}
-        try:
-            for member in tar:
-                if member.name == MANIFEST_NAME and member.offset == 0:
-                    continue
-                m = _MEMBER_RE.match(member.name)
-                if not m or not member.isfile():
-                    kind = "folder" if member.isdir() else "file" if member.isfile() else "member"
-                    raise BundleCorruptError(f"bundle {path}: unexpected {kind} {member.name!r}; {_LAYOUT}; "
-                                             "nothing was installed")
-                blobs[(m.group(1), m.group(2))] = tar.extractfile(member).read()
-        except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-            raise BundleCorruptError(f"bundle {path} is truncated or corrupted: {e}; nothing was installed") from None
-    expected = {(e, n): h for e, spec in manifest.entries.items() for n, h in spec["files"].items()}
-    missing = sorted(set(expected) - set(blobs))
-    extra = sorted(set(blobs) - set(expected))
-    if missing or extra:
-        raise BundleCorruptError(
-            f"bundle {path}: files differ from its manifest (missing {[f'{e}/{n}' for e, n in missing][:3]}, "
-            f"unexpected {[f'{e}/{n}' for e, n in extra][:3]}); truncated? nothing was installed"
-        )
-    for (e, n), h in expected.items():
-        if _sha256(blobs[(e, n)]) != h:
-            raise BundleCorruptError(f"bundle {path}: {e}/{n} is corrupted (SHA-256 differs from the manifest); "
-                                     "nothing was installed")
-    files: dict[str, dict[str, bytes]] = {}
-    for (e, n), data in blobs.items():
-        if not _ENTRY_RE.match(e):
-            raise BundleCorruptError(f"bundle {path}: bad entry name {e!r}")
-        files.setdefault(e, {})[n] = data
+        files = _verified_files(tar, path, manifest, "; nothing was installed")
     installed, present = install_entries(files, into)
     return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present))
 

@@ -524,14 +524,16 @@ def bundle_inspect(
     file: str = typer.Argument(..., metavar="FILE", help="a bundle"),
     json_out: bool = typer.Option(False, "--json", metavar="", help="print the whole manifest as JSON"),
 ) -> None:
-    """Print a bundle's manifest (nothing is verified or installed). Exit status: 0 printed; 1 not
-    a readable bundle (truncated, corrupted, not a zerojit bundle); 2 no such FILE."""
+    """Verify a bundle as an import does (every file read and checked against its SHA-256 and the
+    manifest), without installing it or checking it against this machine, and print its manifest.
+    Exit status: 0 printed; 1 not a sound bundle (truncated, corrupted, not a zerojit bundle); 2
+    no such FILE."""
     import json
 
-    from zerojit.cache import read_manifest
+    from zerojit.cache import verify_bundle
 
     _check_input_file("bundle inspect", "bundle", file)
-    manifest = read_manifest(file)
+    manifest = verify_bundle(file)
     typer.echo(json.dumps(manifest.to_dict(), indent=2) if json_out else manifest.summary())
 
 
