@@ -513,3 +513,57 @@ def test_a_damaged_bundle_is_refused_by_import_and_inspect(bundle, fresh_cache, 
         assert len(result.output.strip().splitlines()) == 1, result.output
     assert cache_contents(fresh_cache) == []
     assert verify_bundle(bundle[0]) == read_manifest(bundle[0])  # the sound one passes
+
+
+@pytest.mark.parametrize("command", [["import", "--target", "cuda:90"], ["inspect"]])
+def test_unreadable_empty_and_foreign_files_get_one_line_naming_the_file(bundle, tmp_path, monkeypatch, command):
+    import builtins
+
+    from typer.testing import CliRunner
+
+    from zerojit import cache
+    from zerojit.cli import app
+
+    def cli(path):
+        result = CliRunner().invoke(app, ["bundle", command[0], str(path), *command[1:]])
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in result.output and "[" not in lines[0], result.output
+        return result.exit_code, lines[0]
+
+    name = f"zerojit bundle {command[0]}: bundle "
+    locked = tmp_path / "locked.tar.gz"
+    locked.write_bytes(bundle[0].read_bytes())
+    locked.chmod(0)
+    if os.geteuid() == 0:  # root reads it anyway: refuse the open as the kernel would
+        def no_read(file, *args, **kwargs):
+            if str(file) == str(locked):
+                raise PermissionError(13, "Permission denied", str(file))
+            return builtins.open(file, *args, **kwargs)
+
+        monkeypatch.setattr(cache, "open", no_read, raising=False)
+    assert cli(locked) == (2, f"{name}{locked} cannot be read: Permission denied; check its permissions")
+    empty = tmp_path / "empty.tar.gz"
+    empty.write_bytes(b"")
+    assert cli(empty) == (1, f"{name}{empty} is empty (0 bytes), not a zerojit bundle: export it again")
+    for data in (os.urandom(4096), b"x" * 1024):
+        foreign = tmp_path / "foreign.tar.gz"
+        foreign.write_bytes(data.replace(b"\x1f\x8b", b"..")[:4096])
+        status, line = cli(foreign)
+        assert status == 1 and line.startswith(f"{name}{foreign} is not a zerojit bundle (a gzip tar archive"), line
+    gzipped = tmp_path / "gzipped.tar.gz"
+    gzipped.write_bytes(__import__("gzip").compress(b"not a tar"))
+    assert cli(gzipped)[0] == 1
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda m: {**m, "version": 99}, "its format is version 99, and zerojit"),
+    (lambda m: {k: v for k, v in m.items() if k != "target"}, "its manifest lacks the field target (edited by hand?): "
+                                                              "export it again"),
+    (lambda m: {**m, "format": "other"}, 'not a zerojit bundle: its manifest.json has no "format"'),
+])
+def test_a_bad_manifest_is_refused_naming_the_file_and_what_to_do(bundle, tmp_path, edit, needle):
+    path = rewrite(bundle[0], tmp_path / "edited.tar.gz", manifest=edit)
+    for call in (read_manifest, verify_bundle, lambda p: import_bundle(p, target="cuda:90")):
+        with pytest.raises(BundleCorruptError) as info:
+            call(path)
+        assert str(info.value).startswith(f"bundle {path}: {needle}") and "[" not in str(info.value), info.value

@@ -260,7 +260,7 @@ def test_a_missing_bundle_is_invalid_input_and_a_corrupted_one_refused(command, 
     junk = tmp_path / "junk.tar.gz"
     junk.write_bytes(b"not an archive at all")
     one_line(invoke(*command, str(junk), *(["--target", "cuda:90"] if "import" in command else [])), 1,
-             f"zerojit {name}: bundle {junk} is not a readable archive")
+             f"zerojit {name}: bundle {junk} is not a zerojit bundle (a gzip tar archive")
 
 
 def test_a_command_that_cannot_run_is_invalid_input_for_audit():

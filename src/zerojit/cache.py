@@ -74,6 +74,7 @@ __all__ = [
     "check_cache_folder",
     "BundleMismatchError",
     "BundleCorruptError",
+    "BundleReadError",
     "BundleManifest",
     "BundleImport",
     "export_bundle",
@@ -449,6 +450,11 @@ class BundleCorruptError(BundleError):
     """The archive is truncated, corrupted or malformed (a file missing, a SHA-256 that differs)."""
 
 
+class BundleReadError(BundleError):
+    """The bundle file exists but cannot be read (permissions): invalid input, not a refused
+    bundle."""
+
+
 class BundleCacheDirError(BundleError, CacheFolderError):
     """The cache folder a bundle is to be installed into cannot be written (read-only, not a
     folder, cannot be created, or the disk is full).
@@ -502,16 +508,22 @@ class BundleManifest:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "BundleManifest":
-        """Raises: BundleCorruptError: not a zerojit bundle manifest, or a field missing."""
+        """Raises: BundleCorruptError: not a zerojit bundle manifest, or a field missing (the
+        message says what to do; the caller prefixes the bundle's path)."""
         if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT:
-            raise BundleCorruptError("not a zerojit bundle: its manifest.json has no 'format': 'zerojit-bundle'")
+            raise BundleCorruptError(f"not a zerojit bundle: its {MANIFEST_NAME} has no \"format\": "
+                                     f"\"{BUNDLE_FORMAT}\"; give a file zerojit bundle export wrote")
         if data.get("version") != BUNDLE_VERSION:
-            raise BundleCorruptError(f"bundle format version {data.get('version')!r} is not {BUNDLE_VERSION}")
+            raise BundleCorruptError(
+                f"its format is version {data.get('version')!r}, and zerojit {_version.__version__} reads version "
+                f"{BUNDLE_VERSION}: export it again with this zerojit (or import it with zerojit "
+                f"{data.get('zerojit_version', 'the one that wrote it')})")
         names = {f.name for f in dataclasses.fields(cls)}
         missing = [f.name for f in dataclasses.fields(cls) if f.name not in data and f.default is dataclasses.MISSING
                    and f.default_factory is dataclasses.MISSING]
         if missing:
-            raise BundleCorruptError(f"bundle manifest lacks {'field' if len(missing) == 1 else 'fields'} {missing}")
+            raise BundleCorruptError(f"its manifest lacks the {'field' if len(missing) == 1 else 'fields'} "
+                                     f"{', '.join(missing)} (edited by hand?): export it again")
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def summary(self) -> str:
@@ -683,8 +695,18 @@ def _open(path: str) -> tarfile.TarFile:
         raise BundleError(f"bundle {path} is a directory, not a bundle archive (zerojit bundle export writes one file)")
     if not os.path.isfile(path):
         raise BundleError(f"bundle {path} does not exist")
+    try:  # the magic first, so an empty file or another format is said in one line
+        with open(path, "rb") as f:
+            magic = f.read(2)
+    except OSError as e:
+        raise BundleReadError(f"bundle {path} cannot be read: {e.strerror or e}; check its permissions") from None
+    if not magic:
+        raise BundleCorruptError(f"bundle {path} is empty (0 bytes), not a zerojit bundle: export it again")
+    if magic != b"\x1f\x8b":
+        raise BundleCorruptError(f"bundle {path} is not a zerojit bundle (a gzip tar archive, as zerojit bundle "
+                                 "export writes): it is not gzip data")
     try:
-        return tarfile.open(path, "r:*")
+        return tarfile.open(path, "r:gz")
     except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
         raise BundleCorruptError(f"bundle {path} is not a readable archive (truncated or corrupted?): {e}") from None
 
@@ -704,7 +726,10 @@ def _read_manifest(tar: tarfile.TarFile, path: str) -> BundleManifest:
         data = json.loads(tar.extractfile(first).read())
     except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
         raise BundleCorruptError(f"bundle {path}: cannot read its manifest (truncated or corrupted?): {e}") from None
-    return BundleManifest.from_dict(data)
+    try:
+        return BundleManifest.from_dict(data)
+    except BundleCorruptError as e:
+        raise BundleCorruptError(f"bundle {path}: {e}") from None
 
 
 def read_manifest(path: str | os.PathLike) -> BundleManifest:
@@ -713,6 +738,7 @@ def read_manifest(path: str | os.PathLike) -> BundleManifest:
     Raises:
         TypeError: ``path`` is not a path (str or os.PathLike).
         BundleError / BundleCorruptError: no file, not an archive, no manifest.
+        BundleReadError: the file cannot be read (permissions).
     """
     path = _bundle_path(path)
     with _open(path) as tar:
@@ -727,6 +753,7 @@ def verify_bundle(path: str | os.PathLike) -> BundleManifest:
     Raises:
         TypeError: ``path`` is not a path (str or os.PathLike).
         BundleError / BundleCorruptError: no file, not an archive, truncated or corrupted.
+        BundleReadError: the file cannot be read (permissions).
     """
     path = _bundle_path(path)
     with _open(path) as tar:
@@ -826,6 +853,7 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
         BundleCacheDirError: the cache folder cannot be written (read-only, a file, disk full).
         NoTargetError: no ``target`` where there is no GPU and no compile-only block (names the
             bundle's target to pass).
+        BundleReadError: the file cannot be read (permissions).
         BundleError: no such file.
     """
     path = _bundle_path(path)

@@ -64,7 +64,7 @@ def _exit_status(error: BaseException) -> int | None:
     The classes are imported here, not at the top: only a failing command needs them, and
     ``zerojit --help`` need not load the runner and its kernels.
     """
-    from zerojit.cache import BundleError, CacheFolderError
+    from zerojit.cache import BundleError, BundleReadError, CacheFolderError
     from zerojit.compile_only import InterpreterProcessError
     from zerojit.kernels.mla.backends import BackendError
     from zerojit.kernels.mla.config import ConfigError
@@ -74,9 +74,10 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.runner.trace import TraceError
 
     # A cache folder that cannot be written is invalid input, also when a bundle import met it; so
-    # is the environment (a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1 where compile-only is needed).
+    # is the environment (a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1 where compile-only is needed)
+    # and a bundle file that cannot be read (permissions: there is no bundle to judge).
     if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
-                          MonitorModeError, InterpreterProcessError)):
+                          MonitorModeError, InterpreterProcessError, BundleReadError)):
         return 2
     if isinstance(error, (RuntimeJitError, WarmupError, BundleError)):
         return 1
