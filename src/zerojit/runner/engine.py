@@ -56,6 +56,7 @@ import torch
 
 from zerojit import triton_compat
 from zerojit.audit import CoverageAudit, build_audit
+from zerojit.cache import check_cache_folder
 from zerojit.kernel import _WARMUP_SINK, CompiledVariant
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.monitor import ENV_VAR as JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES, JitMonitor
@@ -524,6 +525,7 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
     Raises:
         ConfigError: an invalid config (every bad field listed), BackendError: a backend that
             cannot serve it, TraceError: a malformed trace row (naming the line),
+        CacheFolderError: Triton's cache folder cannot serve (in every warm-up mode),
         RuntimeJitError: a runtime compile in error mode, RunError: options that cannot run,
         WarmupError: keys that failed to compile. Checked outputs that differ from the references
         are reported (``report.checks``, ``report.ok``), not raised.
@@ -534,6 +536,8 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
     trace = _load_trace(options, config)
     target = options.target if device.type == "cpu" else None
     num_blocks = kv_blocks_per_rank(config, options.kv_cache_tokens)
+    if options.warmup != "zerojit":  # a zerojit warm-up checks it itself; the others refuse it alike
+        check_cache_folder(f"--warmup {options.warmup}")
 
     with _compile_target(target), _triton_cache_dir(options):
         registry = JitWarmupRegistry()
