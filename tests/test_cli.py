@@ -491,3 +491,32 @@ def test_a_comparison_warmup_checks_the_cache_folder_like_a_zerojit_one(warmup, 
         one_line(run_cli("--warmup", warmup), 2,
                  f"zerojit run: --warmup {warmup}: Triton's cache folder '{folder}' {needle}",
                  "point TRITON_CACHE_DIR at a writable folder")
+
+
+# ------------------------------------------------------------------------------ fresh user: flags, not the file
+RUN = ["run", "--device", "cpu", "--no-progress"]
+EXPORT = ["bundle", "export", "-o", "OUT", "--no-progress"]
+
+
+@pytest.mark.parametrize("command, flags, problem", [
+    *[(c, ["--dcp-size", "0"], "--dcp-size 0: must be >= 1") for c in (RUN, EXPORT)],
+    *[(c, ["--num-speculative-tokens", "-1"], "--num-speculative-tokens -1: must be >= 0") for c in (RUN, EXPORT)],
+    (EXPORT, ["--dcp-size", "2", "--dcp-interleave", "0"], "--dcp-interleave 0: must be >= 1"),
+    (RUN, ["--dcp-size", "2", "--dcp-rank", "5"], "--dcp-rank 5: must be < dcp_size=2"),
+])
+def test_a_bad_flag_value_is_named_as_the_flag_not_blamed_on_the_config(command, flags, problem, tmp_path):
+    args = [str(tmp_path / "b.tar.gz") if a == "OUT" else a for a in command]
+    name = " ".join(command[:2]) if command[0] == "bundle" else command[0]
+    result = invoke(*args, *flags)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    flag = problem.split()[0]
+    assert f"zerojit {name}: invalid {flag} for config dsv4-like.json (1 problem):" in result.output, result.output
+    assert f"  - {problem}" in result.output and "dsv4-like.json (1 problem): dcp" not in result.output
+
+
+def test_a_config_file_problem_is_still_the_files(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"block_size": 3, "compress_ratios": [4], "index_topk": 8}))
+    result = run_cli("--config", str(bad), "--dcp-size", "0")
+    assert result.exit_code == 2 and "invalid config bad.json (3 problems)" in result.output, result.output
+    assert "--dcp-size 0: must be >= 1" in result.output and "block_size=3" in result.output

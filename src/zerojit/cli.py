@@ -323,6 +323,7 @@ def run_command(
     """
     import json
 
+    from zerojit.runner.config import load_config
     from zerojit.runner.engine import RunOptions, option_conflicts, run
 
     _check_output_file("run", "--json", json_out)
@@ -333,6 +334,10 @@ def run_command(
     # the variable when warm-up completes (a value the option took from it is already checked).
     from_flag = ctx.get_parameter_source("jit_monitor_mode").name == "COMMANDLINE"
     apply_jit_monitor_mode(jit_monitor_mode if from_flag else None)
+    overrides, given_as = _config_overrides(ctx, dcp_size=dcp_size, dcp_rank=dcp_rank,
+                                            num_speculative_tokens=num_speculative_tokens)
+    if overrides:  # checked here to name a bad value's flag (run() knows only fields); it loads it again
+        load_config(config, given_as=given_as, **overrides)
     options = RunOptions(
         config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
         jit_monitor_mode=jit_monitor_mode, check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
@@ -344,6 +349,14 @@ def run_command(
     if json_out is not None:
         _write_output("run", "--json", json_out, json.dumps(report.to_dict(), indent=2))
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _config_overrides(ctx: typer.Context, **values: Optional[int]) -> tuple[dict[str, int], dict[str, str]]:
+    """The config fields the current command's flags override (those given) and how each was
+    given (``{"dcp_size": "--dcp-size 0"}``), for ``load_config(given_as=...)``: a bad value is
+    then named as the flag, not blamed on the config file."""
+    given = {k: v for k, v in values.items() if v is not None}
+    return given, {k: _given(ctx, k, v) for k, v in given.items()}
 
 
 def _given(ctx: typer.Context, name: str, value: Any) -> str:
@@ -438,6 +451,7 @@ app.add_typer(bundle_app, name="bundle")
 @_reflowed
 @_user_errors("bundle export")
 def bundle_export(
+    ctx: typer.Context,
     output: str = typer.Option(..., "-o", "--output", metavar="FILE", help="the bundle file to write (.tar.gz)"),
     config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
     target: str = typer.Option("cuda:90", "--target", metavar="TARGET",
@@ -475,11 +489,11 @@ def bundle_export(
         _refuse("bundle export", "--target device: no GPU is visible here; pass the compile-only target the "
                 "bundle is for (e.g. --target cuda:90): it needs no GPU")
     apply_jit_monitor_mode(None)
-    overrides = {k: v for k, v in dict(dcp_size=dcp_size, dcp_interleave=dcp_interleave,
-                                       num_speculative_tokens=num_speculative_tokens).items() if v is not None}
+    overrides, given_as = _config_overrides(ctx, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                                            num_speculative_tokens=num_speculative_tokens)
     if dcp_size is not None:
         overrides.setdefault("dcp_rank", 0)
-    cfg = load_config(config, **overrides)
+    cfg = load_config(config, given_as=given_as, **overrides)
     with (compile_only(target) if target != "device" else contextlib.nullcontext()):
         registry = register_model(cfg, backend)
         report = registry.warmup(cfg, workers=_capped_workers("bundle export", workers) or usable_cores(),

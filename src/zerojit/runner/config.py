@@ -28,7 +28,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from zerojit.kernels.mla.config import ConfigError, ModelConfig, mentions
 
@@ -65,12 +65,16 @@ def _is_path(name_or_path: str | os.PathLike) -> bool:
     return isinstance(name_or_path, os.PathLike) or s.endswith(".json") or os.sep in s or "/" in s
 
 
-def load_config(name_or_path: str | os.PathLike, **overrides: Any) -> ModelConfig:
+def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] | None = None,
+                **overrides: Any) -> ModelConfig:
     """Load a model configuration and apply ``overrides``.
 
     Args:
         name_or_path: a shipped name (see :func:`shipped_configs`) or the path of a JSON file
             (anything ending in ``.json`` or containing a path separator is a path).
+        given_as: how the caller was given some overrides (``{"dcp_size": "--dcp-size 0"}``): a
+            problem with such a value starts with that instead of ``dcp_size=0``, and the error
+            blames the file only when a problem is not one of them.
         **overrides: field values that replace the file's (e.g. ``dcp_size=2, dcp_rank=1,
             num_speculative_tokens=2``). A file without ``name`` is named after its stem.
 
@@ -117,8 +121,21 @@ def load_config(name_or_path: str | os.PathLike, **overrides: Any) -> ModelConfi
         return ModelConfig.from_dict(fields, required=REQUIRED_FIELDS)
     except ConfigError as e:  # a problem with a value the file never set says where the value came from
         defaults = {f: v for f, v in file_defaults().items() if f not in fields}
-        raise ConfigError([_with_defaults(p, defaults, path.name) for p in e.problems],
-                          what=f"config {path.name}") from None
+        problems = [_given_as(_with_defaults(p, defaults, path.name), overrides, given_as or {}) for p in e.problems]
+        given = [g for g in (given_as or {}).values() if any(p.startswith(g) for p in problems)]
+        from_caller = all(any(p.startswith(g) for g in given) for p in problems)  # the file is not to blame
+        what = f"{', '.join(g.split()[0] for g in given)} for config {path.name}" if from_caller else f"config {path.name}"
+        raise ConfigError(problems, what=what) from None
+
+
+def _given_as(problem: str, overrides: dict[str, Any], given_as: Mapping[str, str]) -> str:
+    """``problem`` starting with how its field's value was given (``--dcp-size 0: ...``) when the
+    caller says so, else as it is (``dcp_size=0: ...``)."""
+    for f, given in given_as.items():
+        prefix = f"{f}={overrides[f]}"
+        if problem.startswith(prefix):
+            return given + problem[len(prefix):]
+    return problem
 
 
 def _with_defaults(problem: str, defaults: dict[str, Any], file: str) -> str:
