@@ -567,3 +567,15 @@ def test_a_bad_manifest_is_refused_naming_the_file_and_what_to_do(bundle, tmp_pa
         with pytest.raises(BundleCorruptError) as info:
             call(path)
         assert str(info.value).startswith(f"bundle {path}: {needle}") and "[" not in str(info.value), info.value
+
+
+def test_bundle_import_refuses_an_empty_cache_dir_flag(bundle, fresh_cache):
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    result = CliRunner().invoke(app, ["bundle", "import", str(bundle[0]), "--target", "cuda:90", "--cache-dir", ""])
+    assert result.exit_code == 2 and result.output.strip() == (
+        "zerojit bundle import: --cache-dir '': the folder is empty; give a folder, or leave the flag out to "
+        "install into TRITON_CACHE_DIR"), result.output
+    assert cache_contents(fresh_cache) == []

@@ -526,6 +526,9 @@ def bundle_import(
     from zerojit.cache import import_bundle
 
     _check_input_file("bundle import", "bundle", file)
+    if cache_dir == "":  # import_bundle(into='') would fall back to TRITON_CACHE_DIR
+        _refuse("bundle import", "--cache-dir '': the folder is empty; give a folder, or leave the flag out to "
+                "install into TRITON_CACHE_DIR")
     if target is not None:
         _check_target("bundle import", target, option="--target")
     result = import_bundle(file, target=target, into=cache_dir)
