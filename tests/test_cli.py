@@ -520,3 +520,29 @@ def test_a_config_file_problem_is_still_the_files(tmp_path):
     result = run_cli("--config", str(bad), "--dcp-size", "0")
     assert result.exit_code == 2 and "invalid config bad.json (3 problems)" in result.output, result.output
     assert "--dcp-size 0: must be >= 1" in result.output and "block_size=3" in result.output
+
+
+# ------------------------------------------------------------------------------ fresh user: minor
+def test_the_cap_note_says_one_core(monkeypatch, tmp_path):
+    from zerojit.runner import engine
+
+    monkeypatch.setattr(engine, "usable_cores", lambda: 1)
+    result = run_cli("--workers", "4", "--trace", str(tmp_path / "nosuch.csv"))
+    assert "--workers 4 is more than the 1 core this process can use; using 1" in result.output, result.output
+
+
+def test_the_demo_summary_is_one_sentence():
+    listing = invoke("--help").output
+    line = next(line for line in listing.splitlines() if " demo " in line)
+    assert "Warm up the example kernel's key space and print the warm-up report." in line
+    assert "Exit status" not in listing
+
+
+def test_audit_of_a_directory_says_so(tmp_path):
+    one_line(invoke("audit", "--", str(tmp_path)), 2, f"zerojit audit: cannot run '{tmp_path}': it is a directory")
+
+
+def test_audit_of_a_script_killed_by_a_signal_says_so_and_exits_128_plus_n():
+    result = invoke("audit", "--", "sh", "-c", "kill -9 $$")
+    assert result.exit_code == 128 + 9, (result.exit_code, result.output)
+    assert result.output.strip() == "zerojit audit: the script was killed by SIGKILL before it wrote its audit"

@@ -780,7 +780,8 @@ def check_fingerprint(manifest: BundleManifest, path: str, target: str | None, *
     return target is not None
 
 
-def _verified_files(tar: tarfile.TarFile, path: str, manifest: BundleManifest, done: str = "") -> dict[str, dict[str, bytes]]:
+def _verified_files(tar: tarfile.TarFile, path: str, manifest: BundleManifest,
+                    done: str = "") -> dict[str, dict[str, bytes]]:
     """Every entry file of the bundle ``tar`` (its manifest already read), as ``{entry: {file:
     bytes}}``, once the whole archive is verified: each member a file ``entries/<entry>/<file>``,
     the archive read to its very end (so gzip checks its CRC and length; a bundle cut short by a

@@ -200,13 +200,14 @@ def _check_target(command: str, target: str, *, option: str | None = None) -> No
 def _capped_workers(command: str, workers: Optional[int]) -> Optional[int]:
     """``--workers`` capped to the cores this process can use, with a note on stderr when capped
     (more compile workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2)."""
+    from zerojit.registry import count
     from zerojit.runner.engine import usable_cores
 
     cores = usable_cores()
     if workers is None or workers <= cores:
         return workers
-    typer.echo(f"zerojit {command}: note: --workers {workers} is more than the {cores} cores this process can use; "
-               f"using {cores}", err=True)
+    typer.echo(f"zerojit {command}: note: --workers {workers} is more than the {count(cores, 'core')} this process "
+               f"can use; using {cores}", err=True)
     return cores
 
 
@@ -370,11 +371,14 @@ def _given(ctx: typer.Context, name: str, value: Any) -> str:
 
 
 @app.command(cls=_Command)
+@_reflowed
 @_user_errors("demo")
 def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-only target used when no GPU is present")) -> None:
-    """Warm up the example kernel's key space and print the warm-up report. Exit status: 0 warmed
-    up; 1 a key failed to compile; 2 invalid input (a TARGET this Triton cannot compile for, a
-    cache folder that cannot serve)."""
+    """Warm up the example kernel's key space and print the warm-up report.
+
+    Exit status: 0 warmed up; 1 a key failed to compile; 2 invalid input (a TARGET this Triton
+    cannot compile for, a cache folder that cannot serve, a bad ZEROJIT_JIT_MONITOR,
+    TRITON_INTERPRET=1)."""
     import torch
 
     from zerojit import JitWarmupRegistry
@@ -411,6 +415,7 @@ def audit(
     cannot be run.
     """
     import json
+    import signal
     import subprocess
     import tempfile
     from pathlib import Path
@@ -427,8 +432,19 @@ def audit(
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
         try:
             rc = subprocess.call(list(command), env=env)
-        except OSError as e:
-            _refuse("audit", f"cannot run {command[0]!r}: {e.strerror or e}")
+        except OSError as e:  # exec says "Permission denied" for a directory
+            is_dir = isinstance(e, PermissionError) and os.path.isdir(command[0])
+            _refuse("audit", f"cannot run {command[0]!r}: {'it is a directory' if is_dir else e.strerror or e}")
+        killed = None
+        if rc < 0:  # killed by a signal: the shell's status for it (128 + N), not -N mod 256
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            killed, rc = f"the script was killed by {name}", 128 - rc
+        if not os.path.exists(out) and killed:
+            typer.echo(f"zerojit audit: {killed} before it wrote its audit", err=True)
+            raise typer.Exit(rc)
         if not os.path.exists(out):
             typer.echo("zerojit audit: the script wrote no audit: it ran no zerojit warm-up (or exited "
                        "through os._exit), so nothing was monitored", err=True)
@@ -438,7 +454,7 @@ def audit(
     if json_out is not None:
         _write_output("audit", "--json", json_out, result.to_json())
     if rc != 0:
-        typer.echo(f"zerojit audit: the script exited with status {rc}", err=True)
+        typer.echo(f"zerojit audit: {killed or f'the script exited with status {rc}'}", err=True)
     raise typer.Exit(1 if not result.ok else rc)
 
 
@@ -542,10 +558,11 @@ def bundle_inspect(
     file: str = typer.Argument(..., metavar="FILE", help="a bundle"),
     json_out: bool = typer.Option(False, "--json", metavar="", help="print the whole manifest as JSON"),
 ) -> None:
-    """Verify a bundle as an import does (every file read and checked against its SHA-256 and the
-    manifest), without installing it or checking it against this machine, and print its manifest.
-    Exit status: 0 printed; 1 not a sound bundle (truncated, corrupted, not a zerojit bundle); 2
-    no such FILE."""
+    """Verify a bundle without installing it, and print its manifest.
+
+    Every file is read and checked against its SHA-256 and the manifest, as an import does, but
+    not against this machine. Exit status: 0 printed; 1 not a sound bundle (truncated,
+    corrupted, not a zerojit bundle); 2 no such FILE, or it cannot be read."""
     import json
 
     from zerojit.cache import verify_bundle

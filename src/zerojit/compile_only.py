@@ -26,8 +26,9 @@ from typing import Iterator
 
 from . import triton_compat as _tc
 
-__all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "InterpreterProcessError", "compile_only", "parse_target", "supported_cuda_capabilities",
-           "active_compile_only", "current_target_name", "is_target_name", "target_name", "warm_target"]
+__all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "InterpreterProcessError", "compile_only", "parse_target",
+           "supported_cuda_capabilities", "active_compile_only", "current_target_name", "is_target_name",
+           "target_name", "warm_target"]
 
 _TARGET = re.compile(r"^(cuda):(\d+)$|^(hip):(gfx\w+)$")
 

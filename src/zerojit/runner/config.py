@@ -124,7 +124,8 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
         problems = [_given_as(_with_defaults(p, defaults, path.name), overrides, given_as or {}) for p in e.problems]
         given = [g for g in (given_as or {}).values() if any(p.startswith(g) for p in problems)]
         from_caller = all(any(p.startswith(g) for g in given) for p in problems)  # the file is not to blame
-        what = f"{', '.join(g.split()[0] for g in given)} for config {path.name}" if from_caller else f"config {path.name}"
+        flags = ", ".join(g.split()[0] for g in given)
+        what = f"{flags} for config {path.name}" if from_caller else f"config {path.name}"
         raise ConfigError(problems, what=what) from None
 
 
