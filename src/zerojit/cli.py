@@ -320,7 +320,7 @@ def run_command(
     continuous-batching scheduler (every step builds its attention metadata through the seven
     kernels) and reports. Exit status: 0 on success; 1 when something compiled at run time after a
     zerojit warm-up or a check failed; 2 for invalid input (config, trace, options, flags that
-    conflict).
+    conflict, the environment, a --json that cannot be written).
     """
     import json
 
@@ -411,8 +411,9 @@ def audit(
     its zerojit warm-up installs the monitor; it writes its audit at exit.
 
     Exit status: 1 when anything compiled at run time, else the script's
-    own status; 2 when the script ran no zerojit warm-up and exited 0, or
-    cannot be run.
+    own status (128 + N when signal N killed it); 2 when the script ran no
+    zerojit warm-up and exited 0, or cannot be run, or --json cannot be
+    written.
     """
     import json
     import signal
@@ -487,7 +488,7 @@ def bundle_export(
     Needs no GPU for a compile-only target (run it with CUDA_VISIBLE_DEVICES="" on a GPU host
     to prove it). The manifest records the Triton version and build, Python, target, ptxas,
     kernels and keys. Exit status: 0 written; 1 warm-up failed; 2 invalid input (config, TARGET,
-    output path, a cache folder that cannot serve).
+    output path, a cache folder that cannot serve, a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1).
     """
     import contextlib
 
@@ -536,8 +537,9 @@ def bundle_import(
     A bundle for another Triton build, Python or target is refused, naming the field; a truncated
     or corrupted one is refused; either way nothing is installed. Where there is no GPU, --target
     says which GPU the bundle is meant for (there is nothing here to check its target against).
-    Exit status: 0 installed; 1 refused; 2 invalid input (no such FILE, a TARGET this Triton
-    cannot compile for, no --target without a GPU, a cache folder that cannot be written).
+    Exit status: 0 installed; 1 refused; 2 invalid input (no such FILE or one that cannot be
+    read, a TARGET this Triton cannot compile for, no --target without a GPU, a cache folder that
+    cannot be written, --cache-dir '').
     """
     from zerojit.cache import import_bundle
 
