@@ -91,8 +91,8 @@ BUNDLE_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 _LOCK_DIR = ".zerojit-locks"
 _STATE_DIR = ".zerojit"
-_ENTRY_RE = re.compile(r"^[A-Z2-7]+$")  # Triton names entries by the base32 of a SHA-256
-_MEMBER_RE = re.compile(r"^entries/([A-Z2-7]+)/(?!\.\.?$)([^/\\]+)$")  # no '.' or '..' file
+# Triton names entries by the base32 of a SHA-256; a file is named, never '.' or '..'
+_MEMBER_RE = re.compile(r"^entries/([A-Z2-7]+)/(?!\.\.?$)([^/\\]+)$")
 
 
 # ---------------------------------------------------------------------------------------------
