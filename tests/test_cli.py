@@ -479,20 +479,6 @@ def test_audit_json_that_cannot_be_written_is_refused_naming_the_flag():
     one_line(invoke("audit", "--json", "", "--", "true"), 2, "zerojit audit: --json '': the path is empty")
 
 
-# ------------------------------------------------------------------------------ fresh user: comparison warm-ups
-@pytest.mark.parametrize("warmup", ["triton", "none"])
-def test_a_comparison_warmup_checks_the_cache_folder_like_a_zerojit_one(warmup, tmp_path, monkeypatch):
-    from triton import knobs
-
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    for folder, needle in ((str(blocker), "is a file"), ("", "is empty (TRITON_CACHE_DIR='')")):
-        monkeypatch.setattr(knobs.cache, "dir", folder)
-        one_line(run_cli("--warmup", warmup), 2,
-                 f"zerojit run: --warmup {warmup}: Triton's cache folder '{folder}' {needle}",
-                 "point TRITON_CACHE_DIR at a writable folder")
-
-
 # ------------------------------------------------------------------------------ fresh user: flags, not the file
 RUN = ["run", "--device", "cpu", "--no-progress"]
 EXPORT = ["bundle", "export", "-o", "OUT", "--no-progress"]

@@ -56,7 +56,6 @@ import torch
 
 from zerojit import triton_compat
 from zerojit.audit import CoverageAudit, build_audit
-from zerojit.cache import check_cache_folder
 from zerojit.kernel import _WARMUP_SINK, CompiledVariant
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.monitor import ENV_VAR as JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES, JitMonitor
@@ -536,8 +535,6 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
     trace = _load_trace(options, config)
     target = options.target if device.type == "cpu" else None
     num_blocks = kv_blocks_per_rank(config, options.kv_cache_tokens)
-    if options.warmup != "zerojit":  # a zerojit warm-up checks it itself; the others refuse it alike
-        check_cache_folder(f"--warmup {options.warmup}")
 
     with _compile_target(target), _triton_cache_dir(options):
         registry = JitWarmupRegistry()
