@@ -258,3 +258,29 @@ def test_cli_workers_compile_in_worker_processes_then_a_rerun_restores(tmp_path)
     assert warm["warmup"]["stats"]["restored"] == 21 and warm["warmup"]["stats"]["workers"] == 0
     assert "21 restored from the disk cache by zerojit's restore index" in warm_text
     assert cold["runtime_compiles"] == warm["runtime_compiles"] == 0
+
+
+def test_the_serving_collector_freezes_start_up_and_restores_the_collector():
+    import gc
+
+    from zerojit.runner.engine import SERVING_GC_THRESHOLD, serving_collector
+
+    before = gc.get_threshold()
+    with serving_collector():
+        assert gc.get_threshold() == (SERVING_GC_THRESHOLD, *before[1:])
+        assert gc.get_freeze_count() > 0
+    assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+
+
+def test_the_primer_step_is_not_part_of_the_replay_counts(monkeypatch):
+    import zerojit.runner.engine as engine
+
+    primed = []
+    real = engine.primer_step
+    monkeypatch.setattr(engine, "primer_step", lambda *a: primed.append(real(*a)))
+    with_primer = run(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False))
+    monkeypatch.setattr(engine, "primer_step", lambda *a: None)
+    without = run(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False))
+    assert primed == [None] and with_primer.runtime_compiles == 0
+    assert with_primer.launches == without.launches > 0
+    assert with_primer.audit_counts() == without.audit_counts()

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import json
 import os
 import random
@@ -549,9 +550,13 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
         no_warmup = f"--warmup {options.warmup}" if options.warmup == "none" else None
         with JitMonitor(options.monitor_mode, report=warmup.report, no_warmup_note=no_warmup) as monitor, \
                 _RequestPathClock() as clock:                                                # 5.
-            replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,   # 6.
-                                  step_interval_s=options.step_interval_s, check_steps=check_steps,
-                                  progress=options.progress, clock=clock)
+            if options.warmup == "zerojit":  # the comparison modes measure what lands on the first step
+                primer_step(plan, device, options.seed, warmup.report)
+                monitor.reset()  # the replay's counts and audit are the trace's alone
+            with serving_collector():
+                replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,  # 6.
+                                      step_interval_s=options.step_interval_s, check_steps=check_steps,
+                                      progress=options.progress, clock=clock)
         audit = build_audit(warmup.report, monitor)
     counts = monitor.counts()
 
@@ -914,7 +919,7 @@ def replay_trace(
     buffers = DecodeBuffers.allocate(plan, device=device)
     to_check = set(check_steps)
     replay = Replay()
-    if on_gpu and launch:
+    if on_gpu and launch:  # (a zerojit run's primer step did this and more)
         _warm_host_ops(plan, device, seed)
     checked, outputs, mismatches, check_s = [], 0, [], 0.0
     start = time.perf_counter()
@@ -957,6 +962,52 @@ def replay_trace(
         where = "cuda" if on_gpu else "interpreter"
         replay.checks = CheckReport(where, tuple(checked), outputs, tuple(mismatches), check_s)
     return replay
+
+
+def primer_step(plan: MetadataPlan, device: torch.device, seed: int, report: WarmupReport) -> None:
+    """One small step through the whole step path (its inputs built, every kernel the plan
+    launches launched) after warm-up and before the first request, as serving engines run a
+    dummy batch at start-up: the first-use costs of the step's Python and tensor code, of
+    PyTorch's lazily loaded CUDA kernels and of the allocator's first blocks land here, not on
+    the first request.
+
+    The step runs under a :class:`~zerojit.monitor.JitMonitor` in error mode whatever the run's
+    mode: a primer proves coverage, it never compiles what the warm-up missed (a key it would
+    need raises :class:`~zerojit.monitor.RuntimeJitError` before compiling). Its batch has one
+    decode and one prefill request, so it launches the decode and the prefill kernels.
+    """
+    lq = plan.config.query_len
+    batch = Batch(step=-1, request_ids=(0, 1), query_lens=(lq, 2), seq_lens=(lq + 3, 2), num_decodes=1)
+    with JitMonitor("error", report=report):
+        fill = device.type == "cuda"  # as the replay builds its steps (values only where they run)
+        inputs = build_step_inputs(batch, plan, blocks=[[1], [2]] if fill else None, fill=fill, seed=seed, device=device)
+        step_metadata(inputs, plan, KERNELS, DecodeBuffers.allocate(plan, device=device))
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+
+#: Generation-0 threshold of Python's collector while serving (CPython's default: 700). A step
+#: allocates thousands of short-lived objects; at the default a young collection runs every few
+#: steps and, now and then, a full one walks the whole heap (116 ms seen on a long CPU run).
+SERVING_GC_THRESHOLD = 50_000
+
+
+@contextlib.contextmanager
+def serving_collector() -> Iterator[None]:
+    """Python's garbage collector tuned for the serving loop, as serving engines do after
+    start-up: everything start-up built (modules, compiled kernels, the model, the cache) is
+    collected once and frozen (``gc.freeze()``: moved to a generation no collection walks), and
+    young collections run every :data:`SERVING_GC_THRESHOLD` allocations instead of 700. The
+    previous thresholds are restored and the frozen objects unfrozen on exit."""
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(SERVING_GC_THRESHOLD, *thresholds[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
 
 
 def _warm_host_ops(plan: MetadataPlan, device: torch.device, seed: int) -> None:
