@@ -431,7 +431,10 @@ class TritonJitKernel(JitKernel[KeyT]):
 
     def _choose_config(self, tuning_key: tuple, call: dict[str, Any]) -> int:
         """The autotune config (index) a launch at ``tuning_key`` uses: forced inside a warm-up of
-        a :class:`~zerojit.autotune.TunedKey`, else the tuning table's, else the policy's."""
+        a :class:`~zerojit.autotune.TunedKey`, else the tuning table's, else the policy's (that
+        choice is remembered and put in the autotuner's own cache too).
+
+        Raises: zerojit.autotune.TuningError: the policy has no config for this tuning key."""
         forced = _FORCED_CONFIG.get()
         if forced is not None:
             return forced
@@ -453,6 +456,8 @@ class TritonJitKernel(JitKernel[KeyT]):
                 f"{self.name}: tuning key {tuning_key} was never tuned and the policy ({policy}) names no config: "
                 f"tune it at warm-up (tuning_inputs) or put it in the tuning file ({len(cls._tuning_table)} tuned)")
         cls._untuned_choice[tuning_key] = found
+        # the autotuner's own run (the library's call path) now makes the same choice, unbenchmarked
+        _tc.fill_autotuner_cache(cls._wrapping.tuner, tuning_key, cls._wrapping.configs[found])
         return found
 
     def _wrapped_spec(self, spec: LaunchSpec, inputs: tuple) -> LaunchSpec:
