@@ -519,12 +519,16 @@ class TritonJitKernel(JitKernel[KeyT]):
 
     def tuning_header(self) -> dict[str, Any]:
         """The fields a tuning file of this kernel must carry here: ``kernel``, ``target``
-        (``"cuda:90"``), ``triton`` (version), ``source_hash`` (Triton's ``cache_key`` of the
+        (``"cuda:90"``; ``"interpreter"`` under ``TRITON_INTERPRET=1``), ``triton`` (version), ``source_hash`` (Triton's ``cache_key`` of the
         ``triton.jit`` function) and, on a GPU, ``gpu`` (the device name)."""
-        target = _tc.current_target()
-        header = {"kernel": self.name, "target": f"{target.backend}:{target.arch}", "triton": _tc.TRITON_VERSION,
+        if _tc.interpreting():
+            target = "interpreter"
+        else:
+            t = _tc.current_target()
+            target = f"{t.backend}:{t.arch}"
+        header = {"kernel": self.name, "target": target, "triton": _tc.TRITON_VERSION,
                   "source_hash": _tc.source_hash(self.kernel)}
-        if not isinstance(_tc.active_driver(), CompileOnlyDriver):
+        if target != "interpreter" and not isinstance(_tc.active_driver(), CompileOnlyDriver):
             import torch  # imported by the launch path already; here only to name the GPU
 
             header["gpu"] = torch.cuda.get_device_name()
@@ -537,7 +541,8 @@ class TritonJitKernel(JitKernel[KeyT]):
     def finish_warmup(self, keys: list) -> None:
         """Fill the tuning table once every key compiled (called by the registry's warm-up).
 
-        Reads the tuning file (:func:`zerojit.autotune.load_tuning_file`); on a GPU benchmarks
+        Reads the tuning file (:func:`zerojit.autotune.load_tuning_file`); where kernels run (a
+        GPU, or the interpreter under ``TRITON_INTERPRET=1``) benchmarks
         each tuning key :meth:`tuning_inputs` declares that the table lacks, over its surviving
         configs, with the autotuner's own benchmark, and saves the file (atomically); then puts
         the table in the autotuner's own cache, so calls through the library's own path do not
@@ -558,7 +563,7 @@ class TritonJitKernel(JitKernel[KeyT]):
             loaded = _at.load_tuning_file(path, header, wrapping.configs)
             cls._tuning_table.update(loaded)
             timings.update(dict.fromkeys(loaded))
-        if not isinstance(_tc.active_driver(), CompileOnlyDriver) and not _tc.interpreting():
+        if _tc.interpreting() or not isinstance(_tc.active_driver(), CompileOnlyDriver):  # kernels run here
             tuned = False
             with context.allow_compiles():
                 for key in dict.fromkeys(k.key if isinstance(k, _at.TunedKey) else k for k in keys):

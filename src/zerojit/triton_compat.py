@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import importlib
+import inspect
 import json
 import os
 import re
@@ -774,8 +776,13 @@ def set_build_key_function(fn: Callable[[], str]) -> None:
 
 def source_hash(jit_fn: Any) -> str:
     """``jit_fn``'s source hash over its dependencies (Triton's ``cache_key``; 3.8: constexpr
-    globals are sorted first, so the values differ from 3.7's for the same source)."""
-    return jit_fn.cache_key
+    globals are sorted first, so the values differ from 3.7's for the same source). Under
+    ``TRITON_INTERPRET=1`` (an ``InterpretedFunction`` has no ``cache_key``): the SHA-256 of the
+    function's own source."""
+    key = getattr(jit_fn, "cache_key", None)
+    if key is None and interpreting():
+        key = hashlib.sha256(inspect.getsource(jit_fn.fn).encode()).hexdigest()
+    return key
 
 
 @functools.lru_cache(maxsize=1)
