@@ -337,3 +337,23 @@ def test_launch_options_in_any_order_are_one_variant():
     k.compile(Copy.CompileKey(0))
     k.compile(Copy.CompileKey(1))
     assert len(_tc.kernel_cache(_copy_kernel, _tc.current_device())) == 1
+
+
+# -- compile workers ------------------------------------------------------------------------------
+
+def test_workers_compile_a_wrapped_kernel_of_a_library_style_module():
+    """The module binds the kernel's name to a Heuristics object and evaluates a
+    ``torch.Tensor | None`` annotation at import: a worker compiles it all the same."""
+    from zerojit.examples.tuned_scale import TunedScale
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        TunedScale().register_warmup(sizes=(64,))  # prune: BLOCK 64 (two num_warps), + the policy's 256/4
+    report = reg.warmup(workers=2, progress=False)
+    assert [len(k.keys) for k in report.kernels] == [6]
+    assert list(report.stats.recovered) == [] and report.stats.worker_compiled == 6
+    with JitMonitor("error", report=report) as mon:
+        for n in (1, 64, 100):
+            for scale in (2.0, None):
+                TunedScale()(x=torch.ones(n), out=torch.empty(n), scale=scale)
+    assert mon.counts().runtime_compiles == 0 and mon.counts().benchmarks == 0

@@ -490,7 +490,9 @@ class TritonJitKernel(JitKernel[KeyT]):
     def tuned_keys(self, keys: list) -> list:
         """``keys`` expanded to one :class:`~zerojit.autotune.TunedKey` per config that survives
         the autotuner's pruning (``Autotuner.prune_configs``) on each key's warm-up inputs, then
-        :meth:`select_configs`. Keys of a kernel whose autotuner has one config are returned as is."""
+        :meth:`select_configs`, plus the ``tuning`` policy's config (what an untuned tuning key
+        launches) where pruning dropped it. Keys of a kernel whose autotuner has one config are
+        returned as is."""
         wrapping = self._wrapping
         if wrapping is None or not wrapping.tunes:
             return list(keys)
@@ -500,7 +502,11 @@ class TritonJitKernel(JitKernel[KeyT]):
                 out.append(key)
                 continue
             named = self._warmup_named(self.warmup_inputs(key))[0]
-            for i in self.select_configs(key, wrapping.surviving(named)):
+            configs = self.select_configs(key, wrapping.surviving(named))
+            default = self.tuning.config_index(wrapping.configs)
+            if default is not None and default not in configs:  # what an untuned key launches
+                configs = [*configs, default]
+            for i in configs:
                 out.append(_at.TunedKey(key, i, tuple(_tc.config_arguments(wrapping.configs[i]).items())))
         return out
 
