@@ -357,3 +357,29 @@ def test_workers_compile_a_wrapped_kernel_of_a_library_style_module():
             for scale in (2.0, None):
                 TunedScale()(x=torch.ones(n), out=torch.empty(n), scale=scale)
     assert mon.counts().runtime_compiles == 0 and mon.counts().benchmarks == 0
+
+
+# -- the audit ----------------------------------------------------------------------------------
+
+def test_audit_counts_chosen_configs_as_hits_and_names_benchmarks():
+    from zerojit.audit import build_audit
+
+    Scale._tuning_table[(64, "torch.float32", "torch.float32")] = _idx(64, 4)
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Scale().register_warmup(sizes=(64,))
+    report = reg.warmup(progress=False)
+    plain = triton.autotune(CONFIGS[:2], key=["n"], do_bench=lambda call, quantiles: [1.0] * 3)(_scale_jit)
+    with JitMonitor("warn", report=report) as mon:
+        _serve(Scale(), 64, 2.0)  # the tuned key: BLOCK 64, 4 warps
+        plain.run(torch.ones(8), torch.empty(8), 8, 1.0, HAS_SCALE=True, grid=(1,), warmup=True)
+    audit = build_audit(report, mon)
+    cov = audit.kernel("scale_jit")
+    hit = [w for w in cov.hit]
+    assert [(w.fields["config"], w.hits) for w in hit] == [(_idx(64, 4), 1)]
+    assert hit[0].fields["key"] == str({"n": 64, "has_scale": True})
+    assert len(cov.dead) == 11  # the other configs (and the no-scale key) were compiled, not chosen
+    assert [(b.kernel, b.tuning_key, b.configs, b.runs) for b in audit.benchmarks] == [
+        ("scale_jit", "(8, 'torch.float32', 'torch.float32')", 2, 1)]
+    assert not audit.ok and "autotune benchmark after warm-up: scale_jit" in audit.table()
+    assert type(audit).from_dict(audit.to_dict()) == audit

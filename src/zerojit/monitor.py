@@ -82,6 +82,7 @@ __all__ = [
     "JitMonitor",
     "RuntimeJitError",
     "RuntimeCompile",
+    "RuntimeBenchmark",
     "ArgDifference",
     "MissCount",
     "MonitorCounts",
