@@ -337,6 +337,7 @@ class TritonJitKernel(JitKernel[KeyT]):
     _wrapping: ClassVar[_at.Wrapping | None] = None
     _tuning_table: ClassVar[dict[tuple, int]] = {}
     _untuned_choice: ClassVar[dict[tuple, int]] = {}
+    _policy_config: ClassVar[int | None] = None  # the index the tuning policy's config names
     #: Launch warmed variants directly, skipping Triton's binder (see :meth:`select_variant`).
     #: Set it on the class (or the instance) before warm-up: warm-up launches record the variants.
     fast_path: ClassVar[bool] = False
@@ -407,7 +408,7 @@ class TritonJitKernel(JitKernel[KeyT]):
                 "declare what a tuning key never tuned launches, e.g. tuning = TuningPolicy('nearest'), "
                 "TuningPolicy('default', config={...}) or TuningPolicy('error')")
         try:
-            cls.tuning.config_index(wrapping.configs)
+            cls._policy_config = cls.tuning.config_index(wrapping.configs)
         except ValueError as e:
             raise KernelDefinitionError(f"{cls.__name__}: tuning policy {cls.tuning}: {e}") from None
         keys = cls.get_warmup_keys
@@ -445,11 +446,11 @@ class TritonJitKernel(JitKernel[KeyT]):
         if found is not None:
             return found
         policy = cls.tuning
-        default = policy.config_index(cls._wrapping.configs)
-        if policy.untuned == "nearest":
+        default = cls._policy_config
+        if policy.untuned == "nearest" and cls._tuning_table:
             near = _at.nearest_tuning_key(tuning_key, list(cls._tuning_table))
             found = cls._tuning_table[near] if near is not None else default
-        elif policy.untuned == "default":
+        elif policy.untuned != "error":
             found = default
         if found is None:
             raise _at.TuningError(
@@ -503,7 +504,7 @@ class TritonJitKernel(JitKernel[KeyT]):
                 continue
             named = self._warmup_named(self.warmup_inputs(key))[0]
             configs = self.select_configs(key, wrapping.surviving(named))
-            default = self.tuning.config_index(wrapping.configs)
+            default = self._policy_config
             if default is not None and default not in configs:  # what an untuned key launches
                 configs = [*configs, default]
             for i in configs:
