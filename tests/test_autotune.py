@@ -383,3 +383,29 @@ def test_audit_counts_chosen_configs_as_hits_and_names_benchmarks():
         ("scale_jit", "(8, 'torch.float32', 'torch.float32')", 2, 1)]
     assert not audit.ok and "autotune benchmark after warm-up: scale_jit" in audit.table()
     assert type(audit).from_dict(audit.to_dict()) == audit
+
+
+# -- bundles carry tuning files -----------------------------------------------------------------
+
+def test_bundle_carries_the_tuning_file(tmp_path, monkeypatch):
+    from triton import knobs
+
+    from zerojit.cache import export_bundle, import_bundle
+
+    k = Scale()
+    _table_file(k, [((64, "torch.float32", "torch.float32"), _idx(64, 4), 0.5)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup(sizes=(8,))
+    report = reg.warmup(progress=False)
+    bundle = str(tmp_path / "b.tar.gz")
+    manifest = export_bundle(report, bundle)
+    name = os.path.basename(k.tuning_file())
+    assert list(manifest.tuning) == [name]
+    original = open(k.tuning_file(), "rb").read()
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "fresh-cache"))
+    import_bundle(bundle, target="cuda:90")
+    assert open(k.tuning_file(), "rb").read() == original
+    Scale._tuning_table.clear()
+    k.finish_warmup(k.get_warmup_keys(sizes=(8,)))
+    assert Scale._tuning_table == {(64, "torch.float32", "torch.float32"): _idx(64, 4)}

@@ -38,10 +38,13 @@ from typing import Any, Callable, Mapping
 from . import triton_compat as _tc
 
 __all__ = ["TunedKey", "TuningPolicy", "TuningError", "TuningFileError", "Wrapping", "unwrap",
-           "nearest_tuning_key", "tuning_file_path", "save_tuning_file", "load_tuning_file", "TUNING_FORMAT"]
+           "nearest_tuning_key", "tuning_file_path", "save_tuning_file", "load_tuning_file", "write_atomically",
+           "TUNING_FORMAT", "TUNING_FOLDER"]
 
 #: The ``format`` field of a tuning file this zerojit reads and writes.
 TUNING_FORMAT = "zerojit-tuning/1"
+#: The folder of tuning files inside Triton's cache folder (cache bundles carry it).
+TUNING_FOLDER = "zerojit-tuning"
 
 
 class TuningError(LookupError):
@@ -250,7 +253,7 @@ def unwrap(obj: Any) -> Wrapping | None:
 def tuning_file_path(kernel: str, source_hash: str) -> str:
     """Where the tuning file of ``kernel`` lives: ``<Triton cache folder>/zerojit-tuning/`` (so a
     cache bundle that carries the folder carries it), one file per kernel name and source hash."""
-    return os.path.join(_tc.cache_dir(), "zerojit-tuning", f"{kernel}-{source_hash[:16]}.json")
+    return os.path.join(_tc.cache_dir(), TUNING_FOLDER, f"{kernel}-{source_hash[:16]}.json")
 
 
 def save_tuning_file(path: str, header: dict[str, Any], configs: list[Any],
@@ -264,12 +267,18 @@ def save_tuning_file(path: str, header: dict[str, Any], configs: list[Any],
     """
     doc = {"format": TUNING_FORMAT, **header, "configs": [str(c) for c in configs],
            "entries": [{"key": list(k), "config": i, "ms": ms} for k, i, ms in entries]}
+    write_atomically(path, json.dumps(doc, indent=1).encode())
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole or not at all (a temporary file in the same folder,
+    flushed to disk, then ``os.replace``); the folder is created if needed."""
     folder = os.path.dirname(path)
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tuning-", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
