@@ -409,3 +409,80 @@ def test_bundle_carries_the_tuning_file(tmp_path, monkeypatch):
     Scale._tuning_table.clear()
     k.finish_warmup(k.get_warmup_keys(sizes=(8,)))
     assert Scale._tuning_table == {(64, "torch.float32", "torch.float32"): _idx(64, 4)}
+
+
+# -- the other nesting order, and a config's pre_hook --------------------------------------------
+
+@triton.jit(do_not_specialize=["n"])
+def _even_jit(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+    else:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+HOOKED: list = []
+INNER_CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=1, pre_hook=lambda args: HOOKED.append(dict(args))),
+                 triton.Config({"BLOCK": 64}, num_warps=2)]
+
+
+def _inner_heuristics():
+    """Autotuner over Heuristics: the heuristic sees the config's BLOCK (Triton's order)."""
+    even = triton.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})(_even_jit)
+    return triton.autotune(INNER_CONFIGS, key=["n"])(even)
+
+
+class Even(TritonJitKernel["Even.CompileKey"]):
+    """out = x (n float32 elements), masked unless n is a multiple of the chosen BLOCK."""
+
+    kernel = _inner_heuristics()
+    tuning = TuningPolicy("default", config=0)
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        n: int
+
+    def dispatch(self, *, n):
+        return self.CompileKey(n)
+
+    def get_warmup_keys(self):
+        return [self.CompileKey(64), self.CompileKey(40)]
+
+    def warmup_inputs(self, key):
+        return dict(x=WarmupTensor(torch.float32, (key.n,)), out=WarmupTensor(torch.float32, (key.n,)), n=key.n)
+
+    @kernel_launcher
+    def __call__(self, *, x, out, n) -> LaunchSpec:
+        return LaunchSpec(lambda meta: (triton.cdiv(n, meta["BLOCK"]),), {}, out)
+
+
+def test_autotuner_over_heuristics_and_config_pre_hook_as_triton():
+    from zerojit import kernel as _k
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Even().register_warmup()
+    report = reg.warmup(progress=False)
+    assert len(report.kernels[0].keys) == 4  # 2 keys x 2 configs (no pruning)
+    seen = []
+    previous = _k.set_launch_observer(lambda kern, compiled: seen.append(compiled))
+    try:
+        with JitMonitor("error", report=report) as mon:
+            for n in (64, 40, 128):
+                del HOOKED[:]
+                x, out = torch.ones(n), torch.empty(n)
+                Even()(x=x, out=out, n=n)
+                ours = dict(HOOKED[0])
+                tuner = Even.wrapped  # Triton's own run: the policy's choice is in its cache, no benchmark
+                compiled = tuner.run(x, out, n, grid=lambda m: (triton.cdiv(n, m["BLOCK"]),), warmup=True)
+                assert seen[-1] is compiled
+                # the pre_hook saw what Triton's Autotuner.run hands it: the arguments and the config's
+                # all_kwargs (Triton's also holds its run's own grid and warmup keywords)
+                assert HOOKED[-1].keys() - {"grid", "warmup"} == ours.keys() >= {"x_ptr", "n", "BLOCK", "num_warps"}
+                assert "EVEN" not in ours  # the heuristic below the autotuner runs after the hook
+                assert ours["BLOCK"] == 32 and ours["x_ptr"] is x
+                assert compiled.src.constants[_even_jit.arg_names.index("EVEN"),] == (n % 32 == 0)
+    finally:
+        _k.set_launch_observer(previous)
+    assert mon.counts().runtime_compiles == 0 and mon.counts().benchmarks == 0

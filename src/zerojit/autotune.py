@@ -214,16 +214,17 @@ class Wrapping:
         index = {id(c): i for i, c in enumerate(self.configs)}
         return [index[id(c)] if id(c) in index else self.configs.index(c) for c in kept]
 
-    def resolve(self, named: dict[str, Any], choose: Callable[[tuple, dict], int]) -> tuple[dict, Any]:
+    def resolve(self, named: dict[str, Any], choose: Callable[[tuple, dict], int]) -> tuple[dict, Any, dict | None]:
         """Apply the layers to a launch's arguments (every argument by name, parameter order).
 
         ``choose(tuning_key, args)`` returns the autotune config's index. Returns the arguments
-        with the heuristics' values and the config's ``all_kwargs`` added, and the config (or
-        None). Raises KeyError/TypeError from a heuristic as Triton would; ValueError when a
+        with the heuristics' values and the config's ``all_kwargs`` added, the config (or None),
+        and the arguments the autotuner launches with (what Triton's ``Autotuner.run`` hands the
+        config's ``pre_hook``: the heuristics below it not yet applied; None without a config). Raises KeyError/TypeError from a heuristic as Triton would; ValueError when a
         config sets a meta-parameter the launch passes too (Triton's "Conflicting
         meta-parameters")."""
         call = dict(named)
-        config = None
+        config = hook_args = None
         for kind, obj in self.layers:
             if kind == "heuristics":
                 _apply_heuristics(obj, call)
@@ -235,7 +236,8 @@ class Wrapping:
                     raise ValueError(f"conflicting meta-parameters {conflicts}: the launch passes them and autotune "
                                      f"config {config} sets them")
                 call.update(extra)
-        return call, config
+                hook_args = dict(call)
+        return call, config, hook_args
 
 
 def _apply_heuristics(values: dict[str, Callable[[dict], Any]], call: dict[str, Any]) -> None:

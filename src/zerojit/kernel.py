@@ -465,7 +465,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         """``spec`` with the wrapping applied: heuristics, the chosen config's ``all_kwargs`` (its
         ``pre_hook`` called, except in a warm-up launch), the grid resolved if it is a callable."""
         named = self._named_args(spec, inputs)
-        call, config = self._wrapping.resolve(named, self._choose_config)
+        call, config, hook_args = self._wrapping.resolve(named, self._choose_config)
         kwargs = dict(spec.kwargs)
         aliases = {self._resolve_kwarg(k): k for k in spec.kwargs}
         for k, v in call.items():
@@ -479,7 +479,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         grid = spec.grid(call) if callable(spec.grid) else spec.grid
         hook = _tc.config_pre_hook(config) if config is not None else None
         if hook is not None and _WARMUP_SINK.get() is None:
-            hook(call)
+            hook(hook_args)
         return LaunchSpec(tuple(grid), kwargs, spec.returns)
 
     def select_configs(self, key: KeyT, configs: list[int]) -> list[int]:
