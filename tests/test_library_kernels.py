@@ -94,6 +94,18 @@ class ChunkScaledDotKKT(TritonJitKernel["ChunkScaledDotKKT.CompileKey"]):
                     cu_seqlens=WarmupTensor(torch.long, (2,)) if key.varlen else None,
                     chunk_indices=WarmupTensor(torch.long, (1, 2)) if key.varlen else None)
 
+    def tuning_inputs(self, key):
+        """On a GPU: one tuning key per compile key (T is no part of FLA's tuning key)."""
+        if not torch.cuda.is_available():
+            return []
+        B, T, dev = 1, 4096, "cuda"
+        cu = _lens(T, 4).to(dev) if key.varlen else None
+        return [dict(k=torch.randn(B, T, key.H, key.K, device=dev, dtype=torch.bfloat16),
+                     g=torch.randn(B, T, key.HV, device=dev).cumsum(1) if key.use_g else None,
+                     beta=torch.rand(B, T, key.HV, device=dev, dtype=torch.bfloat16),
+                     A=torch.empty(B, T, key.HV, key.BT, device=dev), cu_seqlens=cu,
+                     chunk_indices=fla_index.prepare_chunk_indices(cu, key.BT) if key.varlen else None)]
+
     @kernel_launcher
     def __call__(self, *, k, g, beta, A, cu_seqlens=None, chunk_indices=None) -> LaunchSpec:
         B, T, H, K = k.shape
@@ -175,6 +187,15 @@ class DyTForward(TritonJitKernel["DyTForward.CompileKey"]):
         return dict(X=WarmupTensor(torch.float32, (16, key.N)), Y=WarmupTensor(torch.float32, (16, key.N)),
                     Alpha=WarmupTensor(torch.float32), Gamma=WarmupTensor(torch.float32, (key.N,)),
                     Beta=WarmupTensor(torch.float32, (key.N,)) if key.have_beta else None)
+
+    def tuning_inputs(self, key):
+        """On a GPU: 4096 tokens at the key's hidden size (M is no part of Liger's tuning key)."""
+        if not torch.cuda.is_available():
+            return []
+        x = torch.randn(4096, key.N, device="cuda")
+        return [dict(X=x, Y=torch.empty_like(x), Alpha=torch.rand(1, device="cuda"),
+                     Gamma=torch.randn(key.N, device="cuda"),
+                     Beta=torch.randn(key.N, device="cuda") if key.have_beta else None)]
 
     @kernel_launcher
     def __call__(self, *, X, Y, Alpha, Gamma, Beta) -> LaunchSpec:
@@ -309,13 +330,17 @@ def test_library_path_finds_the_variant_zerojit_launched(warmed, cls):
 
 @pytest.mark.gpu
 def test_gpu_outputs_equal_the_library_call():
-    """Real launches after a GPU warm-up (benchmarking the declared keys): 0 compiles, 0
+    """Real launches after a GPU warm-up (benchmarking the declared tuning keys): 0 compiles, 0
     benchmarks, outputs equal to the library's own functions."""
+    for cls in KERNELS:
+        cls._tuning_table.clear()
     reg = JitWarmupRegistry()
     with reg.activate():
         for cls in KERNELS:
             cls().register_warmup()
     report = reg.warmup(progress=False)
+    assert len(ChunkScaledDotKKT._tuning_table) == 4 and len(DyTForward._tuning_table) == 2  # benchmarked
+    assert os.path.exists(ChunkScaledDotKKT().tuning_file())
     dev = "cuda"
     torch.manual_seed(0)
     cases = []
