@@ -486,3 +486,48 @@ def test_autotuner_over_heuristics_and_config_pre_hook_as_triton():
     finally:
         _k.set_launch_observer(previous)
     assert mon.counts().runtime_compiles == 0 and mon.counts().benchmarks == 0
+
+
+def test_heuristics_alone_as_triton():
+    from zerojit import kernel as _k
+
+    wrapped = triton.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})(_even_jit)
+
+    class EvenOnly(TritonJitKernel["EvenOnly.CompileKey"]):
+        """out = x, BLOCK 32, masked unless n is a multiple of 32 (no autotuner: no policy needed)."""
+
+        kernel = wrapped
+
+        @dataclass(frozen=True)
+        class CompileKey:
+            n: int
+
+        def dispatch(self, *, n):
+            return self.CompileKey(n)
+
+        def get_warmup_keys(self):
+            return [self.CompileKey(64), self.CompileKey(40)]
+
+        def warmup_inputs(self, key):
+            return dict(x=WarmupTensor(torch.float32, (key.n,)), out=WarmupTensor(torch.float32, (key.n,)), n=key.n)
+
+        @kernel_launcher
+        def __call__(self, *, x, out, n) -> LaunchSpec:
+            return LaunchSpec((triton.cdiv(n, 32),), dict(BLOCK=32, num_warps=1), out)
+
+    assert EvenOnly().get_warmup_keys() == [EvenOnly.CompileKey(64), EvenOnly.CompileKey(40)]  # not expanded
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        EvenOnly().register_warmup()
+    report = reg.warmup(progress=False)
+    seen = []
+    previous = _k.set_launch_observer(lambda kern, compiled: seen.append(compiled))
+    try:
+        with JitMonitor("error", report=report) as mon:
+            for n in (64, 40, 96, 7):
+                x, out = torch.ones(n), torch.empty(n)
+                EvenOnly()(x=x, out=out, n=n)
+                assert seen[-1] is wrapped.run(x, out, n, BLOCK=32, num_warps=1, grid=(1,), warmup=True)
+    finally:
+        _k.set_launch_observer(previous)
+    assert mon.counts().runtime_compiles == 0
