@@ -31,6 +31,12 @@ named after the release that brought it:
   (:func:`positional_parameters`; earlier code generators cannot compile keyword-only parameters
   at all: :data:`KEYWORD_ONLY_PARAMETERS`); the interpreter gives a scalar comparison a handle of the
   wrong type, so ``block & (scalar < 0)`` as a mask fails there (the MLA index kernel avoids it).
+* Autotuner (``triton.runtime.autotuner``; :func:`prune_configs`, :func:`tuning_key`,
+  :func:`bench_config`, :func:`add_bench_listener`): 3.9 checks the ``key``, ``reset_to_zero``
+  and ``restore_value`` names at decoration, keeps at least one config under ``top_k``, runs no
+  benchmark (calls no ``_bench``) when pruning leaves one config, and calls
+  ``knobs.autotuning.listener`` after a benchmark (too late to block one: zerojit wraps
+  ``Autotuner._bench`` on every version instead).
 * 3.10 (not supported yet): FP fusion will be off by default (3.9 warns when
   ``TRITON_DEFAULT_FP_FUSION`` is unset, once per process: every compile worker too). It bites
   where the default is taken: the compile options a worker is sent and every disk-cache key hash
@@ -95,7 +101,7 @@ __all__ = [
     "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch",
     # autotune and heuristics wrappers
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
-    "autotune_configs", "autotune_key_names", "config_arguments", "config_pre_hook", "prune_configs", "tuning_key",
+    "autotune_configs", "config_arguments", "config_pre_hook", "prune_configs", "tuning_key",
     "bench_config", "fill_autotuner_cache", "add_bench_listener", "remove_bench_listener",
 ]
 
@@ -873,11 +879,6 @@ def heuristics_values(obj: Any) -> dict[str, Callable[[dict], Any]]:
 def autotune_configs(tuner: Any) -> list[Any]:
     """The autotuner's configs (Triton puts one default ``Config`` there when given none)."""
     return list(tuner.configs)
-
-
-def autotune_key_names(tuner: Any) -> list[str]:
-    """The autotuner's ``key`` argument names."""
-    return list(tuner.keys)
 
 
 def config_arguments(config: Any) -> dict[str, Any]:
