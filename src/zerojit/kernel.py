@@ -550,8 +550,10 @@ class TritonJitKernel(JitKernel[KeyT]):
 
         Reads the tuning file (:func:`zerojit.autotune.load_tuning_file`); where kernels run (a
         GPU, or the interpreter under ``TRITON_INTERPRET=1``) benchmarks
-        each tuning key :meth:`tuning_inputs` declares that the table lacks, over its surviving
-        configs, with the autotuner's own benchmark, and saves the file (atomically); then puts
+        each tuning key :meth:`tuning_inputs` declares that the table lacks, over the configs warmed
+        for its key that survive pruning on those inputs (all warmed ones if none does; a config
+        never warmed is never chosen, so another process with the file compiles nothing more),
+        with the autotuner's own benchmark, and saves the file (atomically); then puts
         the table in the autotuner's own cache, so calls through the library's own path do not
         benchmark either.
 
@@ -573,14 +575,18 @@ class TritonJitKernel(JitKernel[KeyT]):
         if _tc.interpreting() or not isinstance(_tc.active_driver(), CompileOnlyDriver):  # kernels run here
             tuned = False
             with context.allow_compiles():
-                for key in dict.fromkeys(k.key if isinstance(k, _at.TunedKey) else k for k in keys):
+                warmed: dict[Any, list[int]] = {}  # key -> the configs warmed for it: the only candidates
+                for k in keys:
+                    if isinstance(k, _at.TunedKey):
+                        warmed.setdefault(k.key, []).append(k.config)
+                for key, configs in warmed.items():
                     for inputs in self.tuning_inputs(key):
                         named, grid = self._warmup_named(inputs)
                         tuning_key, call = wrapping.tuning_key(named)
                         if tuning_key in cls._tuning_table:
                             continue
-                        ms = {i: _tc.bench_config(wrapping.tuner, call, wrapping.configs[i], grid)
-                              for i in self.select_configs(key, wrapping.surviving(named))}
+                        candidates = [i for i in wrapping.surviving(named) if i in configs] or configs
+                        ms = {i: _tc.bench_config(wrapping.tuner, call, wrapping.configs[i], grid) for i in candidates}
                         best = min(ms, key=ms.get)
                         cls._tuning_table[tuning_key] = best
                         timings[tuning_key] = ms[best]
