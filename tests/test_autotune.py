@@ -396,7 +396,7 @@ def test_bundle_carries_the_tuning_file(tmp_path, monkeypatch):
     _table_file(k, [((64, "torch.float32", "torch.float32"), _idx(64, 4), 0.5)])
     reg = JitWarmupRegistry()
     with reg.activate():
-        k.register_warmup(sizes=(8,))
+        k.register_warmup(sizes=(64,))
     report = reg.warmup(progress=False)
     bundle = str(tmp_path / "b.tar.gz")
     manifest = export_bundle(report, bundle)
@@ -407,8 +407,20 @@ def test_bundle_carries_the_tuning_file(tmp_path, monkeypatch):
     import_bundle(bundle, target="cuda:90")
     assert open(k.tuning_file(), "rb").read() == original
     Scale._tuning_table.clear()
-    k.finish_warmup(k.get_warmup_keys(sizes=(8,)))
+    k.finish_warmup(k.get_warmup_keys(sizes=(64,)))
     assert Scale._tuning_table == {(64, "torch.float32", "torch.float32"): _idx(64, 4)}
+
+
+def test_tuning_file_choosing_an_unwarmed_config_fails_the_warmup():
+    k = Scale()
+    _table_file(k, [((64, "torch.float32", "torch.float32"), _idx(128, 4), 0.5)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup(sizes=(8,))  # pruning keeps BLOCK 32 only
+    report = reg.warmup(progress=False, raise_on_failure=False)
+    assert [f.kernel for f in report.failures] == ["scale_jit"]
+    assert f"chooses config {_idx(128, 4)} (BLOCK: 128" in report.failures[0].error
+    assert Scale._tuning_table == {}
 
 
 # -- the other nesting order, and a config's pre_hook --------------------------------------------

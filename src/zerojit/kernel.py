@@ -560,6 +560,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         Raises:
             zerojit.autotune.TuningFileError: the file is for another target, GPU, Triton or
                 kernel source, or is corrupted.
+            zerojit.autotune.TuningError: the file chooses a config no warmed key compiled.
         """
         wrapping = self._wrapping
         if wrapping is None or not wrapping.tunes:
@@ -570,6 +571,14 @@ class TritonJitKernel(JitKernel[KeyT]):
         timings: dict[tuple, float | None] = {}
         if os.path.exists(path):
             loaded = _at.load_tuning_file(path, header, wrapping.configs)
+            compiled = {k.config for k in keys if isinstance(k, _at.TunedKey)}
+            unwarmed = {tk: i for tk, i in loaded.items() if i not in compiled}
+            if unwarmed:
+                tk, i = next(iter(unwarmed.items()))
+                raise _at.TuningError(
+                    f"{self.name}: tuning file {path} chooses config {i} ({wrapping.configs[i]}) for tuning key {tk}, "
+                    f"which no warmed key compiled ({len(unwarmed)} such entries): it would compile at run time; warm "
+                    "it (select_configs, the key space) or tune again")
             cls._tuning_table.update(loaded)
             timings.update(dict.fromkeys(loaded))
         if _tc.interpreting() or not isinstance(_tc.active_driver(), CompileOnlyDriver):  # kernels run here
