@@ -543,3 +543,64 @@ def test_heuristics_alone_as_triton():
     finally:
         _k.set_launch_observer(previous)
     assert mon.counts().runtime_compiles == 0
+
+
+WORKER_REFUSED_MODULE = '''
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from zerojit.autotune import TuningPolicy
+from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.specialization import WarmupTensor
+
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # a compile worker (the parent hides its GPUs)
+    raise RuntimeError("this library needs a GPU driver at import")
+
+
+@triton.autotune([triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])
+@triton.jit
+def refused_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+class Refused(TritonJitKernel["Refused.CompileKey"]):
+    kernel = refused_kernel
+    tuning = TuningPolicy("default", config=0)
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        dtype: str
+
+    def dispatch(self, *, dtype):
+        return self.CompileKey(dtype)
+
+    def get_warmup_keys(self):
+        return [self.CompileKey("float32"), self.CompileKey("float16")]
+
+    def warmup_inputs(self, key):
+        return dict(x=WarmupTensor(getattr(torch, key.dtype), (64,)), n=64)
+
+    @kernel_launcher
+    def __call__(self, *, x, n) -> LaunchSpec:
+        return LaunchSpec((1,), {}, x)
+'''
+
+
+def test_a_kernel_no_worker_can_take_is_reported_once_naming_it(tmp_path, monkeypatch):
+    (tmp_path / "zj_refused_lib.py").write_text(WORKER_REFUSED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from zj_refused_lib import Refused
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Refused().register_warmup()
+    report = reg.warmup(workers=2, progress=False)
+    assert report.ok and len(report.kernels[0].keys) == 4  # compiled in this process instead
+    [note] = [r for r in report.stats.recovered if "refused" in r]
+    assert note.startswith("kernel 'refused' (zj_refused_lib:refused_kernel) cannot be loaded in a worker "
+                           "(RuntimeError: this library needs a GPU driver at import)")
