@@ -461,9 +461,10 @@ class TritonJitKernel(JitKernel[KeyT]):
         _tc.fill_autotuner_cache(cls._wrapping.tuner, tuning_key, cls._wrapping.configs[found])
         return found
 
-    def _wrapped_spec(self, spec: LaunchSpec, inputs: tuple) -> LaunchSpec:
+    def _wrapped_spec(self, spec: LaunchSpec, inputs: tuple, hooks: bool = True) -> LaunchSpec:
         """``spec`` with the wrapping applied: heuristics, the chosen config's ``all_kwargs`` (its
-        ``pre_hook`` called, except in a warm-up launch), the grid resolved if it is a callable."""
+        ``pre_hook`` called when ``hooks``, except in a warm-up launch), the grid resolved if it
+        is a callable."""
         named = self._named_args(spec, inputs)
         call, config, hook_args = self._wrapping.resolve(named, self._choose_config)
         kwargs = dict(spec.kwargs)
@@ -478,7 +479,7 @@ class TritonJitKernel(JitKernel[KeyT]):
                 kwargs[aliases[k]] = v
         grid = spec.grid(call) if callable(spec.grid) else spec.grid
         hook = _tc.config_pre_hook(config) if config is not None else None
-        if hook is not None and _WARMUP_SINK.get() is None:
+        if hook is not None and hooks and _WARMUP_SINK.get() is None:
             hook(hook_args)
         return LaunchSpec(tuple(grid), kwargs, spec.returns)
 
@@ -688,7 +689,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         spec = entry._zerojit_method(self, **inputs)
         values = tuple(inputs[name] if name in inputs else default for name, default in entry._zerojit_inputs)
         if self._wrapping is not None:
-            spec = self._wrapped_spec(spec, values)
+            spec = self._wrapped_spec(spec, values, hooks=False)  # launches nothing: no pre_hook
         state = self._launch_state
         sk = spec.kwargs
         plan = state.plan(tuple(sk))
