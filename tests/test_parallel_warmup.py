@@ -366,7 +366,7 @@ def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path):
     assert variants(serial) == variants(parallel)
     assert parallel.stats.worker_compiled == 2
     (line,) = [r for r in parallel.stats.recovered if "failed in a worker" in r]  # one line, one key
-    assert line.startswith(f"{_ramp_kernel.fn.__module__}:_ramp_kernel failed in a worker (")
+    assert line.startswith(f"kernel 'ramp' ({_ramp_kernel.fn.__module__}:_ramp_kernel) failed in a worker (")
     assert line.endswith("); compiled again in this process") and "power of 2" in line
 
 
@@ -426,7 +426,7 @@ def test_a_module_workers_cannot_import_is_tried_once_per_worker_and_reported_on
     report = registry.warmup(workers=2, progress=False)
     assert report.ok and report.num_keys == 6 and report.stats.compiled == 6
     assert report.stats.recovered == (
-        "worker_flaky_kernels:_module_kernel cannot be loaded in a worker (ImportError: only in workers); "
+        "kernel 'module' (worker_flaky_kernels:_module_kernel) cannot be loaded in a worker (ImportError: only in workers); "
         "compiled in this process instead [6 keys]",)
     # this process once; each worker at its boot (twice: then with site) and at its first request
     assert len(attempts.read_text()) <= 1 + 2 * 3

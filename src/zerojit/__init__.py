@@ -10,6 +10,7 @@ named target and turns launches into dry launches.
 from . import audit  # listens for warm-ups: `zerojit audit`'s child writes its audit at exit
 from . import compile_only  # the module: zerojit.compile_only.compile_only("cuda:90")
 from ._version import __version__
+from .autotune import TunedKey, TuningError, TuningFileError, TuningPolicy
 from .inputs import BoolArg, CheckedKernel, IntArg, Let, Require, RowStrideInt32, TensorArg, checked_launcher
 from .kernel import CompiledVariant, JitKernel, KernelDefinitionError, KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .keyspace import KeySpaceError, choices, int_range, trace_dispatch, zip_inputs
@@ -25,6 +26,10 @@ __all__ = [
     "LaunchSpec",
     "TritonJitKernel",
     "kernel_launcher",
+    "TuningPolicy",
+    "TunedKey",
+    "TuningError",
+    "TuningFileError",
     "CheckedKernel",
     "checked_launcher",
     "TensorArg",

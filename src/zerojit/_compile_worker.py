@@ -5,7 +5,10 @@ it does not import the ``zerojit`` package first). It imports only what compilin
 and the modules that define the ``@triton.jit`` functions. ``torch`` is replaced by a stand-in
 module that imports the real one on first attribute use, so kernel modules that merely
 ``import torch`` (and use it inside functions) do not pay its 1.5 s import; one that really uses
-it at import time gets the real module, only more slowly. The worker never touches a GPU: its
+it at import time (a call, an annotation such as ``torch.Tensor | None`` evaluated when a
+function is defined, an ``isinstance`` check) gets the real module, only more slowly. A module
+may bind the kernel's name to its ``@triton.autotune`` / ``@triton.heuristics`` object: the
+worker compiles the ``triton.jit`` function underneath. The worker never touches a GPU: its
 Triton driver is zerojit's compile-only driver for the parent's exact target, and the parent
 starts it with ``CUDA_VISIBLE_DEVICES=""``.
 
@@ -142,8 +145,47 @@ class _LazyAttr:
     def __call__(self, *args, **kwargs):
         return self._zerojit_value()(*args, **kwargs)
 
+    # Module-level uses of a torch name that are not attribute reads or calls. An annotation
+    # evaluated at definition time (``x: torch.Tensor | None``, ``torch.Tensor[...]``) stays
+    # deferred (nothing reads it in a worker); an isinstance/issubclass check resolves the real
+    # value (importing torch), then does what it would do.
+    def __or__(self, other):
+        return _Deferred(lambda: self._zerojit_value() | _real(other))
+
+    def __ror__(self, other):
+        return _Deferred(lambda: _real(other) | self._zerojit_value())
+
+    def __getitem__(self, item):
+        return _Deferred(lambda: self._zerojit_value()[item])
+
+    def __instancecheck__(self, obj):
+        return isinstance(obj, self._zerojit_value())
+
+    def __subclasscheck__(self, cls):
+        return issubclass(cls, self._zerojit_value())
+
     def __repr__(self):
         return f"<{object.__getattribute__(self, '_owner').__name__}.{object.__getattribute__(self, '_attr')}, not imported>"
+
+
+class _Deferred(_LazyAttr):
+    """An expression over an :class:`_LazyAttr` (``torch.Tensor | None``), evaluated on first use."""
+
+    __slots__ = ()
+
+    def __init__(self, thunk):
+        object.__setattr__(self, "_owner", thunk)
+        object.__setattr__(self, "_attr", None)
+
+    def _zerojit_value(self):
+        return object.__getattribute__(self, "_owner")()
+
+    def __repr__(self):
+        return "<an expression over a module not imported yet>"
+
+
+def _real(value):
+    return value._zerojit_value() if isinstance(value, _LazyAttr) else value
 
 
 def install_lazy(name: str = "torch") -> None:
@@ -213,6 +255,8 @@ class Worker:
         obj = importlib.import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
+        while self.tc.is_autotuner(obj) or self.tc.is_heuristics(obj):  # the module binds the decorated object
+            obj = self.tc.wrapped_function(obj)
         if not isinstance(obj, self.tc.JITFunction):
             raise TypeError(f"{qualified} is a {type(obj).__name__}, not a triton.jit function")
         return obj

@@ -4,8 +4,9 @@
 Triton function's parameters. For each kernel class and each tuple of ``LaunchSpec.kwargs`` names
 a :class:`Plan` is generated once: a function that calls ``JITFunction.run`` with the parameter
 values *positionally*, in parameter order, the kernel's own defaults filled in (exactly the
-``bound_args`` Triton's binder builds), and the launch options as keywords in their given order
-(they are part of Triton's key). Binding nine keywords twice (into ``run``, then into its binder)
+``bound_args`` Triton's binder builds), and the launch options as keywords in one order whatever
+order they are given in (Triton's key spells them in call order; zerojit uses ``Config.all_kwargs``'
+order, then the other options), so one set of options is one variant. Binding nine keywords twice (into ``run``, then into its binder)
 costs more than the rest of zerojit's wrapper.
 
 **The fast path** (``fast_path = True`` on a kernel class). Every warm-up launch of such a kernel
@@ -50,7 +51,7 @@ import torch
 import triton
 
 from . import triton_compat as _tc
-from .specialization import SpecClass, bind, spec_classes
+from .specialization import LAUNCH_OPTIONS, SpecClass, bind, spec_classes
 
 __all__ = ["FastVariant", "LaunchState", "Plan", "FAST_PATH_ENV", "current_device"]
 
@@ -62,6 +63,8 @@ _UNPROVABLE = object()  # a token no recorded key contains
 _NOT_PRESENT = object()
 _SAFE_CONST = frozenset({int, bool, str, type(None)})
 _FAST_LOCK = threading.Lock()
+# Launch options in the order a launch passes them: Config.all_kwargs' order, then the rest.
+_OPTION_RANK = {o: i for i, o in enumerate(dict.fromkeys(_tc.CONFIG_OPTIONS + LAUNCH_OPTIONS))}
 
 
 def _cuda_current_device() -> int:
@@ -498,6 +501,8 @@ class LaunchState:
                     keyword_order.append(target)
             else:
                 options[target] = expr
+        # One variant whatever the order the options come in: Triton's Config.all_kwargs order first.
+        options = dict(sorted(options.items(), key=lambda kv: _OPTION_RANK.get(kv[0], len(_OPTION_RANK))))
         defaults: dict[str, Any] = {}
         positional: list[str] | None = []
         for i, p in enumerate(params):

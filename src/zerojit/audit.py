@@ -13,7 +13,10 @@ Per kernel, from a warm-up report and a :class:`~zerojit.monitor.JitMonitor` tha
 * **unwarmed hits**: launches of variants that were neither warmed nor compiled under the monitor
   (compiled before warm-up, or by a warm-up whose report the audit was not given).
 
-Direct ``triton.compile`` calls after warm-up are listed apart. A :class:`CoverageAudit` is a
+Direct ``triton.compile`` calls after warm-up are listed apart, and so are *autotune benchmarks*
+after warm-up (an autotuner that met a tuning key with no choice: a runtime event of its own
+kind, :class:`AutotuneBenchmark`). Autotune configs a wrapped kernel warmed but its tuning table
+did not choose for this traffic are dead keys, and a note says so. A :class:`CoverageAudit` is a
 plain frozen value: ``to_dict()``/``from_dict()`` round-trip through JSON, ``table()`` prints.
 
 ``zerojit audit -- python script.py ...`` runs a script with ``ZEROJIT_JIT_MONITOR=warn`` and
@@ -41,6 +44,7 @@ __all__ = [
     "WarmedKey",
     "RuntimeMiss",
     "UnwarmedHit",
+    "AutotuneBenchmark",
     "KernelCoverage",
     "CoverageAudit",
     "build_audit",
@@ -117,6 +121,19 @@ class UnwarmedHit:
 
 
 @dataclass(frozen=True)
+class AutotuneBenchmark:
+    """An autotuner benchmarking after warm-up (:class:`zerojit.monitor.RuntimeBenchmark`).
+
+    Attributes: kernel (its name), tuning_key (its repr), configs (how many it benchmarks),
+    runs (how often: blocked ones included)."""
+
+    kernel: str
+    tuning_key: str
+    configs: int
+    runs: int
+
+
+@dataclass(frozen=True)
 class KernelCoverage:
     """One kernel's coverage: warmed keys with hits, runtime misses, unwarmed hits."""
 
@@ -155,6 +172,7 @@ class CoverageAudit:
     kernels: tuple[KernelCoverage, ...]
     direct: tuple[RuntimeMiss, ...] = ()
     mode: str = "warn"
+    benchmarks: tuple[AutotuneBenchmark, ...] = ()  #: autotune benchmarks after warm-up
 
     @property
     def runtime_compiles(self) -> int:
@@ -163,8 +181,8 @@ class CoverageAudit:
 
     @property
     def ok(self) -> bool:
-        """Nothing compiled (nor tried to) at run time."""
-        return self.runtime_compiles == 0
+        """Nothing compiled nor benchmarked (nor tried to) at run time."""
+        return self.runtime_compiles == 0 and not self.benchmarks
 
     @property
     def dead_warmups(self) -> int:
@@ -178,9 +196,13 @@ class CoverageAudit:
         reach (a longer or different trace may). With misses too, warm-up and dispatch may
         disagree: compare each miss with its nearest warmed key.
         """
-        unreached = [k.kernel for k in self.kernels if k.dead and not k.misses]
+        untuned = [k.kernel for k in self.kernels if k.dead and all(w.key.startswith("TunedKey(") for w in k.dead)]
+        unreached = [k.kernel for k in self.kernels if k.dead and not k.misses and k.kernel not in untuned]
         suspect = [k.kernel for k in self.kernels if k.dead and k.misses]
         notes = []
+        if untuned:
+            notes.append(f"dead keys that are autotune configs ({', '.join(untuned)}): compiled at warm-up, not chosen "
+                         "by the tuning table or the policy for this traffic")
         if unreached:
             notes.append(f"dead = warmed, never hit by this run ({', '.join(unreached)}): keys of the declared key "
                          "space that this traffic did not reach; no miss, so not a bug")
@@ -224,6 +246,7 @@ class CoverageAudit:
                 for k in self.kernels
             ],
             "direct": [miss(d) for d in self.direct],
+            "benchmarks": [dataclasses.asdict(b) for b in self.benchmarks],
         }
 
     @classmethod
@@ -244,6 +267,7 @@ class CoverageAudit:
             ),
             direct=tuple(miss(d) for d in data.get("direct", ())),
             mode=data.get("mode", "warn"),
+            benchmarks=tuple(AutotuneBenchmark(**b) for b in data.get("benchmarks", ())),
         )
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -278,9 +302,15 @@ class CoverageAudit:
         for d in self.direct:
             lines.append(f"direct triton.compile after warm-up: {d.arguments} "
                          f"({d.compiled} compiled, {d.disk_loads} from disk cache)")
+        for b in self.benchmarks:
+            lines.append(f"autotune benchmark after warm-up: {b.kernel} at tuning key {b.tuning_key} "
+                         f"({b.configs} configs, {count(b.runs, 'run', 'runs')})")
         lines += [f"note: {n}" for n in self.dead_notes()]
         if self.ok:
             lines.append(f"zero runtime compiles; {count(self.dead_warmups, 'dead warm-up key')}")
+        elif self.runtime_compiles == 0:
+            lines.append(f"zero runtime compiles, {count(len(self.benchmarks), 'autotune benchmark')} after warm-up; "
+                         f"{count(self.dead_warmups, 'dead warm-up key')}")
         else:
             lines.append(f"{count(self.runtime_compiles, 'runtime compile')} after warm-up; "
                          f"{count(self.dead_warmups, 'dead warm-up key')}")
@@ -366,7 +396,8 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
         for name, parts in order.items()
     )
     direct = tuple(_miss_from(d, prefix=f"{d.compile.kernel}: ") for d in snap.direct)
-    return CoverageAudit(kernels=kernels, direct=direct, mode=snap.mode)
+    benchmarks = tuple(AutotuneBenchmark(r.kernel, repr(r.tuning_key), r.configs, n) for r, n in snap.benchmarks)
+    return CoverageAudit(kernels=kernels, direct=direct, mode=snap.mode, benchmarks=benchmarks)
 
 
 _EXIT_LOCK = threading.Lock()

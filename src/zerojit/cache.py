@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from . import _version
+from . import autotune as _autotune
 from . import triton_compat as _tc
 from ._primer import primer
 from .compile_only import active_compile_only, current_target_name, target_name
@@ -93,6 +94,7 @@ _LOCK_DIR = ".zerojit-locks"
 _STATE_DIR = ".zerojit"
 # Triton names entries by the base32 of a SHA-256; a file is named, never '.' or '..'
 _MEMBER_RE = re.compile(r"^entries/([A-Z2-7]+)/(?!\.\.?$)([^/\\]+)$")
+_TUNING_RE = re.compile(r"^tuning/([A-Za-z0-9_.-]+\.json)$")  # zerojit.autotune's tuning files
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,6 +483,8 @@ class BundleManifest:
             :func:`fingerprint`.
         kernels: per kernel name, ``{"function": "module.qualname", "keys": [key fields, ...]}``.
         entries: per cache entry (folder name), ``{"kernel": name, "files": {file: sha256}}``.
+        tuning: the tuning files of the bundle's wrapped kernels (:mod:`zerojit.autotune`), file
+            name -> sha256; installed into the cache folder's tuning folder.
         created: ISO-8601 UTC time of export; zerojit_version: the exporter's zerojit.
     """
 
@@ -493,6 +497,7 @@ class BundleManifest:
     cache_env: dict = field(default_factory=dict)
     kernels: dict = field(default_factory=dict)
     entries: dict = field(default_factory=dict)
+    tuning: dict = field(default_factory=dict)
     created: str = ""
     zerojit_version: str = ""
 
@@ -638,11 +643,20 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         for name, p in files.items():
             with open(p, "rb") as f:
                 blobs[(entry, name)] = f.read()
+    tuning: dict[str, bytes] = {}
+    folder = os.path.join(cache_dir(), _autotune.TUNING_FOLDER)
+    for name in sorted(kernels):  # a kernel's tuning files: "<kernel>-<source hash>.json"
+        if os.path.isdir(folder):
+            for f in sorted(os.listdir(folder)):
+                if f.startswith(f"{name}-") and _TUNING_RE.match(f"tuning/{f}"):
+                    with open(os.path.join(folder, f), "rb") as fh:
+                        tuning[f] = fh.read()
     manifest = BundleManifest(
         **fingerprint(target),
         kernels=kernels,
         entries={e: {"kernel": entry_kernel.get(e, "?"),
                      "files": {n: _sha256(blobs[(e, n)]) for n in sorted(files)}} for e, files in entries.items()},
+        tuning={n: _sha256(data) for n, data in tuning.items()},
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         zerojit_version=_version.__version__,
     )
@@ -656,6 +670,8 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
             _add(tar, MANIFEST_NAME, json.dumps(manifest.to_dict(), indent=1).encode())
             for (entry, name), data in sorted(blobs.items()):
                 _add(tar, f"entries/{entry}/{name}", data)
+            for name, data in tuning.items():
+                _add(tar, f"tuning/{name}", data)
         os.replace(tmp, path)
     except OSError as e:
         raise BundleError(f"cannot write bundle {path}: {e.strerror or e}") from None
@@ -781,9 +797,10 @@ def check_fingerprint(manifest: BundleManifest, path: str, target: str | None, *
 
 
 def _verified_files(tar: tarfile.TarFile, path: str, manifest: BundleManifest,
-                    done: str = "") -> dict[str, dict[str, bytes]]:
+                    done: str = "") -> tuple[dict[str, dict[str, bytes]], dict[str, bytes]]:
     """Every entry file of the bundle ``tar`` (its manifest already read), as ``{entry: {file:
-    bytes}}``, once the whole archive is verified: each member a file ``entries/<entry>/<file>``,
+    bytes}}``, and its tuning files (``{name: bytes}``, :mod:`zerojit.autotune`), once the whole
+    archive is verified: each member a file ``entries/<entry>/<file>`` or ``tuning/<name>.json``,
     the archive read to its very end (so gzip checks its CRC and length; a bundle cut short by a
     few bytes still holds every member) with nothing after the tar's end, and the files exactly
     the manifest's, each with its SHA-256. ``done``: appended to each message.
@@ -792,9 +809,14 @@ def _verified_files(tar: tarfile.TarFile, path: str, manifest: BundleManifest,
         BundleCorruptError: naming what is wrong.
     """
     blobs: dict[tuple[str, str], bytes] = {}
+    tuning: dict[str, bytes] = {}
     try:
         for member in tar:
             if member.name == MANIFEST_NAME and member.offset == 0:  # read already
+                continue
+            t = _TUNING_RE.match(member.name)
+            if t and member.isfile():
+                tuning[t.group(1)] = tar.extractfile(member).read()
                 continue
             m = _MEMBER_RE.match(member.name)
             if not m or not member.isfile():
@@ -821,10 +843,13 @@ def _verified_files(tar: tarfile.TarFile, path: str, manifest: BundleManifest,
     for (e, n), h in expected.items():
         if _sha256(blobs[(e, n)]) != h:
             raise BundleCorruptError(f"bundle {path}: {e}/{n} is corrupted (SHA-256 differs from the manifest){done}")
+    if set(tuning) != set(manifest.tuning) or any(_sha256(d) != manifest.tuning[n] for n, d in tuning.items()):
+        raise BundleCorruptError(f"bundle {path}: its tuning files differ from its manifest (missing, unexpected or "
+                                 f"altered){done}")
     files: dict[str, dict[str, bytes]] = {}
     for (e, n), data in blobs.items():
         files.setdefault(e, {})[n] = data
-    return files
+    return files, tuning
 
 
 def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: str | None = None) -> BundleImport:
@@ -871,8 +896,10 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
                 f"import_bundle(target={manifest.target!r})); nothing was installed")
         check_fingerprint(manifest, path, target, target_given=given,
                           compile_only=co_target is not None and target == co_target)
-        files = _verified_files(tar, path, manifest, "; nothing was installed")
+        files, tuning = _verified_files(tar, path, manifest, "; nothing was installed")
     installed, present = install_entries(files, into)
+    for name, data in tuning.items():  # each whole or not at all; the kernel checks its fields when it reads it
+        _autotune.write_atomically(os.path.join(into or cache_dir(), _autotune.TUNING_FOLDER, name), data)
     return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present))
 
 

@@ -32,15 +32,18 @@ provably share its specialization classes, skipping Triton's binder and cache-ke
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import inspect
+import os
 import sys
 import threading
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Generic, Hashable, Mapping, TypeVar
 
+from . import autotune as _at
 from . import context
 from . import triton_compat as _tc
 from ._launch import FastVariant, LaunchState, Plan
@@ -94,17 +97,19 @@ class LaunchSpec:
 
     Attributes:
         grid: the launch grid, from the live counts (never a buffer's capacity). A grid with a 0
-            launches nothing.
+            launches nothing. For a wrapped kernel (``kernel`` an Autotuner/Heuristics) it may be
+            a callable of the launch's arguments by name, the chosen config's meta-parameters
+            included (``lambda meta: (triton.cdiv(n, meta["BLOCK"]),)``), as with Triton's autotune.
         kwargs: kernel arguments beyond the mapped inputs (outputs, constexprs, derived ints,
             launch options such as ``num_warps``), named like inputs (``out`` -> ``out_ptr``).
         returns: what the launch returns to the caller (the outputs).
     """
 
-    grid: tuple[int, ...]
+    grid: tuple[int, ...] | Callable[[dict[str, Any]], tuple[int, ...]]
     kwargs: Mapping[str, Any] = field(default_factory=dict)  # default: an empty read-only mapping
     returns: Any = None
 
-    def __init__(self, grid: tuple[int, ...], kwargs: Mapping[str, Any] = _NO_KWARGS, returns: Any = None) -> None:
+    def __init__(self, grid: Any, kwargs: Mapping[str, Any] = _NO_KWARGS, returns: Any = None) -> None:
         # Built on every launch: plain stores instead of three frozen __setattr__ calls (half the cost).
         d = self.__dict__
         d["grid"] = grid
@@ -142,6 +147,8 @@ _WARMUP_SINK = context.WARMUP_SINK
 _DEVICE_CACHE_LOCK = threading.Lock()
 # Driver class -> whether it is the compile-only driver (an ABC isinstance check costs ~0.5 us a launch).
 _DRY_DRIVERS: dict[type, bool] = {}
+# Set inside compile(TunedKey): the autotune config (its index) the warm-up launch compiles.
+_FORCED_CONFIG: contextvars.ContextVar[int | None] = contextvars.ContextVar("zerojit_forced_config", default=None)
 # Called as observer(kernel, compiled_kernel) after each zerojit launch; the monitor counts hits.
 _launch_observer: Callable[[Any, Any], None] | None = None
 
@@ -185,6 +192,10 @@ class JitKernel(Generic[KeyT]):
     def compile(self, key: KeyT) -> CompiledVariant:
         """Compile (and on a GPU load) the variant of ``key``."""
         raise NotImplementedError
+
+    def finish_warmup(self, keys: list[KeyT]) -> None:
+        """Called once by the warm-up after every key compiled (``keys``: this kernel's keys);
+        the default does nothing (a wrapped Triton kernel fills its tuning table here)."""
 
     def register_warmup(self, **request: Any) -> None:
         """Ask the active registration sink (a :class:`zerojit.registry.JitWarmupRegistry` inside its
@@ -270,6 +281,8 @@ def _make_entry(method: Callable, inputs: tuple[tuple[str, Any], ...]) -> Callab
     values = "".join(f", {n}" for n, _ in inputs)
     src = f"""{head}
     _zj_spec = _zj_method(self{call})
+    if self._wrapping is not None:
+        _zj_spec = self._wrapped_spec(_zj_spec, ({values[2:]}{',' if len(inputs) == 1 else ''}))
     _zj_sk = _zj_spec.kwargs
     _zj_state = self._launch_state
     _zj_names = tuple(_zj_sk)
@@ -309,11 +322,28 @@ class TritonJitKernel(JitKernel[KeyT]):
     ``warmup_inputs(key) -> dict`` (inputs in the key's specialization classes: WarmupTensors and
     :func:`zerojit.specialization.scalar_rep` values) and a ``@kernel_launcher __call__``.
 
+    ``kernel`` may also be a ``@triton.autotune`` / ``@triton.heuristics`` object, nested in any
+    order (:mod:`zerojit.autotune`): ``kernel`` then becomes the ``triton.jit`` function underneath
+    and ``wrapped`` the object given; heuristics and the autotune config join every launch; an
+    autotuner with several configs needs ``tuning = TuningPolicy(...)`` and expands each warm-up
+    key into one :class:`~zerojit.autotune.TunedKey` per surviving config (:meth:`select_configs`
+    can narrow them); :meth:`tuning_inputs` declares the tuning keys a GPU warm-up benchmarks.
+
     Raises (at class creation): :class:`KernelDefinitionError` when an input maps to no kernel
-    parameter and is not ``host_only``.
+    parameter and is not ``host_only``; for a wrapped kernel, when a heuristic or an autotune
+    config names no kernel parameter, there are two autotuners, or a tuning autotuner has no
+    valid ``tuning`` policy.
     """
 
     kernel: ClassVar[Any] = None
+    #: The Autotuner/Heuristics object ``kernel`` was set to (None for a plain ``triton.jit``).
+    wrapped: ClassVar[Any] = None
+    #: What to launch for a tuning key never tuned (required when the autotuner has several configs).
+    tuning: ClassVar[_at.TuningPolicy | None] = None
+    _wrapping: ClassVar[_at.Wrapping | None] = None
+    _tuning_table: ClassVar[dict[tuple, int]] = {}
+    _untuned_choice: ClassVar[dict[tuple, int]] = {}
+    _policy_config: ClassVar[int | None] = None  # the index the tuning policy's config names
     #: Launch warmed variants directly, skipping Triton's binder (see :meth:`select_variant`).
     #: Set it on the class (or the instance) before warm-up: warm-up launches record the variants.
     fast_path: ClassVar[bool] = False
@@ -329,6 +359,11 @@ class TritonJitKernel(JitKernel[KeyT]):
             return
         if cls.kernel is None:
             raise KernelDefinitionError(f"{cls.__name__} must set the class attribute 'kernel' to a @triton.jit function")
+        if "kernel" in cls.__dict__:
+            wrapping = _at.unwrap(cls.__dict__["kernel"])
+            cls._wrapping, cls.wrapped = wrapping, cls.__dict__["kernel"] if wrapping is not None else None
+            if wrapping is not None:
+                cls.kernel = wrapping.base
         launch = cls.__dict__.get("__call__", getattr(cls, "__call__", None))
         if not hasattr(launch, "_zerojit_inputs"):
             raise KernelDefinitionError(f"{cls.__name__}.__call__ must be decorated with @kernel_launcher")
@@ -358,16 +393,233 @@ class TritonJitKernel(JitKernel[KeyT]):
             table.append((name, param, None if default is _MISSING else default))
         cls._arg_table = tuple(table)
         cls._kwarg_names = {}
+        if cls._wrapping is not None:
+            cls._check_wrapping()
         cls._launch_state = LaunchState(cls, launch._zerojit_inputs, cls._arg_table)
         if not named:  # "_foo_kernel" -> "foo": the name users know the kernel by
             cls.name = cls.kernel.fn.__name__.strip("_").removesuffix("_kernel")
+
+    @classmethod
+    def _check_wrapping(cls) -> None:
+        wrapping = cls._wrapping
+        problems = wrapping.problems(cls._kernel_params)
+        if problems:
+            raise KernelDefinitionError(f"{cls.__name__}: kernel {cls.kernel.fn.__name__}: {'; '.join(problems)}")
+        cls._tuning_table, cls._untuned_choice = {}, {}
+        if not wrapping.tunes:
+            return
+        if not isinstance(cls.tuning, _at.TuningPolicy):
+            raise KernelDefinitionError(
+                f"{cls.__name__}: kernel {cls.kernel.fn.__name__} is autotuned over {len(wrapping.configs)} configs: "
+                "declare what a tuning key never tuned launches, e.g. tuning = TuningPolicy('nearest'), "
+                "TuningPolicy('default', config={...}) or TuningPolicy('error')")
+        try:
+            cls._policy_config = cls.tuning.config_index(wrapping.configs)
+        except ValueError as e:
+            raise KernelDefinitionError(f"{cls.__name__}: tuning policy {cls.tuning}: {e}") from None
+        keys = cls.get_warmup_keys
+        if not getattr(keys, "_zerojit_tuned", False):
+            @functools.wraps(keys)
+            def get_warmup_keys(self, *args: Any, **request: Any) -> list:
+                return self.tuned_keys(keys(self, *args, **request))
+
+            get_warmup_keys._zerojit_tuned = True
+            cls.get_warmup_keys = get_warmup_keys
+
+    def _named_args(self, spec: LaunchSpec, inputs: tuple) -> dict[str, Any]:
+        """Every argument of a launch by parameter name, in parameter order, launch options last."""
+        state = self._launch_state
+        given = {param: inputs[state.input_index[name]] for name, param, _ in self._arg_table}
+        for k, v in spec.kwargs.items():
+            given[self._resolve_kwarg(k)] = v
+        named = {p: given.pop(p) for p in state.param_names if p in given}
+        named.update(given)
+        return named
+
+    def _choose_config(self, tuning_key: tuple, call: dict[str, Any]) -> int:
+        """The autotune config (index) a launch at ``tuning_key`` uses: forced inside a warm-up of
+        a :class:`~zerojit.autotune.TunedKey`, else the tuning table's, else the policy's (that
+        choice is remembered and put in the autotuner's own cache too).
+
+        Raises: zerojit.autotune.TuningError: the policy has no config for this tuning key."""
+        forced = _FORCED_CONFIG.get()
+        if forced is not None:
+            return forced
+        cls = type(self)
+        found = cls._tuning_table.get(tuning_key)
+        if found is None:
+            found = cls._untuned_choice.get(tuning_key)
+        if found is not None:
+            return found
+        policy = cls.tuning
+        default = cls._policy_config
+        if policy.untuned == "nearest" and cls._tuning_table:
+            near = _at.nearest_tuning_key(tuning_key, list(cls._tuning_table))
+            found = cls._tuning_table[near] if near is not None else default
+        elif policy.untuned != "error":
+            found = default
+        if found is None:
+            raise _at.TuningError(
+                f"{self.name}: tuning key {tuning_key} was never tuned and the policy ({policy}) names no config: "
+                f"tune it at warm-up (tuning_inputs) or put it in the tuning file ({len(cls._tuning_table)} tuned)")
+        cls._untuned_choice[tuning_key] = found
+        # the autotuner's own run (the library's call path) now makes the same choice, unbenchmarked
+        _tc.fill_autotuner_cache(cls._wrapping.tuner, tuning_key, cls._wrapping.configs[found])
+        return found
+
+    def _wrapped_spec(self, spec: LaunchSpec, inputs: tuple, hooks: bool = True) -> LaunchSpec:
+        """``spec`` with the wrapping applied: heuristics, the chosen config's ``all_kwargs`` (its
+        ``pre_hook`` called when ``hooks``, except in a warm-up launch), the grid resolved if it
+        is a callable."""
+        named = self._named_args(spec, inputs)
+        call, config, hook_args = self._wrapping.resolve(named, self._choose_config)
+        kwargs = dict(spec.kwargs)
+        aliases = {self._resolve_kwarg(k): k for k in spec.kwargs}
+        for k, v in call.items():
+            if k not in named:
+                kwargs[k] = v
+            elif v is not named[k]:  # a heuristic replaced a value the launch passed (Triton does too)
+                if k not in aliases:
+                    raise KernelDefinitionError(f"{self.name}: heuristic {k!r} replaces the launch input of that "
+                                                "parameter; pass it in LaunchSpec.kwargs instead")
+                kwargs[aliases[k]] = v
+        grid = spec.grid(call) if callable(spec.grid) else spec.grid
+        hook = _tc.config_pre_hook(config) if config is not None else None
+        if hook is not None and hooks and _WARMUP_SINK.get() is None:
+            hook(hook_args)
+        return LaunchSpec(tuple(grid), kwargs, spec.returns)
+
+    def select_configs(self, key: KeyT, configs: list[int]) -> list[int]:
+        """The autotune configs (indices) warmed for ``key``, from those that survive the
+        autotuner's pruning on ``key``'s warm-up inputs. Default: all of them; override to compile
+        fewer (CI), keeping every config the tuning table and the policy can choose."""
+        return configs
+
+    def tuned_keys(self, keys: list) -> list:
+        """``keys`` expanded to one :class:`~zerojit.autotune.TunedKey` per config that survives
+        the autotuner's pruning (``Autotuner.prune_configs``) on each key's warm-up inputs, then
+        :meth:`select_configs`, plus the ``tuning`` policy's config (what an untuned tuning key
+        launches) where pruning dropped it. Keys of a kernel whose autotuner has one config are
+        returned as is."""
+        wrapping = self._wrapping
+        if wrapping is None or not wrapping.tunes:
+            return list(keys)
+        out = []
+        for key in keys:
+            if isinstance(key, _at.TunedKey):
+                out.append(key)
+                continue
+            named = self._warmup_named(self.warmup_inputs(key))[0]
+            configs = self.select_configs(key, wrapping.surviving(named))
+            default = self._policy_config
+            if default is not None and default not in configs:  # what an untuned key launches
+                configs = [*configs, default]
+            for i in configs:
+                out.append(_at.TunedKey(key, i, tuple(_tc.config_arguments(wrapping.configs[i]).items())))
+        return out
+
+    def _warmup_named(self, inputs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """A launch's arguments by name (before the wrapping) and its grid, launching nothing."""
+        entry = type(self).__call__
+        spec = entry._zerojit_method(self, **inputs)
+        values = tuple(inputs[n] if n in inputs else d for n, d in entry._zerojit_inputs)
+        return self._named_args(spec, values), spec.grid
+
+    def tuning_inputs(self, key: KeyT) -> list[dict[str, Any]]:
+        """Launch inputs, one dict per tuning key to benchmark at a GPU warm-up of ``key`` (real
+        tensors on the GPU: the benchmark runs the kernel). Default: none (the tuning file and
+        the policy decide)."""
+        return []
+
+    def tuning_header(self) -> dict[str, Any]:
+        """The fields a tuning file of this kernel must carry here: ``kernel``, ``target``
+        (``"cuda:90"``; ``"interpreter"`` under ``TRITON_INTERPRET=1``), ``triton`` (version), ``source_hash`` (Triton's ``cache_key`` of the
+        ``triton.jit`` function) and, on a GPU, ``gpu`` (the device name)."""
+        if _tc.interpreting():
+            target = "interpreter"
+        else:
+            t = _tc.current_target()
+            target = f"{t.backend}:{t.arch}"
+        header = {"kernel": self.name, "target": target, "triton": _tc.TRITON_VERSION,
+                  "source_hash": _tc.source_hash(self.kernel)}
+        if target != "interpreter" and not isinstance(_tc.active_driver(), CompileOnlyDriver):
+            import torch  # imported by the launch path already; here only to name the GPU
+
+            header["gpu"] = torch.cuda.get_device_name()
+        return header
+
+    def tuning_file(self) -> str:
+        """This kernel's tuning file (:func:`zerojit.autotune.tuning_file_path`)."""
+        return _at.tuning_file_path(self.name, _tc.source_hash(self.kernel))
+
+    def finish_warmup(self, keys: list) -> None:
+        """Fill the tuning table once every key compiled (called by the registry's warm-up).
+
+        Reads the tuning file (:func:`zerojit.autotune.load_tuning_file`); where kernels run (a
+        GPU, or the interpreter under ``TRITON_INTERPRET=1``) benchmarks
+        each tuning key :meth:`tuning_inputs` declares that the table lacks, over the configs warmed
+        for its key that survive pruning on those inputs (all warmed ones if none does; a config
+        never warmed is never chosen, so another process with the file compiles nothing more),
+        with the autotuner's own benchmark, and saves the file (atomically); then puts
+        the table in the autotuner's own cache, so calls through the library's own path do not
+        benchmark either.
+
+        Raises:
+            zerojit.autotune.TuningFileError: the file is for another target, GPU, Triton or
+                kernel source, or is corrupted.
+            zerojit.autotune.TuningError: the file chooses a config no warmed key compiled.
+        """
+        wrapping = self._wrapping
+        if wrapping is None or not wrapping.tunes:
+            return
+        cls = type(self)
+        header = self.tuning_header()
+        path = self.tuning_file()
+        timings: dict[tuple, float | None] = {}
+        if os.path.exists(path):
+            loaded = _at.load_tuning_file(path, header, wrapping.configs)
+            compiled = {k.config for k in keys if isinstance(k, _at.TunedKey)}
+            unwarmed = {tk: i for tk, i in loaded.items() if i not in compiled}
+            if unwarmed:
+                tk, i = next(iter(unwarmed.items()))
+                raise _at.TuningError(
+                    f"{self.name}: tuning file {path} chooses config {i} ({wrapping.configs[i]}) for tuning key {tk}, "
+                    f"which no warmed key compiled ({len(unwarmed)} such entries): it would compile at run time; warm "
+                    "it (select_configs, the key space) or tune again")
+            cls._tuning_table.update(loaded)
+            timings.update(dict.fromkeys(loaded))
+        if _tc.interpreting() or not isinstance(_tc.active_driver(), CompileOnlyDriver):  # kernels run here
+            tuned = False
+            with context.allow_compiles():
+                warmed: dict[Any, list[int]] = {}  # key -> the configs warmed for it: the only candidates
+                for k in keys:
+                    if isinstance(k, _at.TunedKey):
+                        warmed.setdefault(k.key, []).append(k.config)
+                for key, configs in warmed.items():
+                    for inputs in self.tuning_inputs(key):
+                        named, grid = self._warmup_named(inputs)
+                        tuning_key, call = wrapping.tuning_key(named)
+                        if tuning_key in cls._tuning_table:
+                            continue
+                        candidates = [i for i in wrapping.surviving(named) if i in configs] or configs
+                        ms = {i: _tc.bench_config(wrapping.tuner, call, wrapping.configs[i], grid) for i in candidates}
+                        best = min(ms, key=ms.get)
+                        cls._tuning_table[tuning_key] = best
+                        timings[tuning_key] = ms[best]
+                        tuned = True
+            if tuned:
+                _at.save_tuning_file(path, header, wrapping.configs,
+                                     [(k, i, timings.get(k)) for k, i in cls._tuning_table.items()])
+        cls._untuned_choice.clear()
+        for tuning_key, i in cls._tuning_table.items():
+            _tc.fill_autotuner_cache(wrapping.tuner, tuning_key, wrapping.configs[i])
 
     @classmethod
     def _resolve_kwarg(cls, name: str) -> str:
         try:
             return cls._kwarg_names[name]
         except KeyError:
-            param = name if name in LAUNCH_OPTIONS else _match_param(name, cls._kernel_params)
+            param = name if name in LAUNCH_OPTIONS or name in _tc.CONFIG_OPTIONS else _match_param(name, cls._kernel_params)
             if param is None:
                 raise KernelDefinitionError(
                     f"{cls.__name__}: LaunchSpec kwarg {name!r} maps to no parameter of {cls.kernel.fn.__name__} "
@@ -451,6 +703,8 @@ class TritonJitKernel(JitKernel[KeyT]):
         entry = type(self).__call__
         spec = entry._zerojit_method(self, **inputs)
         values = tuple(inputs[name] if name in inputs else default for name, default in entry._zerojit_inputs)
+        if self._wrapping is not None:
+            spec = self._wrapped_spec(spec, values, hooks=False)  # launches nothing: no pre_hook
         state = self._launch_state
         sk = spec.kwargs
         plan = state.plan(tuple(sk))
@@ -481,9 +735,11 @@ class TritonJitKernel(JitKernel[KeyT]):
             _tc.device_cache(self.kernel, device)
         sink: list = []
         token = _WARMUP_SINK.set(sink)
+        forced = _FORCED_CONFIG.set(key.config if isinstance(key, _at.TunedKey) else None)
         try:
-            self(**self.warmup_inputs(key))
+            self(**self.warmup_inputs(key.key if isinstance(key, _at.TunedKey) else key))
         finally:
+            _FORCED_CONFIG.reset(forced)
             _WARMUP_SINK.reset(token)
         if len(sink) != 1:
             raise KernelDefinitionError(

@@ -65,6 +65,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from . import triton_compat as _tc
 from . import kernel as _kernel
 from . import registry as _registry
 from .context import allow_compiles, in_warmup
@@ -82,6 +83,7 @@ __all__ = [
     "RuntimeJitError",
     "MonitorModeError",
     "RuntimeCompile",
+    "RuntimeBenchmark",
     "ArgDifference",
     "MissCount",
     "MonitorCounts",
@@ -360,6 +362,34 @@ class RuntimeCompile:
         return self.summary()
 
 
+@dataclass(frozen=True)
+class RuntimeBenchmark:
+    """An autotune benchmark after warm-up: an autotuner met a tuning key it had no choice for
+    and started benchmarking its configs on the request path (hundreds of ms).
+
+    Attributes:
+        kernel: the kernel's name (zerojit's, else the ``triton.jit`` function's).
+        tuning_key: the autotuner's tuning key (``key`` argument values, then argument dtypes).
+        configs: how many configs the autotuner had to benchmark.
+    """
+
+    kernel: str
+    tuning_key: tuple
+    configs: int
+    direct: bool = False  # RuntimeJitError's question: blocked before it ran (always)
+
+    def summary(self) -> str:
+        return f"autotune benchmark of {self.kernel} at tuning key {self.tuning_key} ({self.configs} configs)"
+
+    def explain(self, *, blocked: bool = False) -> str:
+        verb = "blocked" if blocked else "ran"
+        return (f"{self.summary()} {verb} after warm-up: give the kernel a zerojit TuningPolicy and warm it "
+                "(zerojit.autotune), or tune this key at warm-up, so the choice is known before serving")
+
+    def __str__(self) -> str:
+        return self.summary()
+
+
 class RuntimeJitError(RuntimeError):
     """A compile after warm-up under a monitor in error mode. ``.compile`` is the :class:`RuntimeCompile`."""
 
@@ -394,6 +424,7 @@ class MonitorCounts:
     direct_compiles: int = 0
     direct_disk_loads: int = 0
     launches: int = 0
+    benchmarks: int = 0  #: autotune benchmarks after warm-up (runtime events of their own kind)
 
     @property
     def any_runtime_compile(self) -> bool:
@@ -431,6 +462,7 @@ class MonitorSnapshot:
     miss_fns: tuple[Any, ...]
     direct: tuple[MissCount, ...]
     launches: tuple[_Launches, ...] = ()
+    benchmarks: tuple[tuple[RuntimeBenchmark, int], ...] = ()  #: each distinct one and how often
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,6 +572,8 @@ class JitMonitor:
         self._pending: dict[int, tuple[Any, _Stats]] = {}  # id(signature dict) -> (dict, stats)
         self._launches: dict[int, _Launches] = {}
         self._launch_total = 0
+        self._benchmarks: dict[tuple[int, tuple], list] = {}  # (id(autotuner), tuning key) -> [record, count]
+        self._bench_runs: dict[int, int] = {}  # id(autotuner) -> the run last counted
         if report is _PROCESS_WARMUPS:
             report = _registry.warmup_reports()
         if report is None or isinstance(report, (list, tuple)):
@@ -612,6 +646,7 @@ class JitMonitor:
             _set_listener(listen)
             _set_observer(observe)
             self._links = (cache, listen, observe)
+            _tc.add_bench_listener(self._on_bench)
             _INSTALLED.append(self)
         return self
 
@@ -625,6 +660,7 @@ class JitMonitor:
             _unlink(listen, _get_listener, _set_listener)
             _unlink(observe, _get_observer, _set_observer)
             self._links = None
+            _tc.remove_bench_listener(self._on_bench)
             if self in _INSTALLED:
                 _INSTALLED.remove(self)
 
@@ -668,7 +704,13 @@ class JitMonitor:
                 direct_compiles=sum(s.compiled for s in direct),
                 direct_disk_loads=sum(s.disk_loads for s in direct),
                 launches=self._launch_total,
+                benchmarks=sum(c for _, c in self._benchmarks.values()),
             )
+
+    def benchmarks(self) -> tuple[tuple[RuntimeBenchmark, int], ...]:
+        """Every distinct autotune benchmark after warm-up and how often it ran, first seen first."""
+        with self._lock:
+            return tuple((r, c) for r, c in self._benchmarks.values())
 
     def snapshot(self) -> MonitorSnapshot:
         with self._lock:
@@ -679,6 +721,7 @@ class JitMonitor:
                 miss_fns=tuple(s.jit_fn for s in self._misses.values()),
                 direct=tuple(s.frozen() for s in self._direct.values()),
                 launches=tuple(_Launches(e.kernel, e.compiled, e.count, e.triton_key) for e in self._launches.values()),
+                benchmarks=tuple((r, c) for r, c in self._benchmarks.values()),
             )
 
     def reset(self) -> None:
@@ -689,6 +732,8 @@ class JitMonitor:
             self._pending.clear()
             self._launches.clear()
             self._launch_total = 0
+            self._benchmarks.clear()
+            self._bench_runs.clear()
 
     # -- naming and explaining -------------------------------------------------------------------
 
@@ -744,6 +789,31 @@ class JitMonitor:
         return record
 
     # -- the three handlers ----------------------------------------------------------------------
+
+    def _on_bench(self, tuner: Any, config: Any, named: dict, run: int) -> None:
+        """Before each config benchmark of any autotuner (zerojit.triton_compat.add_bench_listener):
+        one event per autotuner run; error mode raises before the first config runs."""
+        if self._mode == "off" or in_warmup():
+            return
+        with self._lock:
+            if self._bench_runs.get(id(tuner)) == run:
+                return  # the run's next config: counted with its first
+            self._bench_runs[id(tuner)] = run
+            key = _tc.tuning_key(tuner, named)
+            entry = self._benchmarks.get((id(tuner), key))
+            if entry is None:
+                fn = tuner
+                while not isinstance(fn, _tc.JITFunction) and hasattr(fn, "fn"):
+                    fn = fn.fn
+                name = self.kernel_name(fn) if isinstance(fn, _tc.JITFunction) else repr(tuner)
+                entry = self._benchmarks[(id(tuner), key)] = [
+                    RuntimeBenchmark(name, key, len(_tc.autotune_configs(tuner))), 0]
+            entry[1] += 1
+            record = entry[0]
+        if self._mode == "error":
+            logger.error("zerojit: blocked %s", record.summary())
+            raise RuntimeJitError(record)
+        logger.warning("zerojit: %s after warm-up", record.summary())
 
     def _on_cache_miss(self, previous_result: Any, *, key: str, fn: Any, compile: dict, **_: Any) -> None:
         if previous_result or self._mode == "off" or in_warmup():

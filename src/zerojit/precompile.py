@@ -104,6 +104,7 @@ class _JobState:
     pending: Any = None  # (jit function, compile request, Triton key) of the in-process miss being looked up
     launcher: Any = None  # (signature types, launcher key) when its launcher is missing
     shipped: Any = None  # _Shipped: what loading a worker's result needs
+    kernel: str = ""  # the zerojit kernel's name (for what the report says about a worker)
 
 
 def _manager_class(session: "WarmupSession", base: type) -> type:
@@ -178,6 +179,7 @@ class _Request:
     payload: bytes | None  # pickle of (signature, constexprs, attrs); None: cannot be shipped
     options: dict
     target: Any
+    kernel: str = ""  # the zerojit kernel's name
 
 
 @dataclass
@@ -336,7 +338,7 @@ class WarmupSession:
         present = bool(group) and filename in group
         entry = manager._zerojit_key
         if self._deferring and (not present or job.launcher is not None):
-            shippable = self._shippable(jit_fn, compile, entry)
+            shippable = self._shippable(jit_fn, compile, entry, job.kernel)
             pool = self._ensure_pool(shippable.target) if shippable is not None else None
             if pool is not None:
                 if not present:
@@ -403,7 +405,7 @@ class WarmupSession:
         finally:
             _SIGNATURE_ONLY.reset(token)
 
-    def _shippable(self, jit_fn: Any, compile: dict, entry: str) -> "_Request | None":
+    def _shippable(self, jit_fn: Any, compile: dict, entry: str, kernel: str = "") -> "_Request | None":
         """The compile request a worker can run, or None (a closure, ``__main__``, unpicklable;
         noted once per function in ``recovered``)."""
         function = f"{jit_fn.fn.__module__}:{jit_fn.fn.__qualname__}"
@@ -423,7 +425,7 @@ class WarmupSession:
             self._note(f"{function}: its compile arguments do not pickle ({type(e).__name__}: {e}); compiled in this process")
             return None
         target = _tc.device_cache(jit_fn, request.device).target
-        return _Request(function, entry, payload, _tc.hook_compile_options(compile), target)
+        return _Request(function, entry, payload, _tc.hook_compile_options(compile), target, kernel)
 
     def _finish(self, pool: "_WorkerPool") -> dict[str, float]:
         """Stop the workers this warm-up used (``workers`` counts them); their seconds per entry."""
@@ -487,7 +489,7 @@ class WarmupSession:
 
     # ------------------------------------------------------------------ sweeps
     def _attempt(self, kernel: Any, key: Any) -> tuple[str, Any, float, _JobState]:
-        state = _JobState()
+        state = _JobState(kernel=getattr(kernel, "name", ""))
         token = _JOB.set(state)
         start = time.perf_counter()
         try:
@@ -893,7 +895,8 @@ class _WorkerPool:
 
     def submit_compile(self, request: _Request, lock_path: str) -> None:
         self._submit(request.entry, {"kind": "compile", "name": request.entry, "function": request.function,
-                                     "payload": request.payload, "options": request.options, "lock": lock_path})
+                                     "payload": request.payload, "options": request.options, "lock": lock_path,
+                                     "kernel": request.kernel})
 
     def submit_launcher(self, types: tuple, key: str, lock_path: str) -> None:
         self._submit(f"launcher:{key}", {"kind": "launcher", "name": f"launcher:{key}", "key": key, "signature": types,
@@ -1028,6 +1031,8 @@ class _WorkerPool:
                 remember_launcher(task["key"])  # for this Triton install
             return
         what = task.get("function") or f"launcher {task['signature']}"
+        if task.get("kernel"):
+            what = f"kernel {task['kernel']!r} ({what})"
         if reply.get("unavailable"):
             self._recovered(f"{what} cannot be loaded in a worker ({reply.get('error')}); compiled in this process instead")
         else:  # the second sweep compiles it again here: a real error fails the key the way a serial warm-up does

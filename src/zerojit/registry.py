@@ -397,6 +397,11 @@ class JitWarmupRegistry:
                 failures.append(WarmupFailure(kernel.name, key, f"{type(error).__name__}: {error}{_cache_hint(error)}"))
             else:
                 per_kernel[kernel].append((key, outcome.variant, outcome.seconds))
+        for kernel, done in per_kernel.items():  # e.g. a wrapped kernel's tuning table (zerojit.autotune)
+            try:
+                kernel.finish_warmup([k for k, _, _ in done])
+            except Exception as e:
+                failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}"))
         kernels = tuple(
             KernelWarmup(
                 kernel=kernel.name,

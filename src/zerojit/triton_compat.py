@@ -31,6 +31,12 @@ named after the release that brought it:
   (:func:`positional_parameters`; earlier code generators cannot compile keyword-only parameters
   at all: :data:`KEYWORD_ONLY_PARAMETERS`); the interpreter gives a scalar comparison a handle of the
   wrong type, so ``block & (scalar < 0)`` as a mask fails there (the MLA index kernel avoids it).
+* Autotuner (``triton.runtime.autotuner``; :func:`prune_configs`, :func:`tuning_key`,
+  :func:`bench_config`, :func:`add_bench_listener`): 3.9 checks the ``key``, ``reset_to_zero``
+  and ``restore_value`` names at decoration, keeps at least one config under ``top_k``, runs no
+  benchmark (calls no ``_bench``) when pruning leaves one config, and calls
+  ``knobs.autotuning.listener`` after a benchmark (too late to block one: zerojit wraps
+  ``Autotuner._bench`` on every version instead).
 * 3.10 (not supported yet): FP fusion will be off by default (3.9 warns when
   ``TRITON_DEFAULT_FP_FUSION`` is unset, once per process: every compile worker too). It bites
   where the default is taken: the compile options a worker is sent and every disk-cache key hash
@@ -44,7 +50,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import importlib
+import inspect
 import json
 import os
 import re
@@ -60,6 +68,9 @@ from triton.backends.driver import DriverBase
 from triton.compiler.compiler import ASTSource, AsmDict, CompiledKernel, make_backend
 from triton.runtime import cache as _tcache
 from triton.runtime.driver import driver as DRIVER  # Triton's DriverConfig (see peek_driver)
+from triton.runtime.autotuner import Autotuner as _Autotuner
+from triton.runtime.autotuner import Config
+from triton.runtime.autotuner import Heuristics as _Heuristics
 from triton.runtime.jit import JITFunction, compute_cache_key
 
 __all__ = [
@@ -88,6 +99,10 @@ __all__ = [
     "cache_manager", "default_cache_manager", "cache_manager_class", "set_cache_manager_class", "metadata_file_name",
     "group_file_name", "read_group_file", "build_key_function", "set_build_key_function", "backends_in_tree",
     "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch",
+    # autotune and heuristics wrappers
+    "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
+    "autotune_configs", "config_arguments", "config_pre_hook", "prune_configs", "tuning_key",
+    "bench_config", "fill_autotuner_cache", "add_bench_listener", "remove_bench_listener",
 ]
 
 
@@ -767,8 +782,13 @@ def set_build_key_function(fn: Callable[[], str]) -> None:
 
 def source_hash(jit_fn: Any) -> str:
     """``jit_fn``'s source hash over its dependencies (Triton's ``cache_key``; 3.8: constexpr
-    globals are sorted first, so the values differ from 3.7's for the same source)."""
-    return jit_fn.cache_key
+    globals are sorted first, so the values differ from 3.7's for the same source). Under
+    ``TRITON_INTERPRET=1`` (an ``InterpretedFunction`` has no ``cache_key``): the SHA-256 of the
+    function's own source."""
+    key = getattr(jit_fn, "cache_key", None)
+    if key is None and interpreting():
+        key = hashlib.sha256(inspect.getsource(jit_fn.fn).encode()).hexdigest()
+    return key
 
 
 @functools.lru_cache(maxsize=1)
@@ -822,3 +842,128 @@ def sm_arch(capability: int) -> str:
 
     return sm_arch_from_capability(capability)
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Autotune and heuristics wrappers (triton.runtime.autotuner; the same surface in 3.6 to 3.9,
+# except where named: 3.9 checks `key` names at decoration and skips benchmarking when pruning
+# leaves one config, and calls knobs.autotuning.listener after a benchmark)
+# ---------------------------------------------------------------------------------------------
+
+#: The launch options of a ``triton.Config`` in the order ``Config.all_kwargs`` lists them (read
+#: from Triton, not restated): ``("num_warps", "num_ctas", "num_stages", "maxnreg", "ir_override")``.
+CONFIG_OPTIONS: tuple[str, ...] = tuple(
+    Config({}, num_warps=1, num_stages=1, num_ctas=1, maxnreg=1, ir_override="x").all_kwargs())
+
+
+def is_autotuner(obj: Any) -> bool:
+    """True for a ``@triton.autotune`` object (Triton's ``Autotuner`` or a subclass, e.g. FLA's)."""
+    return isinstance(obj, _Autotuner)
+
+
+def is_heuristics(obj: Any) -> bool:
+    """True for a ``@triton.heuristics`` object."""
+    return isinstance(obj, _Heuristics)
+
+
+def wrapped_function(obj: Any) -> Any:
+    """The object an Autotuner or Heuristics wraps (its ``fn``)."""
+    return obj.fn
+
+
+def heuristics_values(obj: Any) -> dict[str, Callable[[dict], Any]]:
+    """A Heuristics' ``{meta-parameter: function(args dict)}``, in decorator order."""
+    return dict(obj.values)
+
+
+def autotune_configs(tuner: Any) -> list[Any]:
+    """The autotuner's configs (Triton puts one default ``Config`` there when given none)."""
+    return list(tuner.configs)
+
+
+def config_arguments(config: Any) -> dict[str, Any]:
+    """``config.all_kwargs()``: its meta-parameters, then its launch options (``None`` ones left
+    out), in Triton's order."""
+    return config.all_kwargs()
+
+
+def config_pre_hook(config: Any) -> Callable[[dict], Any] | None:
+    """The config's ``pre_hook`` (called with every argument by name before the launch), or None."""
+    return config.pre_hook
+
+
+def prune_configs(tuner: Any, named: dict[str, Any]) -> list[Any]:
+    """The configs that survive ``Autotuner.prune_configs`` (``prune_configs_by``: its
+    ``early_config_prune``, then ``perf_model`` and ``top_k``) for a launch with ``named``
+    arguments. zerojit passes every argument by name as ``named_args`` and no keyword
+    arguments (what Triton sees for a kernel launched positionally).
+
+    Raises: whatever the prune functions raise; ``AutotunerError`` when none survives.
+    """
+    saved = tuner.nargs if hasattr(tuner, "nargs") else None
+    tuner.nargs = dict(named)
+    try:
+        return list(tuner.prune_configs({}))
+    finally:
+        tuner.nargs = saved
+
+
+def tuning_key(tuner: Any, named: dict[str, Any]) -> tuple:
+    """The key ``Autotuner.run`` caches its choice under for a launch with ``named`` arguments
+    (every argument by name, in parameter order, as a positional launch binds them): the values
+    of the ``key`` arguments present, then ``str(dtype)`` of each argument that has a dtype."""
+    names = set(tuner.arg_names)
+    args = {k: v for k, v in named.items() if k in names}
+    key = [args[k] for k in tuner.keys if k in args]
+    key += [str(v.dtype) for v in args.values() if hasattr(v, "dtype")]
+    return tuple(key)
+
+
+def bench_config(tuner: Any, named: dict[str, Any], config: Any, grid: Any) -> float:
+    """Benchmark one config as the autotuner does (``Autotuner._bench``: the config's
+    ``pre_hook``, the autotuner's ``pre_hook``/``post_hook`` with ``reset_to_zero`` and
+    ``restore_value``, its ``do_bench``); returns the median in milliseconds (``inf`` where
+    Triton's benchmark reports the config cannot run: out of resources, a failed assertion)."""
+    saved = tuner.nargs if hasattr(tuner, "nargs") else None
+    tuner.nargs = dict(named)
+    try:
+        meta = {k: v for k, v in named.items() if k not in config.kwargs}
+        timings = tuner._bench(config=config, grid=grid, warmup=False, **meta)
+    finally:
+        tuner.nargs = saved
+    return float(timings[0] if isinstance(timings, (list, tuple)) else timings)
+
+
+def fill_autotuner_cache(tuner: Any, key: tuple, config: Any) -> None:
+    """Put ``config`` in the autotuner's own cache under ``key``: its ``run`` then launches it
+    without benchmarking (``Autotuner.cache``)."""
+    tuner.cache[key] = config
+
+
+_BENCH_LISTENERS: list[Callable[[Any, Any, dict, int], None]] = []
+_ORIGINAL_BENCH = _Autotuner._bench
+
+
+def _listened_bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
+    named = {**(getattr(self, "nargs", None) or {}), **meta}
+    for listener in tuple(_BENCH_LISTENERS):
+        listener(self, config, named, id(getattr(self, "nargs", None)))  # may raise: nothing ran yet
+    return _ORIGINAL_BENCH(self, *args, config=config, **meta)
+
+
+def add_bench_listener(listener: Callable[[Any, Any, dict, int], None]) -> None:
+    """Call ``listener(autotuner, config, named_args, run)`` before every config benchmark of every
+    autotuner (``Autotuner._bench``, which ``run`` calls for each config of a new tuning key;
+    ``named_args``: the run's arguments by name; ``run``: the same int for every config of one run).
+    A listener that raises stops the benchmark before it starts."""
+    if listener not in _BENCH_LISTENERS:
+        _BENCH_LISTENERS.append(listener)
+    _Autotuner._bench = _listened_bench
+
+
+def remove_bench_listener(listener: Callable[[Any, Any, dict, int], None]) -> None:
+    """Undo :func:`add_bench_listener` (the autotuner's own ``_bench`` is back with the last one)."""
+    if listener in _BENCH_LISTENERS:
+        _BENCH_LISTENERS.remove(listener)
+    if not _BENCH_LISTENERS:
+        _Autotuner._bench = _ORIGINAL_BENCH

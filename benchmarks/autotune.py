@@ -1,0 +1,140 @@
+"""An autotuned kernel after warm-up: zerojit vs plain Triton autotune, measured in the same run.
+
+Kernel: ``zerojit.examples.tuned_scale`` (heuristics over a 6-config autotuner, pruned per row
+length). Each mode runs in fresh processes with an empty Triton cache folder, the modes
+interleaved over several rounds; printed: the median and the spread (min-max) over the rounds.
+
+* ``zerojit``: ``registry.warmup()`` compiles every surviving config of the key space and, on a
+  GPU, benchmarks the declared tuning keys (``tuning_inputs``); then the *first launch at a new
+  tuning key* (a row length never tuned: the ``nearest`` policy decides) and the steady state
+  (median of 200 launches of it) are timed, each with ``torch.cuda.synchronize()``.
+* ``triton``: plain ``tuned_scale_kernel[grid](...)``: its first call at that tuning key
+  benchmarks every surviving config (what zerojit moves to warm-up), then the steady state.
+* warm-up seconds of the ``zerojit`` mode with tuning: serial (``workers=1``) vs ``--workers N``.
+
+Goal: zerojit's first launch <= 2x its steady state. Ratios are against Triton measured here.
+
+Without a GPU the script still runs, labelled ``compile-only (no GPU)``: warm-up under
+``compile_only("cuda:90")`` (every config compiles, no tuning: the policy decides), and the
+"launches" are dry launches (binder and cache lookup, nothing executes); plain Triton's first call
+cannot run there and is reported as n/a.
+
+Usage: ``PYTHONPATH=src python benchmarks/autotune.py [--rounds 3] [--workers 4] [--json OUT]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+SIZES = (4096, 1 << 20)  # the tuning keys warm-up benchmarks (row lengths)
+NEW_N = 100_000  # a row length never tuned: a new tuning key at serving time
+STEADY = 200
+
+
+def child(mode: str, workers: int) -> dict:
+    import torch
+    import triton
+
+    gpu = torch.cuda.is_available()
+    from zerojit import JitWarmupRegistry
+    from zerojit.compile_only import compile_only
+    from zerojit.examples.tuned_scale import TunedScale, tuned_scale_kernel
+
+    device = "cuda" if gpu else "cpu"
+    x = torch.randn(NEW_N, device=device)
+    out = torch.empty_like(x)
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    kernel = TunedScale()
+    result: dict = {"mode": mode, "gpu": gpu}
+
+    def timed(fn) -> float:
+        t = time.perf_counter()
+        fn()
+        sync()
+        return time.perf_counter() - t
+
+    def run() -> None:
+        if mode == "triton":
+            launch = lambda: tuned_scale_kernel[lambda m: (triton.cdiv(NEW_N, m["BLOCK"]),)](x, out, NEW_N, 2.0)
+        else:
+            t0 = time.perf_counter()
+            registry = JitWarmupRegistry()
+            with registry.activate():
+                kernel.register_warmup(sizes=SIZES)
+            registry.warmup(progress=False, workers=workers)
+            result["warmup_s"] = time.perf_counter() - t0
+            launch = lambda: kernel(x=x, out=out, scale=2.0)
+        result["first_s"] = timed(launch)
+        result["steady_s"] = statistics.median(timed(launch) for _ in range(STEADY))
+
+    if gpu:
+        run()
+    elif mode == "triton":
+        result["first_s"] = result["steady_s"] = None  # a real launch: needs a GPU
+    else:
+        with compile_only("cuda:90"):
+            run()
+    return result
+
+
+def run_child(mode: str, workers: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix="zerojit-bench-autotune-") as cache:
+        env = dict(os.environ, TRITON_CACHE_DIR=cache, ZEROJIT_JIT_MONITOR="off")
+        p = subprocess.run([sys.executable, __file__, "--child", mode, "--workers", str(workers)], env=env,
+                           capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise RuntimeError(f"{mode} child failed:\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def _summary(values: list) -> str:
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "n/a"
+    return f"{statistics.median(vals) * 1e3:9.3f} ms  (spread {min(vals) * 1e3:.3f}-{max(vals) * 1e3:.3f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--json")
+    parser.add_argument("--child")
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, args.workers)))
+        return
+    runs: dict[str, list[dict]] = {"zerojit": [], "zerojit-workers": [], "triton": []}
+    for _ in range(args.rounds):  # interleaved: drift hits every mode alike
+        runs["zerojit"].append(run_child("zerojit", 1))
+        runs["zerojit-workers"].append(run_child("zerojit", args.workers))
+        runs["triton"].append(run_child("triton", 1))
+    gpu = runs["zerojit"][0]["gpu"]
+    label = "GPU" if gpu else "compile-only (no GPU): dry launches, no tuning, no plain-Triton launch"
+    print(f"autotuned kernel after warm-up, {args.rounds} rounds, {label}")
+    for name, key in (("zerojit first launch, new tuning key", "first_s"), ("zerojit steady state", "steady_s")):
+        print(f"  {name:<40} {_summary([r[key] for r in runs['zerojit']])}")
+    for name, key in (("triton autotune first call (benchmarks)", "first_s"), ("triton steady state", "steady_s")):
+        print(f"  {name:<40} {_summary([r[key] for r in runs['triton']])}")
+    first = statistics.median(r["first_s"] for r in runs["zerojit"])
+    steady = statistics.median(r["steady_s"] for r in runs["zerojit"])
+    print(f"  zerojit first / steady: {first / steady:.2f}x (goal <= 2x)")
+    tfirst = [r["first_s"] for r in runs["triton"] if r["first_s"] is not None]
+    if tfirst:
+        print(f"  triton first / zerojit first: {statistics.median(tfirst) / first:.1f}x")
+    print(f"  warm-up with tuning, serial        {_summary([r['warmup_s'] for r in runs['zerojit']])}")
+    print(f"  warm-up with tuning, {args.workers} workers     {_summary([r['warmup_s'] for r in runs['zerojit-workers']])}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"gpu": gpu, "runs": runs}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,606 @@
+"""Wrapped kernels (zerojit.autotune): heuristics and autotune configs in the key space, the tuning
+table and its file, the monitor's benchmark events, launch-option order.
+
+References are Triton's own: its Autotuner run (benchmarking with a ``do_bench`` that reports
+fixed timings, so the choice is known) fills its own cache with the tuning keys and configs
+zerojit must reproduce; the variants a library call launches are looked up in Triton's own
+in-process cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from zerojit import triton_compat as _tc
+from zerojit.autotune import (TunedKey, TuningError, TuningFileError, TuningPolicy, load_tuning_file,
+                              nearest_tuning_key, save_tuning_file)
+from zerojit.kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.monitor import JitMonitor, RuntimeJitError
+from zerojit.registry import JitWarmupRegistry
+from zerojit.specialization import WarmupTensor
+
+CONFIGS = [triton.Config({"BLOCK": b}, num_warps=w) for b in (32, 64, 128) for w in (2, 4)]
+# Timings the reference autotuner's do_bench reports, per (BLOCK, num_warps): BLOCK 64 / 4 warps wins.
+FAKE_MS = {(32, 2): 5.0, (32, 4): 4.0, (64, 2): 3.0, (64, 4): 1.0, (128, 2): 2.0, (128, 4): 6.0}
+
+
+def _prune(configs, named_args, **kwargs):
+    """No block wider than twice the row (a rule the test can state independently)."""
+    return [c for c in configs if c.kwargs["BLOCK"] <= max(32, 2 * named_args["n"])]
+
+
+@triton.jit(do_not_specialize=["n"])
+def _scale_jit(x_ptr, out_ptr, n, scale, BLOCK: tl.constexpr, HAS_SCALE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    if HAS_SCALE:
+        x = x * scale
+    tl.store(out_ptr + offs, x, mask=mask)
+
+
+def _wrapped(do_bench=None):
+    """Heuristics over an Autotuner over the jit function (FLA's order), a fresh autotuner."""
+    tuned = triton.autotune(CONFIGS, key=["n"], prune_configs_by={"early_config_prune": _prune},
+                            do_bench=do_bench)(_scale_jit)
+    return triton.heuristics({"HAS_SCALE": lambda args: args["scale"] is not None})(tuned)
+
+
+def _fake_bench(kernel_call, quantiles):
+    c = _fake_bench.current  # nothing runs: the timings are FAKE_MS
+    return [FAKE_MS[(c.kwargs["BLOCK"], c.num_warps)]] * 3
+
+
+class Scale(TritonJitKernel["Scale.CompileKey"]):
+    """out = x * scale (or a copy when scale is None); n is the row length."""
+
+    kernel = _wrapped()
+    tuning = TuningPolicy("nearest", config={"BLOCK": 32, "num_warps": 2})
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        n: int  # a representative row length (its tuning key and pruning)
+        has_scale: bool
+
+    def dispatch(self, *, n: int, has_scale: bool) -> "Scale.CompileKey":
+        return self.CompileKey(n, has_scale)
+
+    def get_warmup_keys(self, *, sizes=(8, 64)) -> list:
+        return [self.CompileKey(n, s) for n in sizes for s in (True, False)]
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(x=WarmupTensor(torch.float32), out=WarmupTensor(torch.float32), n=key.n,
+                    scale=2.0 if key.has_scale else None)
+
+    @kernel_launcher
+    def __call__(self, *, x, out, n, scale) -> LaunchSpec:
+        return LaunchSpec(lambda meta: (triton.cdiv(n, meta["BLOCK"]),), {}, out)
+
+
+@pytest.fixture(autouse=True)
+def fresh(compile_only_target):
+    Scale._tuning_table.clear()
+    Scale._untuned_choice.clear()
+    yield compile_only_target
+
+
+def _table_file(kernel, entries):
+    save_tuning_file(kernel.tuning_file(), kernel.tuning_header(), kernel._wrapping.configs, entries)
+
+
+def _idx(block, warps):
+    return next(i for i, c in enumerate(CONFIGS) if c.kwargs["BLOCK"] == block and c.num_warps == warps)
+
+
+# -- class creation ----------------------------------------------------------------------------
+
+def test_config_naming_no_parameter_is_refused():
+    bad = triton.autotune([triton.Config({"BLOCKK": 32}), triton.Config({"BLOCK": 64})], key=["n"])(_scale_jit)
+    with pytest.raises(KernelDefinitionError, match=r"config 0 .* sets 'BLOCKK', which names no kernel parameter"):
+        type("Bad", (Scale,), {"kernel": triton.heuristics({"HAS_SCALE": lambda a: True})(bad)})
+
+
+def test_tuning_policy_is_required_and_must_name_one_config():
+    with pytest.raises(KernelDefinitionError, match="autotuned over 6 configs: declare"):
+        type("NoPolicy", (Scale,), {"kernel": _wrapped(), "tuning": None})
+    with pytest.raises(KernelDefinitionError, match="matches 3 of the autotuner's configs"):
+        type("Vague", (Scale,), {"kernel": _wrapped(), "tuning": TuningPolicy("default", config={"num_warps": 2})})
+    with pytest.raises(ValueError, match="names no config"):
+        TuningPolicy("default")
+
+
+# -- key space and launches --------------------------------------------------------------------
+
+def test_keys_expand_to_the_configs_that_survive_pruning():
+    keys = Scale().get_warmup_keys()
+    by_key: dict = {}
+    for k in keys:
+        assert isinstance(k, TunedKey)
+        by_key.setdefault(k.key, []).append(dict(k.options)["BLOCK"])
+    # n=8: only BLOCK <= 32 survives _prune; n=64: every BLOCK (<= 128), two warps each
+    assert by_key == {Scale.CompileKey(8, True): [32, 32], Scale.CompileKey(8, False): [32, 32],
+                      Scale.CompileKey(64, True): [32, 32, 64, 64, 128, 128],
+                      Scale.CompileKey(64, False): [32, 32, 64, 64, 128, 128]}
+
+
+def _tune_with_triton(n, scale):
+    """Triton's own autotuner, benchmarking with FAKE_MS: its cache is the reference table."""
+    ref = _wrapped(do_bench=_fake_bench)
+    tuner = _tc.wrapped_function(ref)
+    original = type(tuner)._bench
+
+    def bench(self, *args, config, **meta):
+        _fake_bench.current = config
+        return original(self, *args, config=config, **meta)
+
+    type(tuner)._bench = bench
+    try:  # Triton's own run; warmup=True: compile-only has no GPU to launch on (the choice is the same)
+        x, out = torch.ones(n), torch.empty(n)
+        compiled = ref.run(x, out, n, scale, grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),), warmup=True)
+    finally:
+        type(tuner)._bench = original
+    return tuner, compiled
+
+
+def test_tuning_table_from_file_matches_triton_autotuner_choice():
+    """zerojit's tuning key and choice equal what Triton's own autotuner cached for the same call."""
+    ref, _ = _tune_with_triton(64, 2.0)
+    [(triton_key, triton_config)] = ref.cache.items()
+    assert (triton_config.kwargs["BLOCK"], triton_config.num_warps) == (64, 4)
+    _table_file(Scale(), [(triton_key, CONFIGS.index(triton_config), 1.0)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Scale().register_warmup()
+    reg.warmup(progress=False)
+    assert Scale._tuning_table == {triton_key: CONFIGS.index(triton_config)}
+    # the autotuner's own cache now holds the choice: the library's own call would not benchmark
+    assert Scale.wrapped.fn.cache[triton_key] is CONFIGS[CONFIGS.index(triton_config)]
+
+
+def _serve(kernel, n, scale):
+    x, out = torch.ones(n), torch.empty(n)
+    return kernel(x=x, out=out, n=n, scale=scale)
+
+
+def test_serving_zero_compiles_zero_benchmarks_and_variants_are_hits():
+    ref, _ = _tune_with_triton(64, 2.0)
+    (triton_key, cfg), = ref.cache.items()
+    _table_file(Scale(), [(triton_key, CONFIGS.index(cfg), None)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Scale().register_warmup()
+    report = reg.warmup(progress=False)
+    k = Scale()
+    with JitMonitor("error", report=report) as mon:
+        for n in (1, 7, 8, 64, 100, 4096):  # n>=16 classes are other int classes: do_not_specialize
+            for scale in (2.0, None):
+                _serve(k, n, scale)
+                # the tuning key (64, 'torch.float32', ...) -> BLOCK 64 / 4 warps; nearest for others
+    counts = mon.counts()
+    assert counts.runtime_compiles == 0 and counts.benchmarks == 0
+    assert counts.launches == 12
+
+
+def test_launch_applies_heuristics_and_config_as_triton_does():
+    """The variant zerojit launches is the one Triton's own autotuner launches (its in-process
+    key), for a tuned key and with heuristics on both sides."""
+    ref, compiled = _tune_with_triton(64, None)
+    (triton_key, cfg), = ref.cache.items()
+    _table_file(Scale(), [(triton_key, CONFIGS.index(cfg), None)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Scale().register_warmup()
+    reg.warmup(progress=False)
+    seen = []
+    from zerojit import kernel as _k
+    previous = _k.set_launch_observer(lambda kern, compiled: seen.append(compiled))
+    try:
+        _serve(Scale(), 64, None)
+    finally:
+        _k.set_launch_observer(previous)
+    device = _tc.current_device()
+    cache = _tc.kernel_cache(_scale_jit, device)
+    before = dict(cache)
+    x, out = torch.ones(64), torch.empty(64)
+    ours = Scale.wrapped.run(x, out, 64, None, grid=(2,), warmup=True)  # the library's own path, no benchmark
+    assert dict(cache) == before  # Triton found its variant among the warmed ones
+    assert Scale.wrapped.fn.best_config is CONFIGS[CONFIGS.index(cfg)]
+    assert seen == [compiled] and ours is compiled  # the very variant Triton's own autotuner launched
+
+
+def test_policies_for_untuned_keys():
+    table = {(64, "torch.float32", "torch.float32"): _idx(64, 4)}
+    Scale._tuning_table.update(table)
+    k = Scale()
+    assert k._choose_config((100, "torch.float32", "torch.float32"), {}) == _idx(64, 4)  # nearest
+    assert nearest_tuning_key((100, "torch.float16"), list(table)) is None
+    Strict = type("Strict", (Scale,), {"kernel": _wrapped(), "tuning": TuningPolicy("error")})
+    Strict._tuning_table.update(table)
+    with pytest.raises(TuningError, match=r"scale_jit: tuning key \(100, 'torch.float32', 'torch.float32'\) was never"):
+        Strict()._choose_config((100, "torch.float32", "torch.float32"), {})
+    Default = type("Default", (Scale,), {"kernel": _wrapped(), "tuning": TuningPolicy("default", config=_idx(128, 2))})
+    Default._tuning_table.update(table)
+    assert Default()._choose_config((100, "torch.float32", "torch.float32"), {}) == _idx(128, 2)
+
+
+def test_nearest_metric_is_log2_distance_over_int_entries():
+    tuned = [(16, "f32"), (1024, "f32"), (64, "f16")]
+    assert nearest_tuning_key((100, "f32"), tuned) == (16, "f32")  # |log2 100 - 4| < |log2 100 - 10|
+    assert nearest_tuning_key((600, "f32"), tuned) == (1024, "f32")
+    assert nearest_tuning_key((64, "bf16"), tuned) is None
+
+
+# -- tuning files ------------------------------------------------------------------------------
+
+def test_tuning_file_refused_naming_the_field(tmp_path):
+    k = Scale()
+    header = k.tuning_header()
+    path = str(tmp_path / "t.json")
+    save_tuning_file(path, header, CONFIGS, [((64, "torch.float32"), 3, 1.5)])
+    assert load_tuning_file(path, header, CONFIGS) == {(64, "torch.float32"): 3}
+    for field, value in (("triton", "3.0.0"), ("source_hash", "0" * 64), ("target", "cuda:80"), ("gpu", "X")):
+        with pytest.raises(TuningFileError, match=f"field '{field}'") as e:
+            load_tuning_file(path, {**header, field: value}, CONFIGS)
+        assert e.value.field == field
+    with pytest.raises(TuningFileError, match="field 'configs'"):
+        load_tuning_file(path, header, CONFIGS[:3])
+    with open(path, "w") as f:
+        f.write('{"format": "zerojit-tuning/1", "ent')
+    with pytest.raises(TuningFileError, match="field 'json'"):
+        load_tuning_file(path, header, CONFIGS)
+    doc = {"format": "zerojit-tuning/1", **header, "configs": [str(c) for c in CONFIGS],
+           "entries": [{"key": [1], "config": 99}]}
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    with pytest.raises(TuningFileError, match="field 'entries'"):
+        load_tuning_file(path, header, CONFIGS)
+    assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []
+
+
+def test_warmup_with_a_foreign_tuning_file_fails_naming_the_field():
+    k = Scale()
+    save_tuning_file(k.tuning_file(), {**k.tuning_header(), "triton": "3.0.0"}, CONFIGS, [])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup()
+    report = reg.warmup(progress=False, raise_on_failure=False)
+    assert [f.kernel for f in report.failures] == ["scale_jit"]
+    assert "field 'triton' is '3.0.0'" in report.failures[0].error
+
+
+# -- the monitor: a plain Triton autotuner benchmarking after warm-up ---------------------------
+
+def test_plain_autotuner_benchmark_is_counted_and_blocked_before_it_runs():
+    ran = []
+
+    def bench(kernel_call, quantiles):
+        ran.append(1)
+        return [1.0, 1.0, 1.0]
+
+    plain = triton.autotune(CONFIGS[:2], key=["n"], do_bench=bench)(_scale_jit)
+    x, out = torch.ones(8), torch.empty(8)
+    with JitMonitor("error", report=()) as mon:
+        with pytest.raises(RuntimeJitError, match=r"autotune benchmark of scale_jit at tuning key \(8, 'torch.float32'"):
+            plain.run(x, out, 8, 1.0, HAS_SCALE=True, grid=(1,), warmup=True)
+    assert ran == [] and mon.counts().benchmarks == 1 and mon.counts().runtime_compiles == 0
+    with JitMonitor("warn", report=()) as mon:
+        plain.run(x, out, 8, 1.0, HAS_SCALE=True, grid=(1,), warmup=True)  # warn: the benchmark runs
+    assert len(ran) == 2 and mon.counts().benchmarks == 1
+    [(record, count)] = mon.benchmarks()
+    assert record.tuning_key == (8, "torch.float32", "torch.float32") and record.configs == 2 and count == 1
+
+
+# -- launch options in any order ----------------------------------------------------------------
+
+@triton.jit
+def _copy_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+
+
+class Copy(TritonJitKernel["Copy.CompileKey"]):
+    kernel = _copy_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        order: int
+
+    def dispatch(self, **_):
+        return self.CompileKey(0)
+
+    def get_warmup_keys(self):
+        return [self.CompileKey(0)]
+
+    def warmup_inputs(self, key):
+        return dict(x=WarmupTensor(torch.float32), out=WarmupTensor(torch.float32), order=key.order)
+
+    @kernel_launcher(host_only=("order",))
+    def __call__(self, *, x, out, order=0) -> LaunchSpec:
+        opts = {"num_warps": 2, "num_stages": 2} if order == 0 else {"num_stages": 2, "num_warps": 2}
+        return LaunchSpec((1,), dict(BLOCK=16, **opts), out)
+
+
+def test_launch_options_in_any_order_are_one_variant():
+    k = Copy()
+    k.compile(Copy.CompileKey(0))
+    k.compile(Copy.CompileKey(1))
+    assert len(_tc.kernel_cache(_copy_kernel, _tc.current_device())) == 1
+
+
+# -- compile workers ------------------------------------------------------------------------------
+
+def test_workers_compile_a_wrapped_kernel_of_a_library_style_module():
+    """The module binds the kernel's name to a Heuristics object and evaluates a
+    ``torch.Tensor | None`` annotation at import: a worker compiles it all the same."""
+    from zerojit.examples.tuned_scale import TunedScale
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        TunedScale().register_warmup(sizes=(64,))  # prune: BLOCK 64 (two num_warps), + the policy's 256/4
+    report = reg.warmup(workers=2, progress=False)
+    assert [len(k.keys) for k in report.kernels] == [6]
+    assert list(report.stats.recovered) == [] and report.stats.worker_compiled == 6
+    with JitMonitor("error", report=report) as mon:
+        for n in (1, 64, 100):
+            for scale in (2.0, None):
+                TunedScale()(x=torch.ones(n), out=torch.empty(n), scale=scale)
+    assert mon.counts().runtime_compiles == 0 and mon.counts().benchmarks == 0
+
+
+# -- the audit ----------------------------------------------------------------------------------
+
+def test_audit_counts_chosen_configs_as_hits_and_names_benchmarks():
+    from zerojit.audit import build_audit
+
+    Scale._tuning_table[(64, "torch.float32", "torch.float32")] = _idx(64, 4)
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Scale().register_warmup(sizes=(64,))
+    report = reg.warmup(progress=False)
+    plain = triton.autotune(CONFIGS[:2], key=["n"], do_bench=lambda call, quantiles: [1.0] * 3)(_scale_jit)
+    with JitMonitor("warn", report=report) as mon:
+        _serve(Scale(), 64, 2.0)  # the tuned key: BLOCK 64, 4 warps
+        plain.run(torch.ones(8), torch.empty(8), 8, 1.0, HAS_SCALE=True, grid=(1,), warmup=True)
+    audit = build_audit(report, mon)
+    cov = audit.kernel("scale_jit")
+    hit = [w for w in cov.hit]
+    assert [(w.fields["config"], w.hits) for w in hit] == [(_idx(64, 4), 1)]
+    assert hit[0].fields["key"] == str({"n": 64, "has_scale": True})
+    assert len(cov.dead) == 11  # the other configs (and the no-scale key) were compiled, not chosen
+    assert [(b.kernel, b.tuning_key, b.configs, b.runs) for b in audit.benchmarks] == [
+        ("scale_jit", "(8, 'torch.float32', 'torch.float32')", 2, 1)]
+    assert not audit.ok and "autotune benchmark after warm-up: scale_jit" in audit.table()
+    assert type(audit).from_dict(audit.to_dict()) == audit
+
+
+# -- bundles carry tuning files -----------------------------------------------------------------
+
+def test_bundle_carries_the_tuning_file(tmp_path, monkeypatch):
+    from triton import knobs
+
+    from zerojit.cache import export_bundle, import_bundle
+
+    k = Scale()
+    _table_file(k, [((64, "torch.float32", "torch.float32"), _idx(64, 4), 0.5)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup(sizes=(64,))
+    report = reg.warmup(progress=False)
+    bundle = str(tmp_path / "b.tar.gz")
+    manifest = export_bundle(report, bundle)
+    name = os.path.basename(k.tuning_file())
+    assert list(manifest.tuning) == [name]
+    original = open(k.tuning_file(), "rb").read()
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "fresh-cache"))
+    import_bundle(bundle, target="cuda:90")
+    assert open(k.tuning_file(), "rb").read() == original
+    Scale._tuning_table.clear()
+    k.finish_warmup(k.get_warmup_keys(sizes=(64,)))
+    assert Scale._tuning_table == {(64, "torch.float32", "torch.float32"): _idx(64, 4)}
+
+
+def test_tuning_file_choosing_an_unwarmed_config_fails_the_warmup():
+    k = Scale()
+    _table_file(k, [((64, "torch.float32", "torch.float32"), _idx(128, 4), 0.5)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup(sizes=(8,))  # pruning keeps BLOCK 32 only
+    report = reg.warmup(progress=False, raise_on_failure=False)
+    assert [f.kernel for f in report.failures] == ["scale_jit"]
+    assert f"chooses config {_idx(128, 4)} (BLOCK: 128" in report.failures[0].error
+    assert Scale._tuning_table == {}
+
+
+# -- the other nesting order, and a config's pre_hook --------------------------------------------
+
+@triton.jit(do_not_specialize=["n"])
+def _even_jit(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+    else:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+HOOKED: list = []
+INNER_CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=1, pre_hook=lambda args: HOOKED.append(dict(args))),
+                 triton.Config({"BLOCK": 64}, num_warps=2)]
+
+
+def _inner_heuristics():
+    """Autotuner over Heuristics: the heuristic sees the config's BLOCK (Triton's order)."""
+    even = triton.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})(_even_jit)
+    return triton.autotune(INNER_CONFIGS, key=["n"])(even)
+
+
+class Even(TritonJitKernel["Even.CompileKey"]):
+    """out = x (n float32 elements), masked unless n is a multiple of the chosen BLOCK."""
+
+    kernel = _inner_heuristics()
+    tuning = TuningPolicy("default", config=0)
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        n: int
+
+    def dispatch(self, *, n):
+        return self.CompileKey(n)
+
+    def get_warmup_keys(self):
+        return [self.CompileKey(64), self.CompileKey(40)]
+
+    def warmup_inputs(self, key):
+        return dict(x=WarmupTensor(torch.float32, (key.n,)), out=WarmupTensor(torch.float32, (key.n,)), n=key.n)
+
+    @kernel_launcher
+    def __call__(self, *, x, out, n) -> LaunchSpec:
+        return LaunchSpec(lambda meta: (triton.cdiv(n, meta["BLOCK"]),), {}, out)
+
+
+def test_autotuner_over_heuristics_and_config_pre_hook_as_triton():
+    from zerojit import kernel as _k
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Even().register_warmup()
+    report = reg.warmup(progress=False)
+    assert len(report.kernels[0].keys) == 4  # 2 keys x 2 configs (no pruning)
+    seen = []
+    previous = _k.set_launch_observer(lambda kern, compiled: seen.append(compiled))
+    try:
+        with JitMonitor("error", report=report) as mon:
+            for n in (64, 40, 128):
+                del HOOKED[:]
+                x, out = torch.ones(n), torch.empty(n)
+                Even()(x=x, out=out, n=n)
+                ours = dict(HOOKED[0])
+                tuner = Even.wrapped  # Triton's own run: the policy's choice is in its cache, no benchmark
+                compiled = tuner.run(x, out, n, grid=lambda m: (triton.cdiv(n, m["BLOCK"]),), warmup=True)
+                assert seen[-1] is compiled
+                # the pre_hook saw what Triton's Autotuner.run hands it: the arguments and the config's
+                # all_kwargs (Triton's also holds its run's own grid and warmup keywords)
+                assert HOOKED[-1].keys() - {"grid", "warmup"} == ours.keys() >= {"x_ptr", "n", "BLOCK", "num_warps"}
+                assert "EVEN" not in ours  # the heuristic below the autotuner runs after the hook
+                assert ours["BLOCK"] == 32 and ours["x_ptr"] is x
+                assert compiled.src.constants[_even_jit.arg_names.index("EVEN"),] == (n % 32 == 0)
+    finally:
+        _k.set_launch_observer(previous)
+    assert mon.counts().runtime_compiles == 0 and mon.counts().benchmarks == 0
+
+
+def test_heuristics_alone_as_triton():
+    from zerojit import kernel as _k
+
+    wrapped = triton.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})(_even_jit)
+
+    class EvenOnly(TritonJitKernel["EvenOnly.CompileKey"]):
+        """out = x, BLOCK 32, masked unless n is a multiple of 32 (no autotuner: no policy needed)."""
+
+        kernel = wrapped
+
+        @dataclass(frozen=True)
+        class CompileKey:
+            n: int
+
+        def dispatch(self, *, n):
+            return self.CompileKey(n)
+
+        def get_warmup_keys(self):
+            return [self.CompileKey(64), self.CompileKey(40)]
+
+        def warmup_inputs(self, key):
+            return dict(x=WarmupTensor(torch.float32, (key.n,)), out=WarmupTensor(torch.float32, (key.n,)), n=key.n)
+
+        @kernel_launcher
+        def __call__(self, *, x, out, n) -> LaunchSpec:
+            return LaunchSpec((triton.cdiv(n, 32),), dict(BLOCK=32, num_warps=1), out)
+
+    assert EvenOnly().get_warmup_keys() == [EvenOnly.CompileKey(64), EvenOnly.CompileKey(40)]  # not expanded
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        EvenOnly().register_warmup()
+    report = reg.warmup(progress=False)
+    seen = []
+    previous = _k.set_launch_observer(lambda kern, compiled: seen.append(compiled))
+    try:
+        with JitMonitor("error", report=report) as mon:
+            for n in (64, 40, 96, 7):
+                x, out = torch.ones(n), torch.empty(n)
+                EvenOnly()(x=x, out=out, n=n)
+                assert seen[-1] is wrapped.run(x, out, n, BLOCK=32, num_warps=1, grid=(1,), warmup=True)
+    finally:
+        _k.set_launch_observer(previous)
+    assert mon.counts().runtime_compiles == 0
+
+
+WORKER_REFUSED_MODULE = '''
+import os
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from zerojit.autotune import TuningPolicy
+from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.specialization import WarmupTensor
+
+if os.environ.get("CUDA_VISIBLE_DEVICES") == "":  # a compile worker (the parent hides its GPUs)
+    raise RuntimeError("this library needs a GPU driver at import")
+
+
+@triton.autotune([triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])
+@triton.jit
+def refused_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+class Refused(TritonJitKernel["Refused.CompileKey"]):
+    kernel = refused_kernel
+    tuning = TuningPolicy("default", config=0)
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        dtype: str
+
+    def dispatch(self, *, dtype):
+        return self.CompileKey(dtype)
+
+    def get_warmup_keys(self):
+        return [self.CompileKey("float32"), self.CompileKey("float16")]
+
+    def warmup_inputs(self, key):
+        return dict(x=WarmupTensor(getattr(torch, key.dtype), (64,)), n=64)
+
+    @kernel_launcher
+    def __call__(self, *, x, n) -> LaunchSpec:
+        return LaunchSpec((1,), {}, x)
+'''
+
+
+def test_a_kernel_no_worker_can_take_is_reported_once_naming_it(tmp_path, monkeypatch):
+    (tmp_path / "zj_refused_lib.py").write_text(WORKER_REFUSED_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from zj_refused_lib import Refused
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Refused().register_warmup()
+    report = reg.warmup(workers=2, progress=False)
+    assert report.ok and len(report.kernels[0].keys) == 4  # compiled in this process instead
+    [note] = [r for r in report.stats.recovered if "refused" in r]
+    assert note.startswith("kernel 'refused' (zj_refused_lib:refused_kernel) cannot be loaded in a worker "
+                           "(RuntimeError: this library needs a GPU driver at import)")
