@@ -37,14 +37,14 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from . import triton_compat as _tc
-from .compile_only import active_compile_only, compile_only
+from .compile_only import active_compile_only, compile_only, current_target_name
 from .context import in_warmup
 from .kernel import launch_observer
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, encode_specialization,
                        write_manifest)
 from .specialization import bind, scalar_rep
 
-__all__ = ["ProgramError", "Program", "Recorder", "record_child", "count_raw_launches", "Growth", "growth", "growth_report"]
+__all__ = ["ProgramError", "Program", "Recorder", "record_child", "count_raw_launches", "Growth", "growth", "growth_report", "bounded_together"]
 
 _INT_TYPES = ("i32", "i64", "u64")
 
@@ -126,6 +126,7 @@ class Recorder:
         self._functions: dict[int, Any] = {}
         self._specs: dict[int, dict[Any, list]] = {}  # id(fn) -> key -> [spec, values, options, count]
         self._restore: Callable[[], None] | None = None
+        self._target: str | None = None  # what the first recorded launch was keyed for
 
     def install(self) -> "Recorder":
         """Replace ``JITFunction.run`` (a no-op when installed). Returns self."""
@@ -163,6 +164,8 @@ class Recorder:
         passed = tuple(sorted(_tc.run_options_removed(options).items()))
         key = (spec, passed)
         with self._lock:
+            if self._target is None:
+                self._target = current_target_name()
             self._functions.setdefault(id(jit_fn), jit_fn)
             table = self._specs.setdefault(id(jit_fn), {})
             entry = table.get(key)
@@ -171,9 +174,10 @@ class Recorder:
             else:
                 entry[3] += 1
 
-    def manifest(self, command: Sequence[str], target: str) -> Manifest:
+    def manifest(self, command: Sequence[str]) -> Manifest:
         """What was recorded so far, as a :class:`~zerojit.manifest.Manifest` (functions in first-
-        launch order). ``target``: what the launches were keyed for (``"cuda:90"``, ``"device"``)."""
+        launch order), whose target is the one the first launch was keyed for (``"cuda:90"``: a
+        compile-only target or a GPU's capability; ``"device"`` when nothing was launched)."""
         with self._lock:
             kernels = []
             for ident, jit_fn in self._functions.items():
@@ -182,7 +186,7 @@ class Recorder:
                               for spec, values, options, count in self._specs[ident].values())
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
                                             _tc.constexpr_parameters(jit_fn), specs))
-        return Manifest(_tc.TRITON_VERSION, target, tuple(command), tuple(kernels))
+        return Manifest(_tc.TRITON_VERSION, self._target or "device", tuple(command), tuple(kernels))
 
 
 def _representative(ty: str, attr: Any, value: Any) -> Any:
@@ -210,7 +214,7 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
         return program.run()
     finally:
         recorder.uninstall()
-        write_manifest(recorder.manifest(command, target or "device"), out)
+        write_manifest(recorder.manifest(command), out)
 
 
 def count_raw_launches(kernels: Sequence[RecordedKernel]) -> Callable[[], None]:
@@ -302,7 +306,8 @@ def _kernel_growth(record: KernelRecord) -> list[Growth]:
                 continue  # a dtype or other constexpr: each value is code of its own
             kind, erased = "constexpr", ("i32", None)
             words = [str(v) for _, v in entries]
-            fix = (f"passing {name} as a runtime int (no tl.constexpr) with do_not_specialize=[{name!r}]")
+            fix = (f"if it is a bound rather than a tile size, passing it as a runtime int (no tl.constexpr) with "
+                   f"do_not_specialize=[{name!r}]")
         elif types <= {*_INT_TYPES, "constexpr"}:
             if any(ty == "constexpr" and v != 1 for ty, v in entries):
                 continue
@@ -316,14 +321,34 @@ def _kernel_growth(record: KernelRecord) -> list[Growth]:
         else:
             continue  # another dtype is another kernel: part of the key space, nothing to bound
 
-        def erase(entry: tuple[str, Any]) -> tuple[str, Any]:
-            if erased is not None:
-                return erased
-            return ("i32" if entry[0] == "constexpr" else entry[0], None)  # do_not_specialize keeps the width
-
-        bounded = len({(spec[:i] + (erase(spec[i]),) + spec[i + 1:], options) for spec, options in specs})
+        bounded = _bounded(specs, {i: erased})
         found.append(Growth(record.name, name, kind, tuple(words), len(specs), bounded, fix))
     return found
+
+
+def _bounded(specs: list, erase: dict[int, Any]) -> int:
+    """How many distinct variants remain when parameter ``i``'s entry becomes ``erase[i]`` (None:
+    its int width, unspecialized, as Triton's ``do_not_specialize`` keeps it)."""
+    def erased(i: int, entry: tuple[str, Any]) -> tuple[str, Any]:
+        if i not in erase:
+            return entry
+        if erase[i] is not None:
+            return erase[i]
+        return ("i32" if entry[0] == "constexpr" else entry[0], None)
+
+    return len({(tuple(erased(i, e) for i, e in enumerate(spec)), options) for spec, options in specs})
+
+
+def bounded_together(record: KernelRecord, found: Sequence[Growth]) -> int:
+    """The variants of ``record`` left when every parameter of ``found`` (its :func:`growth`
+    entries) is bounded at once (parameters that vary together save only together)."""
+    specs = [(s.specialization, s.options) for s in record.specializations]
+    index = {name: i for i, name in enumerate(record.parameters)}
+    erase: dict[int, Any] = {}
+    for g in found:
+        i = index[g.parameter]
+        erase[i] = ("i32", None) if g.kind == "constexpr" else (specs[0][0][i][0], None) if g.kind == "pointer" else None
+    return _bounded(specs, erase)
 
 
 def growth(manifest: Manifest) -> list[Growth]:
@@ -339,6 +364,13 @@ def growth_report(manifest: Manifest) -> str:
     if not found:
         return (f"generalisation: no parameter took more than one class over {manifest.num_specializations} "
                 "recorded specialization(s): the key space does not grow with this workload")
-    return "\n".join([f"generalisation: {len(found)} parameter(s) make the key space grow with the workload:"]
-                     + [f"  {g}" for g in found])
+    lines = [f"generalisation: {len(found)} parameter(s) make the key space grow with the workload:"]
+    lines += [f"  {g}" for g in found]
+    for record in manifest.kernels:
+        mine = [g for g in found if g.kernel == record.name]
+        if len(mine) > 1:
+            left = bounded_together(record, mine)
+            lines.append(f"  {record.name}: all {len(mine)} bounded together: {len(record.specializations)} -> {left} "
+                         f"variants (saves {len(record.specializations) - left})")
+    return "\n".join(lines)
 
