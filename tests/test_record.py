@@ -45,6 +45,20 @@ def add_one_bounded_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2)], key=["n"])
+@triton.jit
+def autotuned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.heuristics({"BLOCK": lambda args: 128 if args["n"] > 64 else 64})
+@triton.jit
+def heuristic_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 '''
 
 # (n, launch options): two launches of one class, one of another, one with other options
@@ -160,6 +174,43 @@ def test_warmup_from_manifest_reproduces_every_key_and_counts_raw_hits(kernels, 
     assert "x_ptr: warmed as *fp32 16-byte-aligned, called as *fp16 16-byte-aligned" in message
     assert "record the program again" in message
     assert "registration" not in message
+
+
+def test_autotune_and_heuristics_launches_are_recorded_and_warmed(kernels, compile_only_target, tmp_path):
+    x, out = torch.zeros(128), torch.zeros(128)
+
+    def program():
+        for n in (64, 100):
+            kernels.autotuned_kernel[(1,)](x, out, n)
+            kernels.heuristic_kernel[(1,)](x, out, n)
+
+    recorder = Recorder().install()
+    try:
+        program()
+    finally:
+        recorder.uninstall()
+    tuned, heuristic = recorder.manifest(["app.py"]).kernels
+    assert (tuned.qualname, heuristic.qualname) == ("autotuned_kernel", "heuristic_kernel")
+    config = kernels.autotuned_kernel.configs[0].all_kwargs()  # Triton's own view of the chosen config
+    assert [dict(s.autotune_config) for s in tuned.specializations] == [config, config]
+    assert [s.specialization[3] for s in tuned.specializations] == [("constexpr", 64)] * 2
+    assert {k: v for k, v in tuned.specializations[0].options} == {k: v for k, v in config.items() if k != "BLOCK"}
+    assert [s.specialization[3] for s in heuristic.specializations] == [("constexpr", 64), ("constexpr", 128)]
+    assert [s.autotune_config for s in heuristic.specializations] == [None, None]
+    path = tmp_path / "m.json"
+    write_manifest(recorder.manifest(["app.py"]), path)
+    assert read_manifest(path).kernels[0].specializations[0].autotune_config == tuned.specializations[0].autotune_config
+    with compile_only("cuda:80"):
+        registry = JitWarmupRegistry()
+        report = registry.warmup(manifest=path, progress=False)
+        assert report.ok and report.num_keys == 4
+        restore = count_raw_launches(registry.kernels)
+        try:
+            with JitMonitor("error", report=report) as monitor:
+                program()
+                assert monitor.counts().runtime_compiles == 0 and monitor.counts().launches == 4
+        finally:
+            restore()
 
 
 def test_a_miss_of_an_int_class_names_the_do_not_specialize_bound(kernels, compile_only_target, tmp_path):

@@ -33,9 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+import triton.language as tl
 
 from . import triton_compat as _tc
-from .kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+from .kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .specialization import WarmupTensor, bind, scalar_rep
 
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
@@ -73,7 +74,7 @@ def encode_value(value: Any) -> Any:
     but never reproduced)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    if type(value).__name__ == "dtype" and type(value).__module__.startswith("triton"):
+    if isinstance(value, tl.dtype):
         return {_DTYPE: str(value)}
     return {_REPR: repr(value)}
 
@@ -86,8 +87,6 @@ def decode_value(value: Any, where: str) -> Any:
     """
     if isinstance(value, dict):
         if _DTYPE in value:
-            import triton.language as tl
-
             return tl.dtype(value[_DTYPE])
         raise ValueError(f"{where} was recorded as {value.get(_REPR)!r}, which a manifest cannot reproduce")
     return value
@@ -111,18 +110,24 @@ class RecordedSpecialization:
             divisible by 16; ``("constexpr", 64)``; constexpr values as :func:`encode_value`).
         values: a representative of each int, float and bool argument's class (``scalar_rep``),
             by parameter name: what a warm-up passes.
-        options: the launch options passed (``num_warps``, ``num_stages``, ...), as passed.
+        options: the launch options passed (``num_warps``, ``num_stages``, ...), as passed and in
+            the order passed (Triton's key holds ``str()`` of the options dict: order counts).
         launches: how many launches had this specialization while recording.
+        autotune_config: for a ``triton.autotune`` kernel, the chosen config's keyword arguments
+            (``Config.all_kwargs()``, values through :func:`encode_value`) that this
+            specialization carries; None otherwise.
     """
 
     specialization: tuple[tuple[str, Any], ...]
     values: tuple[tuple[str, Any], ...] = ()
     options: tuple[tuple[str, Any], ...] = ()
     launches: int = 0
+    autotune_config: tuple[tuple[str, Any], ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"specialization": [list(e) for e in self.specialization], "values": dict(self.values),
-                "options": dict(self.options), "launches": self.launches}
+                "options": dict(self.options), "launches": self.launches,
+                "autotune_config": None if self.autotune_config is None else dict(self.autotune_config)}
 
 
 @dataclass(frozen=True)
@@ -221,14 +226,24 @@ def _manifest_from(data: Any, path: str) -> Manifest:
             specs.append(RecordedSpecialization(
                 specialization=tuple((e[0], _hashable(e[1])) for e in entries),
                 values=tuple(sorted(_field(s, "values", dict, sw).items())),
-                options=tuple((n, _hashable(v)) for n, v in sorted(_field(s, "options", dict, sw).items())),
-                launches=_field(s, "launches", int, sw)))
+                options=tuple((n, _hashable(v)) for n, v in _field(s, "options", dict, sw).items()),
+                launches=_field(s, "launches", int, sw),
+                autotune_config=_autotune_config(s, sw)))
         kernels.append(KernelRecord(module=_field(k, "module", str, where), qualname=_field(k, "qualname", str, where),
                                     source_hash=_field(k, "source_hash", str, where), parameters=params,
                                     constexprs=tuple(_field(k, "constexprs", list, where)),
                                     specializations=tuple(specs)))
     return Manifest(triton_version=_field(data, "triton_version", str, path), target=_field(data, "target", str, path),
                     command=tuple(_field(data, "command", list, path)), kernels=tuple(kernels))
+
+
+def _autotune_config(data: dict, where: str) -> tuple[tuple[str, Any], ...] | None:
+    value = data.get("autotune_config")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ManifestError(f"{where}: field 'autotune_config' must be an object or null, not {type(value).__name__}")
+    return tuple((k, _hashable(v)) for k, v in sorted(value.items()))
 
 
 def _hashable(value: Any) -> Any:
@@ -329,7 +344,7 @@ class RecordedKernel(TritonJitKernel[RecordedKey]):
         options = {k: inputs.pop(k) for k in list(inputs) if k not in self.record.parameters}
         _, specialization, bound_options = bind(self.kernel, **inputs, **options)
         return RecordedKey(encode_specialization(self.kernel, specialization),
-                           tuple(sorted(_tc.run_options_removed(bound_options).items())))
+                           tuple(_tc.run_options_removed(bound_options).items()))
 
     def get_warmup_keys(self) -> list[RecordedKey]:
         """Every recorded specialization that can be reproduced, in recording order."""
@@ -365,12 +380,15 @@ class RecordedKernel(TritonJitKernel[RecordedKey]):
         return {"zj_grid": (1,), "zj_options": dict(key.options), **inputs}
 
 
+_LAUNCHER_NAMES = ("zj_grid", "zj_options", "zj_launch_spec")  # the generated __call__'s own names
+
+
 def _launcher(parameters: tuple[str, ...]):
     """A ``@kernel_launcher __call__`` taking every kernel parameter by name, the grid and options."""
-    signature = ", ".join(("zj_grid", "zj_options") + parameters)
-    namespace: dict[str, Any] = {"LaunchSpec": LaunchSpec}
-    exec(f"def __call__(self, *, {signature}):\n    return LaunchSpec(zj_grid, zj_options)\n", namespace)
-    return kernel_launcher(namespace["__call__"], host_only=("zj_grid", "zj_options"))
+    signature = ", ".join(_LAUNCHER_NAMES[:2] + parameters)
+    namespace: dict[str, Any] = {"zj_launch_spec": LaunchSpec}
+    exec(f"def __call__(self, *, {signature}):\n    return zj_launch_spec(zj_grid, zj_options)\n", namespace)
+    return kernel_launcher(namespace["__call__"], host_only=_LAUNCHER_NAMES[:2])
 
 
 def _import_function(record: KernelRecord) -> Any:
@@ -421,6 +439,11 @@ def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[Manifest
             skipped.append(ManifestSkip(record.name, f"parameters {list(_tc.parameter_names(jit_fn))} differ from the "
                                         f"recorded {list(record.parameters)}: record the program again"))
             continue
+        clash = [p for p in record.parameters if p in _LAUNCHER_NAMES]
+        if clash:
+            skipped.append(ManifestSkip(record.name, f"parameter {clash[0]!r} clashes with a name zerojit's recorded "
+                                        "launcher uses; rename the parameter"))
+            continue
         usable = []
         for s in record.specializations:
             bad = [f"{n} ({v.get(_REPR)})" for n, (_, v) in zip(record.parameters, s.specialization)
@@ -430,11 +453,15 @@ def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[Manifest
                                             f"reproduce: {', '.join(bad)}"))
             else:
                 usable.append(s)
-        cls = type(f"Recorded_{record.qualname.replace('.', '_')}", (RecordedKernel,), {
-            "kernel": jit_fn, "name": record.name, "__call__": _launcher(record.parameters),
-            "record": KernelRecord(record.module, record.qualname, record.source_hash, record.parameters,
-                                   record.constexprs, tuple(usable)),
-            "__module__": __name__,
-        })
+        try:
+            cls = type(f"Recorded_{record.qualname.replace('.', '_')}", (RecordedKernel,), {
+                "kernel": jit_fn, "name": record.name, "__call__": _launcher(record.parameters),
+                "record": KernelRecord(record.module, record.qualname, record.source_hash, record.parameters,
+                                       record.constexprs, tuple(usable)),
+                "__module__": __name__,
+            })
+        except KernelDefinitionError as e:  # a parameter zerojit's launch path cannot take (variadic, reserved)
+            skipped.append(ManifestSkip(record.name, str(e)))
+            continue
         kernels.append(cls())
     return kernels, skipped

@@ -768,6 +768,8 @@ class JitMonitor:
                     names = [k for k in dict.fromkeys([*wo, *co]) if wo.get(k, "<default>") != co.get(k, "<default>")]
                     opt_diff = ("launch options: warmed with " + (", ".join(f"{k}={wo[k]!r}" for k in names if k in wo) or "defaults")
                                 + ", called with " + (", ".join(f"{k}={co[k]!r}" for k in names if k in co) or "defaults"))
+                    if not names:  # the same options, passed in another order: Triton keys on str(options)
+                        opt_diff = f"launch options in another order: warmed with {warmed_text}, called with {called_text}"
             score = len(diffs) + (opt_diff is not None)
             if best is None or score < best[0]:
                 best = (score, order, v, diffs, opt_diff)

@@ -41,7 +41,7 @@ from .compile_only import active_compile_only, compile_only, current_target_name
 from .context import in_warmup
 from .kernel import launch_observer
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, encode_specialization,
-                       write_manifest)
+                       encode_value, write_manifest)
 from .specialization import bind, scalar_rep
 
 __all__ = ["ProgramError", "Program", "Recorder", "record_child", "count_raw_launches", "Growth", "growth", "growth_report", "bounded_together"]
@@ -161,7 +161,7 @@ class Recorder:
         values = tuple((name, _representative(ty, attr, bound[name]))
                        for name, (ty, attr) in zip(_tc.parameter_names(jit_fn), spec)
                        if ty in _INT_TYPES or ty in ("fp32", "u1"))
-        passed = tuple(sorted(_tc.run_options_removed(options).items()))
+        passed = tuple(_tc.run_options_removed(options).items())  # in launch order: Triton's key is str(options)
         key = (spec, passed)
         with self._lock:
             if self._target is None:
@@ -182,11 +182,35 @@ class Recorder:
             kernels = []
             for ident, jit_fn in self._functions.items():
                 module, qualname = _tc.jit_identity(jit_fn)
-                specs = tuple(RecordedSpecialization(spec, values, options, count)
+                configs = _tc.autotune_configs(_module_attribute(module, qualname))
+                specs = tuple(RecordedSpecialization(spec, values, options, count,
+                                                     _chosen_config(configs, _tc.parameter_names(jit_fn), spec, options))
                               for spec, values, options, count in self._specs[ident].values())
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
                                             _tc.constexpr_parameters(jit_fn), specs))
         return Manifest(_tc.TRITON_VERSION, self._target or "device", tuple(command), tuple(kernels))
+
+
+def _module_attribute(module: str, qualname: str) -> Any:
+    """What the program's module holds under the function's name (an autotuner, a heuristics
+    object or the ``triton.jit`` function), or None (the module is gone from ``sys.modules``)."""
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _chosen_config(configs: list[dict] | None, parameters: tuple[str, ...], spec: tuple,
+                   options: tuple) -> tuple[tuple[str, Any], ...] | None:
+    """The first autotune config whose constexprs and options this specialization carries (what
+    ``Autotuner.run`` passed on), as encoded items; None without an autotuner or a match."""
+    index = {name: i for i, name in enumerate(parameters)}
+    passed = dict(options)
+    for config in configs or ():
+        if all(spec[index[k]] == ("constexpr", encode_value(v)) if k in index else passed.get(k) == v
+               for k, v in config.items()):
+            return tuple(sorted((k, encode_value(v)) for k, v in config.items()))
+    return None
 
 
 def _representative(ty: str, attr: Any, value: Any) -> Any:

@@ -80,7 +80,7 @@ __all__ = [
     "resolved", "is_pending", "source_hash",
     # raw launches (zerojit record / exec)
     "unwrap_jit_function", "jit_identity", "run_options_removed", "wrap_run", "unwrap_run", "wrapped_run",
-    "patch_run_everywhere", "parameter_names", "constexpr_parameters",
+    "patch_run_everywhere", "parameter_names", "constexpr_parameters", "autotune_configs",
     # compiled kernels
     "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
     "compile_source", "load_compiled", "import_launch_path_modules",
@@ -790,6 +790,21 @@ def unwrap_jit_function(obj: Any) -> Any | None:
     for _ in range(16):  # autotune(heuristics(jit(f))) nests a few levels at most
         if isinstance(obj, JITFunction):
             return obj
+        obj = getattr(obj, "fn", None)
+        if obj is None:
+            return None
+    return None
+
+
+def autotune_configs(obj: Any) -> list[dict] | None:
+    """The keyword arguments of each config (``Config.all_kwargs()``: its constexprs and
+    ``num_warps``, ``num_stages``, ...) of the ``triton.autotune`` object ``obj`` is or wraps
+    (through ``fn``, nested), in order; None when there is no autotuner."""
+    from triton.runtime.autotuner import Autotuner
+
+    for _ in range(16):
+        if isinstance(obj, Autotuner):
+            return [c.all_kwargs() for c in obj.configs]
         obj = getattr(obj, "fn", None)
         if obj is None:
             return None
