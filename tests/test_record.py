@@ -349,6 +349,12 @@ def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(
     assert "kernel 'liger_kernel.ops.rms_norm._rms_norm_forward_kernel' would compile" in refused.stderr
     assert "called as *bf16" in refused.stderr and "Traceback" not in refused.stderr
 
+    workers = _zerojit(["warmup", "--manifest", "m.json", "--workers", "2", "--no-progress"], tmp_path / "cache-w",
+                       tmp_path)  # the target: the manifest's (no GPU here)
+    assert workers.returncode == 0, workers.stderr
+    assert "2 keys over 1 kernel" in workers.stdout and "target cuda:90" in workers.stdout
+    assert "2 compiled by 2 worker processes" in workers.stdout
+
     bundle = _zerojit(["bundle", "export", "--manifest", "m.json", "-o", "b.tar.gz", "--workers", "1",
                        "--no-progress"], fresh, tmp_path)
     assert bundle.returncode == 0, bundle.stderr

@@ -305,13 +305,25 @@ def write_manifest(manifest: Manifest, path: str | os.PathLike) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RecordedKey:
     """The compile key of a recorded specialization: Triton's ``(type, attr)`` pairs and the
-    launch options passed (the two parts of Triton's in-process key)."""
+    launch options passed (the two parts of Triton's in-process key). Its repr shows each pair
+    as ``*fp32:D`` (``:D``: 16-byte aligned, or an int divisible by 16, Triton's mark), ``i32``
+    (neither), ``i32:nospec`` (``do_not_specialize``) or ``=128`` (a constexpr), then the options:
+    ``RecordedKey(*fp32:D, *fp32:D, i32, =128; num_warps=4)``."""
 
     specialization: tuple[tuple[str, Any], ...]
     options: tuple[tuple[str, Any], ...] = ()
+
+    def __repr__(self) -> str:
+        def word(ty: str, attr: Any) -> str:
+            if ty == "constexpr":
+                return f"={attr!r}"
+            return ty + {"D": ":D", "": "", None: ":nospec"}.get(attr, f":{attr}")
+
+        options = "".join(f"; {k}={v!r}" for k, v in self.options)
+        return f"RecordedKey({', '.join(word(ty, attr) for ty, attr in self.specialization)}{options})"
 
 
 _INT_TYPES = ("i32", "i64", "u64")
