@@ -144,10 +144,10 @@ class Recorder:
         note = self._note
 
         def run(jit_fn: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-            dry = active_compile_only() is not None
-            if (not warmup or dry) and not in_warmup():
+            # Under compile_only a launch arrives (or goes on, through compile_only's own patch of
+            # run) as warmup=True: a dry launch, recorded like a real one.
+            if (not warmup or active_compile_only() is not None) and not in_warmup():
                 note(jit_fn, args, kwargs)
-                warmup = warmup or dry
             return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
 
         return run
