@@ -21,8 +21,8 @@ import torch
 from zerojit import JitMonitor, JitWarmupRegistry, RuntimeJitError
 from zerojit.audit import build_audit
 from zerojit.compile_only import compile_only
-from zerojit.manifest import (KernelRecord, Manifest, ManifestError, RecordedKernel, RecordedSpecialization,
-                              read_manifest, write_manifest)
+from zerojit.manifest import (KernelRecord, Manifest, ManifestError, RecordedKernel, RecordedKey, read_manifest,
+                              write_manifest)
 from zerojit.recording import Recorder, bounded_together, count_raw_launches, growth
 from zerojit.triton_compat import TRITON_VERSION, bind, in_process_key, kernel_cache, param_specialization
 
@@ -225,6 +225,12 @@ def test_a_miss_of_an_int_class_names_the_do_not_specialize_bound(kernels, compi
     assert "do_not_specialize=['n']" in str(raised.value)
 
 
+def test_a_recorded_key_reads_as_tritons_classes():
+    key = RecordedKey((("*fp32", "D"), ("*fp16", ""), ("i32", None), ("i64", "D"), ("fp32", None), ("constexpr", 128)),
+                      (("num_warps", 4),))
+    assert repr(key) == "RecordedKey(*fp32:D, *fp16, i32:nospec, i64:D, fp32, =128; num_warps=4)"
+
+
 def test_unwarmed_raw_launch_is_not_a_dropped_registration(kernels, compile_only_target):
     with JitMonitor("warn", report=()) as monitor:
         _launch_all(kernels.add_one_kernel, launches=[(64, {})])
@@ -348,6 +354,10 @@ def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(
     assert refused.returncode == 1
     assert "kernel 'liger_kernel.ops.rms_norm._rms_norm_forward_kernel' would compile" in refused.stderr
     assert "called as *bf16" in refused.stderr and "Traceback" not in refused.stderr
+    warned = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--jit-monitor-mode", "warn", "--", "python",
+                       "app.py", "bfloat16"], fresh, tmp_path)
+    assert warned.returncode == 1 and "ran" in warned.stdout  # it ran, compiling: a runtime compile is exit 1
+    assert "2 monitored launches, 2 runtime compiles" in warned.stderr
 
     workers = _zerojit(["warmup", "--manifest", "m.json", "--workers", "2", "--no-progress"], tmp_path / "cache-w",
                        tmp_path)  # the target: the manifest's (no GPU here)

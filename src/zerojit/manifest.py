@@ -310,7 +310,8 @@ class RecordedKey:
     """The compile key of a recorded specialization: Triton's ``(type, attr)`` pairs and the
     launch options passed (the two parts of Triton's in-process key). Its repr shows each pair
     as ``*fp32:D`` (``:D``: 16-byte aligned, or an int divisible by 16, Triton's mark), ``i32``
-    (neither), ``i32:nospec`` (``do_not_specialize``) or ``=128`` (a constexpr), then the options:
+    (neither), ``i32:nospec`` (``do_not_specialize``), ``fp32`` (a float) or ``=128`` (a constexpr),
+    then the options:
     ``RecordedKey(*fp32:D, *fp32:D, i32, =128; num_warps=4)``."""
 
     specialization: tuple[tuple[str, Any], ...]
@@ -320,6 +321,8 @@ class RecordedKey:
         def word(ty: str, attr: Any) -> str:
             if ty == "constexpr":
                 return f"={attr!r}"
+            if attr is None and not (ty.startswith("*") or ty in _INT_TYPES):
+                return ty  # a float or bool: never specialized
             return ty + {"D": ":D", "": "", None: ":nospec"}.get(attr, f":{attr}")
 
         options = "".join(f"; {k}={v!r}" for k, v in self.options)
