@@ -29,7 +29,7 @@ import importlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,7 +37,7 @@ import triton.language as tl
 
 from . import triton_compat as _tc
 from .kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
-from .specialization import WarmupTensor, bind, scalar_rep
+from .specialization import WarmupTensor, bind
 
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
@@ -276,7 +276,8 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     try:
         data = json.loads(text)
     except ValueError as e:
-        raise ManifestError(f"{path}: not a readable manifest (truncated or corrupted JSON: {e}); record it again") from None
+        raise ManifestError(f"{path}: not a readable manifest (truncated or corrupted JSON: {e}); "
+                            "record it again") from None
     return _manifest_from(data, path)
 
 
@@ -305,6 +306,9 @@ def write_manifest(manifest: Manifest, path: str | os.PathLike) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+_INT_TYPES = ("i32", "i64", "u64")  # Triton's int widths, by value range
+
+
 @dataclass(frozen=True, repr=False)
 class RecordedKey:
     """The compile key of a recorded specialization: Triton's ``(type, attr)`` pairs and the
@@ -327,9 +331,6 @@ class RecordedKey:
 
         options = "".join(f"; {k}={v!r}" for k, v in self.options)
         return f"RecordedKey({', '.join(word(ty, attr) for ty, attr in self.specialization)}{options})"
-
-
-_INT_TYPES = ("i32", "i64", "u64")
 
 
 def _torch_dtypes() -> dict[str, torch.dtype]:

@@ -44,7 +44,8 @@ from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecializ
                        encode_value, write_manifest)
 from .specialization import bind, scalar_rep
 
-__all__ = ["ProgramError", "Program", "Recorder", "record_child", "count_raw_launches", "Growth", "growth", "growth_report", "bounded_together"]
+__all__ = ["ProgramError", "Program", "Recorder", "record_child", "count_raw_launches", "Growth", "growth",
+           "growth_report", "bounded_together"]
 
 _INT_TYPES = ("i32", "i64", "u64")
 
