@@ -31,7 +31,10 @@ How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
   cache-miss hook calls splits that miss into compile vs disk load; any other is a direct compile.
 * Hits: Triton calls no hook on a hit, so zerojit's launch path reports every launch to
   :func:`zerojit.kernel.set_launch_observer`; launches are mapped back to warmed keys at audit time
-  by the identity of the compiled kernel (:attr:`CompiledVariant.compiled`).
+  by the identity of the compiled kernel (:attr:`CompiledVariant.compiled`). Raw launches of the
+  functions a manifest warmed report there too under ``zerojit exec``
+  (:func:`zerojit.recording.count_raw_launches`); a raw launch no manifest warmed is explained as
+  such (record the program), not as a dropped registration.
 
 Each of the three is *chained*: the monitor keeps the hook, listener or observer that was set before
 it and calls it first (a user ``jit_cache_hook`` that returns True makes Triton skip the compile;

@@ -331,8 +331,8 @@ def _kernel_growth(record: KernelRecord) -> list[Growth]:
                 continue  # a dtype or other constexpr: each value is code of its own
             kind, erased = "constexpr", ("i32", None)
             words = [str(v) for _, v in entries]
-            fix = (f"if it is a bound rather than a tile size, passing it as a runtime int (no tl.constexpr) with "
-                   f"do_not_specialize=[{name!r}]")
+            fix = (f"if it follows the request (not the model or a tile choice), passing it as a runtime int "
+                   f"(no tl.constexpr) with do_not_specialize=[{name!r}]")
         elif types <= {*_INT_TYPES, "constexpr"}:
             if any(ty == "constexpr" and v != 1 for ty, v in entries):
                 continue
