@@ -428,8 +428,8 @@ def record(
     launched.
 
     The program runs in a child Python process (its own interpreter, as 'python app.py' would),
-    whose Triton launches are recorded from before the program imports anything: raw
-    kernel[grid](...) launches, triton.autotune and triton.heuristics, and zerojit kernels. The
+    whose Triton launches are recorded from before the program imports anything: raw launches of
+    triton.jit functions, triton.autotune and triton.heuristics, and zerojit kernels. The
     manifest (docs/manifest.md) is written atomically, also when the program fails. With --target
     the launches are dry launches through the compile-only target: Triton's binder and cache
     lookup, compiling on a miss, nothing executed, so a CPU machine records a program that uses CPU
