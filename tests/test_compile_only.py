@@ -27,6 +27,7 @@ from zerojit.examples.scale_add import ScaleAdd, _scale_add_kernel, scale_add
 from zerojit.kernel import set_launch_observer
 from zerojit.registry import JitWarmupRegistry
 from zerojit.specialization import SpecClass, bind, param_classes
+from zerojit.triton_compat import in_process_key
 
 EM_CUDA = 190  # ELF e_machine of a CUDA cubin
 
@@ -137,13 +138,26 @@ def test_dry_launch_of_an_unwarmed_specialization_compiles(warmed, case, param, 
     assert key.startswith(str(spec))  # exactly the key of Triton's binder for this launch
 
 
-def test_real_launch_is_refused(warmed):
+def test_raw_launch_is_a_dry_launch(warmed):
+    """A plain Triton launch under compile_only is a dry launch: Triton's binder and lookup, the
+    warmed variant returned, nothing compiled or executed (the output keeps its values)."""
     _, _, _, cache = warmed
     x = torch.randn(64)
+    out = torch.zeros(64)
     n_before = len(cache)
-    with pytest.raises(CompileOnlyLaunchError, match=r"launched for real under compile_only\('cuda:90'\)"):
-        _scale_add_kernel[(1,)](x, x, x, 64, 16, 1.5, BLOCK=256)  # a plain Triton launch, warmed class
+    _, spec, opts = bind(_scale_add_kernel, x, x, out, 64, 16, 1.5, BLOCK=256)
+    compiled = _scale_add_kernel[(1,)](x, x, out, 64, 16, 1.5, BLOCK=256)  # a plain Triton launch, warmed class
     assert len(cache) == n_before
+    assert compiled is cache[in_process_key(spec, opts)]
+    assert torch.equal(out, torch.zeros(64))
+
+
+def test_real_launch_is_refused(warmed):
+    """What would execute under the compile-only driver (a CompiledKernel's launcher) is refused."""
+    _, _, _, cache = warmed
+    compiled = next(iter(cache.values()))
+    with pytest.raises(CompileOnlyLaunchError, match=r"launched for real under compile_only\('cuda:90'\)"):
+        compiled.run
 
 
 def test_cuda80_target_gives_sm80(co):

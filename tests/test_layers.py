@@ -20,8 +20,9 @@ LAYERS = {
                      "zerojit.triton_compat"],
     "contract": ["zerojit.context", "zerojit.autotune", "zerojit._launch", "zerojit.kernel", "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit._primer", "zerojit.loading", "zerojit.cache", "zerojit.restore",
-                "zerojit._compile_worker", "zerojit.precompile", "zerojit.distributed", "zerojit.registry"],
-    "observation": ["zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin"],
+                "zerojit._compile_worker", "zerojit.precompile", "zerojit.distributed", "zerojit.registry",
+                "zerojit.manifest"],
+    "observation": ["zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording"],
     "applications": ["zerojit.kernels", "zerojit.runner", "zerojit.examples", "zerojit.cli", "zerojit.__main__",
                      "zerojit"],
 }

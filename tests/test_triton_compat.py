@@ -233,6 +233,43 @@ def test_a_variadic_kernel_parameter_is_refused():
                 return LaunchSpec(grid=(1,))
 
 
+_tuned = triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2)], key=["n"])(
+    triton.heuristics({"BLOCK": lambda args: 64})(_twice_kernel))
+
+
+def test_raw_launch_surfaces_see_through_autotune_and_heuristics(co):
+    """unwrap_jit_function and wrapped_config_kwargs look through Triton's wrappers; wrap_run sees every
+    raw launch (also the autotuner's) and unwrap_run restores Triton's run; patch_run_everywhere
+    restores the class's run."""
+    assert tc.unwrap_jit_function(_tuned) is _twice_kernel and tc.unwrap_jit_function(object()) is None
+    assert tc.wrapped_config_kwargs(_tuned) == [_tuned.configs[0].all_kwargs()] and tc.wrapped_config_kwargs(_twice_kernel) is None
+    assert tc.jit_identity(_twice_kernel) == (__name__, "_twice_kernel")
+    assert tc.constexpr_parameters(_twice_kernel) == ("BLOCK",)
+    seen = []
+
+    def make(original):
+        def run(*args, grid, warmup, **kwargs):
+            seen.append(warmup)
+            return original(*args, grid=grid, warmup=warmup, **kwargs)
+
+        return run
+
+    x = torch.zeros(64)
+    tc.wrap_run(_twice_kernel, make)
+    try:
+        assert tc.wrapped_run(_twice_kernel)
+        _twice_kernel[(1,)](x, x, 64, BLOCK=64)  # a dry launch: compile_only turns it into warmup=True
+        _tuned[(1,)](x, x, 64)
+    finally:
+        tc.unwrap_run(_twice_kernel)
+    assert seen == [False, False] and not tc.wrapped_run(_twice_kernel) and "run" not in vars(_twice_kernel)
+    before = tc.JITFunction.run
+    restore = tc.patch_run_everywhere(make)
+    assert tc.JITFunction.run is not before
+    restore()
+    assert tc.JITFunction.run is before
+
+
 def test_no_other_module_reaches_a_private_triton_surface():
     """Triton's private modules and the private fields zerojit moved behind triton_compat are
     used nowhere else in src (code, not docs: read with ``ast``)."""

@@ -89,6 +89,8 @@ class RuntimeMiss:
         options: launch options passed (text), empty when none.
         no_warmup: set when no zerojit warm-up ran before the run (``"no zerojit warm-up ran
             (--warmup none)"``): then there is no nearest key to name.
+        unwarmed: why nothing of the kernel was warmed and what to do (a raw launch no manifest
+            warmed: record the program; a zerojit kernel: a dropped registration).
     """
 
     arguments: str
@@ -101,6 +103,7 @@ class RuntimeMiss:
     differences: tuple[str, ...] = ()
     options: str = ""
     no_warmup: str | None = None
+    unwarmed: str = "no key of this kernel was warmed (registration dropped?)"
 
     @property
     def nearest(self) -> str:
@@ -108,7 +111,7 @@ class RuntimeMiss:
         if self.no_warmup:
             return self.no_warmup
         if self.nearest_key is None:
-            return "no key of this kernel was warmed (registration dropped?)"
+            return self.unwarmed
         return f"nearest warmed key {self.nearest_key}"
 
 
@@ -333,6 +336,7 @@ def _miss_from(count: Any, hits: int = 0, prefix: str = "") -> RuntimeMiss:
         differences=tuple(rec.difference_lines),
         options=rec.options,
         no_warmup=rec.no_warmup,
+        **({"unwarmed": rec.unwarmed_reason} if rec.unmigrated else {}),
     )
 
 

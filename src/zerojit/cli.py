@@ -4,6 +4,9 @@ Commands:
     run      the reference runner on a real request trace (the main job)
     demo     warm up the example kernel and print its report
     audit    run a script under the monitor and print the coverage audit
+    record   run an unmodified program and write the manifest of every specialization it launched
+    warmup   warm a manifest's specializations (into the Triton cache) and print the report
+    exec     warm a manifest, install the monitor, then run the unmodified program in-process
     bundle   export / import / inspect a cache bundle (the compiled key space as one archive)
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
@@ -68,18 +71,21 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.compile_only import InterpreterProcessError
     from zerojit.kernels.mla.backends import BackendError
     from zerojit.kernels.mla.config import ConfigError
+    from zerojit.manifest import ManifestError
     from zerojit.monitor import MonitorModeError, RuntimeJitError
+    from zerojit.recording import ProgramError
     from zerojit.registry import NoTargetError, WarmupError
     from zerojit.runner.engine import RunError
     from zerojit.runner.trace import TraceError
 
     # A cache folder that cannot be written is invalid input, also when a bundle import met it; so
-    # is the environment (a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1 where compile-only is needed)
-    # and a bundle file that cannot be read (permissions: there is no bundle to judge).
+    # is the environment (a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1 where compile-only is needed),
+    # a bundle file that cannot be read (permissions: there is no bundle to judge) and a program
+    # that cannot be run.
     if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
-                          MonitorModeError, InterpreterProcessError, BundleReadError)):
+                          MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError)):
         return 2
-    if isinstance(error, (RuntimeJitError, WarmupError, BundleError)):
+    if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError)):
         return 1
     return None
 
@@ -458,6 +464,169 @@ def audit(
         typer.echo(f"zerojit audit: {killed or f'the script exited with status {rc}'}", err=True)
     raise typer.Exit(1 if not result.ok else rc)
 
+_PROGRAM_HELP = "the program, after '--': python SCRIPT ARGS, python -m MODULE ARGS, SCRIPT.py ARGS or zerojit ARGS"
+
+
+def _manifest_target(command: str, target: Optional[str], manifest: Any) -> Optional[str]:
+    """The compile-only target to warm ``manifest`` for: ``--target`` (checked); else None (the
+    GPU here) where there is one; else the target the manifest was recorded for. Refuses (exit 2)
+    when there is neither a GPU nor a target to take."""
+    from zerojit.compile_only import current_target_name, is_target_name
+
+    if target is not None:
+        if target == "device":
+            return None
+        _check_target(command, target)
+        return target
+    if current_target_name() is not None:
+        return None
+    if is_target_name(manifest.target):
+        return manifest.target
+    _refuse(command, "no GPU is visible here and the manifest was recorded on a GPU: pass the compile-only target "
+            "to warm for (e.g. --target cuda:90)")
+    return None
+
+
+@app.command(cls=_Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@_reflowed
+@_user_errors("record")
+def record(
+    command: list[str] = typer.Argument(..., metavar="COMMAND...", help=_PROGRAM_HELP),
+    output: str = typer.Option("zerojit-manifest.json", "-o", "--output", metavar="MANIFEST",
+                               help="the manifest file to write"),
+    target: Optional[str] = typer.Option(None, "--target", metavar="TARGET",
+                                         help="compile-only target (e.g. cuda:90): every launch is a dry launch, "
+                                         "nothing executes and outputs are not computed (for a machine with no GPU)"),
+    report: bool = typer.Option(False, "--report", metavar="", help="also print the generalisation report"),
+) -> None:
+    """Run an unmodified Python program and write the manifest of every Triton specialization it
+    launched.
+
+    The program runs in a child Python process (its own interpreter, as 'python app.py' would),
+    whose Triton launches are recorded from before the program imports anything: raw launches of
+    triton.jit functions, triton.autotune and triton.heuristics, and zerojit kernels. The
+    manifest (docs/manifest.md) is written atomically, also when the program fails. With --target
+    the launches are dry launches through the compile-only target: Triton's binder and cache
+    lookup, compiling on a miss, nothing executed, so a CPU machine records a program that uses CPU
+    tensors, and the program's outputs are not computed. Exit status: the program's own; 2 when
+    the program cannot be run or an option is invalid.
+    """
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from zerojit.manifest import read_manifest
+    from zerojit.recording import growth_report
+
+    _check_output_file("record", "--output", output)
+    if target is not None:
+        _check_target("record", target)
+    src_root = str(Path(__file__).resolve().parent.parent)  # the child imports this same zerojit
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
+    child = ("import sys\nfrom zerojit.recording import ProgramError, record_child\ntry:\n"
+             "    sys.exit(record_child(sys.argv[1], sys.argv[2] or None, sys.argv[3:]))\n"
+             "except ProgramError as e:\n    print(f'zerojit record: {e}', file=sys.stderr)\n    sys.exit(2)\n")
+    rc = subprocess.call([sys.executable, "-c", child, os.path.abspath(output), target or "", *command], env=env)
+    if not os.path.exists(output):
+        raise typer.Exit(rc or 1)
+    manifest = read_manifest(output)
+    typer.echo(f"wrote {output}")
+    typer.echo(manifest.summary())
+    if report:
+        typer.echo(growth_report(manifest))
+    if rc != 0:
+        typer.echo(f"zerojit record: the program exited with status {rc}", err=True)
+    raise typer.Exit(rc)
+
+
+@app.command("warmup", cls=_Command)
+@_reflowed
+@_user_errors("warmup")
+def warmup_command(
+    manifest: str = typer.Option(..., "--manifest", metavar="MANIFEST", help="a manifest from zerojit record"),
+    target: Optional[str] = typer.Option(None, "--target", metavar="TARGET",
+                                         help="compile-only target (default: the GPU here, else the manifest's)"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
+                                          help="compile worker processes (default 1: in this process)"),
+    no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
+) -> None:
+    """Compile (and on a GPU load) every specialization a manifest recorded, and print the report.
+
+    Each specialization is rebuilt from the manifest (WarmupTensors of the recorded dtype and
+    alignment, ints in their recorded classes, constexprs by value, the launch options). A kernel
+    whose source changed since recording, recorded with another Triton, or no longer importable
+    is skipped and listed, naming what differs. Exit status: 0 warmed; 1 a corrupted or truncated
+    manifest, or a key failed to compile; 2 invalid input (no such MANIFEST, a TARGET this Triton
+    cannot compile for, no GPU and no target).
+    """
+    import contextlib
+
+    from zerojit.compile_only import compile_only
+    from zerojit.manifest import read_manifest
+    from zerojit.registry import JitWarmupRegistry
+
+    _check_input_file("warmup", "manifest", manifest)
+    chosen = _manifest_target("warmup", target, read_manifest(manifest))
+    with (compile_only(chosen) if chosen else contextlib.nullcontext()):
+        report = JitWarmupRegistry().warmup(manifest=manifest, workers=_capped_workers("warmup", workers),
+                                            progress=not no_progress, target=chosen or "device")
+    typer.echo(report.summary())
+
+
+@app.command("exec", cls=_Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@_reflowed
+@_user_errors("exec")
+def exec_command(
+    command: list[str] = typer.Argument(..., metavar="COMMAND...", help=_PROGRAM_HELP),
+    manifest: str = typer.Option(..., "--manifest", metavar="MANIFEST", help="a manifest from zerojit record"),
+    target: Optional[str] = typer.Option(None, "--target", metavar="TARGET",
+                                         help="compile-only target: the program's launches are dry launches (default: "
+                                         "the GPU here, else the manifest's)"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
+                                          help="compile worker processes for the warm-up (default 1)"),
+    jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error"),
+    no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
+) -> None:
+    """Warm a manifest, install the JIT monitor, then run the unmodified program in this process.
+
+    The warm-up report goes to stderr. The program's raw launches of recorded kernels are counted
+    as hits (and are dry launches under a compile-only target: outputs are not computed). In error
+    mode a specialization the manifest lacks raises RuntimeJitError before compiling, naming the
+    kernel and each argument whose class differs from the nearest recorded one. Exit status: 1
+    when anything compiled at run time (or a corrupted manifest), else the program's own; 2 when
+    the program cannot be run or an option is invalid.
+    """
+    import contextlib
+
+    from zerojit import monitor as _monitor
+    from zerojit.compile_only import compile_only
+    from zerojit.manifest import RecordedKernel, read_manifest
+    from zerojit.recording import Program, count_raw_launches
+    from zerojit.registry import JitWarmupRegistry, count
+
+    _check_input_file("exec", "manifest", manifest)
+    chosen = _manifest_target("exec", target, read_manifest(manifest))
+    program = Program(command)
+    apply_jit_monitor_mode(jit_monitor_mode or "error")
+    with (compile_only(chosen) if chosen else contextlib.nullcontext()):
+        registry = JitWarmupRegistry()
+        report = registry.warmup(manifest=manifest, workers=_capped_workers("exec", workers),
+                                 progress=not no_progress, target=chosen or "device")
+        typer.echo(report.summary(), err=True)
+        restore = count_raw_launches([k for k in registry.kernels if isinstance(k, RecordedKernel)])
+        try:
+            rc = program.run()
+        finally:
+            restore()
+    watching = _monitor.current()
+    counts = watching.counts() if watching is not None else None
+    if counts is not None:
+        compiles = counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads
+        typer.echo(f"zerojit exec: {count(counts.launches, 'monitored launch', 'monitored launches')}, "
+                   f"{count(compiles, 'runtime compile')}", err=True)
+    raise typer.Exit(1 if counts is not None and counts.any_runtime_compile else rc)
+
 
 bundle_app = typer.Typer(cls=_Group, no_args_is_help=True,
                          help="Cache bundles: a model's compiled key space as one archive.")
@@ -482,8 +651,12 @@ def bundle_export(
     num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", metavar="N",
                                                          help="draft tokens per decode step"),
     no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
+    manifest: Optional[str] = typer.Option(None, "--manifest", metavar="MANIFEST",
+                                           help="bundle a recording's specializations (zerojit record) instead of a "
+                                           "model's key space; the model flags are then refused"),
 ) -> None:
-    """Warm up a model's whole key space for TARGET and write it as one bundle.
+    """Warm up a model's whole key space (or a manifest's specializations) for TARGET and write it
+    as one bundle.
 
     Needs no GPU for a compile-only target (run it with CUDA_VISIBLE_DEVICES="" on a GPU host
     to prove it). The manifest records the Triton version and build, Python, target, ptxas,
@@ -494,7 +667,7 @@ def bundle_export(
 
     from zerojit.cache import current_target_name, export_bundle
     from zerojit.compile_only import compile_only
-    from zerojit.registry import count
+    from zerojit.registry import JitWarmupRegistry, count
     from zerojit.runner.config import load_config
     from zerojit.runner.engine import usable_cores
     from zerojit.runner.model import register_model
@@ -508,12 +681,22 @@ def bundle_export(
     apply_jit_monitor_mode(None)
     overrides, given_as = _config_overrides(ctx, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
                                             num_speculative_tokens=num_speculative_tokens)
+    if manifest is not None:
+        _check_input_file("bundle export", "manifest", manifest)
+        given = [_given(ctx, n, v) for n, v in dict(config=config, backend=backend, **overrides).items()
+                 if ctx.get_parameter_source(n).name != "DEFAULT"]
+        if given:
+            _refuse("bundle export", f"--manifest and {', '.join(given)} conflict: a manifest names its kernels and "
+                    "specializations itself")
     if dcp_size is not None:
         overrides.setdefault("dcp_rank", 0)
-    cfg = load_config(config, given_as=given_as, **overrides)
     with (compile_only(target) if target != "device" else contextlib.nullcontext()):
-        registry = register_model(cfg, backend)
-        report = registry.warmup(cfg, workers=_capped_workers("bundle export", workers) or usable_cores(),
+        if manifest is not None:
+            cfg, registry = None, JitWarmupRegistry()
+        else:
+            cfg = load_config(config, given_as=given_as, **overrides)
+            registry = register_model(cfg, backend)
+        report = registry.warmup(cfg, manifest=manifest, workers=_capped_workers("bundle export", workers) or usable_cores(),
                                  progress=not no_progress, target=target)
         manifest = export_bundle(report, output)
     origin = report.stats.origin(len({id(getattr(v, "compiled", v)) for v in report.variants}))

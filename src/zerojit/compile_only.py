@@ -8,6 +8,9 @@ driver that names a fixed target (``cuda:90`` = sm_90, the H100/H200) and cannot
   compile hooks firing as on a GPU machine;
 * a *dry launch* (a zerojit launch while this driver is active) runs Triton's binder on real CPU
   tensors, computes the exact runtime key and looks it up, compiling on a miss, executing nothing.
+  A raw ``kernel[grid](...)`` launch (and ``triton.autotune`` / ``triton.heuristics``, which call
+  ``fn.run``) is a dry launch too: while a block is open, ``JITFunction.run`` turns a launch into
+  Triton's ``warmup=True`` run (binder, lookup, compile on a miss, return the ``CompiledKernel``).
 
 That is what lets CI and GPU-less image builders check the zero-JIT property and coverage.
 Triton decides at decoration time whether a function is interpreted (``TRITON_INTERPRET=1``), so
@@ -195,10 +198,23 @@ def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
     new = CompileOnlyDriver(target)
     previous = _tc.peek_driver()
     _tc.set_driver(new)
+    restore_run = _tc.patch_run_everywhere(_dry_run)
     try:
         yield new
     finally:
+        restore_run()
         _tc.set_driver(previous)
+
+
+def _dry_run(original):
+    """``JITFunction.run`` where a launch under the compile-only driver is a dry launch."""
+
+    def run(jit_fn, *args, grid, warmup, **kwargs):
+        if not warmup and isinstance(_tc.peek_driver(), CompileOnlyDriver):
+            warmup = True  # Triton's warm-up run: binder, lookup, compile on a miss; nothing executes
+        return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
+
+    return run
 
 
 def target_name(target) -> str:

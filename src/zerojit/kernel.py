@@ -65,6 +65,7 @@ __all__ = [
     "TritonJitKernel",
     "kernel_launcher",
     "set_launch_observer",
+    "launch_observer",
 ]
 
 KeyT = TypeVar("KeyT", bound=Hashable)
@@ -158,6 +159,12 @@ def set_launch_observer(observer: Callable[[Any, Any], None] | None) -> Callable
     global _launch_observer
     previous, _launch_observer = _launch_observer, observer
     return previous
+
+
+def launch_observer() -> Callable[[Any, Any], None] | None:
+    """The process's launch observer (None when no monitor is installed), for launch paths outside
+    this module that report hits the same way (:func:`zerojit.recording.count_raw_launches`)."""
+    return _launch_observer
 
 
 class JitKernel(Generic[KeyT]):

@@ -31,7 +31,10 @@ How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
   cache-miss hook calls splits that miss into compile vs disk load; any other is a direct compile.
 * Hits: Triton calls no hook on a hit, so zerojit's launch path reports every launch to
   :func:`zerojit.kernel.set_launch_observer`; launches are mapped back to warmed keys at audit time
-  by the identity of the compiled kernel (:attr:`CompiledVariant.compiled`).
+  by the identity of the compiled kernel (:attr:`CompiledVariant.compiled`). Raw launches of the
+  functions a manifest warmed report there too under ``zerojit exec``
+  (:func:`zerojit.recording.count_raw_launches`); a raw launch no manifest warmed is explained as
+  such (record the program), not as a dropped registration.
 
 Each of the three is *chained*: the monitor keeps the hook, listener or observer that was set before
 it and calls it first (a user ``jit_cache_hook`` that returns True makes Triton skip the compile;
@@ -70,6 +73,7 @@ from . import kernel as _kernel
 from . import registry as _registry
 from .context import allow_compiles, in_warmup
 from .kernel import TritonJitKernel
+from .manifest import RecordedKey
 from .specialization import SpecClass
 from .triton_compat import (RUN_OPTIONS, find_in_process_key, hook_compile_request, hook_jit_function, source_fields,
                             source_of)
@@ -277,6 +281,9 @@ class RuntimeCompile:
         direct: a direct ``triton.compile`` (no ``triton.jit`` launch).
         no_warmup: set when no zerojit warm-up ran before it (the monitor held no warmed key
             of any kernel): says so, e.g. ``"no zerojit warm-up ran (--warmup none)"``.
+        unmigrated: the Triton function is launched raw (no zerojit kernel class wraps it) and
+            no manifest warmed it: the fix is to record the program, not a registration.
+        recorded: the nearest warmed key came from a manifest (``zerojit record``).
     """
 
     kernel: str
@@ -292,6 +299,33 @@ class RuntimeCompile:
     option_difference: str | None = None
     direct: bool = False
     no_warmup: str | None = None
+    unmigrated: bool = False
+    recorded: bool = False
+
+    @property
+    def unwarmed_reason(self) -> str:
+        """Why no key of this kernel was warmed, and what to do (for a miss without a nearest key)."""
+        if self.unmigrated:
+            return (f"{self.kernel!r} is launched raw (not a zerojit kernel) and no manifest warmed it: record the "
+                    "program (zerojit record -- CMD) and run it with zerojit exec --manifest, or migrate the kernel")
+        return f"{self.kernel!r} has no warmed key (was its registration dropped?)"
+
+    @property
+    def record_hint(self) -> str | None:
+        """For a kernel warmed from a manifest, how to cover this call (None otherwise)."""
+        if not self.recorded:
+            return None
+        def int_like(c: SpecClass) -> bool:  # an int argument: a class, or the literal 1 (a constexpr)
+            return c.kind == "int" or c.kind == "constexpr" and type(c.attr) is int and c.attr == 1
+
+        ints = [d.name for d in self.differences if int_like(d.warmed) and int_like(d.called)
+                and not (d.warmed.kind == d.called.kind == "int" and d.warmed.type != d.called.type)]
+        aligned = [d.name for d in self.differences if d.called.kind == "pointer" and d.warmed.type == d.called.type]
+        bounds = ([f"do_not_specialize={ints!r}"] if ints else []) + (
+            [f"do_not_specialize_on_alignment={aligned!r}"] if aligned else [])
+        text = "this kernel was warmed from a manifest: record the program again with this workload (zerojit record)"
+        return text + (f", or bound the argument{'s' if len(ints) + len(aligned) > 1 else ''} in its triton.jit "
+                       f"decorator ({', '.join(bounds)}) so one variant serves every value" if bounds else "")
 
     @property
     def arguments(self) -> str:
@@ -315,7 +349,7 @@ class RuntimeCompile:
         if self.no_warmup:
             return text + f"; {self.no_warmup}"
         if self.nearest_key is None:
-            return text + f"; {self.kernel!r} has no warmed key (was its registration dropped?)"
+            return text + f"; {self.unwarmed_reason}"
         diffs = "; ".join(self.difference_lines) or "no argument class differs"
         return text + f"; nearest warmed key {self.nearest_key}: {diffs}"
 
@@ -339,6 +373,8 @@ class RuntimeCompile:
             lines.append(f"    launch options: {self.options}")
         if self.no_warmup:
             pass  # the head says why no key is warmed; there is no nearest one to name
+        elif self.nearest_key is None and self.unmigrated:
+            lines.append(f"  {self.unwarmed_reason}")
         elif self.nearest_key is None:
             lines.append(f"  no key of {self.kernel!r} was warmed: its registration was never reached. Call "
                          f"register_warmup for it under registry.activate() where the model or KV cache is built.")
@@ -356,6 +392,8 @@ class RuntimeCompile:
                     lines.append("      -> Triton keys on the launch options passed; pass the same ones at warm-up")
             else:
                 lines.append("  no argument class differs from it (the kernel's source or globals changed?)")
+            if self.record_hint:
+                lines.append(f"  {self.record_hint}")
         return "\n".join(lines)
 
     def __str__(self) -> str:
@@ -534,6 +572,17 @@ _INSTALLED: list["JitMonitor"] = []
 # ---------------------------------------------------------------------------------------------
 # The monitor
 # ---------------------------------------------------------------------------------------------
+
+
+def _is_contract_function(jit_fn: Any) -> bool:
+    """True when a zerojit kernel class (not one made from a manifest) wraps ``jit_fn``."""
+    stack = list(TritonJitKernel.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        if cls.__dict__.get("kernel") is jit_fn and cls.CompileKey is not RecordedKey:
+            return True
+        stack.extend(cls.__subclasses__())
+    return False
 
 
 _PROCESS_WARMUPS: Any = object()  # JitMonitor(report=...) left out: this process's warm-ups
@@ -773,6 +822,8 @@ class JitMonitor:
                     names = [k for k in dict.fromkeys([*wo, *co]) if wo.get(k, "<default>") != co.get(k, "<default>")]
                     opt_diff = ("launch options: warmed with " + (", ".join(f"{k}={wo[k]!r}" for k in names if k in wo) or "defaults")
                                 + ", called with " + (", ".join(f"{k}={co[k]!r}" for k in names if k in co) or "defaults"))
+                    if not names:  # the same options, passed in another order: Triton keys on str(options)
+                        opt_diff = f"launch options in another order: warmed with {warmed_text}, called with {called_text}"
             score = len(diffs) + (opt_diff is not None)
             if best is None or score < best[0]:
                 best = (score, order, v, diffs, opt_diff)
@@ -785,7 +836,10 @@ class JitMonitor:
         if best is not None:
             _, order, v, diffs, opt_diff = best
             record = dataclasses.replace(record, nearest_key=repr(v.key), nearest_index=order,
-                                         differences=diffs, option_difference=opt_diff)
+                                         differences=diffs, option_difference=opt_diff,
+                                         recorded=isinstance(v.key, RecordedKey))
+        elif jit_fn is not None and not direct and not _is_contract_function(jit_fn):
+            record = dataclasses.replace(record, unmigrated=True)
         return record
 
     # -- the three handlers ----------------------------------------------------------------------

@@ -35,6 +35,7 @@ from .triton_compat import import_launch_path_modules
 from . import loading
 from .cache import cache_dir, check_cache_folder, import_bundle
 from .kernel import TritonJitKernel
+from .manifest import read_manifest, warmup_plan
 from .reports import (KernelWarmup, NoTargetError, WarmupError, WarmupFailure, WarmupReport, WarmupStats,
                       count as count)
 
@@ -300,6 +301,7 @@ class JitWarmupRegistry:
         target: str = "device",
         bundle: str | os.PathLike | None = None,
         group: Any = None,
+        manifest: str | os.PathLike | None = None,
     ) -> WarmupReport:
         """Compile (and on a GPU load) every key of every registered kernel.
 
@@ -317,6 +319,11 @@ class JitWarmupRegistry:
                 load with zero compiles (:func:`zerojit.cache.import_bundle`).
             group: a ``torch.distributed`` process group: the keys are sharded across its ranks,
                 each compiles its share, then every rank loads all (:mod:`zerojit.distributed`).
+            manifest: a recording (``zerojit record``, :mod:`zerojit.manifest`): every recorded
+                specialization of every recorded ``triton.jit`` function is warmed too, as a
+                :class:`~zerojit.manifest.RecordedKernel`; a kernel that cannot be (its source
+                changed, another Triton, no longer importable) is skipped and listed in the
+                report's ``skipped``, never failing the warm-up.
 
         Whatever ``workers``, ``bundle`` or ``group``, every compile of an entry missing from the
         disk cache holds that entry's file lock, so processes sharing a cache folder compile each
@@ -331,6 +338,8 @@ class JitWarmupRegistry:
             zerojit.cache.CacheFolderError: Triton's cache folder is empty, a file, or cannot be
                 created (a bundle's: also not writable).
             TypeError: ``bundle`` is not a path.
+            zerojit.manifest.ManifestError: ``manifest`` is truncated, corrupted or no manifest.
+            OSError: ``manifest`` cannot be read.
             ValueError: ``target`` names another target than the one this process compiles for.
         """
         from .precompile import JobOutcome, WarmupSession, plan_digest  # see the note at the imports
@@ -340,6 +349,11 @@ class JitWarmupRegistry:
             raise ValueError(f"warmup(workers={workers!r}): the number of compile worker processes is a whole number "
                              ">= 1 (or None: compile in this process)")
         start = time.perf_counter()
+        skipped: list = []
+        if manifest is not None:
+            recorded, skipped = warmup_plan(read_manifest(manifest))
+            for kernel in recorded:
+                self.register(kernel)
         compiles = any(isinstance(k, TritonJitKernel) for k in self._kernels.values())
         _check_target(target, compiles=compiles)
         imported = None
@@ -423,7 +437,7 @@ class JitWarmupRegistry:
             compile_only_driver = active_compile_only()
             target = compile_only_driver.target_name if compile_only_driver is not None else target
         report = WarmupReport(kernels=kernels, failures=tuple(failures), seconds=time.perf_counter() - start,
-                              target=target, stats=stats)
+                              target=target, stats=stats, skipped=tuple(skipped))
 
         # From here on a compile is a runtime compile: the listeners (the runtime monitor, the
         # audit) hear of this warm-up; see add_warmup_listener.

@@ -184,6 +184,8 @@ class WarmupReport:
         target: the compile target (``"cuda:90"``, also when taken from an active ``compile_only``
             block) or ``"device"`` when compiled for the GPU present.
         stats: compile, disk-load and worker counts (None for a report not made by ``warmup``).
+        skipped: recorded kernels (or specializations) of a ``warmup(manifest=...)`` that could
+            not be warmed, each with its reason (:class:`zerojit.manifest.ManifestSkip`).
     """
 
     kernels: tuple[KernelWarmup, ...]
@@ -191,6 +193,7 @@ class WarmupReport:
     seconds: float = 0.0
     target: str = "device"
     stats: WarmupStats | None = None
+    skipped: tuple[Any, ...] = ()
 
     @property
     def num_keys(self) -> int:
@@ -219,6 +222,7 @@ class WarmupReport:
             },
             "failures": [{"kernel": f.kernel, "key": _key_dict(f.key), "error": f.error} for f in self.failures],
             "stats": self.stats.to_dict() if self.stats is not None else None,
+            "skipped": [{"kernel": s.kernel, "reason": s.reason} for s in self.skipped],
         }
 
     def summary(self) -> str:
@@ -238,6 +242,7 @@ class WarmupReport:
             lines.append("  (a kernel's seconds add up its keys' time, its worker processes' included: together "
                          "they can exceed the warm-up's wall time)")
         lines += [f"  FAILED {f}" for f in self.failures]
+        lines += [f"  SKIPPED {s}" for s in self.skipped]
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -89,6 +89,9 @@ __all__ = [
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
     "find_in_process_key", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
     "resolved", "is_pending", "source_hash",
+    # raw launches (zerojit record / exec)
+    "unwrap_jit_function", "jit_identity", "run_options_removed", "wrap_run", "unwrap_run", "wrapped_run",
+    "patch_run_everywhere", "parameter_names", "constexpr_parameters", "wrapped_config_kwargs",
     # compiled kernels
     "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
     "compile_source", "load_compiled", "import_launch_path_modules",
@@ -789,6 +792,100 @@ def source_hash(jit_fn: Any) -> str:
     if key is None and interpreting():
         key = hashlib.sha256(inspect.getsource(jit_fn.fn).encode()).hexdigest()
     return key
+
+
+# ---------------------------------------------------------------------------------------------
+# Raw launches: ``kernel[grid](...)`` of a function zerojit did not wrap (record / exec)
+# ---------------------------------------------------------------------------------------------
+# ``JITFunction.__getitem__`` returns ``lambda *a, **kw: self.run(grid=grid, warmup=False, *a, **kw)``
+# and ``Autotuner.run`` / ``Heuristics.run`` call ``self.fn.run(...)`` (3.6-3.9): both look ``run``
+# up on the instance at each launch, so an instance attribute ``run`` sees every raw launch. A
+# zerojit kernel class binds ``cls.kernel.run`` once, at class creation (``_launch.LaunchState``):
+# its launches are seen by the class-level patch only when it is made before the class exists.
+
+
+def unwrap_jit_function(obj: Any) -> Any | None:
+    """The ``JITFunction`` behind ``obj``: ``obj`` itself, or what a ``triton.autotune`` /
+    ``triton.heuristics`` object wraps (their ``fn``, nested); None when there is none."""
+    for _ in range(16):  # autotune(heuristics(jit(f))) nests a few levels at most
+        if isinstance(obj, JITFunction):
+            return obj
+        obj = getattr(obj, "fn", None)
+        if obj is None:
+            return None
+    return None
+
+
+def wrapped_config_kwargs(obj: Any) -> list[dict] | None:
+    """The keyword arguments of each config (``Config.all_kwargs()``: its constexprs and
+    ``num_warps``, ``num_stages``, ...) of the ``triton.autotune`` object ``obj`` is or wraps
+    (through ``fn``, nested), in order; None when there is no autotuner."""
+    from triton.runtime.autotuner import Autotuner
+
+    for _ in range(16):
+        if isinstance(obj, Autotuner):
+            return [c.all_kwargs() for c in obj.configs]
+        obj = getattr(obj, "fn", None)
+        if obj is None:
+            return None
+    return None
+
+
+def jit_identity(jit_fn: Any) -> tuple[str, str]:
+    """``(module, qualified name)`` of the Python function a ``triton.jit`` function compiles."""
+    return jit_fn.fn.__module__, jit_fn.fn.__qualname__
+
+
+def parameter_names(jit_fn: Any) -> tuple[str, ...]:
+    """The names of ``jit_fn``'s parameters, in order (``JITFunction.params``)."""
+    return tuple(p.name for p in jit_fn.params)
+
+
+def constexpr_parameters(jit_fn: Any) -> tuple[str, ...]:
+    """The names of ``jit_fn``'s ``tl.constexpr`` parameters, in order."""
+    return tuple(p.name for p in jit_fn.params if p.is_constexpr)
+
+
+def run_options_removed(options: dict) -> dict:
+    """A :func:`bind` ``options`` dict without the options ``JITFunction.run`` adds itself
+    (:data:`RUN_OPTIONS`): what the launch passed (``num_warps``, ``num_stages``, ...)."""
+    return {k: v for k, v in options.items() if k not in RUN_OPTIONS}
+
+
+def wrap_run(jit_fn: Any, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Route every raw launch of ``jit_fn`` (``jit_fn[grid](...)``, autotune, heuristics) through
+    ``make(original_run)``, a callable with ``JITFunction.run``'s signature ``(*args, grid,
+    warmup, **kwargs)``. Wrapping a function already wrapped replaces the wrapper (the original
+    is kept). Cost: one Python call frame per launch, plus what the wrapper does."""
+    original = jit_fn.__dict__.get("_zerojit_original_run") or jit_fn.run
+    jit_fn._zerojit_original_run = original
+    jit_fn.run = make(original)
+
+
+def wrapped_run(jit_fn: Any) -> bool:
+    """True when :func:`wrap_run` wrapped ``jit_fn``."""
+    return "_zerojit_original_run" in jit_fn.__dict__
+
+
+def unwrap_run(jit_fn: Any) -> None:
+    """Undo :func:`wrap_run` (a no-op when ``jit_fn`` is not wrapped)."""
+    if "_zerojit_original_run" in jit_fn.__dict__:
+        del jit_fn.__dict__["run"]
+        del jit_fn.__dict__["_zerojit_original_run"]
+
+
+def patch_run_everywhere(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[], None]:
+    """Replace ``JITFunction.run`` for every ``triton.jit`` function by ``make(original)``, whose
+    result takes ``(self, *args, grid, warmup, **kwargs)``; returns the function that restores
+    Triton's. Seen: raw launches, autotune and heuristics, and zerojit kernel classes created
+    after this call (those created before bound Triton's ``run`` already)."""
+    original = JITFunction.run
+    JITFunction.run = make(original)
+
+    def restore() -> None:
+        JITFunction.run = original
+
+    return restore
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,483 @@
+"""Manifests: what an unmodified program launched, as a file zerojit can warm.
+
+``zerojit record -- CMD`` (:mod:`zerojit.recording`) writes a *manifest*: every ``triton.jit``
+function the program launched (directly, through ``triton.heuristics`` or ``triton.autotune``, or
+through a zerojit kernel), with its identity (module, qualified name, Triton's source hash) and
+every distinct specialization Triton's binder computed for it (the ``(type, attr)`` pair of each
+parameter, constexprs by value, the launch options passed) with launch counts. The schema is in
+``docs/manifest.md``; :data:`FORMAT` and :data:`VERSION` name it.
+
+:func:`warmup_plan` turns a manifest into :class:`RecordedKernel` objects, one per recorded
+function: ordinary :class:`~zerojit.kernel.TritonJitKernel` classes whose ``CompileKey`` is a
+:class:`RecordedKey`, so a registry warms them like any contract kernel (worker processes,
+restore index, bundles, the monitor's warmed variants, the audit). Each key is reproduced from
+the manifest: a pointer as a :class:`~zerojit.specialization.WarmupTensor` of the recorded dtype
+and alignment, an int as the recorded representative of its class (``scalar_rep``), a constexpr
+by value, the launch options as passed.
+
+A kernel that cannot be warmed (its module no longer imports, its source hash differs, it was
+defined in the program's ``__main__``) is skipped and reported (:class:`ManifestSkip`), never
+failing the warm-up; a specialization holding a value JSON cannot carry (a constexpr function, a
+tensor descriptor) likewise. A file that is not a manifest, is truncated or corrupted raises
+:class:`ManifestError`. :func:`write_manifest` writes atomically (a temporary file, then
+``os.replace``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import triton.language as tl
+
+from . import triton_compat as _tc
+from .kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
+from .specialization import WarmupTensor, bind
+
+__all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
+           "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
+           "encode_value", "decode_value", "encode_specialization"]
+
+#: The ``format`` field of every manifest.
+FORMAT = "zerojit-manifest"
+#: The schema version this zerojit writes and reads.
+VERSION = 1
+
+_REPR = "repr"  # a constexpr value JSON cannot carry: kept as text, never warmed
+_DTYPE = "triton_dtype"  # a tl.dtype constexpr (e.g. tl.float16), by Triton's name
+
+
+class ManifestError(ValueError):
+    """A file is not a readable manifest (not JSON, truncated, another format or version, a field
+    of the wrong type); the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class ManifestSkip:
+    """A recorded kernel (or one of its specializations) that a warm-up skipped, and why."""
+
+    kernel: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.kernel}: skipped: {self.reason}"
+
+
+def encode_value(value: Any) -> Any:
+    """A constexpr value as JSON: ints, floats, strings, bools and None as themselves, a
+    ``tl.dtype`` as ``{"triton_dtype": "fp16"}``, anything else as ``{"repr": "..."}`` (recorded,
+    but never reproduced)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, tl.dtype):
+        return {_DTYPE: str(value)}
+    return {_REPR: repr(value)}
+
+
+def decode_value(value: Any, where: str) -> Any:
+    """The constexpr value :func:`encode_value` wrote.
+
+    Raises:
+        ValueError: a ``{"repr": ...}`` value (nothing to rebuild it from), naming ``where``.
+    """
+    if isinstance(value, dict):
+        if _DTYPE in value:
+            return tl.dtype(value[_DTYPE])
+        raise ValueError(f"{where} was recorded as {value.get(_REPR)!r}, which a manifest cannot reproduce")
+    return value
+
+
+def encode_specialization(jit_fn: Any, specialization: list) -> tuple[tuple[str, Any], ...]:
+    """A :func:`~zerojit.specialization.bind` specialization as a manifest holds it: one
+    ``(type, attr)`` pair per parameter (entries Triton adds after them dropped), constexpr
+    values through :func:`encode_value`, hashable."""
+    return tuple((ty, _hashable(encode_value(attr)) if ty == "constexpr" else attr)
+                 for ty, attr in _tc.param_specialization(jit_fn, specialization))
+
+
+@dataclass(frozen=True)
+class RecordedSpecialization:
+    """One distinct specialization a recorded function was launched with.
+
+    Attributes:
+        specialization: Triton's binder output, one ``(type, attr)`` pair per parameter in order
+            (``("*fp16", "D")``: a 16-byte-aligned fp16 pointer; ``("i32", "")``: an int not
+            divisible by 16; ``("constexpr", 64)``; constexpr values as :func:`encode_value`).
+        values: a representative of each int, float and bool argument's class (``scalar_rep``),
+            by parameter name: what a warm-up passes.
+        options: the launch options passed (``num_warps``, ``num_stages``, ...), as passed and in
+            the order passed (Triton's key holds ``str()`` of the options dict: order counts).
+        launches: how many launches had this specialization while recording.
+        autotune_config: for a ``triton.autotune`` kernel, the chosen config's keyword arguments
+            (``Config.all_kwargs()``, values through :func:`encode_value`) that this
+            specialization carries; None otherwise.
+    """
+
+    specialization: tuple[tuple[str, Any], ...]
+    values: tuple[tuple[str, Any], ...] = ()
+    options: tuple[tuple[str, Any], ...] = ()
+    launches: int = 0
+    autotune_config: tuple[tuple[str, Any], ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"specialization": [list(e) for e in self.specialization], "values": dict(self.values),
+                "options": dict(self.options), "launches": self.launches,
+                "autotune_config": None if self.autotune_config is None else dict(self.autotune_config)}
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """One recorded ``triton.jit`` function.
+
+    Attributes:
+        module, qualname: where the Python function is defined (``fn.__module__``,
+            ``fn.__qualname__``); the module attribute of that name may be the ``triton.jit``
+            function or an autotune / heuristics object wrapping it.
+        source_hash: Triton's hash of the function's source and dependencies (``cache_key``).
+        parameters: the parameter names, in order; constexprs: those that are ``tl.constexpr``.
+        specializations: every distinct specialization, first launched first.
+    """
+
+    module: str
+    qualname: str
+    source_hash: str
+    parameters: tuple[str, ...]
+    constexprs: tuple[str, ...]
+    specializations: tuple[RecordedSpecialization, ...]
+
+    @property
+    def name(self) -> str:
+        """``module.qualname``: the kernel's name in reports."""
+        return f"{self.module}.{self.qualname}"
+
+    @property
+    def launches(self) -> int:
+        return sum(s.launches for s in self.specializations)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"module": self.module, "qualname": self.qualname, "source_hash": self.source_hash,
+                "parameters": list(self.parameters), "constexprs": list(self.constexprs),
+                "specializations": [s.to_dict() for s in self.specializations]}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A recording: the Triton version it was made with, the target its launches were keyed for
+    (``"cuda:90"`` under a compile-only target, ``"device"`` on a GPU), the command and every
+    recorded kernel."""
+
+    triton_version: str
+    target: str
+    command: tuple[str, ...]
+    kernels: tuple[KernelRecord, ...]
+
+    @property
+    def num_specializations(self) -> int:
+        return sum(len(k.specializations) for k in self.kernels)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "triton_version": self.triton_version, "target": self.target,
+                "command": list(self.command), "kernels": [k.to_dict() for k in self.kernels]}
+
+    def summary(self) -> str:
+        """One line per kernel: specializations and launches."""
+        lines = [f"manifest: {len(self.kernels)} kernel(s), {self.num_specializations} specialization(s), "
+                 f"Triton {self.triton_version}, target {self.target}"]
+        lines += [f"  {k.name:<60} {len(k.specializations):>4} spec  {k.launches:>7} launches" for k in self.kernels]
+        return "\n".join(lines)
+
+
+def _field(data: dict, name: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if not isinstance(data, dict) or name not in data:
+        raise ManifestError(f"{where}: field {name!r} is missing")
+    value = data[name]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise ManifestError(f"{where}: field {name!r} must be a {names}, not {type(value).__name__}")
+    return value
+
+
+def _manifest_from(data: Any, path: str) -> Manifest:
+    if not isinstance(data, dict):
+        raise ManifestError(f"{path}: not a zerojit manifest (a JSON {type(data).__name__}, not an object)")
+    if data.get("format") != FORMAT:
+        raise ManifestError(f"{path}: not a zerojit manifest (format {data.get('format')!r}, expected {FORMAT!r})")
+    version = _field(data, "version", int, path)
+    if version != VERSION:
+        raise ManifestError(f"{path}: manifest schema version {version}; this zerojit reads version {VERSION}: "
+                            "record the program again")
+    kernels = []
+    for i, k in enumerate(_field(data, "kernels", list, path)):
+        where = f"{path}: kernels[{i}]"
+        params = tuple(_field(k, "parameters", list, where))
+        specs = []
+        for j, s in enumerate(_field(k, "specializations", list, where)):
+            sw = f"{where}.specializations[{j}]"
+            entries = _field(s, "specialization", list, sw)
+            if len(entries) != len(params) or not all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
+                                                      for e in entries):
+                raise ManifestError(f"{sw}: field 'specialization' must hold one [type, attr] pair per parameter "
+                                    f"({len(params)})")
+            specs.append(RecordedSpecialization(
+                specialization=tuple((e[0], _hashable(e[1])) for e in entries),
+                values=tuple(sorted(_field(s, "values", dict, sw).items())),
+                options=tuple((n, _hashable(v)) for n, v in _field(s, "options", dict, sw).items()),
+                launches=_field(s, "launches", int, sw),
+                autotune_config=_autotune_config(s, sw)))
+        kernels.append(KernelRecord(module=_field(k, "module", str, where), qualname=_field(k, "qualname", str, where),
+                                    source_hash=_field(k, "source_hash", str, where), parameters=params,
+                                    constexprs=tuple(_field(k, "constexprs", list, where)),
+                                    specializations=tuple(specs)))
+    return Manifest(triton_version=_field(data, "triton_version", str, path), target=_field(data, "target", str, path),
+                    command=tuple(_field(data, "command", list, path)), kernels=tuple(kernels))
+
+
+def _autotune_config(data: dict, where: str) -> tuple[tuple[str, Any], ...] | None:
+    value = data.get("autotune_config")
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ManifestError(f"{where}: field 'autotune_config' must be an object or null, not {type(value).__name__}")
+    return tuple((k, _hashable(v)) for k, v in sorted(value.items()))
+
+
+def _hashable(value: Any) -> Any:
+    """JSON values as hashable ones (lists as tuples, dicts as sorted item tuples wrapped back on decode)."""
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return _FrozenDict(value)
+    return value
+
+
+class _FrozenDict(dict):
+    """A dict that hashes (an encoded constexpr value inside a frozen key)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted(self.items())))
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    """Read and validate a manifest file.
+
+    Raises:
+        FileNotFoundError, IsADirectoryError, PermissionError: the file cannot be opened.
+        ManifestError: not JSON (a truncated or corrupted file), not a zerojit manifest, another
+            schema version, or a field missing or of the wrong type (each named).
+    """
+    path = os.fspath(path)
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise ManifestError(f"{path}: not a readable manifest (truncated or corrupted JSON: {e}); "
+                            "record it again") from None
+    return _manifest_from(data, path)
+
+
+def write_manifest(manifest: Manifest, path: str | os.PathLike) -> None:
+    """Write ``manifest`` to ``path`` atomically: into a temporary file in the same folder, then
+    ``os.replace``, so a reader never sees half a manifest.
+
+    Raises:
+        OSError: the folder is missing or not writable.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".zerojit-manifest-", suffix=".json", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(manifest.to_dict(), f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# Warming a manifest: one RecordedKernel class per recorded function
+# ---------------------------------------------------------------------------------------------
+
+
+_INT_TYPES = ("i32", "i64", "u64")  # Triton's int widths, by value range
+
+
+@dataclass(frozen=True, repr=False)
+class RecordedKey:
+    """The compile key of a recorded specialization: Triton's ``(type, attr)`` pairs and the
+    launch options passed (the two parts of Triton's in-process key). Its repr shows each pair
+    as ``*fp32:D`` (``:D``: 16-byte aligned, or an int divisible by 16, Triton's mark), ``i32``
+    (neither), ``i32:nospec`` (``do_not_specialize``), ``fp32`` (a float) or ``=128`` (a constexpr),
+    then the options:
+    ``RecordedKey(*fp32:D, *fp32:D, i32, =128; num_warps=4)``."""
+
+    specialization: tuple[tuple[str, Any], ...]
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def __repr__(self) -> str:
+        def word(ty: str, attr: Any) -> str:
+            if ty == "constexpr":
+                return f"={attr!r}"
+            if attr is None and not (ty.startswith("*") or ty in _INT_TYPES):
+                return ty  # a float or bool: never specialized
+            return ty + {"D": ":D", "": "", None: ":nospec"}.get(attr, f":{attr}")
+
+        options = "".join(f"; {k}={v!r}" for k, v in self.options)
+        return f"RecordedKey({', '.join(word(ty, attr) for ty, attr in self.specialization)}{options})"
+
+
+def _torch_dtypes() -> dict[str, torch.dtype]:
+    found = {}
+    for value in vars(torch).values():
+        if isinstance(value, torch.dtype):
+            ty = _tc.tensor_type(value)
+            if ty is not None:
+                found.setdefault(ty, value)
+    return found
+
+
+class RecordedKernel(TritonJitKernel[RecordedKey]):
+    """A recorded ``triton.jit`` function as a zerojit kernel (made by :func:`warmup_plan`).
+
+    Its keys are the manifest's specializations; ``warmup_inputs(key)`` rebuilds arguments in
+    each class. Launching it by hand takes every kernel parameter by name plus ``zj_grid`` and
+    ``zj_options`` (a dict of launch options).
+    """
+
+    CompileKey = RecordedKey
+    record: KernelRecord
+    _dtypes: dict[str, torch.dtype] | None = None
+
+    def dispatch(self, **inputs: Any) -> RecordedKey:
+        """The key of a launch with these kernel arguments (and launch options), by Triton's binder."""
+        options = {k: inputs.pop(k) for k in list(inputs) if k not in self.record.parameters}
+        _, specialization, bound_options = bind(self.kernel, **inputs, **options)
+        return RecordedKey(encode_specialization(self.kernel, specialization),
+                           tuple(_tc.run_options_removed(bound_options).items()))
+
+    def get_warmup_keys(self) -> list[RecordedKey]:
+        """Every recorded specialization that can be reproduced, in recording order."""
+        return [RecordedKey(s.specialization, s.options) for s in self.record.specializations]
+
+    def warmup_inputs(self, key: RecordedKey) -> dict[str, Any]:
+        """Arguments in ``key``'s classes: WarmupTensors of the recorded dtype and alignment, the
+        recorded representative ints, constexprs by value, the recorded launch options.
+
+        Raises:
+            ValueError: a value the manifest cannot reproduce (a tensor descriptor, a constexpr
+                function), naming the parameter.
+        """
+        spec = next(s for s in self.record.specializations if s.specialization == key.specialization
+                    and s.options == key.options)
+        values = dict(spec.values)
+        inputs: dict[str, Any] = {}
+        if RecordedKernel._dtypes is None:
+            RecordedKernel._dtypes = _torch_dtypes()
+        for name, (ty, attr) in zip(self.record.parameters, key.specialization):
+            where = f"{self.name}: parameter {name!r}"
+            if ty == "constexpr":
+                inputs[name] = decode_value(attr, where)
+            elif ty.startswith("*"):
+                dtype = RecordedKernel._dtypes.get(ty.lstrip("*").removeprefix("k"))
+                if dtype is None:
+                    raise ValueError(f"{where}: pointer type {ty!r} has no torch dtype to warm it with")
+                inputs[name] = WarmupTensor(dtype, aligned=attr != "")
+            elif name in values:
+                inputs[name] = values[name]
+            else:
+                raise ValueError(f"{where}: type {ty!r} cannot be reproduced from a manifest")
+        return {"zj_grid": (1,), "zj_options": dict(key.options), **inputs}
+
+
+_LAUNCHER_NAMES = ("zj_grid", "zj_options", "zj_launch_spec")  # the generated __call__'s own names
+
+
+def _launcher(parameters: tuple[str, ...]):
+    """A ``@kernel_launcher __call__`` taking every kernel parameter by name, the grid and options."""
+    signature = ", ".join(_LAUNCHER_NAMES[:2] + parameters)
+    namespace: dict[str, Any] = {"zj_launch_spec": LaunchSpec}
+    exec(f"def __call__(self, *, {signature}):\n    return zj_launch_spec(zj_grid, zj_options)\n", namespace)
+    return kernel_launcher(namespace["__call__"], host_only=_LAUNCHER_NAMES[:2])
+
+
+def _import_function(record: KernelRecord) -> Any:
+    """The recorded ``triton.jit`` function, imported again; raises LookupError naming what failed."""
+    if record.module == "__main__" or "<locals>" in record.qualname:
+        raise LookupError("defined in the program's __main__ or inside a function, which cannot be imported before "
+                          "the program runs: move it into a module")
+    try:
+        obj = importlib.import_module(record.module)
+    except Exception as e:
+        raise LookupError(f"module {record.module!r} does not import here ({type(e).__name__}: {e})") from None
+    for part in record.qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise LookupError(f"module {record.module!r} has no {record.qualname!r} any more")
+    jit_fn = _tc.unwrap_jit_function(obj)
+    if jit_fn is None:
+        raise LookupError(f"{record.module}.{record.qualname} is a {type(obj).__name__}, not a triton.jit function")
+    return jit_fn
+
+
+def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[ManifestSkip]]:
+    """One :class:`RecordedKernel` per recorded function that can be warmed here, and a
+    :class:`ManifestSkip` for each kernel (or specialization) that cannot.
+
+    A kernel is skipped when its function does not import any more, is defined in ``__main__``,
+    or its source hash differs from the recorded one (its source or a dependency changed, or it
+    was recorded with another Triton, whose hash differs: both named). A specialization is skipped
+    when it holds a value a manifest cannot reproduce. Nothing raises for one kernel's problem.
+    """
+    kernels: list[RecordedKernel] = []
+    skipped: list[ManifestSkip] = []
+    other_triton = manifest.triton_version != _tc.TRITON_VERSION
+    for record in manifest.kernels:
+        try:
+            jit_fn = _import_function(record)
+        except LookupError as e:
+            skipped.append(ManifestSkip(record.name, str(e)))
+            continue
+        now = _tc.source_hash(jit_fn)
+        if now != record.source_hash:
+            why = (f"recorded with Triton {manifest.triton_version}, this is Triton {_tc.TRITON_VERSION}"
+                   if other_triton else "its source or a function it calls changed since recording")
+            skipped.append(ManifestSkip(record.name, f"source hash {now[:12]}... differs from the recorded "
+                                        f"{record.source_hash[:12]}... ({why}): record the program again"))
+            continue
+        if _tc.parameter_names(jit_fn) != record.parameters:
+            skipped.append(ManifestSkip(record.name, f"parameters {list(_tc.parameter_names(jit_fn))} differ from the "
+                                        f"recorded {list(record.parameters)}: record the program again"))
+            continue
+        clash = [p for p in record.parameters if p in _LAUNCHER_NAMES]
+        if clash:
+            skipped.append(ManifestSkip(record.name, f"parameter {clash[0]!r} clashes with a name zerojit's recorded "
+                                        "launcher uses; rename the parameter"))
+            continue
+        usable = []
+        for s in record.specializations:
+            bad = [f"{n} ({v.get(_REPR)})" for n, (_, v) in zip(record.parameters, s.specialization)
+                   if isinstance(v, dict) and _REPR in v]
+            if bad:
+                skipped.append(ManifestSkip(record.name, f"a specialization holds values a manifest cannot "
+                                            f"reproduce: {', '.join(bad)}"))
+            else:
+                usable.append(s)
+        try:
+            cls = type(f"Recorded_{record.qualname.replace('.', '_')}", (RecordedKernel,), {
+                "kernel": jit_fn, "name": record.name, "__call__": _launcher(record.parameters),
+                "record": KernelRecord(record.module, record.qualname, record.source_hash, record.parameters,
+                                       record.constexprs, tuple(usable)),
+                "__module__": __name__,
+            })
+        except KernelDefinitionError as e:  # a parameter zerojit's launch path cannot take (variadic, reserved)
+            skipped.append(ManifestSkip(record.name, str(e)))
+            continue
+        kernels.append(cls())
+    return kernels, skipped

@@ -1,0 +1,401 @@
+"""Recording an unmodified program, counting its raw launches, and how its key space grows.
+
+* :class:`Recorder` (``zerojit record``): replaces ``JITFunction.run`` for every ``triton.jit``
+  function (:func:`zerojit.triton_compat.patch_run_everywhere`) by a wrapper that runs Triton's
+  own binder on each launch's arguments and keeps each distinct specialization, its launch
+  options and a launch count, then calls Triton's ``run``. It sees raw ``kernel[grid](...)``
+  launches, ``triton.autotune`` / ``triton.heuristics`` (both call ``fn.run``; an autotuned
+  launch is recorded with the chosen config's constexprs and options, which is what Triton keys
+  on) and zerojit kernels whose classes are created after it is installed (``zerojit record``
+  installs it before the program imports anything). Under a compile-only target a launch is a
+  *dry launch*: Triton's ``run`` with ``warmup=True`` (binder, lookup, compile on a miss),
+  nothing executes, so outputs are not computed. Cost while recording: one extra binder call
+  per launch (a few microseconds); recording is not serving.
+* :func:`count_raw_launches` (``zerojit exec``): wraps ``run`` of each function a manifest warmed
+  (an instance attribute, :func:`zerojit.triton_compat.wrap_run`) so that every raw launch reports
+  its ``CompiledKernel`` to zerojit's launch observer (the monitor counts hits, the audit maps
+  them to warmed keys), and under a compile-only target is a dry launch instead of a refused
+  real one. Cost per raw launch: one Python call frame, a driver check and the observer call
+  (about a microsecond on top of Triton's ``run``); zerojit kernels' own launches never pass
+  through it (they bind Triton's ``run`` directly).
+* :func:`growth` (``zerojit record --report``): from a manifest, each parameter that makes the
+  key space grow with the workload (a constexpr or specialized int that took several values, a
+  pointer whose 16-byte alignment varied), the Triton setting that bounds it
+  (``do_not_specialize``, ``do_not_specialize_on_alignment``: Triton's int and pointer
+  specialization, :mod:`zerojit.specialization`) and how many variants that saves.
+* :class:`Program`: a ``python SCRIPT ...`` / ``python -m MODULE ...`` / ``zerojit ...`` command
+  run in this process, as ``python`` would (``runpy``).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from . import triton_compat as _tc
+from .compile_only import active_compile_only, compile_only, current_target_name
+from .context import in_warmup
+from .kernel import launch_observer
+from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, encode_specialization,
+                       encode_value, write_manifest)
+from .specialization import bind, scalar_rep
+
+__all__ = ["ProgramError", "Program", "Recorder", "record_child", "count_raw_launches", "Growth", "growth",
+           "growth_report", "bounded_together"]
+
+_INT_TYPES = ("i32", "i64", "u64")
+
+
+class ProgramError(ValueError):
+    """A command that cannot be run in-process (no program, an unknown interpreter option, a
+    script that does not exist); the message says what to pass instead."""
+
+
+class Program:
+    """A Python program to run in this process, from a command line.
+
+    Accepted: ``python SCRIPT ARGS...`` and ``python -m MODULE ARGS...`` (any ``python*``
+    executable name), ``SCRIPT.py ARGS...``, and ``zerojit ARGS...`` (``python -m zerojit``). A
+    script's folder goes first on ``sys.path`` as ``python SCRIPT`` puts it, already in
+    ``__init__``, so that a warm-up before :meth:`run` imports the program's kernel modules.
+
+    Raises:
+        ProgramError: an empty command, a ``python`` option other than ``-m``, a script that does
+            not exist, or another executable (which cannot run in-process).
+    """
+
+    def __init__(self, command: Sequence[str]) -> None:
+        argv = list(command)
+        if not argv:
+            raise ProgramError("no program given: pass it after '--' (e.g. -- python app.py)")
+        head = os.path.basename(argv[0])
+        if head.startswith("python"):
+            argv = argv[1:]
+        elif head == "zerojit":
+            argv = ["-m", "zerojit", *argv[1:]]
+        elif not argv[0].endswith(".py"):
+            raise ProgramError(f"{argv[0]!r} is not a Python program: pass 'python SCRIPT', 'python -m MODULE', "
+                               "a .py file or 'zerojit ...' (the program runs in this process)")
+        if not argv:
+            raise ProgramError("python without a script: pass 'python SCRIPT' or 'python -m MODULE'")
+        self.module: str | None = None
+        self.script: str | None = None
+        if argv[0] == "-m":
+            if len(argv) < 2:
+                raise ProgramError("python -m needs a module name")
+            self.module, self.argv = argv[1], [argv[1], *argv[2:]]
+        elif argv[0].startswith("-"):
+            raise ProgramError(f"python option {argv[0]!r} is not supported in-process: pass 'python SCRIPT' or "
+                               "'python -m MODULE'")
+        else:
+            if not os.path.isfile(argv[0]):
+                raise ProgramError(f"script {argv[0]!r} does not exist")
+            self.script, self.argv = argv[0], argv
+            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+
+    def run(self) -> int:
+        """Run the program as ``__main__`` with its ``sys.argv``; returns its exit status (0 when
+        it returned, else its ``SystemExit`` code: 1 for a message, as Python does). An exception
+        the program raises propagates."""
+        sys.argv = list(self.argv)
+        try:
+            if self.module is not None:
+                runpy.run_module(self.module, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(self.script, run_name="__main__")
+        except SystemExit as e:
+            if e.code is None or isinstance(e.code, int):
+                return e.code or 0
+            print(e.code, file=sys.stderr)
+            return 1
+        return 0
+
+
+class Recorder:
+    """Records every launch of every ``triton.jit`` function while installed (see the module doc).
+
+    Thread-safe (one lock around the tables). Launches inside a zerojit warm-up launch or an
+    ``allow_compiles`` block are not recorded: they are no launches of the program.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._functions: dict[int, Any] = {}
+        self._specs: dict[int, dict[Any, list]] = {}  # id(fn) -> key -> [spec, values, options, count]
+        self._restore: Callable[[], None] | None = None
+        self._target: str | None = None  # what the first recorded launch was keyed for
+
+    def install(self) -> "Recorder":
+        """Replace ``JITFunction.run`` (a no-op when installed). Returns self."""
+        if self._restore is None:
+            self._restore = _tc.patch_run_everywhere(self._wrap)
+        return self
+
+    def uninstall(self) -> None:
+        """Put Triton's ``JITFunction.run`` back."""
+        if self._restore is not None:
+            self._restore()
+            self._restore = None
+
+    def _wrap(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        note = self._note
+
+        def run(jit_fn: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+            # Under compile_only a launch arrives (or goes on, through compile_only's own patch of
+            # run) as warmup=True: a dry launch, recorded like a real one.
+            if (not warmup or active_compile_only() is not None) and not in_warmup():
+                note(jit_fn, args, kwargs)
+            return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
+
+        return run
+
+    def _note(self, jit_fn: Any, args: tuple, kwargs: dict) -> None:
+        try:
+            bound, specialization, options = bind(jit_fn, *args, **dict(kwargs))
+        except Exception:
+            return  # the launch itself raises Triton's error for these arguments
+        spec = encode_specialization(jit_fn, specialization)
+        values = tuple((name, _representative(ty, attr, bound[name]))
+                       for name, (ty, attr) in zip(_tc.parameter_names(jit_fn), spec)
+                       if ty in _INT_TYPES or ty in ("fp32", "u1"))
+        passed = tuple(_tc.run_options_removed(options).items())  # in launch order: Triton's key is str(options)
+        key = (spec, passed)
+        with self._lock:
+            if self._target is None:
+                self._target = current_target_name()
+            self._functions.setdefault(id(jit_fn), jit_fn)
+            table = self._specs.setdefault(id(jit_fn), {})
+            entry = table.get(key)
+            if entry is None:
+                table[key] = [spec, values, passed, 1]
+            else:
+                entry[3] += 1
+
+    def manifest(self, command: Sequence[str]) -> Manifest:
+        """What was recorded so far, as a :class:`~zerojit.manifest.Manifest` (functions in first-
+        launch order), whose target is the one the first launch was keyed for (``"cuda:90"``: a
+        compile-only target or a GPU's capability; ``"device"`` when nothing was launched)."""
+        with self._lock:
+            kernels = []
+            for ident, jit_fn in self._functions.items():
+                module, qualname = _tc.jit_identity(jit_fn)
+                configs = _tc.wrapped_config_kwargs(_module_attribute(module, qualname))
+                specs = tuple(RecordedSpecialization(spec, values, options, count,
+                                                     _chosen_config(configs, _tc.parameter_names(jit_fn), spec, options))
+                              for spec, values, options, count in self._specs[ident].values())
+                kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
+                                            _tc.constexpr_parameters(jit_fn), specs))
+        return Manifest(_tc.TRITON_VERSION, self._target or "device", tuple(command), tuple(kernels))
+
+
+def _module_attribute(module: str, qualname: str) -> Any:
+    """What the program's module holds under the function's name (an autotuner, a heuristics
+    object or the ``triton.jit`` function), or None (the module is gone from ``sys.modules``)."""
+    obj: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _chosen_config(configs: list[dict] | None, parameters: tuple[str, ...], spec: tuple,
+                   options: tuple) -> tuple[tuple[str, Any], ...] | None:
+    """The first autotune config whose constexprs and options this specialization carries (what
+    ``Autotuner.run`` passed on), as encoded items; None without an autotuner or a match."""
+    index = {name: i for i, name in enumerate(parameters)}
+    passed = dict(options)
+    for config in configs or ():
+        if all(spec[index[k]] == ("constexpr", encode_value(v)) if k in index else passed.get(k) == v
+               for k, v in config.items()):
+            return tuple(sorted((k, encode_value(v)) for k, v in config.items()))
+    return None
+
+
+def _representative(ty: str, attr: Any, value: Any) -> Any:
+    """A value of ``value``'s class: ``scalar_rep`` (unspecialized when ``attr`` is None: Triton's
+    ``do_not_specialize`` int)."""
+    if ty == "u1":
+        return bool(value)
+    return scalar_rep(value, specialize=attr is not None) if ty in _INT_TYPES else scalar_rep(float(value))
+
+
+def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
+    """The ``zerojit record`` child process: install a :class:`Recorder` before anything of the
+    program is imported, run it (under ``compile_only(target)`` when given), write the manifest
+    to ``out`` even when the program fails, and return the program's exit status.
+
+    Raises:
+        ProgramError: ``command`` cannot be run in-process.
+    """
+    recorder = Recorder().install()
+    program = Program(command)
+    try:
+        if target is not None:
+            with compile_only(target):
+                return program.run()
+        return program.run()
+    finally:
+        recorder.uninstall()
+        write_manifest(recorder.manifest(command), out)
+
+
+def count_raw_launches(kernels: Sequence[RecordedKernel]) -> Callable[[], None]:
+    """Route the raw launches of each recorded kernel's function to zerojit's launch observer
+    (see the module doc); under a compile-only target they become dry launches. Returns the
+    function that undoes it."""
+    wrapped = []
+    for kernel in kernels:
+        jit_fn = kernel.kernel
+        _tc.wrap_run(jit_fn, _counting(kernel))
+        wrapped.append(jit_fn)
+
+    def restore() -> None:
+        for jit_fn in wrapped:
+            _tc.unwrap_run(jit_fn)
+
+    return restore
+
+
+def _counting(kernel: RecordedKernel) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+            if warmup or in_warmup():
+                return original(*args, grid=grid, warmup=warmup, **kwargs)
+            compiled = original(*args, grid=grid, warmup=active_compile_only() is not None, **kwargs)
+            observer = launch_observer()
+            if observer is not None and compiled is not None:
+                observer(kernel, compiled)
+            return compiled
+
+        return run
+
+    return make
+
+
+# ---------------------------------------------------------------------------------------------
+# How the key space grows
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Growth:
+    """A parameter whose class took several values in a recording.
+
+    Attributes:
+        kernel: the recorded kernel (``module.qualname``); parameter: the parameter's name.
+        kind: ``"constexpr"``, ``"int"`` (a specialized int) or ``"pointer"``.
+        values: the distinct classes or values it took, in words, first seen first.
+        variants: the kernel's recorded variants; bounded: how many remain with the fix.
+        fix: the change that bounds it.
+    """
+
+    kernel: str
+    parameter: str
+    kind: str
+    values: tuple[str, ...]
+    variants: int
+    bounded: int
+    fix: str
+
+    @property
+    def saves(self) -> int:
+        """Variants the fix saves on this recording."""
+        return self.variants - self.bounded
+
+    def __str__(self) -> str:
+        return (f"{self.kernel}: {self.kind} parameter {self.parameter!r} took {len(self.values)} "
+                f"{'values' if self.kind == 'constexpr' else 'classes'} ({', '.join(self.values)}): {self.fix} "
+                f"bounds it; {self.variants} -> {self.bounded} variants (saves {self.saves})")
+
+
+def _int_words(ty: str, attr: Any) -> str:
+    if ty == "constexpr":
+        return "equal to 1"
+    width = "" if ty == "i32" else f"{ty} "
+    return width + {"D": "divisible by 16", "": "not divisible by 16", None: "unspecialized"}[attr]
+
+
+def _kernel_growth(record: KernelRecord) -> list[Growth]:
+    specs = [(s.specialization, s.options) for s in record.specializations]
+    found = []
+    for i, name in enumerate(record.parameters):
+        entries = list(dict.fromkeys(spec[i] for spec, _ in specs))
+        if len(entries) < 2:
+            continue
+        types = {ty for ty, _ in entries}
+        if name in record.constexprs:
+            if not all(type(v) is int for _, v in entries):
+                continue  # a dtype or other constexpr: each value is code of its own
+            kind, erased = "constexpr", ("i32", None)
+            words = [str(v) for _, v in entries]
+            fix = (f"if it follows the request (not the model or a tile choice), passing it as a runtime int "
+                   f"(no tl.constexpr) with do_not_specialize=[{name!r}]")
+        elif types <= {*_INT_TYPES, "constexpr"}:
+            if any(ty == "constexpr" and v != 1 for ty, v in entries):
+                continue
+            kind, erased = "int", None
+            words = [_int_words(ty, v) for ty, v in entries]
+            fix = f"do_not_specialize=[{name!r}]"
+        elif len(types) == 1 and next(iter(types)).startswith("*"):
+            kind, erased = "pointer", (next(iter(types)), None)
+            words = [f"{ty} {'16-byte aligned' if v == 'D' else 'not 16-byte aligned'}" for ty, v in entries]
+            fix = f"do_not_specialize_on_alignment=[{name!r}]"
+        else:
+            continue  # another dtype is another kernel: part of the key space, nothing to bound
+
+        bounded = _bounded(specs, {i: erased})
+        found.append(Growth(record.name, name, kind, tuple(words), len(specs), bounded, fix))
+    return found
+
+
+def _bounded(specs: list, erase: dict[int, Any]) -> int:
+    """How many distinct variants remain when parameter ``i``'s entry becomes ``erase[i]`` (None:
+    its int width, unspecialized, as Triton's ``do_not_specialize`` keeps it)."""
+    def erased(i: int, entry: tuple[str, Any]) -> tuple[str, Any]:
+        if i not in erase:
+            return entry
+        if erase[i] is not None:
+            return erase[i]
+        return ("i32" if entry[0] == "constexpr" else entry[0], None)
+
+    return len({(tuple(erased(i, e) for i, e in enumerate(spec)), options) for spec, options in specs})
+
+
+def bounded_together(record: KernelRecord, found: Sequence[Growth]) -> int:
+    """The variants of ``record`` left when every parameter of ``found`` (its :func:`growth`
+    entries) is bounded at once (parameters that vary together save only together)."""
+    specs = [(s.specialization, s.options) for s in record.specializations]
+    index = {name: i for i, name in enumerate(record.parameters)}
+    erase: dict[int, Any] = {}
+    for g in found:
+        i = index[g.parameter]
+        erase[i] = ("i32", None) if g.kind == "constexpr" else (specs[0][0][i][0], None) if g.kind == "pointer" else None
+    return _bounded(specs, erase)
+
+
+def growth(manifest: Manifest) -> list[Growth]:
+    """Every parameter of every recorded kernel that took more than one class (or constexpr
+    value), with its fix and saving, the largest saving first."""
+    found = [g for record in manifest.kernels for g in _kernel_growth(record)]
+    return sorted(found, key=lambda g: -g.saves)
+
+
+def growth_report(manifest: Manifest) -> str:
+    """:func:`growth` as text: one line per parameter, or a line saying nothing grows."""
+    found = growth(manifest)
+    if not found:
+        return (f"generalisation: no parameter took more than one class over {manifest.num_specializations} "
+                "recorded specialization(s): the key space does not grow with this workload")
+    lines = [f"generalisation: {len(found)} parameter(s) make the key space grow with the workload:"]
+    lines += [f"  {g}" for g in found]
+    for record in manifest.kernels:
+        mine = [g for g in found if g.kernel == record.name]
+        if len(mine) > 1:
+            left = bounded_together(record, mine)
+            lines.append(f"  {record.name}: all {len(mine)} bounded together: {len(record.specializations)} -> {left} "
+                         f"variants (saves {len(record.specializations) - left})")
+    return "\n".join(lines)
+

@@ -1,0 +1,408 @@
+"""Kernels nobody rewrote: manifests, ``zerojit record``, ``warmup(manifest=...)``, ``zerojit exec``.
+
+Compile-only (cuda:90): launches are dry launches. References are independent of the recorder:
+the keys Triton's own ``JITFunction.run`` filed in its in-process cache, Triton's binder on a
+``do_not_specialize`` twin of the kernel, and the reference runner's own audit.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+
+from zerojit import JitMonitor, JitWarmupRegistry, RuntimeJitError
+from zerojit.audit import build_audit
+from zerojit.compile_only import compile_only
+from zerojit.manifest import (KernelRecord, Manifest, ManifestError, RecordedKernel, RecordedKey, read_manifest,
+                              write_manifest)
+from zerojit.recording import Recorder, bounded_together, count_raw_launches, growth
+from zerojit.triton_compat import TRITON_VERSION, bind, in_process_key, kernel_cache, param_specialization
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+KERNELS = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_one_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+@triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["x_ptr"])
+def add_one_bounded_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2)], key=["n"])
+@triton.jit
+def autotuned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+@triton.heuristics({"BLOCK": lambda args: 128 if args["n"] > 64 else 64})
+@triton.jit
+def heuristic_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+'''
+
+# (n, launch options): two launches of one class, one of another, one with other options
+LAUNCHES = [(64, {}), (100, {}), (64, {}), (64, {"num_warps": 2})]
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    """A fresh module holding raw triton.jit kernels (importable by name, as a program's are)."""
+    name = f"zj_rec_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module(name)
+    yield module
+    sys.modules.pop(name, None)
+
+
+def _launch_all(fn, dtype=torch.float32, launches=LAUNCHES):
+    x, out = torch.zeros(128, dtype=dtype), torch.zeros(128, dtype=dtype)
+    for n, options in launches:
+        fn[(1,)](x, out, n, BLOCK=128, **options)
+    return out
+
+
+def _record(fn, launches=LAUNCHES) -> Manifest:
+    recorder = Recorder().install()
+    try:
+        out = _launch_all(fn, launches=launches)
+    finally:
+        recorder.uninstall()
+    assert torch.equal(out, torch.zeros(128))  # dry launches: nothing executed
+    return recorder.manifest(["app.py"])
+
+
+def test_recorder_keeps_each_specialization_triton_launched(kernels, compile_only_target):
+    manifest = _record(kernels.add_one_kernel)
+    assert manifest.triton_version == TRITON_VERSION and manifest.target == "cuda:90"
+    [k] = manifest.kernels
+    fn = kernels.add_one_kernel
+    assert (k.module, k.qualname, k.source_hash) == (kernels.__name__, "add_one_kernel", fn.cache_key)
+    assert k.parameters == ("x_ptr", "out_ptr", "n", "BLOCK") and k.constexprs == ("BLOCK",)
+    assert [s.launches for s in k.specializations] == [2, 1, 1]
+    assert [dict(s.values) for s in k.specializations] == [{"n": 16}, {"n": 17}, {"n": 16}]
+    assert [dict(s.options) for s in k.specializations] == [{}, {}, {"num_warps": 2}]
+    # Independent reference: what Triton's run filed in its in-process cache for those dry launches.
+    cache = kernel_cache(fn, compile_only_target.device)
+    x = torch.zeros(128)
+    expected = set()
+    for s, (n, options) in zip(k.specializations, [LAUNCHES[0], LAUNCHES[1], LAUNCHES[3]]):
+        _, spec, opts = bind(fn, x, x, n, BLOCK=128, **options)
+        assert s.specialization == tuple(tuple(e) for e in param_specialization(fn, spec))
+        expected.add(in_process_key(spec, opts))
+    assert set(cache) == expected
+
+
+def test_manifest_round_trip_is_atomic(kernels, compile_only_target, tmp_path):
+    manifest = _record(kernels.add_one_kernel)
+    path = tmp_path / "m.json"
+    path.write_text("old")
+    write_manifest(manifest, path)
+    assert read_manifest(path) == manifest
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".zerojit")) == []
+    data = json.loads(path.read_text())
+    assert data["format"] == "zerojit-manifest" and data["version"] == 1
+    assert data["kernels"][0]["specializations"][0]["specialization"][2] == ["i32", "D"]
+
+
+def test_corrupted_manifests_are_refused_naming_the_problem(kernels, compile_only_target, tmp_path):
+    path = tmp_path / "m.json"
+    write_manifest(_record(kernels.add_one_kernel), path)
+    text = path.read_text()
+    bad = tmp_path / "bad.json"
+    cases = [
+        (text[: len(text) // 2], "truncated or corrupted JSON"),
+        (json.dumps({"format": "zerojit-bundle"}), "not a zerojit manifest"),
+        (text.replace('"version": 1', '"version": 7'), "schema version 7"),
+        (text.replace(f'"source_hash": "{kernels.add_one_kernel.cache_key}"', '"source_hash": 5'),
+         r"kernels\[0\]: field 'source_hash' must be a str"),
+        (text.replace('"launches": 2', '"launches": "two"'), r"specializations\[0\]: field 'launches' must be a int"),
+    ]
+    for body, message in cases:
+        bad.write_text(body)
+        with pytest.raises(ManifestError, match=message):
+            read_manifest(bad)
+
+
+def test_warmup_from_manifest_reproduces_every_key_and_counts_raw_hits(kernels, compile_only_target, tmp_path):
+    fn = kernels.add_one_kernel
+    path = tmp_path / "m.json"
+    write_manifest(_record(fn, LAUNCHES + [(1, {})]), path)  # n == 1: a key the replay never reaches
+    recorded = set(kernel_cache(fn, compile_only_target.device))
+    with compile_only("cuda:80") as drv:  # another device cache: the warm-up alone fills it
+        registry = JitWarmupRegistry()
+        report = registry.warmup(manifest=path, progress=False)
+        assert report.ok and report.skipped == () and report.num_keys == 4
+        assert set(kernel_cache(fn, drv.device)) == recorded  # exactly the keys the program launched
+        [kernel] = registry.kernels
+        assert isinstance(kernel, RecordedKernel) and kernel.name == f"{kernels.__name__}.add_one_kernel"
+        restore = count_raw_launches(registry.kernels)
+        try:
+            with JitMonitor("error", report=report) as monitor:
+                _launch_all(fn)  # the program, unchanged
+                audit = build_audit(report, monitor)
+                assert monitor.counts().runtime_compiles == 0 and monitor.counts().launches == 4
+                with pytest.raises(RuntimeJitError) as raised:
+                    _launch_all(fn, torch.float16, [(64, {})])
+        finally:
+            restore()
+    [coverage] = audit.kernels
+    assert [w.hits for w in coverage.warmed] == [2, 1, 1, 0] and len(coverage.dead) == 1 and audit.ok
+    message = str(raised.value)
+    assert f"kernel '{kernels.__name__}.add_one_kernel' would compile" in message
+    assert "x_ptr: warmed as *fp32 16-byte-aligned, called as *fp16 16-byte-aligned" in message
+    assert "record the program again" in message
+    assert "registration" not in message
+
+
+def test_autotune_and_heuristics_launches_are_recorded_and_warmed(kernels, compile_only_target, tmp_path):
+    x, out = torch.zeros(128), torch.zeros(128)
+
+    def program():
+        for n in (64, 100):
+            kernels.autotuned_kernel[(1,)](x, out, n)
+            kernels.heuristic_kernel[(1,)](x, out, n)
+
+    recorder = Recorder().install()
+    try:
+        program()
+    finally:
+        recorder.uninstall()
+    tuned, heuristic = recorder.manifest(["app.py"]).kernels
+    assert (tuned.qualname, heuristic.qualname) == ("autotuned_kernel", "heuristic_kernel")
+    config = kernels.autotuned_kernel.configs[0].all_kwargs()  # Triton's own view of the chosen config
+    assert [dict(s.autotune_config) for s in tuned.specializations] == [config, config]
+    assert [s.specialization[3] for s in tuned.specializations] == [("constexpr", 64)] * 2
+    assert {k: v for k, v in tuned.specializations[0].options} == {k: v for k, v in config.items() if k != "BLOCK"}
+    assert [s.specialization[3] for s in heuristic.specializations] == [("constexpr", 64), ("constexpr", 128)]
+    assert [s.autotune_config for s in heuristic.specializations] == [None, None]
+    path = tmp_path / "m.json"
+    write_manifest(recorder.manifest(["app.py"]), path)
+    assert read_manifest(path).kernels[0].specializations[0].autotune_config == tuned.specializations[0].autotune_config
+    with compile_only("cuda:80"):
+        registry = JitWarmupRegistry()
+        report = registry.warmup(manifest=path, progress=False)
+        assert report.ok and report.num_keys == 4
+        restore = count_raw_launches(registry.kernels)
+        try:
+            with JitMonitor("error", report=report) as monitor:
+                program()
+                assert monitor.counts().runtime_compiles == 0 and monitor.counts().launches == 4
+        finally:
+            restore()
+
+
+def test_a_miss_of_an_int_class_names_the_do_not_specialize_bound(kernels, compile_only_target, tmp_path):
+    fn = kernels.add_one_kernel
+    path = tmp_path / "m.json"
+    write_manifest(_record(fn, [(64, {})]), path)
+    with compile_only("cuda:80"):
+        report = JitWarmupRegistry().warmup(manifest=path, progress=False)
+        with JitMonitor("error", report=report), pytest.raises(RuntimeJitError) as raised:
+            _launch_all(fn, launches=[(100, {})])
+    assert "n: warmed as divisible-by-16, called as not-divisible-by-16" in str(raised.value)
+    assert "do_not_specialize=['n']" in str(raised.value)
+
+
+def test_a_recorded_key_reads_as_tritons_classes():
+    key = RecordedKey((("*fp32", "D"), ("*fp16", ""), ("i32", None), ("i64", "D"), ("fp32", None), ("constexpr", 128)),
+                      (("num_warps", 4),))
+    assert repr(key) == "RecordedKey(*fp32:D, *fp16, i32:nospec, i64:D, fp32, =128; num_warps=4)"
+
+
+def test_unwarmed_raw_launch_is_not_a_dropped_registration(kernels, compile_only_target):
+    with JitMonitor("warn", report=()) as monitor:
+        _launch_all(kernels.add_one_kernel, launches=[(64, {})])
+        [miss] = monitor.misses()
+    assert "not a zerojit kernel" in miss.compile.summary() and "zerojit record" in miss.compile.summary()
+    assert "registration" not in miss.compile.summary() and "registration" not in miss.compile.explain()
+
+
+def _edited(manifest: Manifest, **changes) -> Manifest:
+    [k] = manifest.kernels
+    fields = {**k.__dict__, **{n: v for n, v in changes.items() if n != "triton_version"}}
+    return Manifest(changes.get("triton_version", manifest.triton_version), manifest.target, manifest.command,
+                    (KernelRecord(**fields),))
+
+
+def test_kernels_that_cannot_be_warmed_are_skipped_per_kernel(kernels, compile_only_target, tmp_path):
+    good = _record(kernels.add_one_kernel)
+    cases = {
+        "changed": (_edited(good, source_hash="0" * 64), "its source or a function it calls changed"),
+        "gone": (_edited(good, module="zj_no_such_module"), "module 'zj_no_such_module' does not import"),
+        "main": (_edited(good, module="__main__"), "defined in the program's __main__"),
+    }
+    merged = Manifest(good.triton_version, good.target, good.command,
+                      good.kernels + tuple(m.kernels[0] for m, _ in cases.values()))
+    path, other = tmp_path / "m.json", tmp_path / "other-triton.json"
+    write_manifest(merged, path)
+    write_manifest(_edited(good, source_hash="0" * 64, triton_version="3.0.0"), other)
+    with compile_only("cuda:80"):
+        report = JitWarmupRegistry().warmup(manifest=path, progress=False)
+        elsewhere = JitWarmupRegistry().warmup(manifest=other, progress=False)
+    assert report.ok and report.num_keys == 3  # the good kernel is warmed
+    assert len(report.skipped) == 3
+    for skip, (_, reason) in zip(report.skipped, cases.values()):
+        assert skip.kernel == f"{kernels.__name__}.add_one_kernel" or skip.kernel.endswith(".add_one_kernel")
+        assert reason in skip.reason
+    assert "SKIPPED" in report.summary()
+    [skip] = elsewhere.skipped
+    assert elsewhere.ok and elsewhere.num_keys == 0
+    assert f"recorded with Triton 3.0.0, this is Triton {TRITON_VERSION}" in skip.reason
+
+
+def test_growth_names_each_parameter_and_what_bounding_it_saves(kernels, compile_only_target):
+    """The saving of a bound is checked against Triton's binder on a twin kernel that declares it."""
+    fn, bounded_fn = kernels.add_one_kernel, kernels.add_one_bounded_kernel
+    x = torch.zeros(129)
+    calls = [(x, 64, 128), (x[1:], 64, 128), (x, 1, 128), (x, 100, 128), (x, 64, 256)]
+    manifest = _record_calls(fn, calls)
+    found = {g.parameter: g for g in growth(manifest)}
+    assert set(found) == {"x_ptr", "n", "BLOCK"}
+    n, ptr = found["n"], found["x_ptr"]
+    assert (n.kind, n.values, n.fix) == ("int", ("divisible by 16", "equal to 1", "not divisible by 16"),
+                                         "do_not_specialize=['n']")
+    assert (ptr.kind, ptr.fix) == ("pointer", "do_not_specialize_on_alignment=['x_ptr']")
+    assert (found["BLOCK"].kind, found["BLOCK"].values) == ("constexpr", ("128", "256"))
+    assert (n.variants, n.saves, ptr.saves) == (5, 2, 1)
+    # Triton's binder on the twin that bounds n and x_ptr's alignment: the variants left.
+    out = torch.zeros(128)
+    twin = {tuple(map(tuple, bind(bounded_fn, a, out, v, BLOCK=b)[1])) for a, v, b in calls}
+    [record] = manifest.kernels
+    assert bounded_together(record, [n, ptr]) == len(twin) == 2
+
+
+def _record_calls(fn, calls) -> Manifest:
+    out = torch.zeros(128)
+    recorder = Recorder().install()
+    try:
+        for x, n, block in calls:
+            fn[(1,)](x, out, n, BLOCK=block)
+    finally:
+        recorder.uninstall()
+    return recorder.manifest(["app.py"])
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line, on unmodified programs
+# ---------------------------------------------------------------------------------------------
+
+LIGER_APP = '''
+"""Liger-Kernel's RMSNorm forward, unmodified, on CPU tensors."""
+import sys
+
+import torch
+from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+dtype = getattr(torch, sys.argv[1])
+for rows, cols in ((4, 64), (3, 100)):
+    LigerRMSNormFunction.apply(torch.randn(rows, cols, dtype=dtype), torch.ones(cols, dtype=dtype), 1e-6)
+print("ran")
+'''
+
+
+def _zerojit(args, cache, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(SRC)}
+    env.pop("TRITON_INTERPRET", None)
+    env.pop("ZEROJIT_JIT_MONITOR", None)
+    return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(tmp_path):
+    pytest.importorskip("liger_kernel")
+    (tmp_path / "app.py").write_text(LIGER_APP)
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--report", "--", "python", "app.py", "float32"],
+                   tmp_path / "cache-record", tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    assert "ran" in rec.stdout and "generalisation:" in rec.stdout
+    manifest = read_manifest(tmp_path / "m.json")
+    [k] = manifest.kernels
+    assert (k.module, k.qualname, len(k.specializations), k.launches) == (
+        "liger_kernel.ops.rms_norm", "_rms_norm_forward_kernel", 2, 2)
+
+    fresh = tmp_path / "cache-exec"  # nothing compiled there: the warm-up compiles, the program must not
+    run = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "python", "app.py", "float32"], fresh,
+                   tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "ran" in run.stdout
+    assert "2 keys over 1 kernel" in run.stderr and "2 monitored launches, 0 runtime compiles" in run.stderr
+
+    refused = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "python", "app.py", "bfloat16"],
+                       fresh, tmp_path)
+    assert refused.returncode == 1
+    assert "kernel 'liger_kernel.ops.rms_norm._rms_norm_forward_kernel' would compile" in refused.stderr
+    assert "called as *bf16" in refused.stderr and "Traceback" not in refused.stderr
+    warned = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--jit-monitor-mode", "warn", "--", "python",
+                       "app.py", "bfloat16"], fresh, tmp_path)
+    assert warned.returncode == 1 and "ran" in warned.stdout  # it ran, compiling: a runtime compile is exit 1
+    assert "2 monitored launches, 2 runtime compiles" in warned.stderr
+
+    workers = _zerojit(["warmup", "--manifest", "m.json", "--workers", "2", "--no-progress"], tmp_path / "cache-w",
+                       tmp_path)  # the target: the manifest's (no GPU here)
+    assert workers.returncode == 0, workers.stderr
+    assert "2 keys over 1 kernel" in workers.stdout and "target cuda:90" in workers.stdout
+    assert "2 compiled by 2 worker processes" in workers.stdout
+
+    bundle = _zerojit(["bundle", "export", "--manifest", "m.json", "-o", "b.tar.gz", "--workers", "1",
+                       "--no-progress"], fresh, tmp_path)
+    assert bundle.returncode == 0, bundle.stderr
+    assert "_rms_norm_forward_kernel" in bundle.stdout
+
+
+def test_cli_refuses_bad_manifests_and_programs_in_one_line(tmp_path):
+    (tmp_path / "bad.json").write_text('{"format": "zerojit-manifest", "vers')
+    out = _zerojit(["warmup", "--manifest", "bad.json", "--target", "cuda:90"], tmp_path / "c", tmp_path)
+    assert out.returncode == 1 and "truncated or corrupted" in out.stderr and "Traceback" not in out.stderr
+    out = _zerojit(["warmup", "--manifest", "missing.json"], tmp_path / "c", tmp_path)
+    assert out.returncode == 2 and "does not exist" in out.stderr
+    out = _zerojit(["record", "-o", "m.json", "--", "ls", "-l"], tmp_path / "c", tmp_path)
+    assert out.returncode == 2 and "'ls' is not a Python program" in out.stderr
+
+
+def test_runner_recorded_then_executed_matches_its_contract_audit(tmp_path):
+    """The manifest of `zerojit run` holds exactly the contract keys its trace hit (its audit's
+    non-dead keys), with the same launch counts but the primer step's; its dead contract keys
+    are the difference."""
+    cache = tmp_path / "cache"
+    rec = _zerojit(["record", "-o", "m.json", "--", "zerojit", "run", "--requests", "4", "--no-progress",
+                    "--json", "run.json"], cache, tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    manifest = read_manifest(tmp_path / "m.json")
+    audit = json.loads((tmp_path / "run.json").read_text())["audit"]["detail"]
+    contract = {k["kernel"]: k for k in audit["kernels"]}
+    assert len(manifest.kernels) == len(contract) == 7
+    for k in manifest.kernels:
+        name = k.qualname.strip("_").removesuffix("_kernel")  # the contract kernel's default name
+        hit = [w for w in contract[name]["warmed"] if w["hits"]]
+        assert len(k.specializations) == len(hit), name
+        # The recording also sees the runner's primer step (engine.primer_step: one small step
+        # before the trace, left out of the run's own counts), at most 3 launches of a kernel.
+        assert 0 <= k.launches - contract[name]["hits"] <= 3, name
+    assert manifest.num_specializations + audit["dead_warmups"] == sum(len(k["warmed"]) for k in contract.values())
+
+    run = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "zerojit", "run", "--requests", "4",
+                    "--no-progress"], tmp_path / "cache-exec", tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "zero runtime compiles" in run.stdout and "0 runtime compiles" in run.stderr
