@@ -152,6 +152,13 @@ def triton_warmup(registry, *, threads: int = 0) -> int:
     return len(jobs)
 
 
+def _as_pairs(stats: dict) -> dict:
+    """``WarmupStats.to_dict()`` with its labelled lists as the tuples this script reads."""
+    return dict(stats, phases=[(p["phase"], p["seconds"]) for p in stats["phases"]],
+                worker_stages=[(w["stage"], w["seconds"]) for w in stats["worker_stages"]],
+                timeline=[(t["what"], t["worker"], t["start"], t["end"]) for t in stats["timeline"]])
+
+
 def child(mode: str, args: argparse.Namespace) -> dict:
     import contextlib
 
@@ -191,7 +198,7 @@ def child(mode: str, args: argparse.Namespace) -> dict:
             keys = triton_warmup(registry, threads=args.workers)
         else:
             report = registry.warmup(workers=args.workers, progress=False, target=target or "device")
-            keys, stats = report.num_keys, report.to_dict()["stats"]
+            keys, stats = report.num_keys, _as_pairs(report.to_dict()["stats"])
         seconds = time.perf_counter() - t0
         knobs.compilation.listener = None
         steady = None

@@ -158,6 +158,23 @@ def test_a_launcher_built_once_is_copied_into_a_new_cache_folder_on_the_same_ins
     assert not cache.install_remembered_launcher(LAUNCHER_KEY)
 
 
+def test_a_launcher_remembered_by_another_triton_version_is_not_used(monkeypatch, tmp_path):
+    """Triton upgraded in place (same interpreter, same package folder): another install, whose
+    remembered launchers are its own (Triton 3.6 builds launcher modules; 3.7 and later none)."""
+    from triton.runtime.cache import get_cache_manager
+
+    from zerojit import triton_compat
+
+    where(monkeypatch, tmp_path, "first")
+    get_cache_manager(LAUNCHER_KEY).put(b"\x7fELF launcher bytes", LAUNCHER, binary=True)
+    cache.remember_launcher(LAUNCHER_KEY)
+    assert os.path.isfile(cache.remembered_launcher(LAUNCHER_KEY))
+    monkeypatch.setattr(triton_compat, "TRITON_VERSION", "3.5.0")
+    where(monkeypatch, tmp_path, "second")
+    assert not cache.install_remembered_launcher(LAUNCHER_KEY)
+    assert get_cache_manager(LAUNCHER_KEY).get_file(LAUNCHER) is None
+
+
 def test_remembering_a_launcher_where_the_home_cannot_be_written_is_no_error(monkeypatch, tmp_path):
     from triton.runtime.cache import get_cache_manager
 

@@ -148,6 +148,7 @@ def test_a_bundle_for_another_build_python_or_target_is_refused(bundle, fresh_ca
     with pytest.raises(BundleMismatchError) as info:
         import_bundle(bad, target="cuda:90")
     assert info.value.field == field and repr(value) in str(info.value) and "Nothing was installed" in str(info.value)
+    assert f"refused: field {field!r} differs" in str(info.value)  # a bundle of another Triton names triton_version
     assert cache_contents(fresh_cache) == []
 
 

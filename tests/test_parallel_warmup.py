@@ -354,6 +354,30 @@ def test_while_the_build_key_is_hashed_each_missing_launcher_is_queued_once_and_
     assert len(queued) == len(set(queued)) and set(queued) == seen and len(seen) >= 5
 
 
+def test_workers_started_at_the_first_miss_compile_it(monkeypatch, tmp_path):
+    """A warm-up expected warm (or one whose cache folder did not exist yet) starts its workers at
+    the first entry missing from the disk cache, from inside Triton's lookup. The pool shares the
+    session's lock, so the build key is handed to it outside the lock (inside, this deadlocked)."""
+    import threading
+
+    use_cache(monkeypatch, tmp_path / "cache")  # not created yet: no workers before the first miss
+    ramp = Ramp()
+    ramp.kernel.device_caches.clear()
+    jobs = [(ramp, key) for key in ramp.get_warmup_keys(blocks=(16, 32))]
+    result: list = []
+
+    def warm_up() -> None:
+        with precompile.WarmupSession(workers=2) as session:
+            result.extend((session.run(jobs, expect_warm=True), session.counts))
+
+    thread = threading.Thread(target=warm_up, daemon=True)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), "the warm-up hung"
+    outcomes, counts = result
+    assert all(o.error is None for o in outcomes) and counts.worker_compiled == 2 and counts.compiled == 0
+
+
 def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path):
     use_cache(monkeypatch, tmp_path / "serial")
     serial, serial_failures = failures_of(1, Ramp())

@@ -17,9 +17,9 @@ points its fd 1 at stderr, so stray prints cannot corrupt the stream). Each mess
 little-endian length and a pickle. The first request is the set-up (``sys.path``, cache folder,
 target, the modules that define the kernels), sent at start; the worker answers it with its
 ready message once booted. Then come ``launcher`` requests (Triton 3.6 only: a launcher module
-needs no build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key, unanswered: sent once the parent
-has it, before the first ``compile`` request), and ``compile`` requests; each request is
-answered by one dict; ``None`` ends the worker.
+needs no build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key,
+unanswered: sent once the parent has it, before the first ``compile`` request), and ``compile``
+requests; each request is answered by one dict; ``None`` ends the worker.
 
 A compile runs under the entry's file lock, so workers of several warm-ups (several processes on
 one host) compile each entry once; Triton's ``compile`` re-checks the disk cache inside the lock

@@ -479,13 +479,15 @@ class WarmupSession:
         started for another target or the cache folder cannot be written. ``key_later``: the caller hands Triton's build key to the
         pool later (:meth:`_WorkerPool.set_triton_key`); workers boot meanwhile."""
         with self._lock:
-            if self._pool is None:
+            fresh = self._pool is None
+            if fresh:
                 if not _writable_cache():
                     return None
                 self._pool = _WorkerPool(self.workers, target, self.counts, self._lock, self._modules)
-                if not key_later:
-                    self._pool.set_triton_key(use_fast_triton_key())
-            return self._pool if self._pool.target == target else None
+            pool = self._pool
+        if fresh and not key_later:  # not under the lock: the pool shares it, and set_triton_key takes it
+            pool.set_triton_key(use_fast_triton_key())
+        return pool if pool.target == target else None
 
     # ------------------------------------------------------------------ sweeps
     def _attempt(self, kernel: Any, key: Any) -> tuple[str, Any, float, _JobState]:

@@ -457,7 +457,8 @@ def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, 
 
 
 def restore_records(jobs: Sequence[tuple[Any, Any]], body: dict | None, target: Any, *, load: bool,
-                    notes: list[str] | None = None, what: str = "restore records") -> dict[int, tuple[CompiledVariant, float]]:
+                    notes: list[str] | None = None,
+                    what: str = "restore records") -> dict[int, tuple[CompiledVariant, float]]:
     """Restore the variants of :func:`records` ``body`` (made for these very ``jobs``) that still
     match this process (fingerprint, kernel classes, ``triton.jit`` source hashes, files on disk).
 

@@ -6,6 +6,12 @@ API. Everything that touches them goes through this module, so that a new Triton
 file's work. Public API (``triton.jit``, ``triton.cdiv``, ``triton.__version__``,
 ``triton.language``) is used where it is needed.
 
+A few fields are read where they are used, on hot paths too: they are the same in 3.6-3.9 and
+are Triton's kernel model rather than its machinery. ``JITFunction``'s ``fn``, ``params`` (each
+``KernelParam``'s ``name``, ``is_constexpr``, ``annotation_type``, ``do_not_specialize`` and
+``do_not_specialize_on_alignment``), ``debug``, ``pre_run_hooks``, ``used_global_vals`` and
+``run``; ``CompiledKernel.function``; and :data:`DRIVER`'s active slot (:func:`peek_driver`).
+
 Supported: Triton 3.6 to 3.9 (``triton>=3.6,<3.10``; importing this module with another Triton
 raises :class:`UnsupportedTritonError`). Each difference is handled where its surface is, and
 named after the release that brought it:
