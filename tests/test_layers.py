@@ -18,7 +18,7 @@ PACKAGE = "zerojit"
 LAYERS = {
     "triton facts": ["zerojit._version", "zerojit.specialization", "zerojit.keyspace", "zerojit.compile_only",
                      "zerojit.triton_compat"],
-    "contract": ["zerojit.context", "zerojit._launch", "zerojit.kernel", "zerojit.inputs"],
+    "contract": ["zerojit.context", "zerojit.lint", "zerojit._launch", "zerojit.kernel", "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit._primer", "zerojit.loading", "zerojit.cache", "zerojit.restore",
                 "zerojit._compile_worker", "zerojit.precompile", "zerojit.distributed", "zerojit.registry"],
     "observation": ["zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin"],

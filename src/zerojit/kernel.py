@@ -32,7 +32,6 @@ provably share its specialization classes, skipping Triton's binder and cache-ke
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import inspect
 import sys
@@ -42,6 +41,7 @@ from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Generic, Hashable, Mapping, TypeVar
 
 from . import context
+from . import lint
 from . import triton_compat as _tc
 from ._launch import FastVariant, LaunchState, Plan
 from .compile_only import CompileOnlyDriver
@@ -169,10 +169,9 @@ class JitKernel(Generic[KeyT]):
         if "name" not in cls.__dict__:
             cls.name = cls.__name__
         key_cls = getattr(cls, "CompileKey", None)
-        if key_cls is not None and not (
-            dataclasses.is_dataclass(key_cls) and key_cls.__dataclass_params__.frozen
-        ):
-            raise KernelDefinitionError(f"{cls.__name__}.CompileKey must be a frozen dataclass")
+        problem = None if key_cls is None else lint.check_compile_key(cls.__name__, key_cls)
+        if problem:
+            raise KernelDefinitionError(problem)
 
     def dispatch(self, **inputs: Any) -> KeyT:
         """The compile key for these inputs."""
@@ -216,9 +215,9 @@ def kernel_launcher(fn: Callable | None = None, *, host_only: tuple[str, ...] = 
                     f"{method.__qualname__}: input {p.name!r} must be keyword-only (put '*' before the inputs)"
                 )
         inputs = tuple((p.name, p.default if p.default is not inspect.Parameter.empty else _MISSING) for p in params)
-        unknown_host = set(host_only) - {n for n, _ in inputs}
-        if unknown_host:
-            raise KernelDefinitionError(f"{method.__qualname__}: host_only names unknown inputs {sorted(unknown_host)}")
+        problem = lint.check_host_only(method.__qualname__, host_only, (n for n, _ in inputs))
+        if problem:
+            raise KernelDefinitionError(problem)
         reserved = [n for n, _ in inputs if n == "self" or n.startswith("_zj_")]
         if reserved:
             raise KernelDefinitionError(f"{method.__qualname__}: input names {reserved} are reserved")
@@ -343,6 +342,9 @@ class TritonJitKernel(JitKernel[KeyT]):
             raise KernelDefinitionError(
                 f"{cls.__name__}: kernel {cls.kernel.fn.__name__} has keyword-only parameters {keyword_only}, which "
                 f"Triton {_tc.TRITON_VERSION} cannot compile (Triton 3.9 can): make them positional")
+        problem = lint.check_specialization_hints(cls.__name__, cls.kernel)
+        if problem:
+            raise KernelDefinitionError(problem)
         kparams = tuple(signature)
         cls._kernel_params = frozenset(kparams)
         table = []

@@ -77,7 +77,7 @@ __all__ = [
     # the binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
     "find_in_process_key", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
-    "resolved", "is_pending", "source_hash",
+    "resolved", "is_pending", "source_hash", "specialization_hints", "constexpr_parameters",
     # compiled kernels
     "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
     "compile_source", "load_compiled", "import_launch_path_modules",
@@ -382,6 +382,31 @@ def find_in_process_key(jit_fn: Any, compiled: Any, device: Any = None) -> str |
 def param_specialization(jit_fn: Any, specialization: list) -> list:
     """The parameters' entries of a specialization list (without 3.7's custom-pipeline entry)."""
     return specialization[:len(jit_fn.params)]
+
+
+def specialization_hints(jit_fn: Any) -> tuple[tuple[int | str, ...], tuple[int | str, ...]]:
+    """The ``do_not_specialize`` and ``do_not_specialize_on_alignment`` entries given to
+    ``triton.jit`` (parameter names or indexes, as written), stored on the ``JITFunction`` (3.6-3.9)
+    or, for the interpreter's function, in its ``kwargs``. Triton itself never checks them: an entry
+    that names no parameter is ignored."""
+    stored = getattr(jit_fn, "kwargs", None) if not isinstance(jit_fn, JITFunction) else None
+    if stored is not None:  # InterpretedFunction keeps triton.jit's keyword arguments as given
+        dns, dnsoa = stored.get("do_not_specialize"), stored.get("do_not_specialize_on_alignment")
+    else:
+        dns, dnsoa = getattr(jit_fn, "do_not_specialize", None), getattr(jit_fn, "do_not_specialize_on_alignment", None)
+    return tuple(dns or ()), tuple(dnsoa or ())
+
+
+def constexpr_parameters(jit_fn: Any) -> frozenset[str]:
+    """The names of ``jit_fn``'s ``tl.constexpr`` parameters (Triton's ``KernelParam.is_constexpr``;
+    the interpreter's function has no ``params``: read from the annotations the same way)."""
+    import inspect
+
+    params = getattr(jit_fn, "params", None)
+    if params is not None:
+        return frozenset(p.name for p in params if p.is_constexpr)
+    return frozenset(p.name for p in inspect.signature(jit_fn.fn).parameters.values()
+                     if "constexpr" in str(p.annotation))
 
 
 #: 3.9: keyword-only kernel parameters compile (earlier code generators do not see them: a
