@@ -130,3 +130,95 @@ def test_compile_key_must_be_hashable_by_value():
             name: str = "x"
 
     assert hash(Fine.CompileKey((1, 2)))
+
+
+# --------------------------------------------------------------------------- 2. warm-up checks itself
+import torch  # noqa: E402
+from triton import knobs  # noqa: E402
+
+from zerojit.compile_only import compile_only  # noqa: E402
+from zerojit.keyspace import KeySpaceError, choices, int_range, trace_dispatch  # noqa: E402
+from zerojit.registry import JitWarmupRegistry  # noqa: E402
+from zerojit.specialization import WarmupTensor, scalar_rep  # noqa: E402
+
+
+@pytest.fixture
+def co(tmp_path):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(knobs.cache, "dir", str(tmp_path / "triton-cache"))
+        with compile_only("cuda:90") as drv:
+            yield drv
+
+
+@triton.jit
+def _tile_kernel(out_ptr, num_tokens, BLOCK: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, BLOCK), num_tokens)
+
+
+class Tile(TritonJitKernel["Tile.CompileKey"]):
+    """The key holds the tile; the launcher dispatches it from the token count it is given."""
+
+    kernel = _tile_kernel
+    rep_slip = False  # True: warmup_inputs feeds scalar_rep(tile) where the tile itself was meant
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        tile: int
+
+    def dispatch(self, *, tile: int) -> "Tile.CompileKey":
+        return self.CompileKey(tile=tile)
+
+    def get_warmup_keys(self, *, tiles=(16, 2048)) -> list:
+        return trace_dispatch(self.dispatch)(tile=choices(*tiles))
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(out=WarmupTensor(torch.float32, (key.tile,)), num_tokens=scalar_rep(64),
+                    tile=scalar_rep(key.tile) if self.rep_slip else key.tile)
+
+    @kernel_launcher(host_only=("tile",))
+    def __call__(self, *, out, num_tokens, tile) -> LaunchSpec:
+        key = self.dispatch(tile=tile)
+        return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=key.tile))
+
+
+def test_warmup_launch_that_dispatches_another_key_fails_that_key(co):
+    slip = Tile()
+    slip.rep_slip = True
+    with pytest.raises(KernelDefinitionError) as e:
+        slip.compile(Tile.CompileKey(2048))
+    assert str(e.value).startswith(
+        "tile: the warm-up launch of key Tile.CompileKey(tile=2048) dispatched key Tile.CompileKey(tile=16): "
+        "field 'tile' differs (warmed 2048, the launch dispatched 16). warmup_inputs(key) must give inputs that "
+        "dispatch to the key being warmed")
+    assert "scalar_rep(v) stands for v's specialization class, not for v" in str(e.value)
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        slip.register_warmup()
+    report = reg.warmup(progress=False, raise_on_failure=False)
+    (failure,) = report.failures  # 16 dispatches 16 (scalar_rep(16) == 16): only 2048 fails, with the others
+    assert failure.key == Tile.CompileKey(2048)
+    assert "KernelDefinitionError: tile: the warm-up launch of key Tile.CompileKey(tile=2048)" in str(failure)
+    assert "field 'tile' differs (warmed 2048, the launch dispatched 16)" in failure.error
+    assert [v.key for v in report.variants] == [Tile.CompileKey(16)]
+
+
+def test_a_warmup_whose_inputs_dispatch_the_key_compiles(co):
+    assert Tile().compile(Tile.CompileKey(32)).key == Tile.CompileKey(32)
+
+
+def test_key_space_over_the_budget_is_refused_with_each_axis_size():
+    with pytest.raises(KeySpaceError) as e:
+        trace_dispatch(Tile().dispatch)(tile=int_range(1, 65537))
+    assert str(e.value) == (
+        "tile: the declared key space gives more than 4096 keys (axes: tile 65536 = 65536 points); an axis that "
+        "large is usually a per-request value in the key: pass it to a do_not_specialize parameter or bucket it "
+        "in dispatch; if every key is meant, set key_budget on the kernel class or pass "
+        "trace_dispatch(..., budget=N)")
+    with pytest.raises(KeySpaceError, match=r"more than 8 keys \(axes: tile 9 = 9 points\)"):
+        trace_dispatch(Tile().dispatch, budget=8)(tile=int_range(1, 10))
+
+    class Wide(Tile):
+        key_budget = 70_000
+
+    assert len(trace_dispatch(Wide().dispatch)(tile=int_range(1, 65537))) == 65536

@@ -361,6 +361,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         cls._arg_table = tuple(table)
         cls._kwarg_names = {}
         cls._launch_state = LaunchState(cls, launch._zerojit_inputs, cls._arg_table)
+        lint.record_dispatch(cls)
         if not named:  # "_foo_kernel" -> "foo": the name users know the kernel by
             cls.name = cls.kernel.fn.__name__.strip("_").removesuffix("_kernel")
 
@@ -427,6 +428,11 @@ class TritonJitKernel(JitKernel[KeyT]):
 
     def _warmup_launch(self, spec: LaunchSpec, planned: tuple) -> Any:
         """A launch inside ``compile(key)``: compile (never execute), hand the result to the sink."""
+        check = lint.WARMUP_CHECK.get()
+        if check is not None:  # before Triton compiles: a key warmed by the wrong inputs costs no compile
+            problem = lint.check_warmup_key(self.name, check.key, self._dispatched_key(check))
+            if problem:
+                raise KernelDefinitionError(problem)
         args, options, otoken = planned
         if args is None:  # a kernel parameter has no value: the keyword call lets Triton name it
             _WARMUP_SINK.get().append((self.kernel.run(grid=spec.grid, warmup=True, **options), options))
@@ -441,6 +447,11 @@ class TritonJitKernel(JitKernel[KeyT]):
         if self.fast_path:
             state.record(self, _tc.current_device(), compiled, args, options, otoken)
         return spec.returns
+
+    def _dispatched_key(self, check: lint.WarmupKeyCheck) -> Any:
+        """The key the warm-up launch being checked dispatched: the last key ``dispatch`` returned
+        during it, or None when the launcher called no ``dispatch``."""
+        return check.dispatched[-1] if check.dispatched else None
 
     def select_variant(self, **inputs: Any) -> FastVariant | None:
         """The warmed variant the fast path would launch for these inputs, or None (normal path).
@@ -473,7 +484,7 @@ class TritonJitKernel(JitKernel[KeyT]):
 
         Raises:
             KernelDefinitionError: ``warmup_inputs(key)`` made ``__call__`` launch nothing, or more
-                than once.
+                than once, or dispatch another key than ``key`` (naming the fields that differ).
             Exception: whatever Triton's compiler raised for this key.
         """
         if _tc.interpreting():
@@ -482,11 +493,14 @@ class TritonJitKernel(JitKernel[KeyT]):
         with _DEVICE_CACHE_LOCK:
             _tc.device_cache(self.kernel, device)
         sink: list = []
+        inputs = self.warmup_inputs(key)
+        check = lint.WARMUP_CHECK.set(lint.WarmupKeyCheck(key, inputs))
         token = _WARMUP_SINK.set(sink)
         try:
-            self(**self.warmup_inputs(key))
+            self(**inputs)
         finally:
             _WARMUP_SINK.reset(token)
+            lint.WARMUP_CHECK.reset(check)
         if len(sink) != 1:
             raise KernelDefinitionError(
                 f"{self.name}: warmup_inputs({key}) made __call__ launch {len(sink)} times; it must launch once "

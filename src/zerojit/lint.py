@@ -14,18 +14,25 @@ The rules:
 * ``host_only`` (:func:`zerojit.kernel.kernel_launcher`) names inputs the launcher takes.
 * A ``CompileKey`` is a dictionary key of the registry, the audit and the monitor: a frozen
   dataclass compared by value (``eq=True``), hashable, with no field of a mutable container type.
+
+And one check a warm-up runs on itself: the launch ``compile(key)`` makes must dispatch ``key``
+(:func:`check_warmup_key`); the kernel records what its ``dispatch`` returned during that launch
+(:func:`record_dispatch`, :data:`WARMUP_CHECK`).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import functools
 import inspect
 import typing
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from . import triton_compat as _tc
 
-__all__ = ["check_specialization_hints", "check_host_only", "check_compile_key"]
+__all__ = ["check_specialization_hints", "check_host_only", "check_compile_key", "check_warmup_key",
+           "WarmupKeyCheck", "WARMUP_CHECK", "record_dispatch"]
 
 # Field types whose values cannot be hashed: a key with one fails the first time it is looked up.
 _UNHASHABLE = (list, dict, set, bytearray)
@@ -111,3 +118,58 @@ def _entry_name(entry: int | str, names: tuple[str, ...]) -> str | None:
     if isinstance(entry, int) and 0 <= entry < len(names):
         return names[entry]
     return None
+
+
+class WarmupKeyCheck:
+    """What ``compile(key)`` checks its one warm-up launch against: the key being warmed, the
+    ``warmup_inputs(key)`` launched, and each key ``dispatch`` returned during the launch."""
+
+    def __init__(self, key: Any, inputs: dict[str, Any]) -> None:
+        self.key = key
+        self.inputs = inputs
+        self.dispatched: list[Any] = []
+
+
+#: Set by ``TritonJitKernel.compile(key)`` around its warm-up launch; None otherwise.
+WARMUP_CHECK: contextvars.ContextVar[WarmupKeyCheck | None] = contextvars.ContextVar(
+    "zerojit_warmup_check", default=None)
+
+
+def record_dispatch(cls: type) -> None:
+    """Wrap the ``dispatch`` that ``cls`` defines (if any) so that, inside a warm-up launch, each
+    key it returns is recorded in :data:`WARMUP_CHECK`; outside one it only returns the key. The
+    wrapper keeps the signature (``inspect.signature`` follows ``__wrapped__``)."""
+    method = cls.__dict__.get("dispatch")
+    if method is None or not callable(method) or hasattr(method, "__wrapped__"):
+        return
+
+    @functools.wraps(method)
+    def dispatch(self: Any, *args: Any, **inputs: Any) -> Any:
+        key = method(self, *args, **inputs)
+        check = WARMUP_CHECK.get()
+        if check is not None:
+            check.dispatched.append(key)
+        return key
+
+    cls.dispatch = dispatch
+
+
+def check_warmup_key(kernel: str, key: Any, dispatched: Any) -> str | None:
+    """The problem when a warm-up launch of ``key`` dispatched another key, or None (``dispatched``
+    is None: the launcher called no ``dispatch``, nothing to compare).
+
+    The message names both keys and each field that differs; the usual slip is a
+    ``scalar_rep(v)`` (a representative of v's specialization class) fed where dispatch needs v.
+    """
+    if dispatched is None or dispatched == key:
+        return None
+    if type(dispatched) is type(key) and dataclasses.is_dataclass(key):
+        differs = [f"field {f.name!r} differs (warmed {getattr(key, f.name)!r}, the launch dispatched "
+                   f"{getattr(dispatched, f.name)!r})" for f in dataclasses.fields(key)
+                   if getattr(key, f.name) != getattr(dispatched, f.name)]
+        what = "; ".join(differs)
+    else:
+        what = f"the launch dispatched a {type(dispatched).__name__}, not a {type(key).__name__}"
+    return (f"{kernel}: the warm-up launch of key {key} dispatched key {dispatched}: {what}. warmup_inputs(key) "
+            "must give inputs that dispatch to the key being warmed: pass the key's own value where dispatch reads "
+            "it (scalar_rep(v) stands for v's specialization class, not for v)")
