@@ -21,7 +21,7 @@ LAYERS = {
     "contract": ["zerojit.context", "zerojit.lint", "zerojit._launch", "zerojit.kernel", "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit._primer", "zerojit.loading", "zerojit.cache", "zerojit.restore",
                 "zerojit._compile_worker", "zerojit.precompile", "zerojit.distributed", "zerojit.registry"],
-    "observation": ["zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin"],
+    "observation": ["zerojit.growth", "zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin"],
     "applications": ["zerojit.kernels", "zerojit.runner", "zerojit.examples", "zerojit.cli", "zerojit.__main__",
                      "zerojit"],
 }

@@ -222,3 +222,111 @@ def test_key_space_over_the_budget_is_refused_with_each_axis_size():
         key_budget = 70_000
 
     assert len(trace_dispatch(Wide().dispatch)(tile=int_range(1, 65537))) == 65536
+
+
+# --------------------------------------------------------------------------- 3. unbounded growth
+import logging  # noqa: E402
+
+from zerojit import monitor  # noqa: E402
+from zerojit.audit import CoverageAudit, build_audit  # noqa: E402
+from zerojit.monitor import JitMonitor, RuntimeJitError  # noqa: E402
+
+
+@triton.jit(do_not_specialize=["num_seqs"])
+def _last_block_kernel(block_table_ptr, out_ptr, num_seqs, MAX_BLOCKS: tl.constexpr):
+    pid = tl.program_id(0)
+    tl.store(out_ptr + pid, tl.load(block_table_ptr + pid * MAX_BLOCKS + MAX_BLOCKS - 1))
+
+
+class LastBlock(TritonJitKernel["LastBlock.CompileKey"]):
+    """The bug report's kernel: the block-table width, a per-request bound, left as a constexpr."""
+
+    kernel = _last_block_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        max_blocks: int
+
+    def dispatch(self, *, max_blocks: int) -> "LastBlock.CompileKey":
+        return self.CompileKey(max_blocks)
+
+    def get_warmup_keys(self, *, max_blocks: int) -> list:
+        return [self.dispatch(max_blocks=max_blocks)]
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(block_table=WarmupTensor(torch.int32, (4, key.max_blocks)), out=WarmupTensor(torch.int32, (4,)))
+
+    @kernel_launcher
+    def __call__(self, *, block_table, out) -> LaunchSpec:
+        seqs, width = block_table.shape
+        return LaunchSpec(grid=(seqs,), kwargs=dict(num_seqs=seqs, MAX_BLOCKS=width), returns=out)
+
+
+@pytest.fixture
+def warmed_last_block(compile_only_target):
+    _last_block_kernel.device_caches.clear()
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        LastBlock().register_warmup(max_blocks=16)
+    report = reg.warmup(progress=False, target="cuda:90")
+    yield report
+    monitor.shutdown()
+    for m in monitor.installed_monitors():
+        m.uninstall()
+    _last_block_kernel.device_caches.clear()
+
+
+def _monitor_lines(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "zerojit.monitor"]
+
+
+def test_a_growing_constexpr_is_logged_once_with_the_fix_and_counted(warmed_last_block, caplog):
+    caplog.set_level(logging.WARNING, logger="zerojit.monitor")
+    out = torch.zeros(4, dtype=torch.int32)
+    with JitMonitor("error", report=warmed_last_block) as mon:
+        for width in range(17, 17 + 199):  # 199 block-table widths, each a new constexpr value
+            with pytest.raises(RuntimeJitError):
+                LastBlock()(block_table=torch.zeros(4, width, dtype=torch.int32), out=out)
+        lines = _monitor_lines(caplog)
+        assert len(lines) == 9, lines  # the first 8 values one line each, then one growth line, then quiet
+        assert lines[8] == (
+            "zerojit: kernel 'last_block': parameter 'MAX_BLOCKS' has taken more than 8 distinct values after "
+            "warm-up (9 so far), so every new value compiles: move the bound out of the key: make 'MAX_BLOCKS' a "
+            "plain int parameter listed in triton.jit's do_not_specialize (or bucket it to a few values in "
+            "dispatch); further values of it are counted, not logged")
+        assert mon.counts().blocked == 199 and mon.counts().distinct == 199
+        (growing,) = mon.growing()
+        assert (growing.kernel, growing.parameter, growing.count) == ("last_block", "MAX_BLOCKS", 199)
+
+        audit = build_audit(None, mon)
+    assert ("growing: kernel 'last_block' parameter 'MAX_BLOCKS' took 199 distinct values after warm-up: move "
+            "the bound out of the key") in audit.table()
+    data = audit.to_dict()
+    assert data["growing"] == [{"kernel": "last_block", "parameter": "MAX_BLOCKS", "count": 199,
+                                "fix": growing.fix}]
+    assert CoverageAudit.from_dict(data) == audit
+
+
+def test_growth_limit_is_configurable_and_warn_mode_logs_once(warmed_last_block, caplog):
+    caplog.set_level(logging.WARNING, logger="zerojit.monitor")
+    out = torch.zeros(4, dtype=torch.int32)
+    with JitMonitor("warn", report=warmed_last_block, growth_limit=2) as mon:
+        for width in (24, 32, 40, 48, 24):
+            LastBlock()(block_table=torch.zeros(4, width, dtype=torch.int32), out=out)
+        lines = _monitor_lines(caplog)
+    assert len(lines) == 3, lines
+    assert "MAX_BLOCKS: warmed as constexpr 16, called as constexpr 24" in lines[0]
+    assert "parameter 'MAX_BLOCKS' has taken more than 2 distinct values after warm-up (3 so far)" in lines[2]
+    assert mon.counts().compiled == 4 and mon.growing()[0].count == 4
+
+
+def test_growth_fixes_name_the_triton_option_for_each_kind():
+    from zerojit.growth import GrowthTracker, bounding_fix
+    from zerojit.specialization import SpecClass
+
+    assert bounding_fix("num_tokens", "int", False) == "list 'num_tokens' in triton.jit's do_not_specialize"
+    assert bounding_fix("x_ptr", "pointer", False) == "list 'x_ptr' in triton.jit's do_not_specialize_on_alignment"
+    tracker = GrowthTracker(limit=1)
+    assert tracker.observe("k", ("x_ptr",), (SpecClass("*fp32", "D"),)) == ([], False)
+    crossed, quiet = tracker.observe("k", ("x_ptr",), (SpecClass("*fp32", ""),))
+    assert [g.fix for g in crossed] == ["list 'x_ptr' in triton.jit's do_not_specialize_on_alignment"] and quiet

@@ -34,6 +34,7 @@ from typing import Any
 
 from . import monitor as _monitor
 from . import registry as _registry
+from .growth import GrowingParameter
 from .reports import count
 
 __all__ = [
@@ -150,11 +151,14 @@ class CoverageAudit:
         direct: direct ``triton.compile`` calls after warm-up (``RuntimeMiss``, ``arguments``
             prefixed by the compiled function's name).
         mode: the monitor's mode during the run.
+        growing: parameters whose runtime values kept growing the key space, with the fix
+            (:class:`~zerojit.growth.GrowingParameter`).
     """
 
     kernels: tuple[KernelCoverage, ...]
     direct: tuple[RuntimeMiss, ...] = ()
     mode: str = "warn"
+    growing: tuple[GrowingParameter, ...] = ()
 
     @property
     def runtime_compiles(self) -> int:
@@ -224,6 +228,7 @@ class CoverageAudit:
                 for k in self.kernels
             ],
             "direct": [miss(d) for d in self.direct],
+            "growing": [dataclasses.asdict(g) for g in self.growing],
         }
 
     @classmethod
@@ -244,6 +249,7 @@ class CoverageAudit:
             ),
             direct=tuple(miss(d) for d in data.get("direct", ())),
             mode=data.get("mode", "warn"),
+            growing=tuple(GrowingParameter(**g) for g in data.get("growing", ())),
         )
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -278,6 +284,9 @@ class CoverageAudit:
         for d in self.direct:
             lines.append(f"direct triton.compile after warm-up: {d.arguments} "
                          f"({d.compiled} compiled, {d.disk_loads} from disk cache)")
+        for g in self.growing:
+            lines.append(f"growing: kernel {g.kernel!r} parameter {g.parameter!r} took {g.count} distinct values after "
+                         f"warm-up: {g.fix}")
         lines += [f"note: {n}" for n in self.dead_notes()]
         if self.ok:
             lines.append(f"zero runtime compiles; {count(self.dead_warmups, 'dead warm-up key')}")
@@ -366,7 +375,7 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
         for name, parts in order.items()
     )
     direct = tuple(_miss_from(d, prefix=f"{d.compile.kernel}: ") for d in snap.direct)
-    return CoverageAudit(kernels=kernels, direct=direct, mode=snap.mode)
+    return CoverageAudit(kernels=kernels, direct=direct, mode=snap.mode, growing=snap.growing)
 
 
 _EXIT_LOCK = threading.Lock()

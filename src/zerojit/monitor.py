@@ -68,8 +68,10 @@ from typing import Any, Callable, Iterator
 from . import kernel as _kernel
 from . import registry as _registry
 from .context import allow_compiles, in_warmup
+from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
 from .kernel import TritonJitKernel
 from .specialization import SpecClass
+from .triton_compat import constexpr_parameters
 from .triton_compat import (RUN_OPTIONS, find_in_process_key, hook_compile_request, hook_jit_function, source_fields,
                             source_of)
 from .triton_compat import get_cache_hook as _get_cache_hook, get_compile_listener as _get_listener
@@ -431,6 +433,7 @@ class MonitorSnapshot:
     miss_fns: tuple[Any, ...]
     direct: tuple[MissCount, ...]
     launches: tuple[_Launches, ...] = ()
+    growing: tuple[GrowingParameter, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,13 +523,18 @@ class JitMonitor:
         no_warmup_note: why nothing was warmed, when that is deliberate (``"--warmup none"``):
             while the monitor holds no warmed key at all, a runtime compile is explained as
             "no zerojit warm-up ran (<note>)" instead of as a dropped registration.
+        growth_limit: distinct runtime values of one parameter of one kernel after which the
+            monitor logs one line naming it and the fix, and no longer one line per new value
+            (:mod:`zerojit.growth`; default :data:`~zerojit.growth.DEFAULT_GROWTH_LIMIT`).
 
     Usable as a context manager (install on enter, uninstall on exit). Thread-safe: counters and
     records are updated under one lock; warn mode logs once per distinct (kernel, Triton key).
     """
 
-    def __init__(self, mode: str = "warn", *, report: Any = _PROCESS_WARMUPS, no_warmup_note: str | None = None) -> None:
+    def __init__(self, mode: str = "warn", *, report: Any = _PROCESS_WARMUPS, no_warmup_note: str | None = None,
+                 growth_limit: int = DEFAULT_GROWTH_LIMIT) -> None:
         self._mode = _check_mode(mode)
+        self._growth = GrowthTracker(growth_limit)
         self._no_warmup_note = no_warmup_note
         self._lock = threading.RLock()
         self._links: tuple[_Link, _Link, _Link] | None = None
@@ -679,7 +687,13 @@ class JitMonitor:
                 miss_fns=tuple(s.jit_fn for s in self._misses.values()),
                 direct=tuple(s.frozen() for s in self._direct.values()),
                 launches=tuple(_Launches(e.kernel, e.compiled, e.count, e.triton_key) for e in self._launches.values()),
+                growing=self._growth.growing(),
             )
+
+    def growing(self) -> tuple[GrowingParameter, ...]:
+        """Every parameter whose runtime values keep growing the key space (:mod:`zerojit.growth`)."""
+        with self._lock:
+            return self._growth.growing()
 
     def reset(self) -> None:
         """Forget counts and records (warmed variants are kept)."""
@@ -689,6 +703,7 @@ class JitMonitor:
             self._pending.clear()
             self._launches.clear()
             self._launch_total = 0
+            self._growth.reset()
 
     # -- naming and explaining -------------------------------------------------------------------
 
@@ -755,20 +770,26 @@ class JitMonitor:
             stats = self._misses.get(ident)
             first = stats is None
             request = hook_compile_request(compile)
+            crossed, quiet = [], False
             if first:
                 spec = specialization_from_compile_info(jit_fn, request.signature, request.constants, request.attrs)
                 record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
                 stats = self._misses[ident] = _Stats(record, jit_fn)
+                crossed, quiet = self._growth.observe(record.kernel, record.param_names, spec,
+                                                      constexpr_parameters(jit_fn))
             stats.misses += 1
             if mode == "error":
                 stats.blocked += 1
             else:  # the listener call that follows carries this very signature dict
                 self._pending[id(request.signature)] = (request.signature, stats)
+        log = logger.error if mode == "error" else logger.warning
+        for growing in crossed:
+            log("zerojit: %s", growing.summary(self._growth.limit))
         if mode == "error":
-            if first:
+            if first and not quiet:
                 logger.error("zerojit: blocked %s", stats.record.summary())
             raise RuntimeJitError(stats.record)
-        if first:
+        if first and not quiet:
             logger.warning("zerojit: %s", stats.record.summary())
 
     def _on_compiled(self, previous_result: Any, *, src: Any, metadata: Any = None, cache_hit: bool = False, **_: Any) -> None:
