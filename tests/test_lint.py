@@ -330,3 +330,91 @@ def test_growth_fixes_name_the_triton_option_for_each_kind():
     assert tracker.observe("k", ("x_ptr",), (SpecClass("*fp32", "D"),)) == ([], False)
     crossed, quiet = tracker.observe("k", ("x_ptr",), (SpecClass("*fp32", ""),))
     assert [g.fix for g in crossed] == ["list 'x_ptr' in triton.jit's do_not_specialize_on_alignment"] and quiet
+
+
+# --------------------------------------------------------------------------- 4. error mode never degrades silently
+from triton import knobs as _knobs  # noqa: E402
+
+
+def _cached(fn) -> int:
+    return sum(len(c[0]) for c in fn.device_caches.values())
+
+
+def _width(w: int) -> dict:
+    return dict(block_table=torch.zeros(4, w, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("chains", [True, False], ids=["tracer-chains", "tracer-replaces"])
+def test_hook_replaced_after_install_still_blocks_before_compiling(warmed_last_block, caplog, chains):
+    caplog.set_level(logging.WARNING, logger="zerojit.monitor")
+    traced = []
+    try:
+        with JitMonitor("error", report=warmed_last_block) as mon:
+            old = _knobs.runtime.jit_cache_hook
+
+            def tracer(**kw):  # a profiler installing its hook, chaining to the one it read (or not)
+                traced.append(kw["fn"].name)
+                return old(**kw) if chains else None
+
+            _knobs.runtime.jit_cache_hook = tracer
+            assert mon.installed
+            before = _cached(_last_block_kernel)
+            with pytest.raises(RuntimeJitError) as err:
+                LastBlock()(**_width(24))
+            assert "would compile at run time, after warm-up; the JIT monitor is in error mode, so nothing was " \
+                   "compiled" in str(err.value)
+            assert "direct triton.compile" not in str(err.value)
+            assert traced == ["_last_block_kernel"] and _cached(_last_block_kernel) == before
+            assert mon.counts().blocked == 1 and mon.counts().direct_compiles == 0
+        assert _knobs.runtime.jit_cache_hook is tracer  # uninstalled: the tracer's hook is back on top
+    finally:
+        _knobs.runtime.jit_cache_hook = None
+    lines = [line for line in _monitor_lines(caplog) if "was replaced" in line]
+    assert lines == [
+        "zerojit: Triton's jit_cache_hook was replaced after the JIT monitor was installed (by "
+        "test_hook_replaced_after_install_still_blocks_before_compiling.<locals>.tracer); the monitor keeps its "
+        "place on top and calls the new one first, so error mode still sees every compile"]
+
+
+def test_warn_mode_logs_the_replacement_once(warmed_last_block, caplog):
+    caplog.set_level(logging.WARNING, logger="zerojit.monitor")
+    try:
+        with JitMonitor("warn", report=warmed_last_block) as mon:
+            _knobs.compilation.listener = None
+            _knobs.compilation.listener = None
+            LastBlock()(**_width(24))
+            assert mon.installed and mon.counts().compiled == 1 and mon.counts().direct_compiles == 0
+    finally:
+        _knobs.compilation.listener = None
+    assert sum("compile listener was replaced" in line for line in _monitor_lines(caplog)) == 1
+
+
+def test_a_write_past_the_guard_is_detected_and_repaired_at_the_next_launch(warmed_last_block):
+    try:
+        with JitMonitor("error", report=warmed_last_block) as mon:
+            _knobs.runtime.__dict__["jit_cache_hook"] = None  # e.g. knobs.runtime.scope() restoring its dict
+            assert not mon.installed  # tells the truth
+            LastBlock()(**_width(16))  # a warmed key: a hit; the launch puts the monitor back
+            assert mon.installed
+            with pytest.raises(RuntimeJitError):
+                LastBlock()(**_width(24))
+    finally:
+        _knobs.runtime.__dict__.pop("jit_cache_hook", None)
+
+
+def test_a_compile_past_a_replaced_hook_is_named_so_and_repairs_the_chain(warmed_last_block):
+    try:
+        with JitMonitor("error", report=warmed_last_block) as mon:
+            _knobs.runtime.__dict__["jit_cache_hook"] = None
+            with pytest.raises(RuntimeJitError) as err:  # compiled first (nothing could stop it), then named
+                LastBlock()(**_width(24))
+            msg = str(err.value)
+            assert "while another party had replaced Triton's jit_cache_hook past the monitor, which could not block " \
+                   "it; the monitor has put itself back on top" in msg
+            assert "direct triton.compile" not in msg
+            assert mon.installed
+            with pytest.raises(RuntimeJitError) as err:
+                LastBlock()(**_width(32))
+            assert "so nothing was compiled" in str(err.value)
+    finally:
+        _knobs.runtime.__dict__.pop("jit_cache_hook", None)

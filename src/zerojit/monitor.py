@@ -33,6 +33,13 @@ How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
   :func:`zerojit.kernel.set_launch_observer`; launches are mapped back to warmed keys at audit time
   by the identity of the compiled kernel (:attr:`CompiledVariant.compiled`).
 
+Error mode never degrades silently: another party that assigns Triton's ``jit_cache_hook`` or
+compile listener after install (a profiler, a tracer) does not take the monitor out; the
+assignment goes through a guard (:func:`zerojit.triton_compat.guard_hook_assignments`) that keeps
+the monitor on top, calling the new hook first, and warn/error mode log once that it happened. A
+write past the guard (into ``knobs.runtime.__dict__``) is found at the next launch or compile,
+which puts the monitor back on top; :attr:`JitMonitor.installed` says False until then.
+
 Each of the three is *chained*: the monitor keeps the hook, listener or observer that was set before
 it and calls it first (a user ``jit_cache_hook`` that returns True makes Triton skip the compile;
 the monitor then neither counts nor blocks anything). :meth:`JitMonitor.uninstall` restores the
@@ -71,7 +78,7 @@ from .context import allow_compiles, in_warmup
 from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
 from .kernel import TritonJitKernel
 from .specialization import SpecClass
-from .triton_compat import constexpr_parameters
+from .triton_compat import constexpr_parameters, guard_hook_assignments
 from .triton_compat import (RUN_OPTIONS, find_in_process_key, hook_compile_request, hook_jit_function, source_fields,
                             source_of)
 from .triton_compat import get_cache_hook as _get_cache_hook, get_compile_listener as _get_listener
@@ -277,6 +284,9 @@ class RuntimeCompile:
         direct: a direct ``triton.compile`` (no ``triton.jit`` launch).
         no_warmup: set when no zerojit warm-up ran before it (the monitor held no warmed key
             of any kernel): says so, e.g. ``"no zerojit warm-up ran (--warmup none)"``.
+        unguarded: a ``triton.jit`` compile Triton's listener reported while the monitor's
+            ``jit_cache_hook`` had been replaced past its guard, so nothing could block it
+            (``direct`` is True: it was seen only after it ran); the chain is repaired since.
     """
 
     kernel: str
@@ -292,6 +302,7 @@ class RuntimeCompile:
     option_difference: str | None = None
     direct: bool = False
     no_warmup: str | None = None
+    unguarded: bool = False
 
     @property
     def arguments(self) -> str:
@@ -308,6 +319,8 @@ class RuntimeCompile:
     def summary(self) -> str:
         """One line: what compiled and why (the warn-mode log line)."""
         what = "direct triton.compile" if self.direct else "runtime JIT compile"
+        if self.unguarded:
+            what = "runtime JIT compile (seen only after it ran: Triton's jit_cache_hook had been replaced; repaired)"
         when = "" if self.no_warmup else " after warm-up"
         text = f"{what} of kernel {self.kernel!r}{when} ({self.arguments})"
         if self.options:
@@ -324,6 +337,10 @@ class RuntimeCompile:
         if self.no_warmup:
             head = (f"zerojit: kernel {self.kernel!r} {'would compile' if blocked else 'compiled'} at run time; "
                     f"{self.no_warmup}")
+        elif self.unguarded:
+            head = (f"zerojit: kernel {self.kernel!r} compiled at run time, after warm-up, while another party had "
+                    "replaced Triton's jit_cache_hook past the monitor, which could not block it; the monitor has put "
+                    "itself back on top, so the next one is blocked before it compiles")
         elif self.direct:
             head = (f"zerojit: direct triton.compile of {self.kernel!r} after warm-up (Triton reports a direct "
                     "compile only after it ran)")
@@ -442,20 +459,43 @@ class MonitorSnapshot:
 
 
 class _Link:
-    """One monitor's place in a hook chain: the hook set before it runs first, then the monitor."""
+    """One monitor's place in a hook chain: the hook set before it runs first, then the monitor.
 
-    __slots__ = ("handler", "previous", "enabled", "owner")
+    ``replaced``: hooks another party assigned over this link after it was installed, newest
+    first (:func:`_guard`, :meth:`JitMonitor._repair`). The link stays on top and calls the newest
+    one; a replacement that calls the hook it read (this link) reaches the next older one, and
+    the oldest reaches ``previous``; the monitor's handler runs once, after the outermost call.
+    """
+
+    __slots__ = ("handler", "previous", "enabled", "owner", "replaced", "depth")
 
     def __init__(self, handler: Callable[..., Any], previous: Callable[..., Any] | None, owner: "JitMonitor") -> None:
         self.handler = handler
         self.previous = previous
         self.enabled = True
         self.owner = owner
+        self.replaced: list[Any] = []
+        self.depth = threading.local()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.replaced:
+            return self._call_replaced(args, kwargs)
         previous = self.previous
         result = previous(*args, **kwargs) if previous is not None else None
         if self.enabled:
+            self.handler(result, *args, **kwargs)
+        return result
+
+    def _call_replaced(self, args: tuple, kwargs: dict) -> Any:
+        depth = getattr(self.depth, "n", 0)
+        chain = [*self.replaced, self.previous]
+        target = chain[depth] if depth < len(chain) else None
+        self.depth.n = depth + 1
+        try:
+            result = target(*args, **kwargs) if target is not None else None
+        finally:
+            self.depth.n = depth
+        if depth == 0 and self.enabled:
             self.handler(result, *args, **kwargs)
         return result
 
@@ -478,6 +518,12 @@ class _ObserverLink(_Link):
 
 def _unlink(link: _Link, get: Callable[[], Any], set_: Callable[[Any], Any]) -> None:
     top = get()
+    if top is link and link.replaced:  # the newest replacement goes back on top; it may call this link
+        newest = link.replaced[0]
+        link.replaced = []
+        link.enabled = False  # a pass-through to what was below it at install
+        set_(newest)
+        return
     if top is link:
         set_(link.previous)
         return
@@ -496,6 +542,37 @@ def _get_observer():
 
 def _set_observer(observer):
     _kernel.set_launch_observer(observer)
+
+
+def _reaches(top: Any, link: _Link) -> bool:
+    """``link`` is ``top`` or below it through zerojit links (a foreign hook hides what it calls)."""
+    node = top
+    while isinstance(node, _Link):
+        if node is link:
+            return True
+        node = node.previous
+    return False
+
+
+def _guard(slot: str) -> Callable[[Any, Any], Any]:
+    """The guard of one Triton hook slot (:func:`zerojit.triton_compat.guard_hook_assignments`):
+    another party's assignment over an installed monitor's link keeps the link on top, calling the
+    new hook first (error mode still blocks before Triton compiles); assigning the link back (the
+    hook that party read) ends its replacement."""
+
+    def guard(current: Any, new: Any) -> Any:
+        with _CHAIN_LOCK:
+            if not (isinstance(current, _Link) and current.enabled and current.owner._links is not None):
+                return new
+            if new is current:
+                if current.replaced:
+                    current.replaced.pop(0)
+                return current
+            current.replaced.insert(0, new)
+        current.owner._note_replaced(slot, new)
+        return current
+
+    return guard
 
 
 _CHAIN_LOCK = threading.RLock()
@@ -548,6 +625,7 @@ class JitMonitor:
         self._pending: dict[int, tuple[Any, _Stats]] = {}  # id(signature dict) -> (dict, stats)
         self._launches: dict[int, _Launches] = {}
         self._launch_total = 0
+        self._replaced_slots: set[str] = set()
         if report is _PROCESS_WARMUPS:
             report = _registry.warmup_reports()
         if report is None or isinstance(report, (list, tuple)):
@@ -568,7 +646,11 @@ class JitMonitor:
 
     @property
     def installed(self) -> bool:
-        return self._links is not None
+        """The monitor is in Triton's hook chains now: its cache hook and listener are reachable
+        from Triton's slots (a hook written past the guard, e.g. into ``knobs.runtime.__dict__``,
+        takes it out until the next launch or compile repairs the chain)."""
+        links = self._links
+        return links is not None and _reaches(_get_cache_hook(), links[0]) and _reaches(_get_listener(), links[1])
 
     def add_report(self, report: Any) -> None:
         """Add a warm-up report's variants (or any iterable of CompiledVariants) to the warmed set
@@ -621,7 +703,37 @@ class JitMonitor:
             _set_observer(observe)
             self._links = (cache, listen, observe)
             _INSTALLED.append(self)
+            guard_hook_assignments(_guard("jit_cache_hook"), _guard("compile listener"))
         return self
+
+    def _note_replaced(self, slot: str, new: Any) -> None:
+        """Log, once per slot, that another party replaced Triton's ``slot`` after install."""
+        with self._lock:
+            if slot in self._replaced_slots:
+                return
+            self._replaced_slots.add(slot)
+        who = getattr(new, "__qualname__", None) or repr(new)
+        logger.warning("zerojit: Triton's %s was replaced after the JIT monitor was installed (by %s); the monitor "
+                       "keeps its place on top and calls the new one first, so %s mode still sees every compile",
+                       slot, who, self._mode)
+
+    def _repair(self) -> set[str]:
+        """Put the monitor's links back on top of Triton's slots where a write past the guard took
+        them out, wrapping what is there now; returns the slots repaired."""
+        links = self._links
+        repaired: set[str] = set()
+        if links is None:
+            return repaired
+        with _CHAIN_LOCK:
+            for link, get, set_, slot in ((links[0], _get_cache_hook, _set_cache_hook, "jit_cache_hook"),
+                                          (links[1], _get_listener, _set_listener, "compile listener")):
+                top = get()
+                if not _reaches(top, link):
+                    link.replaced.insert(0, top)
+                    set_(link)
+                    repaired.add(slot)
+                    self._note_replaced(slot, top)
+        return repaired
 
     def uninstall(self) -> None:
         """Take the monitor out of the chains (restoring what was there before when on top)."""
@@ -806,6 +918,7 @@ class JitMonitor:
                 return
         if self._mode == "off" or in_warmup():
             return
+        unguarded = "jit_cache_hook" in self._repair()  # a compile the cache hook never saw: it was replaced
         jit_fn = source[0] if source is not None else None
         if jit_fn is not None and hasattr(jit_fn, "params"):
             name = self.kernel_name(jit_fn)
@@ -819,7 +932,10 @@ class JitMonitor:
             stats = self._direct.get(ident)
             first = stats is None
             if first:
-                stats = self._direct[ident] = _Stats(self._explain(jit_fn, name, spec, "", direct=True), jit_fn)
+                record = self._explain(jit_fn, name, spec, "", direct=True)
+                if unguarded:
+                    record = dataclasses.replace(record, unguarded=True)
+                stats = self._direct[ident] = _Stats(record, jit_fn)
             stats.misses += 1
             if cache_hit:
                 stats.disk_loads += 1
@@ -833,6 +949,9 @@ class JitMonitor:
     def _on_launch(self, previous_result: Any, kernel: Any, compiled: Any) -> None:
         if compiled is None or self._mode == "off":
             return
+        links = self._links
+        if links is not None and (_get_cache_hook() is not links[0] or _get_listener() is not links[1]):
+            self._repair()  # (a no-op where another monitor is on top with this one below it)
         ident = id(compiled)
         with self._lock:
             self._launch_total += 1

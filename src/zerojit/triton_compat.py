@@ -72,7 +72,7 @@ __all__ = [
     "current_device", "current_target", "gpu_target", "cache_invalidating_env",
     # compile hooks
     "get_cache_hook", "set_cache_hook", "get_post_compile_hook", "set_post_compile_hook", "get_compile_listener",
-    "set_compile_listener", "add_load_hooks", "remove_load_hooks", "hook_jit_function", "hook_compile_request",
+    "set_compile_listener", "guard_hook_assignments", "add_load_hooks", "remove_load_hooks", "hook_jit_function", "hook_compile_request",
     "hook_compile_options", "stages_hook_fingerprint",
     # the binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
@@ -198,8 +198,8 @@ def get_cache_hook() -> Callable[..., Any] | None:
 
 
 def set_cache_hook(hook: Callable[..., Any] | None) -> None:
-    """Set Triton's ``jit_cache_hook``."""
-    knobs.runtime.jit_cache_hook = hook
+    """Set Triton's ``jit_cache_hook`` (zerojit's own write: no :func:`guard_hook_assignments` guard sees it)."""
+    object.__setattr__(knobs.runtime, "jit_cache_hook", hook)
 
 
 def get_post_compile_hook() -> Callable[..., Any] | None:
@@ -218,8 +218,42 @@ def get_compile_listener() -> Callable[..., Any] | None:
 
 
 def set_compile_listener(listener: Callable[..., Any] | None) -> None:
-    """Set Triton's compilation listener."""
-    knobs.compilation.listener = listener
+    """Set Triton's compilation listener (zerojit's own write: no guard sees it)."""
+    object.__setattr__(knobs.compilation, "listener", listener)
+
+
+# slot name -> guard(current, new) -> what to store; see guard_hook_assignments
+_HOOK_GUARDS: dict[str, Callable[[Any, Any], Any]] = {}
+
+
+def guard_hook_assignments(cache_hook: Callable[[Any, Any], Any], listener: Callable[[Any, Any], Any]) -> None:
+    """Route every later assignment of Triton's ``jit_cache_hook`` and compilation listener by
+    another party (``knobs.runtime.jit_cache_hook = f``, as a profiler or tracer does) through a
+    guard: ``guard(current, new)`` returns what is stored instead of ``new``. Idempotent per slot
+    (a second call replaces the guard).
+
+    Triton 3.6-3.9 keep both in plain attributes of the ``knobs.runtime`` / ``knobs.compilation``
+    instances; the instance's class is swapped, once, for a subclass whose ``__setattr__`` asks
+    the guard (the knob descriptors are copied, so ``knobs``, ``reset`` and ``scope`` behave as
+    before). Writes through :func:`set_cache_hook` / :func:`set_compile_listener` bypass it; so do
+    writes straight into the instance's ``__dict__`` (``knobs.runtime.scope()`` restoring it).
+    """
+    _HOOK_GUARDS["jit_cache_hook"] = cache_hook
+    _HOOK_GUARDS["listener"] = listener
+    for instance in (knobs.runtime, knobs.compilation):
+        cls = type(instance)
+        if cls.__dict__.get("_zerojit_guarded"):
+            continue
+
+        def __setattr__(self: Any, name: str, value: Any, _base: type = cls) -> None:
+            guard = _HOOK_GUARDS.get(name)
+            if guard is not None:
+                value = guard(getattr(self, name), value)
+            _base.__setattr__(self, name, value)
+
+        namespace = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+        namespace.update(__setattr__=__setattr__, _zerojit_guarded=True)
+        instance.__class__ = type(cls.__name__, (cls,), namespace)
 
 
 def add_load_hooks(start: Callable[..., Any], end: Callable[..., Any]) -> None:
