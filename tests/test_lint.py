@@ -418,3 +418,103 @@ def test_a_compile_past_a_replaced_hook_is_named_so_and_repairs_the_chain(warmed
             assert "so nothing was compiled" in str(err.value)
     finally:
         _knobs.runtime.__dict__.pop("jit_cache_hook", None)
+
+
+# --------------------------------------------------------------------------- 5. messages that mislead today
+from zerojit.audit import KernelCoverage, RuntimeMiss, WarmedKey  # noqa: E402
+from zerojit.monitor import ArgDifference, class_words  # noqa: E402
+from zerojit.specialization import SpecClass  # noqa: E402
+
+
+@triton.jit(do_not_specialize_on_alignment=["y_ptr"])
+def _tokens_kernel(x_ptr, y_ptr, num_tokens, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(y_ptr + offs) + num_tokens)
+
+
+class Tokens(TritonJitKernel["Tokens.CompileKey"]):
+    """A token count left a specialized int; a tile over 14 declared widths, one of them used."""
+
+    kernel = _tokens_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        block: int
+
+    def dispatch(self, *, block: int) -> "Tokens.CompileKey":
+        return self.CompileKey(block)
+
+    def get_warmup_keys(self, *, blocks) -> list:
+        return trace_dispatch(self.dispatch)(block=choices(*blocks))
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(x=WarmupTensor(torch.float32, (key.block,)), y=WarmupTensor(torch.float32, (key.block,)),
+                    num_tokens=scalar_rep(64), block=key.block)
+
+    @kernel_launcher(host_only=("block",))
+    def __call__(self, *, x, y, num_tokens, block: int = 16) -> LaunchSpec:
+        return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=self.dispatch(block=block).block))
+
+
+def test_token_count_seen_as_1_16_17_and_14_variants_with_13_dead(compile_only_target):
+    _tokens_kernel.device_caches.clear()
+    reg = JitWarmupRegistry()
+    blocks = tuple(2 ** i for i in range(14))  # 14 declared variants: 1 .. 8192
+    with reg.activate():
+        Tokens().register_warmup(blocks=blocks)
+    report = reg.warmup(progress=False, target="cuda:90")
+    try:
+        with JitMonitor("error", report=report) as mon:
+            x = torch.zeros(16)
+            Tokens()(x=x, y=x, num_tokens=16, block=16)  # the one variant this traffic uses
+            errors = {}
+            for n in (1, 17):
+                with pytest.raises(RuntimeJitError) as err:
+                    Tokens()(x=x, y=x, num_tokens=n, block=16)
+                errors[n] = str(err.value)
+            audit = build_audit(None, mon)
+    finally:
+        _tokens_kernel.device_caches.clear()
+    one = errors[1]
+    assert "num_tokens: warmed as divisible-by-16, called as equal-to-one" in one
+    assert ("the run passed 1, which Triton compiles as its own equal-to-one variant; if 'num_tokens' varies per "
+            "request (a token count), list it in triton.jit's do_not_specialize") in one
+    assert "divisibility by 16 differs" in errors[17] and "do_not_specialize" in errors[17]
+    # a pointer in do_not_specialize_on_alignment is not "unaligned"
+    assert "y_ptr: *fp32 alignment not specialized" in one and "unaligned" not in one
+
+    k = audit.kernel("tokens")
+    assert len(k.warmed) == 14 and len(k.hit) == 1 and len(k.dead) == 13
+    assert all(w.seconds > 0 for w in k.dead) and audit.dead_seconds == pytest.approx(sum(w.seconds for w in k.dead))
+    table = audit.table()
+    assert table.count("s of warm-up)") == 13
+    # the audit carries error mode's fix hints
+    assert "-> the run passed 1, which Triton compiles as its own equal-to-one variant" in table
+    assert audit.to_dict()["kernels"][0]["misses"][0]["hints"][0].startswith("the run passed 1")
+    # 13 dead keys beside misses nearest to the live key: unreached, not "warm-up and dispatch may disagree"
+    assert audit.dead_notes() == ["dead keys beside misses nearest to other keys (tokens): keys of the declared key "
+                                  "space that this traffic did not reach; each MISS is explained by its own nearest key"]
+    assert not any("may disagree" in n for n in audit.dead_notes())
+
+
+def test_dead_key_nearest_to_a_miss_says_warm_up_and_dispatch_may_disagree():
+    miss = RuntimeMiss("n: i32 equal-to-one", 1, 0, 0, 1, nearest_key="K(block=32)",
+                       differences=("n: warmed as divisible-by-16, called as equal-to-one",))
+    near = CoverageAudit(kernels=(KernelCoverage("k", warmed=(WarmedKey("K(block=16)", 3), WarmedKey("K(block=32)", 0)),
+                                                 misses=(miss,)),))
+    assert near.dead_notes() == ["a miss nearest to a dead key (k): warm-up and dispatch may disagree; compare that "
+                                 "MISS with its nearest warmed key"]
+
+
+def test_a_constexpr_equal_to_one_is_a_constexpr_value():
+    d = ArgDifference("BLOCK", SpecClass("constexpr", 1), SpecClass("constexpr", 2), constexpr=True)
+    assert str(d) == "BLOCK: warmed as constexpr 1, called as constexpr 2"
+    assert "literal 1" not in d.hint and "request-dependent bound a do_not_specialize int" in d.hint
+    assert class_words(SpecClass("constexpr", 1)) == "equal-to-one"  # an int equal to one stays so
+    assert class_words(SpecClass("*fp16", ""), alignment_specialized=False) == "*fp16 alignment not specialized"
+
+
+def test_literal_one_warmed_while_the_run_passes_64_names_scalar_rep():
+    d = ArgDifference("block_size", SpecClass("constexpr", 1), SpecClass("i32", "D"))
+    assert str(d) == "block_size: warmed as equal-to-one, called as divisible-by-16"
+    assert "warm-up passed the literal 1" in d.hint and "scalar_rep(64) == 16" in d.hint

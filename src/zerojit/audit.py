@@ -66,6 +66,7 @@ class WarmedKey:
     key: str
     hits: int
     fields: dict | None = dataclasses.field(default=None, compare=False, hash=False)
+    seconds: float = 0.0  #: what warming it cost (0.0 where the report did not record it)
 
     @property
     def dead(self) -> bool:
@@ -86,6 +87,7 @@ class RuntimeMiss:
         options: launch options passed (text), empty when none.
         no_warmup: set when no zerojit warm-up ran before the run (``"no zerojit warm-up ran
             (--warmup none)"``): then there is no nearest key to name.
+        hints: what to change, one per argument difference (error mode's ``->`` lines).
     """
 
     arguments: str
@@ -98,6 +100,7 @@ class RuntimeMiss:
     differences: tuple[str, ...] = ()
     options: str = ""
     no_warmup: str | None = None
+    hints: tuple[str, ...] = ()
 
     @property
     def nearest(self) -> str:
@@ -174,23 +177,36 @@ class CoverageAudit:
     def dead_warmups(self) -> int:
         return sum(len(k.dead) for k in self.kernels)
 
+    @property
+    def dead_seconds(self) -> float:
+        """What warming the dead keys cost, in seconds."""
+        return sum(w.seconds for k in self.kernels for w in k.dead)
+
     def dead_notes(self) -> list[str]:
         """Footnotes that say what the dead keys mean (none when there are none).
 
-        A kernel with dead keys and no miss: warm-up covered everything this run launched and
-        more; the dead keys are the part of its declared key space that this traffic did not
-        reach (a longer or different trace may). With misses too, warm-up and dispatch may
-        disagree: compare each miss with its nearest warmed key.
+        A dead key that no miss is nearest to: the part of the declared key space this traffic
+        did not reach (a longer or different trace may), also beside misses near other keys. A
+        miss whose nearest warmed key is dead: warm-up and dispatch may disagree (the runtime
+        launch differs from that key in the arguments its differences name).
         """
+        def near_dead(k: KernelCoverage) -> bool:
+            dead = {w.key for w in k.dead}
+            return any(m.nearest_key in dead for m in k.misses)
+
         unreached = [k.kernel for k in self.kernels if k.dead and not k.misses]
-        suspect = [k.kernel for k in self.kernels if k.dead and k.misses]
+        beside = [k.kernel for k in self.kernels if k.dead and k.misses and not near_dead(k)]
+        suspect = [k.kernel for k in self.kernels if k.dead and near_dead(k)]
         notes = []
         if unreached:
             notes.append(f"dead = warmed, never hit by this run ({', '.join(unreached)}): keys of the declared key "
                          "space that this traffic did not reach; no miss, so not a bug")
+        if beside:
+            notes.append(f"dead keys beside misses nearest to other keys ({', '.join(beside)}): keys of the declared "
+                         "key space that this traffic did not reach; each MISS is explained by its own nearest key")
         if suspect:
-            notes.append(f"dead keys of a kernel that also missed ({', '.join(suspect)}): warm-up and dispatch may "
-                         "disagree; compare each MISS with its nearest warmed key")
+            notes.append(f"a miss nearest to a dead key ({', '.join(suspect)}): warm-up and dispatch may "
+                         "disagree; compare that MISS with its nearest warmed key")
         return notes
 
     def kernel(self, name: str) -> KernelCoverage:
@@ -211,17 +227,20 @@ class CoverageAudit:
         def miss(m: RuntimeMiss) -> dict:
             d = dataclasses.asdict(m)
             d["differences"] = list(m.differences)
+            d["hints"] = list(m.hints)
             return d
 
         return {
             "mode": self.mode,
             "runtime_compiles": self.runtime_compiles,
             "dead_warmups": self.dead_warmups,
+            "dead_warmup_seconds": round(self.dead_seconds, 4),
             "kernels": [
                 {
                     "kernel": k.kernel,
                     "hits": k.hits,
-                    "warmed": [{"key": w.key, "hits": w.hits, "fields": w.fields} for w in k.warmed],
+                    "warmed": [{"key": w.key, "hits": w.hits, "fields": w.fields, "seconds": w.seconds}
+                               for w in k.warmed],
                     "misses": [miss(m) for m in k.misses],
                     "unwarmed_hits": [dataclasses.asdict(u) for u in k.unwarmed_hits],
                 }
@@ -234,13 +253,14 @@ class CoverageAudit:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CoverageAudit":
         def miss(d: dict) -> RuntimeMiss:
-            return RuntimeMiss(**{**d, "differences": tuple(d.get("differences", ()))})
+            return RuntimeMiss(**{**d, "differences": tuple(d.get("differences", ())), "hints": tuple(d.get("hints", ()))})
 
         return cls(
             kernels=tuple(
                 KernelCoverage(
                     kernel=k["kernel"],
-                    warmed=tuple(WarmedKey(w["key"], w["hits"], w.get("fields")) for w in k["warmed"]),
+                    warmed=tuple(WarmedKey(w["key"], w["hits"], w.get("fields"), w.get("seconds", 0.0))
+                                 for w in k["warmed"]),
                     misses=tuple(miss(m) for m in k["misses"]),
                     unwarmed_hits=tuple(UnwarmedHit(**u) for u in k.get("unwarmed_hits", ())),
                     hits=k.get("hits", 0),
@@ -272,13 +292,17 @@ class CoverageAudit:
         for k in self.kernels:
             lines.append(f"{k.kernel}:")
             for w in k.warmed:
-                lines.append(f"  {'dead' if w.dead else 'hit ':<4}  {w.key}  ({count(w.hits, 'launch', 'launches')})")
+                cost = f"; {w.seconds:.2f} s of warm-up" if w.dead and w.seconds else ""
+                lines.append(f"  {'dead' if w.dead else 'hit ':<4}  {w.key}  ({count(w.hits, 'launch', 'launches')}{cost})")
             for m in k.misses:
                 how = f"{m.compiled} compiled, {m.disk_loads} from disk cache, {m.blocked} blocked"
                 lines.append(f"  MISS  {m.arguments}  ({count(m.misses, 'miss', 'misses')}: {how}; {count(m.hits, 'launch', 'launches')})")
                 lines.append(f"        {m.nearest}")
                 if m.nearest_key is not None:
-                    lines += [f"        {d}" for d in m.differences]
+                    for i, d in enumerate(m.differences):
+                        lines.append(f"        {d}")
+                        if i < len(m.hints):
+                            lines.append(f"          -> {m.hints[i]}")
             for u in k.unwarmed_hits:
                 lines.append(f"  other {u.triton_key}  ({count(u.hits, 'launch', 'launches')} of a variant neither warmed nor monitored)")
         for d in self.direct:
@@ -312,6 +336,7 @@ def _miss_from(count: Any, hits: int = 0, prefix: str = "") -> RuntimeMiss:
         differences=tuple(rec.difference_lines),
         options=rec.options,
         no_warmup=rec.no_warmup,
+        hints=tuple(d.hint for d in rec.differences),
     )
 
 
@@ -332,6 +357,12 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
             if v.compiled is not None and id(v.compiled) not in seen:
                 seen.add(id(v.compiled))
                 variants.append(v)
+
+    key_seconds: dict[int, float] = {}  # id(CompiledKernel) -> seconds its key's warm-up took
+    for r in [*monitor.reports, *reports]:
+        for k in getattr(r, "kernels", ()):
+            for v, sec in zip(k.variants, k.key_seconds):
+                key_seconds.setdefault(id(v.compiled), sec)
 
     variant_hits: dict[int, int] = {}
     miss_hits: dict[tuple[int, str], int] = {}
@@ -357,7 +388,8 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
 
     for v in variants:
         parts = entry(v.kernel)
-        parts["warmed"].append(WarmedKey(repr(v.key), variant_hits.get(id(v.compiled), 0), _key_fields(v.key)))
+        parts["warmed"].append(WarmedKey(repr(v.key), variant_hits.get(id(v.compiled), 0), _key_fields(v.key),
+                                         key_seconds.get(id(v.compiled), 0.0)))
         parts["variants"].add(id(v.compiled))
     for fn, m in zip(snap.miss_fns, snap.misses):
         hits = miss_hits.get((id(fn), m.compile.triton_key), 0)

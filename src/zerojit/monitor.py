@@ -78,7 +78,7 @@ from .context import allow_compiles, in_warmup
 from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
 from .kernel import TritonJitKernel
 from .specialization import SpecClass
-from .triton_compat import constexpr_parameters, guard_hook_assignments
+from .triton_compat import alignment_unspecialized_parameters, constexpr_parameters, guard_hook_assignments
 from .triton_compat import (RUN_OPTIONS, find_in_process_key, hook_compile_request, hook_jit_function, source_fields,
                             source_of)
 from .triton_compat import get_cache_hook as _get_cache_hook, get_compile_listener as _get_listener
@@ -133,17 +133,24 @@ _INT_WORDS = {"D": "divisible-by-16", "": "not-divisible-by-16", None: "unspecia
 _PTR_WORDS = {"D": "16-byte-aligned", "": "unaligned", None: "alignment-unspecialized"}
 
 
-def class_words(spec: SpecClass, *, width: bool = True) -> str:
+def class_words(spec: SpecClass, *, width: bool = True, constexpr: bool = False,
+                alignment_specialized: bool = True) -> str:
     """One argument's class in the specialization model's words.
 
     ``"equal-to-one"``, ``"i32 divisible-by-16"`` (``"divisible-by-16"`` with ``width=False``),
     ``"i64 not-divisible-by-16"``, ``"i32 unspecialized"`` (``do_not_specialize``),
     ``"*fp32 16-byte-aligned"``, ``"*fp16 unaligned"``, ``"constexpr 24"``, ``"None"``,
     ``"u1"`` / ``"fp32"`` (never specialized).
+
+    Args:
+        constexpr: the parameter is declared ``tl.constexpr``: a value 1 is ``"constexpr 1"``
+            (Triton gives an int equal to one and a constexpr 1 the same class).
+        alignment_specialized: False for a pointer in ``do_not_specialize_on_alignment``: Triton
+            passes it like an unaligned one; it is ``"*fp32 alignment not specialized"``.
     """
     kind = spec.kind
     if kind == "constexpr":
-        if type(spec.attr) is int and spec.attr == 1:
+        if type(spec.attr) is int and spec.attr == 1 and not constexpr:
             return "equal-to-one"
         return f"constexpr {spec.attr!r}"
     if kind == "none":
@@ -154,6 +161,8 @@ def class_words(spec: SpecClass, *, width: bool = True) -> str:
             return prefix + "equal-to-one"
         return prefix + _INT_WORDS.get(spec.attr, repr(spec.attr))
     if kind == "pointer":
+        if not alignment_specialized:
+            return f"{spec.type} alignment not specialized"
         return f"{spec.type} " + _PTR_WORDS.get(spec.attr, repr(spec.attr))
     return spec.type
 
@@ -227,6 +236,7 @@ class ArgDifference:
     name: str
     warmed: SpecClass
     called: SpecClass
+    constexpr: bool = False  #: the parameter is declared tl.constexpr
 
     def __str__(self) -> str:
         # an int's width is named when the widths differ or it is not the usual i32
@@ -234,17 +244,23 @@ class ArgDifference:
         widths_differ = w.kind == c.kind == "int" and w.type != c.type
         w_width = w.kind == "int" and (widths_differ or w.type != "i32")
         c_width = c.kind == "int" and (widths_differ or c.type != "i32")
-        return (f"{self.name}: warmed as {class_words(w, width=w_width)}, "
-                f"called as {class_words(c, width=c_width)}")
+        return (f"{self.name}: warmed as {class_words(w, width=w_width, constexpr=self.constexpr)}, "
+                f"called as {class_words(c, width=c_width, constexpr=self.constexpr)}")
 
     @property
     def hint(self) -> str:
-        """What to change, for the usual causes of this difference."""
+        """What to change, for the usual causes of this difference (Triton's specialization of
+        ints on 1 and on divisibility by 16, of pointers on 16-byte alignment)."""
         w, c = self.warmed, self.called
-        w_one = w.kind == "constexpr" and type(w.attr) is int and w.attr == 1
+        w_one = not self.constexpr and w.kind == "constexpr" and type(w.attr) is int and w.attr == 1
+        c_one = not self.constexpr and c.kind == "constexpr" and type(c.attr) is int and c.attr == 1
         if w_one and c.kind == "int":
             return ("warm-up passed the literal 1, which compiles the equal-to-one variant that no other "
                     "value hits; warm with a value of the runtime class (scalar_rep(64) == 16)")
+        if c_one and w.kind == "int":
+            return (f"the run passed 1, which Triton compiles as its own equal-to-one variant; if {self.name!r} "
+                    f"varies per request (a token count), list it in triton.jit's do_not_specialize (one variant "
+                    "for every value); otherwise warm a key with it equal to 1 too (scalar_rep(1) == 1)")
         if w.kind == "constexpr" and c.kind == "constexpr":
             return ("a constexpr that varies with the request recompiles for every value: make a "
                     "request-dependent bound a do_not_specialize int, or put every value in the key space")
@@ -284,6 +300,9 @@ class RuntimeCompile:
         direct: a direct ``triton.compile`` (no ``triton.jit`` launch).
         no_warmup: set when no zerojit warm-up ran before it (the monitor held no warmed key
             of any kernel): says so, e.g. ``"no zerojit warm-up ran (--warmup none)"``.
+        constexprs / alignment_unspecialized: the kernel's ``tl.constexpr`` parameters and those in
+            ``do_not_specialize_on_alignment`` (for the words: "constexpr 1", "alignment not
+            specialized").
         unguarded: a ``triton.jit`` compile Triton's listener reported while the monitor's
             ``jit_cache_hook`` had been replaced past its guard, so nothing could block it
             (``direct`` is True: it was seen only after it ran); the chain is repaired since.
@@ -303,11 +322,17 @@ class RuntimeCompile:
     direct: bool = False
     no_warmup: str | None = None
     unguarded: bool = False
+    constexprs: frozenset[str] = frozenset()
+    alignment_unspecialized: frozenset[str] = frozenset()
+
+    def _words(self, name: str, spec: SpecClass) -> str:
+        return class_words(spec, constexpr=name in self.constexprs,
+                           alignment_specialized=name not in self.alignment_unspecialized)
 
     @property
     def arguments(self) -> str:
         """Every argument's runtime class: ``"x_ptr: *fp32 16-byte-aligned, n: i32 unspecialized"``."""
-        return ", ".join(f"{n}: {class_words(s)}" for n, s in zip(self.param_names, self.specialization))
+        return ", ".join(f"{n}: {self._words(n, s)}" for n, s in zip(self.param_names, self.specialization))
 
     @property
     def difference_lines(self) -> list[str]:
@@ -351,7 +376,7 @@ class RuntimeCompile:
             head = f"zerojit: kernel {self.kernel!r} compiled at run time, after warm-up"
         lines = [head, f"  Triton function: {self.function}"]
         lines.append("  runtime specialization:")
-        lines += [f"    {n}: {class_words(s)}" for n, s in zip(self.param_names, self.specialization)]
+        lines += [f"    {n}: {self._words(n, s)}" for n, s in zip(self.param_names, self.specialization)]
         if self.options:
             lines.append(f"    launch options: {self.options}")
         if self.no_warmup:
@@ -844,9 +869,12 @@ class JitMonitor:
         function = f"{fn.__module__}.{fn.__qualname__}" if fn is not None else name
         options = _parse_options(_options_part(triton_key)) if triton_key else None
         candidates = self._candidates(jit_fn, name)
+        constexprs = constexpr_parameters(jit_fn) if jit_fn is not None else frozenset()
+        unaligned_ok = alignment_unspecialized_parameters(jit_fn) if jit_fn is not None else frozenset()
         best = None
         for order, v in enumerate(candidates, start=1):
-            diffs = tuple(ArgDifference(n, w, c) for n, w, c in zip(params or v.param_names, v.specialization, spec) if w != c)
+            diffs = tuple(ArgDifference(n, w, c, n in constexprs)
+                          for n, w, c in zip(params or v.param_names, v.specialization, spec) if w != c)
             opt_diff = None
             if triton_key and v.triton_key:
                 warmed_text, called_text = _options_part(v.triton_key), _options_part(triton_key)
@@ -861,6 +889,7 @@ class JitMonitor:
         record = RuntimeCompile(
             kernel=name, function=function, param_names=params, specialization=spec, triton_key=triton_key,
             options=_shown_options(options), warmed_count=len(candidates), direct=direct,
+            constexprs=constexprs, alignment_unspecialized=unaligned_ok,
         )
         if not self._variants and self._no_warmup_note is not None:
             record = dataclasses.replace(record, no_warmup=f"no zerojit warm-up ran ({self._no_warmup_note})")

@@ -78,6 +78,7 @@ __all__ = [
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
     "find_in_process_key", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
     "resolved", "is_pending", "source_hash", "specialization_hints", "constexpr_parameters",
+    "alignment_unspecialized_parameters",
     # compiled kernels
     "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
     "compile_source", "load_compiled", "import_launch_path_modules",
@@ -429,6 +430,17 @@ def specialization_hints(jit_fn: Any) -> tuple[tuple[int | str, ...], tuple[int 
     else:
         dns, dnsoa = getattr(jit_fn, "do_not_specialize", None), getattr(jit_fn, "do_not_specialize_on_alignment", None)
     return tuple(dns or ()), tuple(dnsoa or ())
+
+
+def alignment_unspecialized_parameters(jit_fn: Any) -> frozenset[str]:
+    """The names of the parameters listed in ``jit_fn``'s ``do_not_specialize_on_alignment`` (by
+    name or index): Triton passes such a pointer with the attribute of an unaligned one."""
+    import inspect
+
+    names = tuple(inspect.signature(jit_fn.fn).parameters)
+    entries = specialization_hints(jit_fn)[1]
+    return frozenset(e if isinstance(e, str) else names[e] for e in entries
+                     if (isinstance(e, str) and e in names) or (isinstance(e, int) and 0 <= e < len(names)))
 
 
 def constexpr_parameters(jit_fn: Any) -> frozenset[str]:
