@@ -518,3 +518,114 @@ def test_literal_one_warmed_while_the_run_passes_64_names_scalar_rep():
     d = ArgDifference("block_size", SpecClass("constexpr", 1), SpecClass("i32", "D"))
     assert str(d) == "block_size: warmed as equal-to-one, called as divisible-by-16"
     assert "warm-up passed the literal 1" in d.hint and "scalar_rep(64) == 16" in d.hint
+
+
+# --------------------------------------------------------------------------- 6. the pytest plugin
+import textwrap  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+pytest_plugins = ["pytester"]
+
+_SRC = str(Path(__file__).resolve().parent.parent / "src")
+
+_INNER = textwrap.dedent('''
+    import threading
+    from dataclasses import dataclass
+    import pytest, torch, triton, triton.language as tl
+    from zerojit import JitWarmupRegistry
+    from zerojit.compile_only import compile_only
+    from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+    from zerojit.monitor import RuntimeJitError
+    from zerojit.specialization import WarmupTensor
+
+    @triton.jit
+    def _plugin_fill_kernel(x_ptr, n):
+        tl.store(x_ptr + tl.program_id(0), n)
+
+    class PluginFill(TritonJitKernel):
+        kernel = _plugin_fill_kernel
+
+        @dataclass(frozen=True)
+        class CompileKey:
+            pass
+
+        def dispatch(self):
+            return self.CompileKey()
+
+        def get_warmup_keys(self):
+            return [self.CompileKey()]
+
+        def warmup_inputs(self, key):
+            return dict(x=WarmupTensor(torch.int32, (4,)), n=16)
+
+        @kernel_launcher
+        def __call__(self, *, x, n):
+            return LaunchSpec(grid=(x.numel(),), returns=x)
+
+    fill = PluginFill()
+
+    @pytest.fixture(scope="session", autouse=True)
+    def warmed():
+        with compile_only("cuda:90"):
+            registry = JitWarmupRegistry()
+            with registry.activate():
+                fill.register_warmup()
+            yield registry.warmup(progress=False)
+
+    @pytest.fixture
+    def model():
+        try:
+            fill(x=torch.zeros(4, dtype=torch.int32), n=17)  # compiles at set-up (swallowed in error mode)
+        except RuntimeJitError:
+            pass
+        return "model"
+
+    def test_uses_model(model):
+        fill(x=torch.zeros(4, dtype=torch.int32), n=16)
+
+    def test_compiles_in_a_thread():
+        def work():
+            try:
+                fill(x=torch.zeros(4, dtype=torch.int32), n=1)
+            except RuntimeJitError:
+                pass
+        t = threading.Thread(target=work, name="server-loop")
+        t.start()
+        t.join()
+''')
+
+
+@pytest.fixture
+def plugin_inner(pytester, monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTHONPATH", _SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.delenv("ZEROJIT_JIT_MONITOR", raising=False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    pytester.makepyfile(test_inner=_INNER)
+    return pytester
+
+
+def test_plugin_error_mode_fails_for_fixture_set_up_and_other_threads(plugin_inner):
+    result = plugin_inner.runpytest_subprocess("-p", "zerojit.pytest_plugin", "--jit-monitor-mode=error",
+                                               "-p", "no:cacheprovider", "-rfE")
+    result.assert_outcomes(errors=1, failed=1)
+    out = result.stdout.str()
+    assert "ERROR test_inner.py::test_uses_model - Failed: the set-up of fixture 'model'" in out
+    assert ("the set-up of fixture 'model' triggered 1 runtime compile after warm-up (JIT monitor in error mode; "
+            "the RuntimeJitError was caught inside the fixture)") in out
+    assert "FAILED test_inner.py::test_compiles_in_a_thread" in out
+    assert ("the test body triggered 1 runtime compile after warm-up (JIT monitor in error mode; the "
+            "RuntimeJitError was raised in thread 'server-loop', not in the test's own thread, so the test could not "
+            "see it)") in out
+    assert "caught inside the test" not in out
+    assert "test_inner.py::test_uses_model [fixture 'model']: 1x runtime JIT compile of kernel 'plugin_fill'" in out
+
+
+def test_plugin_warn_mode_attributes_fixture_compiles(plugin_inner):
+    result = plugin_inner.runpytest_subprocess("-p", "zerojit.pytest_plugin", "--jit-monitor-mode=warn",
+                                               "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert "2 runtime compiles after warm-up in 2 tests:" in out
+    assert "test_inner.py::test_uses_model [fixture 'model']: 1x runtime JIT compile of kernel 'plugin_fill'" in out
+    assert "test_inner.py::test_compiles_in_a_thread: 1x" in out

@@ -424,6 +424,8 @@ class MissCount:
     compiled: int
     disk_loads: int
     blocked: int
+    thread: str = ""  #: the name of the thread of the latest miss
+    thread_id: int = 0  #: its ``threading.get_ident()``
 
 
 @dataclass(frozen=True)
@@ -452,9 +454,10 @@ class _Stats:  # mutable, only touched under the monitor's lock
     compiled: int = 0
     disk_loads: int = 0
     blocked: int = 0
+    thread: tuple[str, int] = ("", 0)
 
     def frozen(self) -> MissCount:
-        return MissCount(self.record, self.misses, self.compiled, self.disk_loads, self.blocked)
+        return MissCount(self.record, self.misses, self.compiled, self.disk_loads, self.blocked, *self.thread)
 
 
 @dataclass
@@ -919,6 +922,7 @@ class JitMonitor:
                 crossed, quiet = self._growth.observe(record.kernel, record.param_names, spec,
                                                       constexpr_parameters(jit_fn))
             stats.misses += 1
+            stats.thread = (threading.current_thread().name, threading.get_ident())
             if mode == "error":
                 stats.blocked += 1
             else:  # the listener call that follows carries this very signature dict
@@ -966,6 +970,7 @@ class JitMonitor:
                     record = dataclasses.replace(record, unguarded=True)
                 stats = self._direct[ident] = _Stats(record, jit_fn)
             stats.misses += 1
+            stats.thread = (threading.current_thread().name, threading.get_ident())
             if cache_hit:
                 stats.disk_loads += 1
             else:
