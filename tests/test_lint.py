@@ -629,3 +629,32 @@ def test_plugin_warn_mode_attributes_fixture_compiles(plugin_inner):
     assert "2 runtime compiles after warm-up in 2 tests:" in out
     assert "test_inner.py::test_uses_model [fixture 'model']: 1x runtime JIT compile of kernel 'plugin_fill'" in out
     assert "test_inner.py::test_compiles_in_a_thread: 1x" in out
+
+
+def test_checked_kernel_warm_up_compares_key_for_of_its_inputs(compile_only_target):
+    from zerojit.inputs import CheckedKernel, IntArg, TensorArg, checked_launcher
+
+    class CheckedTile(CheckedKernel["CheckedTile.CompileKey"]):
+        kernel = _tile_kernel
+
+        @dataclass(frozen=True)
+        class CompileKey:
+            tile: int
+
+        def dispatch(self, *, tile: int) -> "CheckedTile.CompileKey":
+            return self.CompileKey(tile=tile)
+
+        def get_warmup_keys(self) -> list:
+            return [self.CompileKey(2048)]
+
+        def warmup_inputs(self, key) -> dict:
+            return dict(out=WarmupTensor(torch.float32, (key.tile,)), num_tokens=64, tile=scalar_rep(key.tile))
+
+        @checked_launcher(TensorArg("out", 1, dtype=torch.float32), IntArg("num_tokens"), IntArg("tile", low=1))
+        def __call__(self, key, constexprs, *, out, num_tokens, tile) -> LaunchSpec:
+            return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=key.tile))
+
+    with pytest.raises(KernelDefinitionError) as e:
+        CheckedTile().compile(CheckedTile.CompileKey(2048))
+    assert "CheckedTile.CompileKey(tile=2048) dispatched key " in str(e.value)
+    assert "field 'tile' differs (warmed 2048, the launch dispatched 16)" in str(e.value)

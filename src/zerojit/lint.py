@@ -27,7 +27,7 @@ import dataclasses
 import functools
 import inspect
 import typing
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from . import triton_compat as _tc
 

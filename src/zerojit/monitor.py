@@ -46,6 +46,10 @@ the monitor then neither counts nor blocks anything). :meth:`JitMonitor.uninstal
 previous one when the monitor is still on top; when something else was chained on top since, the
 monitor unlinks itself from a chain of monitors, or else stays in place as a pass-through.
 
+Growth: when one parameter of one kernel has taken more than ``growth_limit`` (8) distinct values
+after warm-up, warn and error mode log one line naming it, the count and the change that bounds
+it, and no longer one line per new value (:mod:`zerojit.growth`; :meth:`JitMonitor.growing`).
+
 Warm-up awareness: hook calls made inside a zerojit warm-up launch (``kernel.compile(key)``, in
 whatever thread the registry runs it) or inside :func:`allow_compiles` are ignored, so a second
 registry warming later is not a runtime compile. The monitor listens for warm-ups
