@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import textwrap
 from dataclasses import dataclass
@@ -138,7 +139,8 @@ def test_audit_of_a_monitored_run(dry):
     assert lines[1].split() == ["kernel", "warmed", "hit", "dead", "hits", "misses", "compiled", "disk", "blocked"]
     assert lines[2].split() == ["audit_scale", "2", "1", "1", "3", "1", "1", "0", "0"]
     assert lines[3].split() == ["audit_unregistered", "0", "0", "0", "0", "1", "1", "0", "0"]
-    assert "dead  AuditScale.CompileKey(block=128)  (0 launches)" in table
+    # issue 20: a dead key shows what warming it cost
+    assert re.search(r"dead  AuditScale\.CompileKey\(block=128\)  \(0 launches; \d+\.\d\d s of warm-up\)", table)
     assert "no key of this kernel was warmed" in table
     assert table.endswith("2 runtime compiles after warm-up; 1 dead warm-up key")
 

@@ -18,11 +18,12 @@ PACKAGE = "zerojit"
 LAYERS = {
     "triton facts": ["zerojit._version", "zerojit.specialization", "zerojit.keyspace", "zerojit.compile_only",
                      "zerojit.triton_compat"],
-    "contract": ["zerojit.context", "zerojit.autotune", "zerojit._launch", "zerojit.kernel", "zerojit.inputs"],
+    "contract": ["zerojit.context", "zerojit.lint", "zerojit.autotune", "zerojit._launch", "zerojit.kernel",
+                 "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit._primer", "zerojit.loading", "zerojit.cache", "zerojit.restore",
                 "zerojit._compile_worker", "zerojit.precompile", "zerojit.distributed", "zerojit.registry",
                 "zerojit.manifest"],
-    "observation": ["zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording"],
+    "observation": ["zerojit.growth", "zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording"],
     "applications": ["zerojit.kernels", "zerojit.runner", "zerojit.examples", "zerojit.cli", "zerojit.__main__",
                      "zerojit"],
 }

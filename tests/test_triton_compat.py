@@ -244,7 +244,7 @@ def test_raw_launch_surfaces_see_through_autotune_and_heuristics(co):
     assert tc.unwrap_jit_function(_tuned) is _twice_kernel and tc.unwrap_jit_function(object()) is None
     assert tc.wrapped_config_kwargs(_tuned) == [_tuned.configs[0].all_kwargs()] and tc.wrapped_config_kwargs(_twice_kernel) is None
     assert tc.jit_identity(_twice_kernel) == (__name__, "_twice_kernel")
-    assert tc.constexpr_parameters(_twice_kernel) == ("BLOCK",)
+    assert tc.ordered_constexpr_parameters(_twice_kernel) == ("BLOCK",)
     seen = []
 
     def make(original):

@@ -37,6 +37,7 @@ from typing import Any
 
 from . import monitor as _monitor
 from . import registry as _registry
+from .growth import GrowingParameter
 from .reports import count
 
 __all__ = [
@@ -69,6 +70,7 @@ class WarmedKey:
     key: str
     hits: int
     fields: dict | None = dataclasses.field(default=None, compare=False, hash=False)
+    seconds: float = 0.0  #: what warming it cost (0.0 where the report did not record it)
 
     @property
     def dead(self) -> bool:
@@ -91,6 +93,7 @@ class RuntimeMiss:
             (--warmup none)"``): then there is no nearest key to name.
         unwarmed: why nothing of the kernel was warmed and what to do (a raw launch no manifest
             warmed: record the program; a zerojit kernel: a dropped registration).
+        hints: what to change, one per argument difference (error mode's ``->`` lines).
     """
 
     arguments: str
@@ -104,6 +107,7 @@ class RuntimeMiss:
     options: str = ""
     no_warmup: str | None = None
     unwarmed: str = "no key of this kernel was warmed (registration dropped?)"
+    hints: tuple[str, ...] = ()
 
     @property
     def nearest(self) -> str:
@@ -170,12 +174,15 @@ class CoverageAudit:
         direct: direct ``triton.compile`` calls after warm-up (``RuntimeMiss``, ``arguments``
             prefixed by the compiled function's name).
         mode: the monitor's mode during the run.
+        growing: parameters whose runtime values kept growing the key space, with the fix
+            (:class:`~zerojit.growth.GrowingParameter`).
     """
 
     kernels: tuple[KernelCoverage, ...]
     direct: tuple[RuntimeMiss, ...] = ()
     mode: str = "warn"
     benchmarks: tuple[AutotuneBenchmark, ...] = ()  #: autotune benchmarks after warm-up
+    growing: tuple[GrowingParameter, ...] = ()
 
     @property
     def runtime_compiles(self) -> int:
@@ -191,17 +198,27 @@ class CoverageAudit:
     def dead_warmups(self) -> int:
         return sum(len(k.dead) for k in self.kernels)
 
+    @property
+    def dead_seconds(self) -> float:
+        """What warming the dead keys cost, in seconds."""
+        return sum(w.seconds for k in self.kernels for w in k.dead)
+
     def dead_notes(self) -> list[str]:
         """Footnotes that say what the dead keys mean (none when there are none).
 
-        A kernel with dead keys and no miss: warm-up covered everything this run launched and
-        more; the dead keys are the part of its declared key space that this traffic did not
-        reach (a longer or different trace may). With misses too, warm-up and dispatch may
-        disagree: compare each miss with its nearest warmed key.
+        A dead key that no miss is nearest to: the part of the declared key space this traffic
+        did not reach (a longer or different trace may), also beside misses near other keys. A
+        miss whose nearest warmed key is dead: warm-up and dispatch may disagree (the runtime
+        launch differs from that key in the arguments its differences name).
         """
+        def near_dead(k: KernelCoverage) -> bool:
+            dead = {w.key for w in k.dead}
+            return any(m.nearest_key in dead for m in k.misses)
+
         untuned = [k.kernel for k in self.kernels if k.dead and all(w.key.startswith("TunedKey(") for w in k.dead)]
         unreached = [k.kernel for k in self.kernels if k.dead and not k.misses and k.kernel not in untuned]
-        suspect = [k.kernel for k in self.kernels if k.dead and k.misses]
+        beside = [k.kernel for k in self.kernels if k.dead and k.misses and not near_dead(k)]
+        suspect = [k.kernel for k in self.kernels if k.dead and near_dead(k)]
         notes = []
         if untuned:
             notes.append(f"dead keys that are autotune configs ({', '.join(untuned)}): compiled at warm-up, not chosen "
@@ -209,9 +226,12 @@ class CoverageAudit:
         if unreached:
             notes.append(f"dead = warmed, never hit by this run ({', '.join(unreached)}): keys of the declared key "
                          "space that this traffic did not reach; no miss, so not a bug")
+        if beside:
+            notes.append(f"dead keys beside misses nearest to other keys ({', '.join(beside)}): keys of the declared "
+                         "key space that this traffic did not reach; each MISS is explained by its own nearest key")
         if suspect:
-            notes.append(f"dead keys of a kernel that also missed ({', '.join(suspect)}): warm-up and dispatch may "
-                         "disagree; compare each MISS with its nearest warmed key")
+            notes.append(f"a miss nearest to a dead key ({', '.join(suspect)}): warm-up and dispatch may "
+                         "disagree; compare that MISS with its nearest warmed key")
         return notes
 
     def kernel(self, name: str) -> KernelCoverage:
@@ -232,17 +252,20 @@ class CoverageAudit:
         def miss(m: RuntimeMiss) -> dict:
             d = dataclasses.asdict(m)
             d["differences"] = list(m.differences)
+            d["hints"] = list(m.hints)
             return d
 
         return {
             "mode": self.mode,
             "runtime_compiles": self.runtime_compiles,
             "dead_warmups": self.dead_warmups,
+            "dead_warmup_seconds": round(self.dead_seconds, 4),
             "kernels": [
                 {
                     "kernel": k.kernel,
                     "hits": k.hits,
-                    "warmed": [{"key": w.key, "hits": w.hits, "fields": w.fields} for w in k.warmed],
+                    "warmed": [{"key": w.key, "hits": w.hits, "fields": w.fields, "seconds": w.seconds}
+                               for w in k.warmed],
                     "misses": [miss(m) for m in k.misses],
                     "unwarmed_hits": [dataclasses.asdict(u) for u in k.unwarmed_hits],
                 }
@@ -250,18 +273,20 @@ class CoverageAudit:
             ],
             "direct": [miss(d) for d in self.direct],
             "benchmarks": [dataclasses.asdict(b) for b in self.benchmarks],
+            "growing": [dataclasses.asdict(g) for g in self.growing],
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "CoverageAudit":
         def miss(d: dict) -> RuntimeMiss:
-            return RuntimeMiss(**{**d, "differences": tuple(d.get("differences", ()))})
+            return RuntimeMiss(**{**d, "differences": tuple(d.get("differences", ())), "hints": tuple(d.get("hints", ()))})
 
         return cls(
             kernels=tuple(
                 KernelCoverage(
                     kernel=k["kernel"],
-                    warmed=tuple(WarmedKey(w["key"], w["hits"], w.get("fields")) for w in k["warmed"]),
+                    warmed=tuple(WarmedKey(w["key"], w["hits"], w.get("fields"), w.get("seconds", 0.0))
+                                 for w in k["warmed"]),
                     misses=tuple(miss(m) for m in k["misses"]),
                     unwarmed_hits=tuple(UnwarmedHit(**u) for u in k.get("unwarmed_hits", ())),
                     hits=k.get("hits", 0),
@@ -271,6 +296,7 @@ class CoverageAudit:
             direct=tuple(miss(d) for d in data.get("direct", ())),
             mode=data.get("mode", "warn"),
             benchmarks=tuple(AutotuneBenchmark(**b) for b in data.get("benchmarks", ())),
+            growing=tuple(GrowingParameter(**g) for g in data.get("growing", ())),
         )
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -293,13 +319,17 @@ class CoverageAudit:
         for k in self.kernels:
             lines.append(f"{k.kernel}:")
             for w in k.warmed:
-                lines.append(f"  {'dead' if w.dead else 'hit ':<4}  {w.key}  ({count(w.hits, 'launch', 'launches')})")
+                cost = f"; {w.seconds:.2f} s of warm-up" if w.dead and w.seconds else ""
+                lines.append(f"  {'dead' if w.dead else 'hit ':<4}  {w.key}  ({count(w.hits, 'launch', 'launches')}{cost})")
             for m in k.misses:
                 how = f"{m.compiled} compiled, {m.disk_loads} from disk cache, {m.blocked} blocked"
                 lines.append(f"  MISS  {m.arguments}  ({count(m.misses, 'miss', 'misses')}: {how}; {count(m.hits, 'launch', 'launches')})")
                 lines.append(f"        {m.nearest}")
                 if m.nearest_key is not None:
-                    lines += [f"        {d}" for d in m.differences]
+                    for i, d in enumerate(m.differences):
+                        lines.append(f"        {d}")
+                        if i < len(m.hints):
+                            lines.append(f"          -> {m.hints[i]}")
             for u in k.unwarmed_hits:
                 lines.append(f"  other {u.triton_key}  ({count(u.hits, 'launch', 'launches')} of a variant neither warmed nor monitored)")
         for d in self.direct:
@@ -308,6 +338,9 @@ class CoverageAudit:
         for b in self.benchmarks:
             lines.append(f"autotune benchmark after warm-up: {b.kernel} at tuning key {b.tuning_key} "
                          f"({b.configs} configs, {count(b.runs, 'run', 'runs')})")
+        for g in self.growing:
+            lines.append(f"growing: kernel {g.kernel!r} parameter {g.parameter!r} took {g.count} distinct values after "
+                         f"warm-up: {g.fix}")
         lines += [f"note: {n}" for n in self.dead_notes()]
         if self.ok:
             lines.append(f"zero runtime compiles; {count(self.dead_warmups, 'dead warm-up key')}")
@@ -337,6 +370,7 @@ def _miss_from(count: Any, hits: int = 0, prefix: str = "") -> RuntimeMiss:
         options=rec.options,
         no_warmup=rec.no_warmup,
         **({"unwarmed": rec.unwarmed_reason} if rec.unmigrated else {}),
+        hints=tuple(d.hint for d in rec.differences),
     )
 
 
@@ -357,6 +391,12 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
             if v.compiled is not None and id(v.compiled) not in seen:
                 seen.add(id(v.compiled))
                 variants.append(v)
+
+    key_seconds: dict[int, float] = {}  # id(CompiledKernel) -> seconds its key's warm-up took
+    for r in [*monitor.reports, *reports]:
+        for k in getattr(r, "kernels", ()):
+            for v, sec in zip(k.variants, k.key_seconds):
+                key_seconds.setdefault(id(v.compiled), sec)
 
     variant_hits: dict[int, int] = {}
     miss_hits: dict[tuple[int, str], int] = {}
@@ -382,7 +422,8 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
 
     for v in variants:
         parts = entry(v.kernel)
-        parts["warmed"].append(WarmedKey(repr(v.key), variant_hits.get(id(v.compiled), 0), _key_fields(v.key)))
+        parts["warmed"].append(WarmedKey(repr(v.key), variant_hits.get(id(v.compiled), 0), _key_fields(v.key),
+                                         key_seconds.get(id(v.compiled), 0.0)))
         parts["variants"].add(id(v.compiled))
     for fn, m in zip(snap.miss_fns, snap.misses):
         hits = miss_hits.get((id(fn), m.compile.triton_key), 0)
@@ -401,7 +442,7 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
     )
     direct = tuple(_miss_from(d, prefix=f"{d.compile.kernel}: ") for d in snap.direct)
     benchmarks = tuple(AutotuneBenchmark(r.kernel, repr(r.tuning_key), r.configs, n) for r, n in snap.benchmarks)
-    return CoverageAudit(kernels=kernels, direct=direct, mode=snap.mode, benchmarks=benchmarks)
+    return CoverageAudit(kernels=kernels, direct=direct, mode=snap.mode, benchmarks=benchmarks, growing=snap.growing)
 
 
 _EXIT_LOCK = threading.Lock()

@@ -476,6 +476,11 @@ class CheckedKernel(TritonJitKernel[KeyT]):
         """
         return type(self).__call__._zerojit_key_for(self, **inputs)
 
+    def _dispatched_key(self, check: Any) -> KeyT:
+        """The key the checked warm-up launch dispatched: :meth:`key_for` of its inputs (the
+        launcher's dispatch is memoized per set of facts, so it may not run in the launch)."""
+        return self.key_for(**check.inputs)
+
     def fact_inputs(self, key: KeyT) -> dict[str, Any]:
         """The launch inputs that are ``dispatch`` facts named like fields of ``key``, with the
         key's values: the part of ``warmup_inputs(key)`` that only hands the key back

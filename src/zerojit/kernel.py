@@ -45,6 +45,7 @@ from typing import Any, Callable, ClassVar, Generic, Hashable, Mapping, TypeVar
 
 from . import autotune as _at
 from . import context
+from . import lint
 from . import triton_compat as _tc
 from ._launch import FastVariant, LaunchState, Plan
 from .compile_only import CompileOnlyDriver
@@ -183,10 +184,9 @@ class JitKernel(Generic[KeyT]):
         if "name" not in cls.__dict__:
             cls.name = cls.__name__
         key_cls = getattr(cls, "CompileKey", None)
-        if key_cls is not None and not (
-            dataclasses.is_dataclass(key_cls) and key_cls.__dataclass_params__.frozen
-        ):
-            raise KernelDefinitionError(f"{cls.__name__}.CompileKey must be a frozen dataclass")
+        problem = None if key_cls is None else lint.check_compile_key(cls.__name__, key_cls)
+        if problem:
+            raise KernelDefinitionError(problem)
 
     def dispatch(self, **inputs: Any) -> KeyT:
         """The compile key for these inputs."""
@@ -234,9 +234,9 @@ def kernel_launcher(fn: Callable | None = None, *, host_only: tuple[str, ...] = 
                     f"{method.__qualname__}: input {p.name!r} must be keyword-only (put '*' before the inputs)"
                 )
         inputs = tuple((p.name, p.default if p.default is not inspect.Parameter.empty else _MISSING) for p in params)
-        unknown_host = set(host_only) - {n for n, _ in inputs}
-        if unknown_host:
-            raise KernelDefinitionError(f"{method.__qualname__}: host_only names unknown inputs {sorted(unknown_host)}")
+        problem = lint.check_host_only(method.__qualname__, host_only, (n for n, _ in inputs))
+        if problem:
+            raise KernelDefinitionError(problem)
         reserved = [n for n, _ in inputs if n == "self" or n.startswith("_zj_")]
         if reserved:
             raise KernelDefinitionError(f"{method.__qualname__}: input names {reserved} are reserved")
@@ -385,6 +385,9 @@ class TritonJitKernel(JitKernel[KeyT]):
             raise KernelDefinitionError(
                 f"{cls.__name__}: kernel {cls.kernel.fn.__name__} has keyword-only parameters {keyword_only}, which "
                 f"Triton {_tc.TRITON_VERSION} cannot compile (Triton 3.9 can): make them positional")
+        problem = lint.check_specialization_hints(cls.__name__, cls.kernel)
+        if problem:
+            raise KernelDefinitionError(problem)
         kparams = tuple(signature)
         cls._kernel_params = frozenset(kparams)
         table = []
@@ -403,6 +406,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         if cls._wrapping is not None:
             cls._check_wrapping()
         cls._launch_state = LaunchState(cls, launch._zerojit_inputs, cls._arg_table)
+        lint.record_dispatch(cls)
         if not named:  # "_foo_kernel" -> "foo": the name users know the kernel by
             cls.name = cls.kernel.fn.__name__.strip("_").removesuffix("_kernel")
 
@@ -684,6 +688,11 @@ class TritonJitKernel(JitKernel[KeyT]):
 
     def _warmup_launch(self, spec: LaunchSpec, planned: tuple) -> Any:
         """A launch inside ``compile(key)``: compile (never execute), hand the result to the sink."""
+        check = lint.WARMUP_CHECK.get()
+        if check is not None:  # before Triton compiles: a key warmed by the wrong inputs costs no compile
+            problem = lint.check_warmup_key(self.name, check.key, self._dispatched_key(check))
+            if problem:
+                raise KernelDefinitionError(problem)
         args, options, otoken = planned
         if args is None:  # a kernel parameter has no value: the keyword call lets Triton name it
             _WARMUP_SINK.get().append((self.kernel.run(grid=spec.grid, warmup=True, **options), options))
@@ -698,6 +707,11 @@ class TritonJitKernel(JitKernel[KeyT]):
         if self.fast_path:
             state.record(self, _tc.current_device(), compiled, args, options, otoken)
         return spec.returns
+
+    def _dispatched_key(self, check: lint.WarmupKeyCheck) -> Any:
+        """The key the warm-up launch being checked dispatched: the last key ``dispatch`` returned
+        during it, or None when the launcher called no ``dispatch``."""
+        return check.dispatched[-1] if check.dispatched else None
 
     def select_variant(self, **inputs: Any) -> FastVariant | None:
         """The warmed variant the fast path would launch for these inputs, or None (normal path).
@@ -732,7 +746,7 @@ class TritonJitKernel(JitKernel[KeyT]):
 
         Raises:
             KernelDefinitionError: ``warmup_inputs(key)`` made ``__call__`` launch nothing, or more
-                than once.
+                than once, or dispatch another key than ``key`` (naming the fields that differ).
             Exception: whatever Triton's compiler raised for this key.
         """
         if _tc.interpreting():
@@ -741,13 +755,17 @@ class TritonJitKernel(JitKernel[KeyT]):
         with _DEVICE_CACHE_LOCK:
             _tc.device_cache(self.kernel, device)
         sink: list = []
+        base = key.key if isinstance(key, _at.TunedKey) else key  # an autotune config's key: its compile key
+        inputs = self.warmup_inputs(base)
+        check = lint.WARMUP_CHECK.set(lint.WarmupKeyCheck(base, inputs))
         token = _WARMUP_SINK.set(sink)
         forced = _FORCED_CONFIG.set(key.config if isinstance(key, _at.TunedKey) else None)
         try:
-            self(**self.warmup_inputs(key.key if isinstance(key, _at.TunedKey) else key))
+            self(**inputs)
         finally:
             _FORCED_CONFIG.reset(forced)
             _WARMUP_SINK.reset(token)
+            lint.WARMUP_CHECK.reset(check)
         if len(sink) != 1:
             raise KernelDefinitionError(
                 f"{self.name}: warmup_inputs({key}) made __call__ launch {len(sink)} times; it must launch once "

@@ -19,14 +19,21 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-__all__ = ["KeySpaceError", "Choices", "choices", "int_range", "ZipGroup", "zip_inputs", "trace_dispatch"]
+__all__ = ["KeySpaceError", "DEFAULT_KEY_BUDGET", "Choices", "choices", "int_range", "ZipGroup", "zip_inputs", "trace_dispatch"]
 
 
 class KeySpaceError(ValueError):
     """A key-space declaration is malformed, or its dispatch failed at one point of the space."""
+
+
+#: The most distinct keys one listing may give (issue 20): a space larger than this is almost
+#: always a per-request value left in the key (a token count), not variants anyone means to warm.
+#: Raise it per kernel with a ``key_budget`` class attribute, or per call with ``budget=``.
+DEFAULT_KEY_BUDGET = 4096
 
 
 @dataclass(frozen=True)
@@ -93,18 +100,26 @@ def _owner_name(dispatch: Callable) -> str:
     return getattr(dispatch, "__qualname__", repr(dispatch))
 
 
-def trace_dispatch(dispatch: Callable[..., Any]) -> Callable[..., list[Any]]:
+def trace_dispatch(dispatch: Callable[..., Any], *, budget: int | None = None) -> Callable[..., list[Any]]:
     """Evaluate ``dispatch`` over a declared space; returns ``space(*groups, when=None, **axes)``.
 
     Each axis value is a scalar (fixed), a :class:`Choices` (``choices``/``int_range``), and each
     positional group a :class:`ZipGroup`. The returned function gives the keys in first-seen
     order, duplicates dropped (keys must be hashable: frozen dataclasses).
 
+    Args:
+        dispatch: the kernel's ``dispatch`` (a bound method names the kernel in messages).
+        budget: the most distinct keys the space may give; default: the kernel's ``key_budget``
+            attribute, else :data:`DEFAULT_KEY_BUDGET`.
+
     Raises:
         KeySpaceError: an input named twice, an input ``dispatch`` does not take, a ``when`` or
-            ``dispatch`` that raises (the message names the kernel and the failing point).
+            ``dispatch`` that raises (the message names the kernel and the failing point), more
+            distinct keys than the budget (the message gives each axis's size).
     """
     owner = _owner_name(dispatch)
+    if budget is None:
+        budget = getattr(getattr(dispatch, "__self__", None), "key_budget", DEFAULT_KEY_BUDGET)
     params = inspect.signature(dispatch).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
@@ -147,6 +162,14 @@ def trace_dispatch(dispatch: Callable[..., Any]) -> Callable[..., list[Any]]:
             except Exception as e:
                 raise KeySpaceError(f"{owner}: dispatch raised at {point}: {e!r}") from e
             keys.setdefault(key, None)
+            if len(keys) > budget:
+                sizes = " x ".join(f"{name} {len(rows)}" for name, rows in sources)
+                sizes += f" = {math.prod(len(rows) for _, rows in sources)} points"
+                raise KeySpaceError(
+                    f"{owner}: the declared key space gives more than {budget} keys (axes: {sizes}); an axis that "
+                    "large is usually a per-request value in the key: pass it to a do_not_specialize parameter or "
+                    "bucket it in dispatch; if every key is meant, set key_budget on the kernel class or pass "
+                    "trace_dispatch(..., budget=N)")
         return list(keys)
 
     return space

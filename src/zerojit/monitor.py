@@ -36,11 +36,22 @@ How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
   (:func:`zerojit.recording.count_raw_launches`); a raw launch no manifest warmed is explained as
   such (record the program), not as a dropped registration.
 
+Error mode never degrades silently: another party that assigns Triton's ``jit_cache_hook`` or
+compile listener after install (a profiler, a tracer) does not take the monitor out; the
+assignment goes through a guard (:func:`zerojit.triton_compat.guard_hook_assignments`) that keeps
+the monitor on top, calling the new hook first, and warn/error mode log once that it happened. A
+write past the guard (into ``knobs.runtime.__dict__``) is found at the next launch or compile,
+which puts the monitor back on top; :attr:`JitMonitor.installed` says False until then.
+
 Each of the three is *chained*: the monitor keeps the hook, listener or observer that was set before
 it and calls it first (a user ``jit_cache_hook`` that returns True makes Triton skip the compile;
 the monitor then neither counts nor blocks anything). :meth:`JitMonitor.uninstall` restores the
 previous one when the monitor is still on top; when something else was chained on top since, the
 monitor unlinks itself from a chain of monitors, or else stays in place as a pass-through.
+
+Growth: when one parameter of one kernel has taken more than ``growth_limit`` (8) distinct values
+after warm-up, warn and error mode log one line naming it, the count and the change that bounds
+it, and no longer one line per new value (:mod:`zerojit.growth`; :meth:`JitMonitor.growing`).
 
 Warm-up awareness: hook calls made inside a zerojit warm-up launch (``kernel.compile(key)``, in
 whatever thread the registry runs it) or inside :func:`allow_compiles` are ignored, so a second
@@ -72,9 +83,11 @@ from . import triton_compat as _tc
 from . import kernel as _kernel
 from . import registry as _registry
 from .context import allow_compiles, in_warmup
+from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
 from .kernel import TritonJitKernel
 from .manifest import RecordedKey
 from .specialization import SpecClass
+from .triton_compat import alignment_unspecialized_parameters, constexpr_parameters, guard_hook_assignments
 from .triton_compat import (RUN_OPTIONS, find_in_process_key, hook_compile_request, hook_jit_function, source_fields,
                             source_of)
 from .triton_compat import get_cache_hook as _get_cache_hook, get_compile_listener as _get_listener
@@ -130,17 +143,24 @@ _INT_WORDS = {"D": "divisible-by-16", "": "not-divisible-by-16", None: "unspecia
 _PTR_WORDS = {"D": "16-byte-aligned", "": "unaligned", None: "alignment-unspecialized"}
 
 
-def class_words(spec: SpecClass, *, width: bool = True) -> str:
+def class_words(spec: SpecClass, *, width: bool = True, constexpr: bool = False,
+                alignment_specialized: bool = True) -> str:
     """One argument's class in the specialization model's words.
 
     ``"equal-to-one"``, ``"i32 divisible-by-16"`` (``"divisible-by-16"`` with ``width=False``),
     ``"i64 not-divisible-by-16"``, ``"i32 unspecialized"`` (``do_not_specialize``),
     ``"*fp32 16-byte-aligned"``, ``"*fp16 unaligned"``, ``"constexpr 24"``, ``"None"``,
     ``"u1"`` / ``"fp32"`` (never specialized).
+
+    Args:
+        constexpr: the parameter is declared ``tl.constexpr``: a value 1 is ``"constexpr 1"``
+            (Triton gives an int equal to one and a constexpr 1 the same class).
+        alignment_specialized: False for a pointer in ``do_not_specialize_on_alignment``: Triton
+            passes it like an unaligned one; it is ``"*fp32 alignment not specialized"``.
     """
     kind = spec.kind
     if kind == "constexpr":
-        if type(spec.attr) is int and spec.attr == 1:
+        if type(spec.attr) is int and spec.attr == 1 and not constexpr:
             return "equal-to-one"
         return f"constexpr {spec.attr!r}"
     if kind == "none":
@@ -151,6 +171,8 @@ def class_words(spec: SpecClass, *, width: bool = True) -> str:
             return prefix + "equal-to-one"
         return prefix + _INT_WORDS.get(spec.attr, repr(spec.attr))
     if kind == "pointer":
+        if not alignment_specialized:
+            return f"{spec.type} alignment not specialized"
         return f"{spec.type} " + _PTR_WORDS.get(spec.attr, repr(spec.attr))
     return spec.type
 
@@ -224,6 +246,7 @@ class ArgDifference:
     name: str
     warmed: SpecClass
     called: SpecClass
+    constexpr: bool = False  #: the parameter is declared tl.constexpr
 
     def __str__(self) -> str:
         # an int's width is named when the widths differ or it is not the usual i32
@@ -231,17 +254,23 @@ class ArgDifference:
         widths_differ = w.kind == c.kind == "int" and w.type != c.type
         w_width = w.kind == "int" and (widths_differ or w.type != "i32")
         c_width = c.kind == "int" and (widths_differ or c.type != "i32")
-        return (f"{self.name}: warmed as {class_words(w, width=w_width)}, "
-                f"called as {class_words(c, width=c_width)}")
+        return (f"{self.name}: warmed as {class_words(w, width=w_width, constexpr=self.constexpr)}, "
+                f"called as {class_words(c, width=c_width, constexpr=self.constexpr)}")
 
     @property
     def hint(self) -> str:
-        """What to change, for the usual causes of this difference."""
+        """What to change, for the usual causes of this difference (Triton's specialization of
+        ints on 1 and on divisibility by 16, of pointers on 16-byte alignment)."""
         w, c = self.warmed, self.called
-        w_one = w.kind == "constexpr" and type(w.attr) is int and w.attr == 1
+        w_one = not self.constexpr and w.kind == "constexpr" and type(w.attr) is int and w.attr == 1
+        c_one = not self.constexpr and c.kind == "constexpr" and type(c.attr) is int and c.attr == 1
         if w_one and c.kind == "int":
             return ("warm-up passed the literal 1, which compiles the equal-to-one variant that no other "
                     "value hits; warm with a value of the runtime class (scalar_rep(64) == 16)")
+        if c_one and w.kind == "int":
+            return (f"the run passed 1, which Triton compiles as its own equal-to-one variant; if {self.name!r} "
+                    f"varies per request (a token count), list it in triton.jit's do_not_specialize (one variant "
+                    "for every value); otherwise warm a key with it equal to 1 too (scalar_rep(1) == 1)")
         if w.kind == "constexpr" and c.kind == "constexpr":
             return ("a constexpr that varies with the request recompiles for every value: make a "
                     "request-dependent bound a do_not_specialize int, or put every value in the key space")
@@ -284,6 +313,12 @@ class RuntimeCompile:
         unmigrated: the Triton function is launched raw (no zerojit kernel class wraps it) and
             no manifest warmed it: the fix is to record the program, not a registration.
         recorded: the nearest warmed key came from a manifest (``zerojit record``).
+        constexprs / alignment_unspecialized: the kernel's ``tl.constexpr`` parameters and those in
+            ``do_not_specialize_on_alignment`` (for the words: "constexpr 1", "alignment not
+            specialized").
+        unguarded: a ``triton.jit`` compile Triton's listener reported while the monitor's
+            ``jit_cache_hook`` had been replaced past its guard, so nothing could block it
+            (``direct`` is True: it was seen only after it ran); the chain is repaired since.
     """
 
     kernel: str
@@ -326,11 +361,18 @@ class RuntimeCompile:
         text = "this kernel was warmed from a manifest: record the program again with this workload (zerojit record)"
         return text + (f", or bound the argument{'s' if len(ints) + len(aligned) > 1 else ''} in its triton.jit "
                        f"decorator ({', '.join(bounds)}) so one variant serves every value" if bounds else "")
+    unguarded: bool = False
+    constexprs: frozenset[str] = frozenset()
+    alignment_unspecialized: frozenset[str] = frozenset()
+
+    def _words(self, name: str, spec: SpecClass) -> str:
+        return class_words(spec, constexpr=name in self.constexprs,
+                           alignment_specialized=name not in self.alignment_unspecialized)
 
     @property
     def arguments(self) -> str:
         """Every argument's runtime class: ``"x_ptr: *fp32 16-byte-aligned, n: i32 unspecialized"``."""
-        return ", ".join(f"{n}: {class_words(s)}" for n, s in zip(self.param_names, self.specialization))
+        return ", ".join(f"{n}: {self._words(n, s)}" for n, s in zip(self.param_names, self.specialization))
 
     @property
     def difference_lines(self) -> list[str]:
@@ -342,6 +384,8 @@ class RuntimeCompile:
     def summary(self) -> str:
         """One line: what compiled and why (the warn-mode log line)."""
         what = "direct triton.compile" if self.direct else "runtime JIT compile"
+        if self.unguarded:
+            what = "runtime JIT compile (seen only after it ran: Triton's jit_cache_hook had been replaced; repaired)"
         when = "" if self.no_warmup else " after warm-up"
         text = f"{what} of kernel {self.kernel!r}{when} ({self.arguments})"
         if self.options:
@@ -358,6 +402,10 @@ class RuntimeCompile:
         if self.no_warmup:
             head = (f"zerojit: kernel {self.kernel!r} {'would compile' if blocked else 'compiled'} at run time; "
                     f"{self.no_warmup}")
+        elif self.unguarded:
+            head = (f"zerojit: kernel {self.kernel!r} compiled at run time, after warm-up, while another party had "
+                    "replaced Triton's jit_cache_hook past the monitor, which could not block it; the monitor has put "
+                    "itself back on top, so the next one is blocked before it compiles")
         elif self.direct:
             head = (f"zerojit: direct triton.compile of {self.kernel!r} after warm-up (Triton reports a direct "
                     "compile only after it ran)")
@@ -368,7 +416,7 @@ class RuntimeCompile:
             head = f"zerojit: kernel {self.kernel!r} compiled at run time, after warm-up"
         lines = [head, f"  Triton function: {self.function}"]
         lines.append("  runtime specialization:")
-        lines += [f"    {n}: {class_words(s)}" for n, s in zip(self.param_names, self.specialization)]
+        lines += [f"    {n}: {self._words(n, s)}" for n, s in zip(self.param_names, self.specialization)]
         if self.options:
             lines.append(f"    launch options: {self.options}")
         if self.no_warmup:
@@ -448,6 +496,8 @@ class MissCount:
     compiled: int
     disk_loads: int
     blocked: int
+    thread: str = ""  #: the name of the thread of the latest miss
+    thread_id: int = 0  #: its ``threading.get_ident()``
 
 
 @dataclass(frozen=True)
@@ -477,9 +527,10 @@ class _Stats:  # mutable, only touched under the monitor's lock
     compiled: int = 0
     disk_loads: int = 0
     blocked: int = 0
+    thread: tuple[str, int] = ("", 0)
 
     def frozen(self) -> MissCount:
-        return MissCount(self.record, self.misses, self.compiled, self.disk_loads, self.blocked)
+        return MissCount(self.record, self.misses, self.compiled, self.disk_loads, self.blocked, *self.thread)
 
 
 @dataclass
@@ -501,6 +552,7 @@ class MonitorSnapshot:
     direct: tuple[MissCount, ...]
     launches: tuple[_Launches, ...] = ()
     benchmarks: tuple[tuple[RuntimeBenchmark, int], ...] = ()  #: each distinct one and how often
+    growing: tuple[GrowingParameter, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -509,20 +561,43 @@ class MonitorSnapshot:
 
 
 class _Link:
-    """One monitor's place in a hook chain: the hook set before it runs first, then the monitor."""
+    """One monitor's place in a hook chain: the hook set before it runs first, then the monitor.
 
-    __slots__ = ("handler", "previous", "enabled", "owner")
+    ``replaced``: hooks another party assigned over this link after it was installed, newest
+    first (:func:`_guard`, :meth:`JitMonitor._repair`). The link stays on top and calls the newest
+    one; a replacement that calls the hook it read (this link) reaches the next older one, and
+    the oldest reaches ``previous``; the monitor's handler runs once, after the outermost call.
+    """
+
+    __slots__ = ("handler", "previous", "enabled", "owner", "replaced", "depth")
 
     def __init__(self, handler: Callable[..., Any], previous: Callable[..., Any] | None, owner: "JitMonitor") -> None:
         self.handler = handler
         self.previous = previous
         self.enabled = True
         self.owner = owner
+        self.replaced: list[Any] = []
+        self.depth = threading.local()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.replaced:
+            return self._call_replaced(args, kwargs)
         previous = self.previous
         result = previous(*args, **kwargs) if previous is not None else None
         if self.enabled:
+            self.handler(result, *args, **kwargs)
+        return result
+
+    def _call_replaced(self, args: tuple, kwargs: dict) -> Any:
+        depth = getattr(self.depth, "n", 0)
+        chain = [*self.replaced, self.previous]
+        target = chain[depth] if depth < len(chain) else None
+        self.depth.n = depth + 1
+        try:
+            result = target(*args, **kwargs) if target is not None else None
+        finally:
+            self.depth.n = depth
+        if depth == 0 and self.enabled:
             self.handler(result, *args, **kwargs)
         return result
 
@@ -545,6 +620,12 @@ class _ObserverLink(_Link):
 
 def _unlink(link: _Link, get: Callable[[], Any], set_: Callable[[Any], Any]) -> None:
     top = get()
+    if top is link and link.replaced:  # the newest replacement goes back on top; it may call this link
+        newest = link.replaced[0]
+        link.replaced = []
+        link.enabled = False  # a pass-through to what was below it at install
+        set_(newest)
+        return
     if top is link:
         set_(link.previous)
         return
@@ -563,6 +644,37 @@ def _get_observer():
 
 def _set_observer(observer):
     _kernel.set_launch_observer(observer)
+
+
+def _reaches(top: Any, link: _Link) -> bool:
+    """``link`` is ``top`` or below it through zerojit links (a foreign hook hides what it calls)."""
+    node = top
+    while isinstance(node, _Link):
+        if node is link:
+            return True
+        node = node.previous
+    return False
+
+
+def _guard(slot: str) -> Callable[[Any, Any], Any]:
+    """The guard of one Triton hook slot (:func:`zerojit.triton_compat.guard_hook_assignments`):
+    another party's assignment over an installed monitor's link keeps the link on top, calling the
+    new hook first (error mode still blocks before Triton compiles); assigning the link back (the
+    hook that party read) ends its replacement."""
+
+    def guard(current: Any, new: Any) -> Any:
+        with _CHAIN_LOCK:
+            if not (isinstance(current, _Link) and current.enabled and current.owner._links is not None):
+                return new
+            if new is current:
+                if current.replaced:
+                    current.replaced.pop(0)
+                return current
+            current.replaced.insert(0, new)
+        current.owner._note_replaced(slot, new)
+        return current
+
+    return guard
 
 
 _CHAIN_LOCK = threading.RLock()
@@ -601,13 +713,18 @@ class JitMonitor:
         no_warmup_note: why nothing was warmed, when that is deliberate (``"--warmup none"``):
             while the monitor holds no warmed key at all, a runtime compile is explained as
             "no zerojit warm-up ran (<note>)" instead of as a dropped registration.
+        growth_limit: distinct runtime values of one parameter of one kernel after which the
+            monitor logs one line naming it and the fix, and no longer one line per new value
+            (:mod:`zerojit.growth`; default :data:`~zerojit.growth.DEFAULT_GROWTH_LIMIT`).
 
     Usable as a context manager (install on enter, uninstall on exit). Thread-safe: counters and
     records are updated under one lock; warn mode logs once per distinct (kernel, Triton key).
     """
 
-    def __init__(self, mode: str = "warn", *, report: Any = _PROCESS_WARMUPS, no_warmup_note: str | None = None) -> None:
+    def __init__(self, mode: str = "warn", *, report: Any = _PROCESS_WARMUPS, no_warmup_note: str | None = None,
+                 growth_limit: int = DEFAULT_GROWTH_LIMIT) -> None:
         self._mode = _check_mode(mode)
+        self._growth = GrowthTracker(growth_limit)
         self._no_warmup_note = no_warmup_note
         self._lock = threading.RLock()
         self._links: tuple[_Link, _Link, _Link] | None = None
@@ -623,6 +740,7 @@ class JitMonitor:
         self._launch_total = 0
         self._benchmarks: dict[tuple[int, tuple], list] = {}  # (id(autotuner), tuning key) -> [record, count]
         self._bench_runs: dict[int, int] = {}  # id(autotuner) -> the run last counted
+        self._replaced_slots: set[str] = set()
         if report is _PROCESS_WARMUPS:
             report = _registry.warmup_reports()
         if report is None or isinstance(report, (list, tuple)):
@@ -643,7 +761,11 @@ class JitMonitor:
 
     @property
     def installed(self) -> bool:
-        return self._links is not None
+        """The monitor is in Triton's hook chains now: its cache hook and listener are reachable
+        from Triton's slots (a hook written past the guard, e.g. into ``knobs.runtime.__dict__``,
+        takes it out until the next launch or compile repairs the chain)."""
+        links = self._links
+        return links is not None and _reaches(_get_cache_hook(), links[0]) and _reaches(_get_listener(), links[1])
 
     def add_report(self, report: Any) -> None:
         """Add a warm-up report's variants (or any iterable of CompiledVariants) to the warmed set
@@ -697,7 +819,37 @@ class JitMonitor:
             self._links = (cache, listen, observe)
             _tc.add_bench_listener(self._on_bench)
             _INSTALLED.append(self)
+            guard_hook_assignments(_guard("jit_cache_hook"), _guard("compile listener"))
         return self
+
+    def _note_replaced(self, slot: str, new: Any) -> None:
+        """Log, once per slot, that another party replaced Triton's ``slot`` after install."""
+        with self._lock:
+            if slot in self._replaced_slots:
+                return
+            self._replaced_slots.add(slot)
+        who = getattr(new, "__qualname__", None) or repr(new)
+        logger.warning("zerojit: Triton's %s was replaced after the JIT monitor was installed (by %s); the monitor "
+                       "keeps its place on top and calls the new one first, so %s mode still sees every compile",
+                       slot, who, self._mode)
+
+    def _repair(self) -> set[str]:
+        """Put the monitor's links back on top of Triton's slots where a write past the guard took
+        them out, wrapping what is there now; returns the slots repaired."""
+        links = self._links
+        repaired: set[str] = set()
+        if links is None:
+            return repaired
+        with _CHAIN_LOCK:
+            for link, get, set_, slot in ((links[0], _get_cache_hook, _set_cache_hook, "jit_cache_hook"),
+                                          (links[1], _get_listener, _set_listener, "compile listener")):
+                top = get()
+                if not _reaches(top, link):
+                    link.replaced.insert(0, top)
+                    set_(link)
+                    repaired.add(slot)
+                    self._note_replaced(slot, top)
+        return repaired
 
     def uninstall(self) -> None:
         """Take the monitor out of the chains (restoring what was there before when on top)."""
@@ -771,7 +923,13 @@ class JitMonitor:
                 direct=tuple(s.frozen() for s in self._direct.values()),
                 launches=tuple(_Launches(e.kernel, e.compiled, e.count, e.triton_key) for e in self._launches.values()),
                 benchmarks=tuple((r, c) for r, c in self._benchmarks.values()),
+                growing=self._growth.growing(),
             )
+
+    def growing(self) -> tuple[GrowingParameter, ...]:
+        """Every parameter whose runtime values keep growing the key space (:mod:`zerojit.growth`)."""
+        with self._lock:
+            return self._growth.growing()
 
     def reset(self) -> None:
         """Forget counts and records (warmed variants are kept)."""
@@ -783,6 +941,7 @@ class JitMonitor:
             self._launch_total = 0
             self._benchmarks.clear()
             self._bench_runs.clear()
+            self._growth.reset()
 
     # -- naming and explaining -------------------------------------------------------------------
 
@@ -811,9 +970,12 @@ class JitMonitor:
         function = f"{fn.__module__}.{fn.__qualname__}" if fn is not None else name
         options = _parse_options(_options_part(triton_key)) if triton_key else None
         candidates = self._candidates(jit_fn, name)
+        constexprs = constexpr_parameters(jit_fn) if jit_fn is not None else frozenset()
+        unaligned_ok = alignment_unspecialized_parameters(jit_fn) if jit_fn is not None else frozenset()
         best = None
         for order, v in enumerate(candidates, start=1):
-            diffs = tuple(ArgDifference(n, w, c) for n, w, c in zip(params or v.param_names, v.specialization, spec) if w != c)
+            diffs = tuple(ArgDifference(n, w, c, n in constexprs)
+                          for n, w, c in zip(params or v.param_names, v.specialization, spec) if w != c)
             opt_diff = None
             if triton_key and v.triton_key:
                 warmed_text, called_text = _options_part(v.triton_key), _options_part(triton_key)
@@ -830,6 +992,7 @@ class JitMonitor:
         record = RuntimeCompile(
             kernel=name, function=function, param_names=params, specialization=spec, triton_key=triton_key,
             options=_shown_options(options), warmed_count=len(candidates), direct=direct,
+            constexprs=constexprs, alignment_unspecialized=unaligned_ok,
         )
         if not self._variants and self._no_warmup_note is not None:
             record = dataclasses.replace(record, no_warmup=f"no zerojit warm-up ran ({self._no_warmup_note})")
@@ -879,20 +1042,27 @@ class JitMonitor:
             stats = self._misses.get(ident)
             first = stats is None
             request = hook_compile_request(compile)
+            crossed, quiet = [], False
             if first:
                 spec = specialization_from_compile_info(jit_fn, request.signature, request.constants, request.attrs)
                 record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
                 stats = self._misses[ident] = _Stats(record, jit_fn)
+                crossed, quiet = self._growth.observe(record.kernel, record.param_names, spec,
+                                                      constexpr_parameters(jit_fn))
             stats.misses += 1
+            stats.thread = (threading.current_thread().name, threading.get_ident())
             if mode == "error":
                 stats.blocked += 1
             else:  # the listener call that follows carries this very signature dict
                 self._pending[id(request.signature)] = (request.signature, stats)
+        log = logger.error if mode == "error" else logger.warning
+        for growing in crossed:
+            log("zerojit: %s", growing.summary(self._growth.limit))
         if mode == "error":
-            if first:
+            if first and not quiet:
                 logger.error("zerojit: blocked %s", stats.record.summary())
             raise RuntimeJitError(stats.record)
-        if first:
+        if first and not quiet:
             logger.warning("zerojit: %s", stats.record.summary())
 
     def _on_compiled(self, previous_result: Any, *, src: Any, metadata: Any = None, cache_hit: bool = False, **_: Any) -> None:
@@ -909,6 +1079,7 @@ class JitMonitor:
                 return
         if self._mode == "off" or in_warmup():
             return
+        unguarded = "jit_cache_hook" in self._repair()  # a compile the cache hook never saw: it was replaced
         jit_fn = source[0] if source is not None else None
         if jit_fn is not None and hasattr(jit_fn, "params"):
             name = self.kernel_name(jit_fn)
@@ -922,8 +1093,12 @@ class JitMonitor:
             stats = self._direct.get(ident)
             first = stats is None
             if first:
-                stats = self._direct[ident] = _Stats(self._explain(jit_fn, name, spec, "", direct=True), jit_fn)
+                record = self._explain(jit_fn, name, spec, "", direct=True)
+                if unguarded:
+                    record = dataclasses.replace(record, unguarded=True)
+                stats = self._direct[ident] = _Stats(record, jit_fn)
             stats.misses += 1
+            stats.thread = (threading.current_thread().name, threading.get_ident())
             if cache_hit:
                 stats.disk_loads += 1
             else:
@@ -936,6 +1111,9 @@ class JitMonitor:
     def _on_launch(self, previous_result: Any, kernel: Any, compiled: Any) -> None:
         if compiled is None or self._mode == "off":
             return
+        links = self._links
+        if links is not None and (_get_cache_hook() is not links[0] or _get_listener() is not links[1]):
+            self._repair()  # (a no-op where another monitor is on top with this one below it)
         ident = id(compiled)
         with self._lock:
             self._launch_total += 1

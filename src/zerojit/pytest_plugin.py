@@ -19,11 +19,19 @@ attributed to it) are:
 
 Compiles inside :func:`zerojit.monitor.allow_compiles` and inside a later zerojit warm-up are
 never counted.
+
+A compile made while a fixture is set up is counted too, attributed to the fixture and to the
+test that requested it (``test_x [fixture 'model']`` in the summary); in error mode it fails
+that test at set-up, also when the fixture swallowed the RuntimeJitError. A compile the monitor
+blocked in another thread than the test's (a worker pool, a server thread) is reported as such:
+the error was raised there, where the test could not see it.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import threading
 
 import pytest
 
@@ -31,6 +39,7 @@ from zerojit import monitor as _monitor
 
 _RESULTS = pytest.StashKey[list]()
 _PREVIOUS = pytest.StashKey[Any]()
+_CURRENT = pytest.StashKey[Any]()  # the test being set up (whose fixtures are being made)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -89,13 +98,50 @@ def pytest_runtest_call(item: pytest.Item):
         raise
     new = _record(item, mon_before, before)
     if new and _monitor.current().mode == "error":
-        total = sum(n for _, n in new)
-        text = "\n\n".join(m.compile.explain(blocked=not m.compile.direct) for m, _ in new)
-        pytest.fail(
-            f"the test body triggered {_count(total, 'runtime compile')} after warm-up (JIT monitor in error mode; "
-            f"the RuntimeJitError was caught inside the test):\n{text}",
-            pytrace=False,
-        )
+        _fail("the test body", new)
+    return result
+
+
+def _fail(who: str, new: list, inside: str = "the test") -> None:
+    """Fail for compiles ``who`` triggered that no RuntimeJitError reported to the test
+    (``inside``: where a RuntimeJitError raised in this thread was caught)."""
+    total = sum(n for _, n in new)
+    here = threading.get_ident()
+    elsewhere = sorted({m.thread for m, _ in new if m.thread_id and m.thread_id != here})
+    if elsewhere:
+        where = (f"the RuntimeJitError was raised in thread {', '.join(map(repr, elsewhere))}, not in the test's own "
+                 "thread, so the test could not see it")
+    else:
+        where = f"the RuntimeJitError was caught inside {inside}"
+    text = "\n\n".join(m.compile.explain(blocked=not m.compile.direct) for m, _ in new)
+    pytest.fail(f"{who} triggered {_count(total, 'runtime compile')} after warm-up (JIT monitor in error mode; "
+                f"{where}):\n{text}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    item.config.stash[_CURRENT] = item
+    try:
+        return (yield)
+    finally:
+        item.config.stash[_CURRENT] = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_fixture_setup(fixturedef: Any, request: pytest.FixtureRequest):
+    """Count the compiles a fixture's set-up makes, for the test being set up."""
+    item = request.config.stash.get(_CURRENT, None)
+    mon_before = _monitor.current()
+    before = _seen(mon_before)
+    label = f"{item.nodeid if item is not None else request.node.nodeid} [fixture {fixturedef.argname!r}]"
+    try:
+        result = yield
+    except BaseException:
+        _record_as(request.config, label, mon_before, before)
+        raise
+    new = _record_as(request.config, label, mon_before, before)
+    if new and _monitor.current().mode == "error":
+        _fail(f"the set-up of fixture {fixturedef.argname!r}", new, "the fixture")
     return result
 
 
@@ -105,10 +151,14 @@ def _count(n: int, noun: str) -> str:
 
 
 def _record(item: pytest.Item, mon_before: Any, before: dict) -> list:
+    return _record_as(item.config, item.nodeid, mon_before, before)
+
+
+def _record_as(config: pytest.Config, label: str, mon_before: Any, before: dict) -> list:
     mon = _monitor.current()
     new = _new_compiles(mon, before if mon is mon_before else {})
     if new:
-        item.config.stash[_RESULTS].append((item.nodeid, mon.mode, new))
+        config.stash[_RESULTS].append((label, mon.mode, new))
     return new
 
 

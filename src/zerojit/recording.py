@@ -188,7 +188,7 @@ class Recorder:
                                                      _chosen_config(configs, _tc.parameter_names(jit_fn), spec, options))
                               for spec, values, options, count in self._specs[ident].values())
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
-                                            _tc.constexpr_parameters(jit_fn), specs))
+                                            _tc.ordered_constexpr_parameters(jit_fn), specs))
         return Manifest(_tc.TRITON_VERSION, self._target or "device", tuple(command), tuple(kernels))
 
 

@@ -422,6 +422,7 @@ class JitWarmupRegistry:
                 keys=tuple(k for k, _, _ in done),
                 variants=tuple(v for _, v, _ in done),
                 seconds=sum(s for _, _, s in done),
+                key_seconds=tuple(s for _, _, s in done),
             )
             for kernel, done in per_kernel.items()
         )

@@ -52,6 +52,7 @@ class KernelWarmup:
     keys: tuple[Any, ...]
     variants: tuple[Any, ...]
     seconds: float
+    key_seconds: tuple[float, ...] = ()  #: each key's seconds, in ``keys`` order (empty: not recorded)
 
 
 @dataclass(frozen=True)

@@ -89,15 +89,16 @@ __all__ = [
     "current_device", "current_target", "gpu_target", "cache_invalidating_env",
     # compile hooks
     "get_cache_hook", "set_cache_hook", "get_post_compile_hook", "set_post_compile_hook", "get_compile_listener",
-    "set_compile_listener", "add_load_hooks", "remove_load_hooks", "hook_jit_function", "hook_compile_request",
+    "set_compile_listener", "guard_hook_assignments", "add_load_hooks", "remove_load_hooks", "hook_jit_function", "hook_compile_request",
     "hook_compile_options", "stages_hook_fingerprint",
     # the binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
     "find_in_process_key", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
-    "resolved", "is_pending", "source_hash",
+    "resolved", "is_pending", "source_hash", "specialization_hints", "constexpr_parameters",
+    "alignment_unspecialized_parameters",
     # raw launches (zerojit record / exec)
     "unwrap_jit_function", "jit_identity", "run_options_removed", "wrap_run", "unwrap_run", "wrapped_run",
-    "patch_run_everywhere", "parameter_names", "constexpr_parameters", "wrapped_config_kwargs",
+    "patch_run_everywhere", "parameter_names", "ordered_constexpr_parameters", "wrapped_config_kwargs",
     # compiled kernels
     "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
     "compile_source", "load_compiled", "import_launch_path_modules",
@@ -222,8 +223,8 @@ def get_cache_hook() -> Callable[..., Any] | None:
 
 
 def set_cache_hook(hook: Callable[..., Any] | None) -> None:
-    """Set Triton's ``jit_cache_hook``."""
-    knobs.runtime.jit_cache_hook = hook
+    """Set Triton's ``jit_cache_hook`` (zerojit's own write: no :func:`guard_hook_assignments` guard sees it)."""
+    object.__setattr__(knobs.runtime, "jit_cache_hook", hook)
 
 
 def get_post_compile_hook() -> Callable[..., Any] | None:
@@ -242,8 +243,42 @@ def get_compile_listener() -> Callable[..., Any] | None:
 
 
 def set_compile_listener(listener: Callable[..., Any] | None) -> None:
-    """Set Triton's compilation listener."""
-    knobs.compilation.listener = listener
+    """Set Triton's compilation listener (zerojit's own write: no guard sees it)."""
+    object.__setattr__(knobs.compilation, "listener", listener)
+
+
+# slot name -> guard(current, new) -> what to store; see guard_hook_assignments
+_HOOK_GUARDS: dict[str, Callable[[Any, Any], Any]] = {}
+
+
+def guard_hook_assignments(cache_hook: Callable[[Any, Any], Any], listener: Callable[[Any, Any], Any]) -> None:
+    """Route every later assignment of Triton's ``jit_cache_hook`` and compilation listener by
+    another party (``knobs.runtime.jit_cache_hook = f``, as a profiler or tracer does) through a
+    guard: ``guard(current, new)`` returns what is stored instead of ``new``. Idempotent per slot
+    (a second call replaces the guard).
+
+    Triton 3.6-3.9 keep both in plain attributes of the ``knobs.runtime`` / ``knobs.compilation``
+    instances; the instance's class is swapped, once, for a subclass whose ``__setattr__`` asks
+    the guard (the knob descriptors are copied, so ``knobs``, ``reset`` and ``scope`` behave as
+    before). Writes through :func:`set_cache_hook` / :func:`set_compile_listener` bypass it; so do
+    writes straight into the instance's ``__dict__`` (``knobs.runtime.scope()`` restoring it).
+    """
+    _HOOK_GUARDS["jit_cache_hook"] = cache_hook
+    _HOOK_GUARDS["listener"] = listener
+    for instance in (knobs.runtime, knobs.compilation):
+        cls = type(instance)
+        if cls.__dict__.get("_zerojit_guarded"):
+            continue
+
+        def __setattr__(self: Any, name: str, value: Any, _base: type = cls) -> None:
+            guard = _HOOK_GUARDS.get(name)
+            if guard is not None:
+                value = guard(getattr(self, name), value)
+            _base.__setattr__(self, name, value)
+
+        namespace = {k: v for k, v in vars(cls).items() if k not in ("__dict__", "__weakref__")}
+        namespace.update(__setattr__=__setattr__, _zerojit_guarded=True)
+        instance.__class__ = type(cls.__name__, (cls,), namespace)
 
 
 def add_load_hooks(start: Callable[..., Any], end: Callable[..., Any]) -> None:
@@ -406,6 +441,42 @@ def find_in_process_key(jit_fn: Any, compiled: Any, device: Any = None) -> str |
 def param_specialization(jit_fn: Any, specialization: list) -> list:
     """The parameters' entries of a specialization list (without 3.7's custom-pipeline entry)."""
     return specialization[:len(jit_fn.params)]
+
+
+def specialization_hints(jit_fn: Any) -> tuple[tuple[int | str, ...], tuple[int | str, ...]]:
+    """The ``do_not_specialize`` and ``do_not_specialize_on_alignment`` entries given to
+    ``triton.jit`` (parameter names or indexes, as written), stored on the ``JITFunction`` (3.6-3.9)
+    or, for the interpreter's function, in its ``kwargs``. Triton itself never checks them: an entry
+    that names no parameter is ignored."""
+    stored = getattr(jit_fn, "kwargs", None) if not isinstance(jit_fn, JITFunction) else None
+    if stored is not None:  # InterpretedFunction keeps triton.jit's keyword arguments as given
+        dns, dnsoa = stored.get("do_not_specialize"), stored.get("do_not_specialize_on_alignment")
+    else:
+        dns, dnsoa = getattr(jit_fn, "do_not_specialize", None), getattr(jit_fn, "do_not_specialize_on_alignment", None)
+    return tuple(dns or ()), tuple(dnsoa or ())
+
+
+def alignment_unspecialized_parameters(jit_fn: Any) -> frozenset[str]:
+    """The names of the parameters listed in ``jit_fn``'s ``do_not_specialize_on_alignment`` (by
+    name or index): Triton passes such a pointer with the attribute of an unaligned one."""
+    import inspect
+
+    names = tuple(inspect.signature(jit_fn.fn).parameters)
+    entries = specialization_hints(jit_fn)[1]
+    return frozenset(e if isinstance(e, str) else names[e] for e in entries
+                     if (isinstance(e, str) and e in names) or (isinstance(e, int) and 0 <= e < len(names)))
+
+
+def constexpr_parameters(jit_fn: Any) -> frozenset[str]:
+    """The names of ``jit_fn``'s ``tl.constexpr`` parameters (Triton's ``KernelParam.is_constexpr``;
+    the interpreter's function has no ``params``: read from the annotations the same way)."""
+    import inspect
+
+    params = getattr(jit_fn, "params", None)
+    if params is not None:
+        return frozenset(p.name for p in params if p.is_constexpr)
+    return frozenset(p.name for p in inspect.signature(jit_fn.fn).parameters.values()
+                     if "constexpr" in str(p.annotation))
 
 
 #: 3.9: keyword-only kernel parameters compile (earlier code generators do not see them: a
@@ -847,8 +918,8 @@ def parameter_names(jit_fn: Any) -> tuple[str, ...]:
     return tuple(p.name for p in jit_fn.params)
 
 
-def constexpr_parameters(jit_fn: Any) -> tuple[str, ...]:
-    """The names of ``jit_fn``'s ``tl.constexpr`` parameters, in order."""
+def ordered_constexpr_parameters(jit_fn: Any) -> tuple[str, ...]:
+    """The names of ``jit_fn``'s ``tl.constexpr`` parameters, in parameter order."""
     return tuple(p.name for p in jit_fn.params if p.is_constexpr)
 
 
