@@ -78,14 +78,19 @@ INNER = textwrap.dedent('''
 ''')
 
 
-@pytest.fixture
-def inner(pytester, monkeypatch, tmp_path):
+def _project(pytester, monkeypatch, tmp_path, source: str):
+    """A pytester project whose one test module is ``source``, run against this tree's zerojit."""
     monkeypatch.setenv("PYTHONPATH", SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     monkeypatch.delenv("ZEROJIT_JIT_MONITOR", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    pytester.makepyfile(test_inner=INNER)
+    pytester.makepyfile(test_inner=source)
     return pytester
+
+
+@pytest.fixture
+def inner(pytester, monkeypatch, tmp_path):
+    return _project(pytester, monkeypatch, tmp_path, INNER)
 
 
 def test_error_mode_fails_tests_that_compile_at_run_time(inner):
@@ -112,3 +117,102 @@ def test_warn_mode_reports_without_failing(inner):
     assert "test_inner.py::test_swallowed: 1x" in out
     assert "block_size: warmed as equal-to-one, called as i64 divisible-by-16" in out
     assert "test_allowed" not in out.split("zerojit JIT monitor")[1]
+
+
+# ------------------------------------------- compiles in a fixture's set-up and in other threads
+FIXTURE_INNER = textwrap.dedent('''
+    import threading
+    from dataclasses import dataclass
+    import pytest, torch, triton, triton.language as tl
+    from zerojit import JitWarmupRegistry
+    from zerojit.compile_only import compile_only
+    from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+    from zerojit.monitor import RuntimeJitError
+    from zerojit.specialization import WarmupTensor
+
+    @triton.jit
+    def _plugin_fill_kernel(x_ptr, n):
+        tl.store(x_ptr + tl.program_id(0), n)
+
+    class PluginFill(TritonJitKernel):
+        kernel = _plugin_fill_kernel
+
+        @dataclass(frozen=True)
+        class CompileKey:
+            pass
+
+        def dispatch(self):
+            return self.CompileKey()
+
+        def get_warmup_keys(self):
+            return [self.CompileKey()]
+
+        def warmup_inputs(self, key):
+            return dict(x=WarmupTensor(torch.int32, (4,)), n=16)
+
+        @kernel_launcher
+        def __call__(self, *, x, n):
+            return LaunchSpec(grid=(x.numel(),), returns=x)
+
+    fill = PluginFill()
+
+    @pytest.fixture(scope="session", autouse=True)
+    def warmed():
+        with compile_only("cuda:90"):
+            registry = JitWarmupRegistry()
+            with registry.activate():
+                fill.register_warmup()
+            yield registry.warmup(progress=False)
+
+    @pytest.fixture
+    def model():
+        try:
+            fill(x=torch.zeros(4, dtype=torch.int32), n=17)  # compiles at set-up (swallowed in error mode)
+        except RuntimeJitError:
+            pass
+        return "model"
+
+    def test_uses_model(model):
+        fill(x=torch.zeros(4, dtype=torch.int32), n=16)
+
+    def test_compiles_in_a_thread():
+        def work():
+            try:
+                fill(x=torch.zeros(4, dtype=torch.int32), n=1)
+            except RuntimeJitError:
+                pass
+        t = threading.Thread(target=work, name="server-loop")
+        t.start()
+        t.join()
+''')
+
+
+@pytest.fixture
+def plugin_inner(pytester, monkeypatch, tmp_path):
+    return _project(pytester, monkeypatch, tmp_path, FIXTURE_INNER)
+
+
+def test_plugin_error_mode_fails_for_fixture_set_up_and_other_threads(plugin_inner):
+    result = plugin_inner.runpytest_subprocess("-p", "zerojit.pytest_plugin", "--jit-monitor-mode=error",
+                                               "-p", "no:cacheprovider", "-rfE")
+    result.assert_outcomes(errors=1, failed=1)
+    out = result.stdout.str()
+    assert "ERROR test_inner.py::test_uses_model - Failed: the set-up of fixture 'model'" in out
+    assert ("the set-up of fixture 'model' triggered 1 runtime compile after warm-up (JIT monitor in error mode; "
+            "the RuntimeJitError was caught inside the fixture)") in out
+    assert "FAILED test_inner.py::test_compiles_in_a_thread" in out
+    assert ("the test body triggered 1 runtime compile after warm-up (JIT monitor in error mode; the "
+            "RuntimeJitError was raised in thread 'server-loop', not in the test's own thread, so the test could not "
+            "see it)") in out
+    assert "caught inside the test" not in out
+    assert "test_inner.py::test_uses_model [fixture 'model']: 1x runtime JIT compile of kernel 'plugin_fill'" in out
+
+
+def test_plugin_warn_mode_attributes_fixture_compiles(plugin_inner):
+    result = plugin_inner.runpytest_subprocess("-p", "zerojit.pytest_plugin", "--jit-monitor-mode=warn",
+                                               "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    out = result.stdout.str()
+    assert "2 runtime compiles after warm-up in 2 tests:" in out
+    assert "test_inner.py::test_uses_model [fixture 'model']: 1x runtime JIT compile of kernel 'plugin_fill'" in out
+    assert "test_inner.py::test_compiles_in_a_thread: 1x" in out
