@@ -639,11 +639,11 @@ def launcher_key(types: tuple) -> str | None:
     ``types`` (3.6: SHA-256 of its generated source and the platform); None when there is no such
     module to build ahead: 3.7 and later, or a tensor-descriptor argument (its launcher depends on
     compile results)."""
-    from triton.runtime.build import platform_key
-
     if not BUILDS_LAUNCHERS or any(isinstance(t, str) and t.startswith("tensordesc") for t in _flat(types)):
         return None
     import hashlib
+
+    from triton.runtime.build import platform_key
 
     return hashlib.sha256((_launcher_source(types) + platform_key()).encode("utf-8")).hexdigest()
 
