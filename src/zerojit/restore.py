@@ -376,6 +376,8 @@ def install(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], sr
     fresh = compiled is None
     if fresh:
         compiled = build_compiled_kernel(jit_fn, group, src, backends)
+    else:  # Triton 3.7+: a user's async compile of this key may have filed its future there
+        compiled = _tc.resolved(compiled)
     if load:
         _tc.load_compiled(compiled)
     # an entry filed meanwhile (another thread) wins and ours is dropped: never replace one

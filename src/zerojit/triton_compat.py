@@ -22,7 +22,8 @@ named after the release that brought it:
   hook's key (:func:`bind`, :data:`KEY_KNOBS_SOURCE`, :func:`stages_hook_fingerprint`); NVIDIA's
   launcher is one shared C entry (``driver.active.utils.launch``): no per-signature launcher
   module is built with a C compiler (:data:`BUILDS_LAUNCHERS`); the async compile mode files its
-  ``FutureKernel`` in the in-process cache (:func:`resolved`).
+  ``FutureKernel`` in the in-process cache (:func:`resolved`); ``get_group`` returns None for a
+  group file that does not parse (3.6 raised).
 * 3.8: ``CompiledKernel.__del__`` unloads its module (``kernel_unload_hook``), so a cache entry
   zerojit replaced or dropped would unload a module a launcher still uses: zerojit files variants
   with :func:`file_compiled` (never replacing one) and keeps every ``CompiledKernel`` it hands
@@ -34,9 +35,10 @@ named after the release that brought it:
   ``_module_pid`` field (:func:`new_compiled_kernel`); ``AsyncCompileMode.submit`` takes a cleanup
   callback as a fourth argument (zerojit never calls it); the binder refuses a ``**kwargs``
   parameter (``triton.jit`` raises) and takes keyword-only parameters by keyword only
-  (:func:`positional_parameters`; earlier code generators cannot compile keyword-only parameters
-  at all: :data:`KEYWORD_ONLY_PARAMETERS`); the interpreter gives a scalar comparison a handle of the
-  wrong type, so ``block & (scalar < 0)`` as a mask fails there (the MLA index kernel avoids it).
+  (:func:`positional_parameters`; earlier code generators cannot compile keyword-only
+  parameters at all: :data:`KEYWORD_ONLY_PARAMETERS`); the interpreter's loads and stores refuse
+  a mask whose data is not bool, which ``block & (scalar < 0)`` is not there (int32, in every
+  version; the compiler takes it): the MLA index kernel uses a select instead.
 * Autotuner (``triton.runtime.autotuner``; :func:`prune_configs`, :func:`tuning_key`,
   :func:`bench_config`, :func:`add_bench_listener`): 3.9 checks the ``key``, ``reset_to_zero``
   and ``restore_value`` names at decoration, keeps at least one config under ``top_k``, runs no
@@ -728,11 +730,11 @@ def launcher_key(types: tuple) -> str | None:
     ``types`` (3.6: SHA-256 of its generated source and the platform); None when there is no such
     module to build ahead: 3.7 and later, or a tensor-descriptor argument (its launcher depends on
     compile results)."""
-    from triton.runtime.build import platform_key
-
     if not BUILDS_LAUNCHERS or any(isinstance(t, str) and t.startswith("tensordesc") for t in _flat(types)):
         return None
     import hashlib
+
+    from triton.runtime.build import platform_key
 
     return hashlib.sha256((_launcher_source(types) + platform_key()).encode("utf-8")).hexdigest()
 

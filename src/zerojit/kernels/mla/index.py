@@ -126,7 +126,7 @@ def _convert_req_index_to_global_index_kernel(
         p = tl.load(prefill_workspace_request_ids_ptr + row)
         in_ws = p >= 0
         ws_start = tl.load(prefill_workspace_starts_ptr + tl.maximum(p, 0), mask=in_ws, other=0)
-        # a select, not `valid & (p < 0)`: Triton 3.9's interpreter rejects a block & scalar-compare mask
+        # a select, not `valid & (p < 0)`: Triton 3.9's interpreter refuses that mask (int32 data there)
         from_table = tl.where(p < 0, valid, False)
     req = tl.load(req_id_ptr + row).to(tl.int64)
     block_id = tl.load(block_table_ptr + req * bt_stride + blk, mask=from_table, other=0)
