@@ -2,7 +2,9 @@
 
 docs DESIGN.md "Lessons": *a registration point and a launch site that are two descriptions
 drift apart (a kernel the step launches that no layer registered): derive both from one
-description.* :func:`step_launches` is that description. For a configuration, an attention
+description.* :func:`step_launches` is that description. (KERNELS.md "Registration" still
+speaks of one registration function per kernel family and backend: those functions now only
+register what this description lists.) For a configuration, an attention
 backend (:class:`~zerojit.kernels.mla.backends.AttentionBackend`: its K1 flavours, K3, K6
 variants) and, once the KV cache is bound, the cache's strides, it lists every kernel a step can
 launch (:class:`KernelLaunch`), each with
