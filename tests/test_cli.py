@@ -102,7 +102,13 @@ def test_supported_cuda_capabilities_come_from_tritons_ptxas():
         assert c not in supported
         with pytest.raises(ValueError, match=rf"cuda:{c}'.*supported: cuda:70"):
             parse_target(f"cuda:{c}")
-    assert parse_target("hip:gfx942").arch == "gfx942"  # HIP targets are not checked here
+    assert parse_target("hip:gfx942").arch == "gfx942"  # HIP archs: a probe compile, see test_compile_only
+
+
+def test_unknown_hip_arch_exits_2_before_any_work(tmp_path):
+    p = run_cli("--target", "hip:gfx123", env={"TRITON_CACHE_DIR": str(tmp_path / "c")})
+    text = refused(p, "compile-only target 'hip:gfx123'")
+    assert "unsupported target: 'gfx123'" in text and "PassManager" not in text and "tt.func" not in text
 
 
 # ------------------------------------------------------------------------------ 6: --config
