@@ -117,6 +117,13 @@ def test_config_directory_is_named_a_directory(tmp_path):
     assert "does not exist" not in text
 
 
+def test_config_field_set_twice_is_refused_naming_it(tmp_path):
+    cfg = tmp_path / "twice.json"  # json.loads would keep the last block_size silently
+    cfg.write_text('{"block_size": 64, "compress_ratios": [4], "index_topk": 2048, "block_size": 256}')
+    text = refused(run_cli("--config", str(cfg)), "field 'block_size' is set more than once")
+    assert "index_topk" not in text.split("more than once")[1]
+
+
 # ------------------------------------------------------------------------------ 7: bundle export
 def test_warmup_origin_says_workers_compiled_then_this_process_loaded():
     from zerojit.registry import WarmupStats
