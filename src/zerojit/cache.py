@@ -577,8 +577,7 @@ def entries_of(variants: Iterable[Any]) -> dict[str, dict[str, str]]:
     """
     out: dict[str, dict[str, str]] = {}
     for v in variants:
-        ck = getattr(v, "compiled", None)
-        group = getattr(ck, "metadata_group", None)
+        group = _tc.compiled_files(getattr(v, "compiled", None))
         if not group:
             raise BundleError(f"{v.kernel}: key {v.key} has no compiled kernel on disk to bundle")
         files = dict(group)
@@ -629,15 +628,13 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
     kernels: dict[str, dict] = {}
     entry_kernel: dict[str, str] = {}
     for v in variants:
+        entry_kernel[_entry_of(v.compiled)] = v.kernel
         if v.kernel == "primer":  # not the model's: in the entries only
-            entry_kernel[os.path.basename(os.path.dirname(next(iter(v.compiled.metadata_group.values()))))] = v.kernel
             continue
-        fn = getattr(v.compiled, "src", None)
-        fn = getattr(fn, "fn", None)
+        fn = (_tc.source_of(v.compiled) or (None,))[0]
         k = kernels.setdefault(v.kernel, {"function": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",
                                           "keys": []})
         k["keys"].append(_key_fields(v.key))
-        entry_kernel[os.path.basename(os.path.dirname(next(iter(v.compiled.metadata_group.values()))))] = v.kernel
     blobs: dict[tuple[str, str], bytes] = {}
     for entry, files in entries.items():
         for name, p in files.items():
@@ -912,6 +909,11 @@ def pack_entries(entries: dict[str, dict[str, str]]) -> dict[str, dict[str, byte
             with open(p, "rb") as f:
                 out[entry][name] = f.read()
     return out
+
+
+def _entry_of(compiled: Any) -> str:
+    """The disk-cache entry (folder name) ``compiled`` was loaded from."""
+    return os.path.basename(os.path.dirname(next(iter(_tc.compiled_files(compiled).values()))))
 
 
 def _same_file(path: str, reference: str) -> bool:
