@@ -115,6 +115,17 @@ def test_importing_twice_keeps_what_is_there(bundle, fresh_cache):
     assert len(first.installed) == 5 and again.installed == () and len(again.present) == 5
 
 
+def test_importing_repairs_an_entry_whose_cubin_was_altered_in_the_cache(bundle, fresh_cache):
+    import_bundle(bundle[0], target="cuda:90")
+    entry = next(e for e in cache_contents(fresh_cache) if any(f.endswith(".cubin") for f in os.listdir(fresh_cache / e)))
+    cubin = next(fresh_cache / entry / f for f in os.listdir(fresh_cache / entry) if f.endswith(".cubin"))
+    good = cubin.read_bytes()
+    cubin.write_bytes(good[:-16] + b"\0" * 16)  # damaged in place: every file still there
+    again = import_bundle(bundle[0], target="cuda:90")
+    assert again.installed == (entry,) and len(again.present) == 4
+    assert cubin.read_bytes() == good
+
+
 # --- refusals -----------------------------------------------------------------------------------
 
 

@@ -102,13 +102,26 @@ def test_supported_cuda_capabilities_come_from_tritons_ptxas():
         assert c not in supported
         with pytest.raises(ValueError, match=rf"cuda:{c}'.*supported: cuda:70"):
             parse_target(f"cuda:{c}")
-    assert parse_target("hip:gfx942").arch == "gfx942"  # HIP targets are not checked here
+    assert parse_target("hip:gfx942").arch == "gfx942"  # HIP archs: a probe compile, see test_compile_only
+
+
+def test_unknown_hip_arch_exits_2_before_any_work(tmp_path):
+    p = run_cli("--target", "hip:gfx123", env={"TRITON_CACHE_DIR": str(tmp_path / "c")})
+    text = refused(p, "compile-only target 'hip:gfx123'")
+    assert "unsupported target: 'gfx123'" in text and "PassManager" not in text and "tt.func" not in text
 
 
 # ------------------------------------------------------------------------------ 6: --config
 def test_config_directory_is_named_a_directory(tmp_path):
     text = refused(run_cli("--config", str(tmp_path)), f"config path '{tmp_path}' is a directory")
     assert "does not exist" not in text
+
+
+def test_config_field_set_twice_is_refused_naming_it(tmp_path):
+    cfg = tmp_path / "twice.json"  # json.loads would keep the last block_size silently
+    cfg.write_text('{"block_size": 64, "compress_ratios": [4], "index_topk": 2048, "block_size": 256}')
+    text = refused(run_cli("--config", str(cfg)), "field 'block_size' is set more than once")
+    assert "index_topk" not in text.split("more than once")[1]
 
 
 # ------------------------------------------------------------------------------ 7: bundle export

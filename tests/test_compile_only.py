@@ -177,6 +177,7 @@ def test_cuda80_target_gives_sm80(co):
     ("cuda:80", GPUTarget("cuda", 80, 32)),
     (" cuda:100 ", GPUTarget("cuda", 100, 32)),
     ("hip:gfx942", GPUTarget("hip", "gfx942", 64)),
+    ("hip:gfx1100", GPUTarget("hip", "gfx1100", 32)),  # RDNA: wave32, as Triton's AMD backend reads gfx11
 ])
 def test_parse_target(target, want):
     assert parse_target(target) == want
@@ -191,6 +192,18 @@ def test_parse_target_errors(bad, co):
         with compile_only(bad):
             pass  # pragma: no cover
     assert active_compile_only() is co  # a bad target leaves the driver alone
+
+
+@pytest.mark.parametrize("arch", ["gfx123", "gfx9999"])
+def test_unknown_hip_arch_is_refused_up_front_in_one_line(arch, capfd):
+    # gfx123 matches the form but no AMD backend knows it: refused here, with the compiler's own
+    # reason and no MLIR dump, instead of every key of a warm-up failing later
+    with pytest.raises(ValueError) as e:
+        parse_target(f"hip:{arch}")
+    assert str(e.value).startswith(f"compile-only target 'hip:{arch}': Triton ")
+    assert f"cannot compile for {arch} (unsupported target: '{arch}')" in str(e.value)
+    err = capfd.readouterr().err
+    assert "tt.func" not in err and "module attributes" not in err
 
 
 def test_driver_is_process_wide_and_restored(co):

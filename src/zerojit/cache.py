@@ -577,8 +577,7 @@ def entries_of(variants: Iterable[Any]) -> dict[str, dict[str, str]]:
     """
     out: dict[str, dict[str, str]] = {}
     for v in variants:
-        ck = getattr(v, "compiled", None)
-        group = getattr(ck, "metadata_group", None)
+        group = _tc.compiled_files(getattr(v, "compiled", None))
         if not group:
             raise BundleError(f"{v.kernel}: key {v.key} has no compiled kernel on disk to bundle")
         files = dict(group)
@@ -629,15 +628,13 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
     kernels: dict[str, dict] = {}
     entry_kernel: dict[str, str] = {}
     for v in variants:
+        entry_kernel[_entry_of(v.compiled)] = v.kernel
         if v.kernel == "primer":  # not the model's: in the entries only
-            entry_kernel[os.path.basename(os.path.dirname(next(iter(v.compiled.metadata_group.values()))))] = v.kernel
             continue
-        fn = getattr(v.compiled, "src", None)
-        fn = getattr(fn, "fn", None)
+        fn = (_tc.source_of(v.compiled) or (None,))[0]
         k = kernels.setdefault(v.kernel, {"function": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",
                                           "keys": []})
         k["keys"].append(_key_fields(v.key))
-        entry_kernel[os.path.basename(os.path.dirname(next(iter(v.compiled.metadata_group.values()))))] = v.kernel
     blobs: dict[tuple[str, str], bytes] = {}
     for entry, files in entries.items():
         for name, p in files.items():
@@ -914,13 +911,29 @@ def pack_entries(entries: dict[str, dict[str, str]]) -> dict[str, dict[str, byte
     return out
 
 
+def _entry_of(compiled: Any) -> str:
+    """The disk-cache entry (folder name) ``compiled`` was loaded from."""
+    return os.path.basename(os.path.dirname(next(iter(_tc.compiled_files(compiled).values()))))
+
+
+def _same_file(path: str, reference: str) -> bool:
+    """True when ``path`` exists and holds the bytes of ``reference`` (both small cache files)."""
+    try:
+        with open(path, "rb") as a, open(reference, "rb") as b:
+            return a.read() == b.read()
+    except OSError:
+        return False
+
+
 def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None) -> tuple[list[str], list[str]]:
     """Install whole cache entries (``{entry: {file: bytes}}``, each with its ``__grp__`` file).
 
     Stages every entry in a temporary folder inside the cache folder, rewrites each group file's
     paths to the entry's final place, then moves each entry in under its entry lock: a missing
-    entry folder is renamed into place at once; an existing incomplete one gets its files first
-    and its group file last; a complete one is kept. Returns ``(installed, already_present)``.
+    entry folder is renamed into place at once; an existing incomplete one, or one whose files
+    differ from the bundle's (a damaged or tampered cubin: the bundle's files are verified), gets
+    its files first and its group file last; one identical to the bundle's is kept. Returns
+    ``(installed, already_present)``.
 
     Raises:
         BundleCorruptError: an entry without exactly one ``__grp__`` file or an unreadable one.
@@ -960,13 +973,12 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
             folder = os.path.join(staging, entry)
             group = next(n for n in names if n.startswith("__grp__"))
             with entry_lock(entry, root):
-                if os.path.isfile(os.path.join(final, group)) and all(
-                        os.path.isfile(os.path.join(final, n)) for n in names):
+                if all(_same_file(os.path.join(final, n), os.path.join(folder, n)) for n in names):
                     present.append(entry)
                     continue
                 try:
                     os.rename(folder, final)  # a missing entry appears whole
-                except OSError:  # an incomplete one exists: its files first, the group file last
+                except OSError:  # an incomplete or altered one exists: its files first, the group file last
                     os.makedirs(final, exist_ok=True)
                     for name in sorted(names, key=lambda n: n == group):
                         os.replace(os.path.join(folder, name), os.path.join(final, name))

@@ -24,8 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import re
+import sys
+import tempfile
 from typing import Iterator
+
+import triton
+import triton.language as tl
 
 from . import triton_compat as _tc
 
@@ -56,9 +62,13 @@ def parse_target(target: str):
     A CUDA capability must be one this Triton can compile for (:func:`supported_cuda_capabilities`):
     an unknown one would otherwise abort the whole process inside LLVM, or fail in ``ptxas``.
 
+    A HIP arch is checked by compiling a one-store probe kernel for it once per process (Triton
+    has no list of the gfx archs its AMD backend accepts; an unknown one otherwise fails every key
+    of a warm-up with an MLIR dump): about 0.1 s, or a disk-cache hit once the arch compiled.
+
     Raises:
-        ValueError: the string is not of that form, or names a CUDA architecture this Triton
-            cannot compile for (the message lists those it can).
+        ValueError: the string is not of that form, or names a CUDA or HIP architecture this
+            Triton cannot compile for (for CUDA the message lists those it can).
     """
     m = _TARGET.match(target.strip())
     if not m:
@@ -74,7 +84,53 @@ def parse_target(target: str):
                 f"compute capability {capability} ({why}); supported: {', '.join(f'cuda:{c}' for c in supported)}"
             )
         return _tc.gpu_target("cuda", capability, 32)
-    return _tc.gpu_target("hip", m.group(4), 64)
+    arch = m.group(4)
+    target_ = _tc.gpu_target("hip", arch, 32 if _gfx_major(arch) >= 10 else 64)
+    problem = _hip_arch_problem(target_)
+    if problem:
+        raise ValueError(f"compile-only target {target.strip()!r}: Triton {_tc.TRITON_VERSION}'s AMD backend cannot "
+                         f"compile for {arch} ({problem})")
+    return target_
+
+
+def _gfx_major(arch: str) -> int:
+    """9 for gfx942, 11 for gfx1100 (the digits before the last two), as Triton's AMD backend reads it."""
+    digits = re.match(r"gfx(\d+)", arch)
+    return int(digits.group(1)[:-2] or 0) if digits and len(digits.group(1)) > 2 else 0
+
+
+@triton.jit
+def _probe_kernel(ptr):
+    tl.store(ptr, 0)
+
+
+@functools.lru_cache(maxsize=None)
+def _hip_arch_problem(target) -> str | None:
+    """None when Triton compiles the probe kernel for ``target``, else the compiler's own error line.
+
+    The compiler's C++ side writes a whole MLIR dump to stderr for an unknown arch; it is captured
+    here and only its ``error:`` line kept. In an interpreting process nothing compiles (and
+    :func:`compile_only` refuses to run), so nothing is probed there.
+    """
+    if _tc.interpreting():
+        return None
+    src = _tc.ast_source(_probe_kernel, {"ptr": "*i32"}, {})
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+") as captured:
+        try:
+            os.dup2(captured.fileno(), 2)
+            try:
+                _tc.compile_source(src, target)
+                return None
+            except Exception as e:  # the pass manager raises RuntimeError("PassManager::run failed")
+                failure = f"{type(e).__name__}: {e}".strip()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        captured.seek(0)
+        errors = [line.split("error:", 1)[1].strip() for line in captured if "error:" in line]
+    return errors[0] if errors else failure
 
 
 def _sm_name(capability: int) -> str:

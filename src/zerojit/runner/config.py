@@ -65,6 +65,16 @@ def _is_path(name_or_path: str | os.PathLike) -> bool:
     return isinstance(name_or_path, os.PathLike) or s.endswith(".json") or os.sep in s or "/" in s
 
 
+def _no_duplicates(pairs: list[tuple[str, Any]], duplicates: list[str]) -> dict[str, Any]:
+    """A JSON object as a dict, noting in ``duplicates`` each key given more than once."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out and k not in duplicates:
+            duplicates.append(k)
+        out[k] = v
+    return out
+
+
 def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] | None = None,
                 **overrides: Any) -> ModelConfig:
     """Load a model configuration and apply ``overrides``.
@@ -83,7 +93,7 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
 
     Raises:
         ConfigError: an unknown name (listing the shipped names), a missing or unreadable file,
-            invalid JSON or a non-object top level; otherwise every unknown key, every
+            invalid JSON, a non-object top level or a field set twice; otherwise every unknown key, every
             :data:`REQUIRED_FIELDS` field neither the file nor the overrides set (one line each),
             and every invalid field of the file merged with the overrides, all in one error
             (ModelConfig's rules, KERNELS.md "Validity"); a problem judging a default the file
@@ -105,10 +115,13 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
                 ],
                 what="config name",
             )
+    duplicates: list[str] = []
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(), object_pairs_hook=lambda pairs: _no_duplicates(pairs, duplicates))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError([f"{path}: cannot read a JSON object: {e}"], what="config file") from None
+    if duplicates:  # json keeps the last silently: which value the user meant is unknowable
+        raise ConfigError([f"{path}: field {k!r} is set more than once" for k in duplicates], what="config file")
     if not isinstance(data, dict):
         raise ConfigError(
             [f"{path}: the top level must be a JSON object of ModelConfig fields, got {type(data).__name__}"],
