@@ -301,8 +301,9 @@ def test_serving_spread_zero_compiles_zero_benchmarks(warmed, cls):
 
 @pytest.mark.parametrize("cls", KERNELS, ids=lambda c: c.__name__)
 def test_library_path_finds_the_variant_zerojit_launched(warmed, cls):
-    """Triton's own autotuner (through the library's arguments) picks, without benchmarking, the
-    config zerojit chose: the same CompiledKernel, nothing new in Triton's in-process cache."""
+    """Triton's own autotuner (the library's call, with the library's arguments: a dry launch under
+    compile-only) picks, without benchmarking, the config zerojit chose: the same CompiledKernel,
+    nothing new in Triton's in-process cache; and the library's launch is a hit as zerojit's is."""
     report, tuned = warmed
     k = cls()
     base = k.kernel
@@ -316,10 +317,10 @@ def test_library_path_finds_the_variant_zerojit_launched(warmed, cls):
                 del seen[:]
                 k(**inputs)
                 if isinstance(library, tuple):
-                    ours = cls.wrapped.run(*library, grid=grid, warmup=True)
+                    ours = cls.wrapped[grid](*library)
                 else:
-                    ours = cls.wrapped.run(grid=grid, warmup=True, **library)
-                assert seen == [ours]
+                    ours = cls.wrapped[grid](**library)
+                assert seen == [ours, ours]
     finally:
         _kernel.set_launch_observer(previous)
     assert len(cache) == before and mon.counts().benchmarks == 0 and mon.counts().runtime_compiles == 0
