@@ -146,20 +146,16 @@ class TuningPolicy:
         return found[0]
 
 
-def _log2(v: int) -> float:
-    return math.log2(v) if v > 1 else 0.0
-
-
-def _shape(key: tuple) -> tuple[tuple, tuple[int, ...]]:
-    """What must match for two keys to be comparable (length, every non-int entry with its type and
-    place), and the places of the int entries."""
-    fixed, ints = [], []
+def _shape(key: tuple) -> tuple[tuple, list[float]]:
+    """What must match for two keys to be comparable (the length, every non-int entry with its
+    type and place) and the log2 of the int entries, in order."""
+    fixed, logs = [], []
     for i, v in enumerate(key):
         if type(v) is int:
-            ints.append(i)
+            logs.append(math.log2(v) if v > 1 else 0.0)
         else:
             fixed.append((i, type(v), v))
-    return (len(key), tuple(fixed)), tuple(ints)
+    return (len(key), tuple(fixed)), logs
 
 
 def nearest_tuning_key(key: tuple, tuned: list[tuple]) -> tuple | None:
@@ -211,34 +207,42 @@ class TuningTable(dict):
         self._index = None
         return super().setdefault(key, default)
 
-    def index(self) -> dict[tuple, list[tuple[tuple, tuple[float, ...]]]]:
+    def index(self) -> dict[tuple, list[tuple[tuple, list[float]]]]:
         """The tuned keys grouped by shape (see :func:`nearest_tuning_key`), each with the log2 of its
         int entries, in table order; built here when the table changed since."""
         if self._index is None:
-            index: dict[tuple, list[tuple[tuple, tuple[float, ...]]]] = {}
+            index: dict[tuple, list[tuple[tuple, list[float]]]] = {}
             for t in self:
-                shape, ints = _shape(t)
-                index.setdefault(shape, []).append((t, tuple(_log2(t[i]) for i in ints)))
+                shape, logs = _shape(t)
+                index.setdefault(shape, []).append((t, logs))
             self._index = index
         return self._index
 
-    def nearest(self, key: tuple, accept: Callable[[int], bool] | None = None) -> tuple | None:
-        """The tuned key nearest ``key`` (the metric of :func:`nearest_tuning_key`) among those whose
-        config index ``accept`` takes (all when None); None when there is none. Cost: one pass over
-        the tuned keys of ``key``'s shape."""
-        shape, ints = _shape(key)
-        group = self.index().get(shape)
+    def nearest(self, key: tuple, survivors: Callable[[], list[int]] | None = None) -> tuple | None:
+        """The tuned key nearest ``key`` (the metric of :func:`nearest_tuning_key`), or None when none
+        is comparable; with ``survivors`` (a function returning config indices, called at most
+        once and only when some tuned key is comparable), the nearest whose config is among them.
+        Cost: one pass over the tuned keys of ``key``'s shape (and a sort of them when the nearest
+        one's config does not survive)."""
+        index = self._index if self._index is not None else self.index()
+        shape, mine = _shape(key)
+        group = index.get(shape)
         if not group:
             return None
-        mine = [_log2(key[i]) for i in ints]
         best, best_d = None, math.inf
         for t, logs in group:
             d = 0.0
             for a, b in zip(mine, logs):
                 d += abs(a - b)
-            if d < best_d and (accept is None or accept(self[t])):
+            if d < best_d:
                 best, best_d = t, d
-        return best
+        if survivors is None:
+            return best
+        alive = set(survivors())
+        if self[best] in alive:
+            return best
+        ranked = sorted(range(len(group)), key=lambda j: (sum(abs(a - b) for a, b in zip(mine, group[j][1])), j))
+        return next((group[j][0] for j in ranked if self[group[j][0]] in alive), None)
 
 
 class Wrapping:
@@ -275,6 +279,10 @@ class Wrapping:
         self._key = _tc.tuning_key_function(self.tuner) if self.tuner is not None else None
         self.prunes = self.tunes and _tc.prunes_configs(self.tuner)
         self._index = {id(c): i for i, c in enumerate(self.configs)}
+        # read once: each config's all_kwargs, meta-parameter names and pre_hook (what every launch adds)
+        self._arguments = [_tc.config_arguments(c) for c in self.configs]
+        self._meta = [frozenset(c.kwargs) for c in self.configs]
+        self._hooks = [_tc.config_pre_hook(c) for c in self.configs]
 
     @property
     def tunes(self) -> bool:
@@ -327,7 +335,9 @@ class Wrapping:
                 break
             nargs[n] = call[n]
         kwargs = {"grid": grid, "warmup": False}
-        kwargs.update((k, v) for k, v in call.items() if k not in nargs)
+        for k, v in call.items():
+            if k not in nargs:
+                kwargs[k] = v
         return nargs, kwargs
 
     def survivors(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> list[int]:
@@ -355,9 +365,10 @@ class Wrapping:
         Triton hands the prune functions too) when the choice needs it. Returns the arguments
         with the heuristics' values and the config's ``all_kwargs`` added, the config (or None),
         and the arguments the autotuner launches with (what Triton's ``Autotuner.run`` hands the
-        config's ``pre_hook``: the heuristics below it not yet applied; None without a config).
-        Raises KeyError/TypeError from a heuristic as Triton would; ValueError when a config sets
-        a meta-parameter the launch passes too (Triton's "Conflicting meta-parameters")."""
+        config's ``pre_hook``: the heuristics below it not yet applied; None without a config or
+        without a ``pre_hook``). Raises KeyError/TypeError from a heuristic as Triton would;
+        ValueError when a config sets a meta-parameter the launch passes too (Triton's
+        "Conflicting meta-parameters")."""
         call = dict(named)
         config = hook_args = None
         for kind, obj in self.layers:
@@ -365,17 +376,16 @@ class Wrapping:
                 _apply_heuristics(obj, call)
             elif self.configs:
                 if self.tunes:  # survivors() runs inside choose(), before call takes the config's values
-                    config = self.configs[choose(self._key(call, {}),
-                                                 lambda: self.survivors(*self.autotuner_call(call, grid)))]
+                    i = choose(self._key(call, {}), lambda: self.survivors(*self.autotuner_call(call, grid)))
                 else:
-                    config = self.configs[0]
-                extra = _tc.config_arguments(config)
-                conflicts = sorted(set(config.kwargs) & set(call))
-                if conflicts:
-                    raise ValueError(f"conflicting meta-parameters {conflicts}: the launch passes them and autotune "
-                                     f"config {config} sets them")
-                call.update(extra)
-                hook_args = dict(call)
+                    i = 0
+                config = self.configs[i]
+                if not self._meta[i].isdisjoint(call):
+                    raise ValueError(f"conflicting meta-parameters {sorted(self._meta[i] & set(call))}: the launch "
+                                     f"passes them and autotune config {config} sets them")
+                call.update(self._arguments[i])
+                if self._hooks[i] is not None:
+                    hook_args = dict(call)
         return call, config, hook_args
 
 

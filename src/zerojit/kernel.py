@@ -475,17 +475,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         table = cls._tuning_table
         found = None
         if policy.untuned == "nearest" and table:
-            accept = None
-            if survivors is not None and cls._wrapping.prunes:
-                alive: frozenset[int] | None = None
-
-                def accept(i: int) -> bool:  # pruning evaluated once, and only if a tuned key is comparable
-                    nonlocal alive
-                    if alive is None:
-                        alive = frozenset(survivors())
-                    return i in alive
-
-            near = table.nearest(tuning_key, accept)
+            near = table.nearest(tuning_key, survivors if cls._wrapping.prunes else None)
             if near is not None:
                 found = table[near]
         if found is None and policy.untuned != "error":
@@ -506,19 +496,18 @@ class TritonJitKernel(JitKernel[KeyT]):
         named = self._named_args(spec, inputs)
         call, config, hook_args = self._wrapping.resolve(named, self._choose_config, spec.grid)
         kwargs = dict(spec.kwargs)
-        aliases = {self._resolve_kwarg(k): k for k in spec.kwargs}
         for k, v in call.items():
             if k not in named:
                 kwargs[k] = v
             elif v is not named[k]:  # a heuristic replaced a value the launch passed (Triton does too)
+                aliases = {self._resolve_kwarg(a): a for a in spec.kwargs}
                 if k not in aliases:
                     raise KernelDefinitionError(f"{self.name}: heuristic {k!r} replaces the launch input of that "
                                                 "parameter; pass it in LaunchSpec.kwargs instead")
                 kwargs[aliases[k]] = v
         grid = spec.grid(call) if callable(spec.grid) else spec.grid
-        hook = _tc.config_pre_hook(config) if config is not None else None
-        if hook is not None and hooks and _WARMUP_SINK.get() is None:
-            hook(hook_args)
+        if hook_args is not None and hooks and _WARMUP_SINK.get() is None:
+            _tc.config_pre_hook(config)(hook_args)
         return LaunchSpec(tuple(grid), kwargs, spec.returns)
 
     def select_configs(self, key: KeyT, configs: list[int]) -> list[int]:
