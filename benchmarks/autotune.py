@@ -29,7 +29,16 @@ written before the warm-up, as a GPU warm-up would leave it, choosing a config f
 ``SIZES``), and the "launches" are dry launches (binder and cache lookup, nothing executes);
 plain Triton's first call cannot run there and is reported as n/a.
 
-Usage: ``PYTHONPATH=src python benchmarks/autotune.py [--rounds 3] [--workers 4] [--json OUT]``
+``--probe`` (a GPU): is any cost of a new tuning key on the GPU side? A tuning file chooses
+BLOCK 64 / 2 warps at 4096 and BLOCK 1024 / 4 warps at 2**20, so no benchmark runs and neither
+variant has run before its first launch; then, each launch synchronized: the kernel's first
+launch (4096: variant A's first real launch), 20 launches at 4096, the first launch at ``NEW_N``
+(a new tuning key and variant B's first real launch), the first launch at ``NEW_N + 1000`` (a new
+tuning key, variant B launched before) and the steady state at ``NEW_N``; once with
+``CUDA_MODULE_LOADING=LAZY`` and once with ``EAGER``. Printed: each time, "B's first real
+launch" (new key with B new minus new key with B launched) and "new key / steady".
+
+Usage: ``PYTHONPATH=src python benchmarks/autotune.py [--rounds 3] [--workers 4] [--json OUT] [--probe]``
 """
 
 from __future__ import annotations
@@ -116,9 +125,60 @@ def child(mode: str, workers: int) -> dict:
     return result
 
 
-def run_child(mode: str, workers: int) -> dict:
+def probe_child() -> dict:
+    import torch
+
+    from zerojit import JitWarmupRegistry
+    from zerojit.autotune import save_tuning_file
+    from zerojit.examples.tuned_scale import TunedScale
+
+    kernel = TunedScale()
+    configs = kernel._wrapping.configs
+    pick = {n: next(i for i, c in enumerate(configs) if (c.kwargs["BLOCK"], c.num_warps) == bw)
+            for n, bw in ((SIZES[0], (64, 2)), (SIZES[1], (1024, 4)))}
+    save_tuning_file(kernel.tuning_file(), kernel.tuning_header(), configs,
+                     [((n, "torch.float32", "torch.float32"), i, None) for n, i in pick.items()])
+    x = torch.randn(SIZES[1], device="cuda")
+    out = torch.empty_like(x)
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        kernel.register_warmup(sizes=SIZES)
+    registry.warmup(progress=False, workers=1)
+
+    def launch(n: int) -> float:
+        xn, on = x[:n], out[:n]
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        kernel(x=xn, out=on, scale=2.0)
+        torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    result = {"loading": os.environ.get("CUDA_MODULE_LOADING", "default"), "kernel_first_s": launch(SIZES[0])}
+    result["tuned_steady_s"] = statistics.median(launch(SIZES[0]) for _ in range(20))
+    result["new_key_new_variant_s"] = launch(NEW_N)
+    result["new_key_s"] = launch(NEW_N + 1000)
+    result["steady_s"] = statistics.median(launch(NEW_N) for _ in range(STEADY))
+    return result
+
+
+def probe() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("--probe times real launches: it needs a GPU")
+    for loading in ("LAZY", "EAGER"):
+        r = run_child("probe", 1, {"CUDA_MODULE_LOADING": loading})
+        ms = {k: v * 1e3 for k, v in r.items() if k.endswith("_s")}
+        print(f"CUDA_MODULE_LOADING={loading}: kernel's first {ms['kernel_first_s']:.3f} ms, steady at 4096 "
+              f"{ms['tuned_steady_s']:.3f}; new key + B's first real launch {ms['new_key_new_variant_s']:.3f}, "
+              f"new key {ms['new_key_s']:.3f}, steady {ms['steady_s']:.3f} ms; B's first real launch "
+              f"{ms['new_key_new_variant_s'] - ms['new_key_s']:+.3f} ms; new key / steady "
+              f"{ms['new_key_s'] / ms['steady_s']:.2f}x")
+
+
+def run_child(mode: str, workers: int, extra_env: dict | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="zerojit-bench-autotune-") as cache:
-        env = dict(os.environ, TRITON_CACHE_DIR=cache, ZEROJIT_JIT_MONITOR="off")
+        env = dict(os.environ, TRITON_CACHE_DIR=cache, ZEROJIT_JIT_MONITOR="off", **(extra_env or {}))
         p = subprocess.run([sys.executable, __file__, "--child", mode, "--workers", str(workers)], env=env,
                            capture_output=True, text=True, timeout=900)
     if p.returncode != 0:
@@ -139,9 +199,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--json")
     parser.add_argument("--child")
+    parser.add_argument("--probe", action="store_true",
+                        help="GPU: the first real launch of a variant vs a new tuning key")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.workers)))
+        print(json.dumps(probe_child() if args.child == "probe" else child(args.child, args.workers)))
+        return
+    if args.probe:
+        probe()
         return
     runs: dict[str, list[dict]] = {"zerojit": [], "zerojit-workers": [], "triton": []}
     for _ in range(args.rounds):  # interleaved: drift hits every mode alike
@@ -164,7 +229,8 @@ def main() -> None:
     ratios = [r["first_median_s"] / r["steady_s"] for r in zj]
     print(f"  zerojit new tuning key / steady: {first / steady:.2f}x first, {statistics.median(ratios):.2f}x median of "
           f"{NEW_KEYS} (spread {min(ratios):.2f}-{max(ratios):.2f}; goal <= 2x)")
-    print(f"  zerojit kernel's first launch / steady: {statistics.median(r['first_tuned_s'] for r in zj) / steady:.2f}x")
+    kernel_first = statistics.median(r["first_tuned_s"] for r in zj)
+    print(f"  zerojit kernel's first launch / steady: {kernel_first / steady:.2f}x")
     tfirst = [r["first_s"] for r in runs["triton"] if r["first_s"] is not None]
     if tfirst:
         print(f"  triton first / zerojit first at a new tuning key: {statistics.median(tfirst) / first:.1f}x")

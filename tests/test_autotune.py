@@ -25,7 +25,7 @@ import triton.language as tl
 
 from zerojit import kernel as _kernel
 from zerojit import triton_compat as _tc
-from zerojit.autotune import (TunedKey, TuningError, TuningFileError, TuningPolicy, load_tuning_file,
+from zerojit.autotune import (TunedKey, TuningError, TuningFileError, TuningPolicy, TuningTable, load_tuning_file,
                               nearest_tuning_key, save_tuning_file)
 from zerojit.kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.monitor import JitMonitor, RuntimeJitError
@@ -410,6 +410,28 @@ def test_library_path_after_warmup_takes_zerojit_choice_and_counts_as_hits():
     cov = build_audit(report, mon).kernel("cast_jit")
     assert [(w.fields["config"], w.hits) for w in cov.hit] == [(1, 3)]
     assert [w.fields["config"] for w in cov.dead] == [0]
+
+
+def test_tuning_table_index_follows_changes_and_nearest_takes_survivors():
+    """Distances by hand: log2 100 = 6.64; to 16: 2.64, to 128: 0.36, to 1024: 3.36."""
+    t = TuningTable({(16, "f32"): 0, (1024, "f32"): 1})
+    assert t.nearest((100, "f32")) == (16, "f32")
+    t[(128, "f32")] = 2  # a change rebuilds the index
+    assert t.nearest((100, "f32")) == (128, "f32")
+    evaluated = []
+
+    def pruned_to(*alive):
+        return lambda: evaluated.append(alive) or list(alive)
+
+    assert t.nearest((100, "f32"), pruned_to(0, 1)) == (16, "f32")  # 128's config 2 pruned: the next nearest
+    assert t.nearest((100, "f32"), pruned_to(2)) == (128, "f32")
+    assert t.nearest((100, "f32"), pruned_to(3)) is None  # no tuned key's config survives
+    assert t.nearest((100, "f16"), pruned_to(0)) is None  # nothing comparable: pruning not evaluated
+    assert evaluated == [(0, 1), (2,), (3,)]
+    del t[(16, "f32")]
+    assert t.nearest((100, "f32"), pruned_to(0, 1)) == (1024, "f32")
+    t.clear()
+    assert t.nearest((100, "f32")) is None
 
 
 # -- tuning files ------------------------------------------------------------------------------

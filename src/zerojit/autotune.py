@@ -207,6 +207,10 @@ class TuningTable(dict):
         self._index = None
         return super().setdefault(key, default)
 
+    def __ior__(self, other: Any) -> "TuningTable":
+        self._index = None
+        return super().__ior__(other)
+
     def index(self) -> dict[tuple, list[tuple[tuple, list[float]]]]:
         """The tuned keys grouped by shape (see :func:`nearest_tuning_key`), each with the log2 of its
         int entries, in table order; built here when the table changed since."""

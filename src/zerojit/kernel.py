@@ -655,7 +655,10 @@ class TritonJitKernel(JitKernel[KeyT]):
         Called at the end of warm-up (:meth:`finish_warmup`); the last zerojit kernel to warm the
         same library object is the one its path goes through. Calls through an inner layer
         (``wrapped.fn``) are not seen. Cost per library launch: one call frame and, with an
-        autotuner, Triton's key computed once more (a few microseconds)."""
+        autotuner, Triton's key computed once more (a few microseconds).
+
+        Raises (at such a call): zerojit.autotune.TuningError where the policy is ``error`` and
+        the tuning key was never tuned, as at a zerojit launch."""
         wrapping = self._wrapping
         if wrapping is None:
             return

@@ -1089,6 +1089,11 @@ def prune_configs(tuner: Any, nargs: dict[str, Any], kwargs: dict[str, Any]) -> 
 
     Raises: whatever the prune functions raise; ``AutotunerError`` when none survives.
     """
+    early = tuner.early_config_prune
+    if early is not None and tuner.perf_model is None:  # Triton's prune_configs, minus its frame
+        kept = early(tuner.configs, nargs, **kwargs)
+        if kept:
+            return list(kept)
     saved = tuner.nargs if hasattr(tuner, "nargs") else None
     tuner.nargs = dict(nargs)
     try:
