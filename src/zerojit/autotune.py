@@ -26,13 +26,17 @@ config, put in the autotuner's cache under Triton's key, and is not benchmarked.
 Key space: a compile key of a kernel whose autotuner has several configs expands into one
 :class:`TunedKey` per config that survives the autotuner's own pruning (``prune_configs_by``:
 ``early_config_prune``, ``perf_model``/``top_k``; Triton's ``Autotuner.prune_configs``) on the
-key's warm-up inputs, then the class's ``restrict_configs``.
+key's warm-up inputs, then the class's ``select_configs``.
 
 Tuning tables are filled at the end of warm-up (``TritonJitKernel.finish_warmup``): from the
 kernel's tuning file in Triton's cache folder (:func:`load_tuning_file`; keyed by target, GPU
 name, Triton version and the kernel's source hash, refused naming the field that differs), then
 on a GPU by benchmarking the tuning keys ``tuning_inputs(key)`` declares, with the autotuner's
-own benchmark (``Autotuner._bench``), saving the file again (written atomically).
+own benchmark (``Autotuner._bench``), saving the file again (written atomically). The table
+(:class:`TuningTable`) indexes its keys for the ``nearest`` policy there too, so that the first
+launch at a tuning key never tuned does one lookup among the tuned keys of its shape and, where
+the autotuner prunes, one evaluation of its prune functions (Triton evaluates them at each new
+tuning key as well); the choice is then remembered for the key.
 """
 
 from __future__ import annotations

@@ -840,7 +840,7 @@ def _library_run(kernel: TritonJitKernel, wrapping: _at.Wrapping, tuner: Any,
     :meth:`TritonJitKernel.serve_library_path`): with ``tuner``, the autotuner's choice from
     ``kernel``; with ``observe``, the launch reported to the launch observer."""
     configs = wrapping.configs
-    names = wrapping.arg_names
+    names = _tc.layer_arg_names(tuner) if tuner is not None else ()  # what Autotuner.run binds args to
     triton_key = _tc.tuning_key_function(tuner) if tuner is not None else None
 
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
