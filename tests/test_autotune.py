@@ -23,8 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
+from zerojit import kernel as _kernel
 from zerojit import triton_compat as _tc
-from zerojit.autotune import (TunedKey, TuningError, TuningFileError, TuningPolicy, load_tuning_file,
+from zerojit.autotune import (TunedKey, TuningError, TuningFileError, TuningPolicy, TuningTable, load_tuning_file,
                               nearest_tuning_key, save_tuning_file)
 from zerojit.kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.monitor import JitMonitor, RuntimeJitError
@@ -224,15 +225,15 @@ def test_policies_for_untuned_keys():
     table = {(64, "torch.float32", "torch.float32"): _idx(64, 4)}
     Scale._tuning_table.update(table)
     k = Scale()
-    assert k._choose_config((100, "torch.float32", "torch.float32"), {}) == _idx(64, 4)  # nearest
+    assert k._choose_config((100, "torch.float32", "torch.float32")) == _idx(64, 4)  # nearest
     assert nearest_tuning_key((100, "torch.float16"), list(table)) is None
     Strict = type("Strict", (Scale,), {"kernel": _wrapped(), "tuning": TuningPolicy("error")})
     Strict._tuning_table.update(table)
     with pytest.raises(TuningError, match=r"scale_jit: tuning key \(100, 'torch.float32', 'torch.float32'\) was never"):
-        Strict()._choose_config((100, "torch.float32", "torch.float32"), {})
+        Strict()._choose_config((100, "torch.float32", "torch.float32"))
     Default = type("Default", (Scale,), {"kernel": _wrapped(), "tuning": TuningPolicy("default", config=_idx(128, 2))})
     Default._tuning_table.update(table)
-    assert Default()._choose_config((100, "torch.float32", "torch.float32"), {}) == _idx(128, 2)
+    assert Default()._choose_config((100, "torch.float32", "torch.float32")) == _idx(128, 2)
 
 
 def test_nearest_metric_is_log2_distance_over_int_entries():
@@ -240,6 +241,197 @@ def test_nearest_metric_is_log2_distance_over_int_entries():
     assert nearest_tuning_key((100, "f32"), tuned) == (16, "f32")  # |log2 100 - 4| < |log2 100 - 10|
     assert nearest_tuning_key((600, "f32"), tuned) == (1024, "f32")
     assert nearest_tuning_key((64, "bf16"), tuned) is None
+
+
+# -- nearest among the configs that survive pruning for the launch --------------------------------
+
+@triton.jit
+def _rows_jit(x_ptr, out_ptr, N: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    for start in range(0, N, BLOCK):
+        m = start + offs < N
+        tl.store(out_ptr + start + offs, tl.load(x_ptr + start + offs, mask=m), mask=m)
+
+
+ROW_CONFIGS = [triton.Config({"BLOCK": b}, num_warps=1) for b in (32, 64, 128)]
+
+
+def _no_block_past_the_row(configs, nargs, **kwargs):
+    """No BLOCK wider than the row (N arrives as a keyword or positionally, as FLA's prune functions read it)."""
+    return [c for c in configs if c.kwargs["BLOCK"] <= {**nargs, **kwargs}["N"]]
+
+
+class Rows(TritonJitKernel["Rows.CompileKey"]):
+    """out = x over one row of N float32 elements; N is a constexpr (each row length compiles its own
+    variants) and pruning drops every BLOCK wider than N."""
+
+    kernel = triton.autotune(ROW_CONFIGS, key=["N"], prune_configs_by={"early_config_prune": _no_block_past_the_row})(
+        _rows_jit)
+    tuning = TuningPolicy("nearest", config={"BLOCK": 32})
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        N: int
+
+    def dispatch(self, *, N):
+        return self.CompileKey(N)
+
+    def get_warmup_keys(self, *, rows=(32, 64, 128)):
+        return [self.CompileKey(n) for n in rows]
+
+    def warmup_inputs(self, key):
+        return dict(x=WarmupTensor(torch.float32, (key.N,)), out=WarmupTensor(torch.float32, (key.N,)))
+
+    @kernel_launcher
+    def __call__(self, *, x, out) -> LaunchSpec:
+        return LaunchSpec((1,), dict(N=x.numel()), out)
+
+
+def test_nearest_chooses_among_the_configs_that_survive_pruning_for_the_launch():
+    """At N=64 the nearest tuned key (128: log2 distance 1) chose BLOCK 128, which pruning drops at
+    N=64 and warm-up never compiled for it; the next nearest (512: distance 3) chose BLOCK 64,
+    which survives. At N=32 no tuned key's config survives: the policy's BLOCK 32."""
+    Rows._tuning_table.clear()
+    Rows._untuned_choice.clear()
+    k = Rows()
+    f32 = "torch.float32"
+    _table_file(k, [((128, f32, f32), 2, None), ((512, f32, f32), 1, None)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup()
+    report = reg.warmup(progress=False)
+    assert {(t.key.N, ROW_CONFIGS[t.config].kwargs["BLOCK"]) for t in report.kernels[0].keys} == {
+        (32, 32), (64, 32), (64, 64), (128, 32), (128, 64), (128, 128)}  # the prune rule, stated
+    with JitMonitor("error", report=report) as mon:
+        for n in (64, 32, 128):
+            k(x=torch.ones(n), out=torch.empty(n))
+    assert mon.counts().runtime_compiles == 0 and mon.counts().benchmarks == 0
+    assert Rows._untuned_choice == {(64, f32, f32): 1, (32, f32, f32): 0}
+
+
+# -- Triton's tuning key follows the call; the library's own path after warm-up ------------------
+
+@triton.jit(do_not_specialize=["n"])
+def _cast_jit(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n).to(tl.float32), mask=offs < n)
+
+
+CAST_CONFIGS = [triton.Config({"BLOCK": 32}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=1)]
+
+
+def _cast_tuner():
+    return triton.autotune(CAST_CONFIGS, key=["n"])(_cast_jit)
+
+
+def test_tuning_key_follows_the_call_as_triton_autotuner_does():
+    """Triton's own Autotuner.run (the key it looks up in its cache) against
+    triton_compat.tuning_key_function: the dtypes follow the call, positional arguments first,
+    then keywords in the order passed."""
+    tuner = _cast_tuner()
+    looked_up = []
+
+    class Spy(dict):
+        def __contains__(self, key):
+            looked_up.append(key)
+            return True  # nothing benchmarks
+
+        def __getitem__(self, key):
+            return CAST_CONFIGS[0]
+
+    tuner.cache = Spy()
+    x, out, grid = torch.ones(64, dtype=torch.float16), torch.empty(64), (2,)
+    calls = [((x, out, 64), {}), ((x,), {"out_ptr": out, "n": 64}), ((), {"out_ptr": out, "n": 64, "x_ptr": x}),
+             ((), {"n": 64, "x_ptr": x, "out_ptr": out})]
+    for args, kwargs in calls:
+        tuner[grid](*args, **kwargs)
+    f16, f32 = "torch.float16", "torch.float32"
+    assert looked_up == [(64, f16, f32), (64, f16, f32), (64, f32, f16), (64, f16, f32)]
+    key = _tc.tuning_key_function(tuner)
+    names = _tc.layer_arg_names(tuner)
+    assert [key(dict(zip(names, a)), {"grid": grid, "warmup": False, **kw}) for a, kw in calls] == looked_up
+
+
+class Cast(TritonJitKernel["Cast.CompileKey"]):
+    """out (float32) = x (float16), n elements."""
+
+    kernel = _cast_tuner()
+    tuning = TuningPolicy("nearest", config={"BLOCK": 32})
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        pass
+
+    def dispatch(self):
+        return self.CompileKey()
+
+    def get_warmup_keys(self):
+        return [self.CompileKey()]
+
+    def warmup_inputs(self, key):
+        return dict(x=WarmupTensor(torch.float16, (64,)), out=WarmupTensor(torch.float32, (64,)))
+
+    @kernel_launcher
+    def __call__(self, *, x, out) -> LaunchSpec:
+        n = x.numel()
+        return LaunchSpec(lambda meta: (triton.cdiv(n, meta["BLOCK"]),), dict(n=n), out)
+
+
+def test_library_path_after_warmup_takes_zerojit_choice_and_counts_as_hits():
+    """The library's own calls: the tuned key passed with its tensors in another keyword order (another
+    Triton key for the same launch) and a tuning key never tuned both launch zerojit's choice
+    without benchmarking, and every launch is a hit in the audit."""
+    from zerojit.audit import build_audit
+
+    Cast._tuning_table.clear()
+    Cast._untuned_choice.clear()
+    k = Cast()
+    f16, f32 = "torch.float16", "torch.float32"
+    _table_file(k, [((64, f16, f32), 1, None)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup()
+    report = reg.warmup(progress=False)
+    x, out = torch.ones(64, dtype=torch.float16), torch.empty(64)
+    grid = lambda meta: (triton.cdiv(64, meta["BLOCK"]),)  # noqa: E731
+    seen = []
+    previous = _kernel.set_launch_observer(lambda kern, compiled: seen.append(compiled))
+    try:
+        with JitMonitor("error", report=report) as mon:
+            k(x=x, out=out)
+            theirs = Cast.wrapped[grid](out_ptr=out, n=64, x_ptr=x)  # Triton's key: (64, float32, float16)
+            new = Cast.wrapped[grid](x, out, 4096)  # never tuned: the policy's nearest (64) -> BLOCK 64
+            Cast.wrapped.run(x, out, 64, grid=grid, warmup=True)  # Triton's warm-up run launches nothing
+    finally:
+        _kernel.set_launch_observer(previous)
+    assert seen == [theirs, theirs, new] and new is theirs  # one variant: BLOCK 64 (n is do_not_specialize)
+    assert mon.counts().benchmarks == 0 and mon.counts().runtime_compiles == 0
+    assert Cast.wrapped.cache[(64, f32, f16)] is CAST_CONFIGS[1]
+    cov = build_audit(report, mon).kernel("cast_jit")
+    assert [(w.fields["config"], w.hits) for w in cov.hit] == [(1, 3)]
+    assert [w.fields["config"] for w in cov.dead] == [0]
+
+
+def test_tuning_table_index_follows_changes_and_nearest_takes_survivors():
+    """Distances by hand: log2 100 = 6.64; to 16: 2.64, to 128: 0.36, to 1024: 3.36."""
+    t = TuningTable({(16, "f32"): 0, (1024, "f32"): 1})
+    assert t.nearest((100, "f32")) == (16, "f32")
+    t[(128, "f32")] = 2  # a change rebuilds the index
+    assert t.nearest((100, "f32")) == (128, "f32")
+    evaluated = []
+
+    def pruned_to(*alive):
+        return lambda: evaluated.append(alive) or list(alive)
+
+    assert t.nearest((100, "f32"), pruned_to(0, 1)) == (16, "f32")  # 128's config 2 pruned: the next nearest
+    assert t.nearest((100, "f32"), pruned_to(2)) == (128, "f32")
+    assert t.nearest((100, "f32"), pruned_to(3)) is None  # no tuned key's config survives
+    assert t.nearest((100, "f16"), pruned_to(0)) is None  # nothing comparable: pruning not evaluated
+    assert evaluated == [(0, 1), (2,), (3,)]
+    del t[(16, "f32")]
+    assert t.nearest((100, "f32"), pruned_to(0, 1)) == (1024, "f32")
+    t.clear()
+    assert t.nearest((100, "f32")) is None
 
 
 # -- tuning files ------------------------------------------------------------------------------

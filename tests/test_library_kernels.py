@@ -301,8 +301,9 @@ def test_serving_spread_zero_compiles_zero_benchmarks(warmed, cls):
 
 @pytest.mark.parametrize("cls", KERNELS, ids=lambda c: c.__name__)
 def test_library_path_finds_the_variant_zerojit_launched(warmed, cls):
-    """Triton's own autotuner (through the library's arguments) picks, without benchmarking, the
-    config zerojit chose: the same CompiledKernel, nothing new in Triton's in-process cache."""
+    """Triton's own autotuner (the library's call, with the library's arguments: a dry launch under
+    compile-only) picks, without benchmarking, the config zerojit chose: the same CompiledKernel,
+    nothing new in Triton's in-process cache; and the library's launch is a hit as zerojit's is."""
     report, tuned = warmed
     k = cls()
     base = k.kernel
@@ -316,10 +317,10 @@ def test_library_path_finds_the_variant_zerojit_launched(warmed, cls):
                 del seen[:]
                 k(**inputs)
                 if isinstance(library, tuple):
-                    ours = cls.wrapped.run(*library, grid=grid, warmup=True)
+                    ours = cls.wrapped[grid](*library)
                 else:
-                    ours = cls.wrapped.run(grid=grid, warmup=True, **library)
-                assert seen == [ours]
+                    ours = cls.wrapped[grid](**library)
+                assert seen == [ours, ours]
     finally:
         _kernel.set_launch_observer(previous)
     assert len(cache) == before and mon.counts().benchmarks == 0 and mon.counts().runtime_compiles == 0
@@ -351,7 +352,7 @@ def test_gpu_outputs_equal_the_library_call():
         s = torch.randn(2, T, 4, device=dev)
         x = torch.randn(T, 2048, device=dev)
         a, gm, b = torch.rand(1, device=dev), torch.randn(2048, device=dev), torch.randn(2048, device=dev)
-        # the libraries' own calls (plain Triton: they benchmark at each new tuning key; outside the monitor)
+        # the libraries' own calls (after the warm-up they take zerojit's choices, unbenchmarked; outside the monitor)
         refs = (fla_kkt.chunk_scaled_dot_kkt_fwd(k=k, g=g, beta=beta, chunk_size=64),
                 fla_cumsum.chunk_local_cumsum_scalar(s, chunk_size=64), liger_dyt.liger_dyt_fwd(x, a, gm, b))
         cases.append(((k, g, beta, s, x, a, gm, b), refs))

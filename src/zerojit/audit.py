@@ -2,9 +2,12 @@
 
 Per kernel, from a warm-up report and a :class:`~zerojit.monitor.JitMonitor` that watched the run:
 
-* **warmed**: every warmed zerojit key, with its *hits*: launches through zerojit's launch path
-  (Triton calls no hook on a hit, so only zerojit launches are counted). Keys that compile to the
-  same Triton variant share that variant's count.
+* **warmed**: every warmed zerojit key, with its *hits*: launches through zerojit's launch path,
+  and, for a wrapped kernel, through the library's own path (``lib_kernel[grid](...)``: the
+  autotuner or heuristics object a zerojit kernel wraps reports its launches after warm-up,
+  :meth:`zerojit.kernel.TritonJitKernel.serve_library_path`), so a config the autotuner launched
+  is never dead. Triton calls no hook on a hit, so launches no zerojit path sees are not
+  counted. Keys that compile to the same Triton variant share that variant's count.
 * **dead warm-ups**: warmed, never hit (the "unreachable variant" bug: warm-up and dispatch
   disagree, or the key space is wider than traffic).
 * **misses**: runtime compiles (in-process cache misses after warm-up), split into compiled,

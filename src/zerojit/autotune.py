@@ -7,23 +7,36 @@ class then launches the ``triton.jit`` function underneath itself (:class:`Wrapp
 * **heuristics** are applied as Triton's ``Heuristics.run`` does: each value in decorator order,
   on a dict of every argument by name, outermost decorator first;
 * **the autotuner's choice** comes from the kernel's *tuning table* (tuning key -> config), never
-  from a benchmark: the tuning key is Triton's (``Autotuner.run``: the values of its ``key``
-  arguments, then ``str(dtype)`` of each argument with a dtype, parameter order); a tuning key
-  the table lacks is decided by the kernel's :class:`TuningPolicy`. The chosen config's
-  meta-parameters and launch options (``Config.all_kwargs``) join the launch, its ``pre_hook``
-  runs first (Triton's ``Autotuner.run`` does the same; ``reset_to_zero``/``restore_value`` act
-  only while benchmarking, in Triton as here).
+  from a benchmark; a tuning key the table lacks is decided by the kernel's
+  :class:`TuningPolicy`. The chosen config's meta-parameters and launch options
+  (``Config.all_kwargs``) join the launch, its ``pre_hook`` runs first (Triton's
+  ``Autotuner.run`` does the same; ``reset_to_zero``/``restore_value`` act only while
+  benchmarking, in Triton as here).
+
+The tuning key is Triton's (:func:`zerojit.triton_compat.tuning_key_function`: the values of the
+autotuner's ``key`` arguments, then ``str(dtype)`` of each argument with a dtype, in the order of
+the *call*). zerojit's key of a launch is the one Triton computes for the library call that passes
+the same arguments in parameter order (positionally, or as keywords in signature order: how FLA
+and Liger call their kernels), the values a heuristics layer above the autotuner sets last; tuning
+files hold these keys. After warm-up the library's own path (``lib_kernel[grid](...)``) goes
+through the same table and policy (``TritonJitKernel.finish_warmup`` wraps the autotuner's
+``run``): a call whose keyword order gives Triton another key for the same launch gets the same
+config, put in the autotuner's cache under Triton's key, and is not benchmarked.
 
 Key space: a compile key of a kernel whose autotuner has several configs expands into one
 :class:`TunedKey` per config that survives the autotuner's own pruning (``prune_configs_by``:
 ``early_config_prune``, ``perf_model``/``top_k``; Triton's ``Autotuner.prune_configs``) on the
-key's warm-up inputs, then the class's ``restrict_configs``.
+key's warm-up inputs, then the class's ``select_configs``.
 
 Tuning tables are filled at the end of warm-up (``TritonJitKernel.finish_warmup``): from the
 kernel's tuning file in Triton's cache folder (:func:`load_tuning_file`; keyed by target, GPU
 name, Triton version and the kernel's source hash, refused naming the field that differs), then
 on a GPU by benchmarking the tuning keys ``tuning_inputs(key)`` declares, with the autotuner's
-own benchmark (``Autotuner._bench``), saving the file again (written atomically).
+own benchmark (``Autotuner._bench``), saving the file again (written atomically). The table
+(:class:`TuningTable`) indexes its keys for the ``nearest`` policy there too, so that the first
+launch at a tuning key never tuned does one lookup among the tuned keys of its shape and, where
+the autotuner prunes, one evaluation of its prune functions (Triton evaluates them at each new
+tuning key as well); the choice is then remembered for the key.
 """
 
 from __future__ import annotations
@@ -37,7 +50,7 @@ from typing import Any, Callable, Mapping
 
 from . import triton_compat as _tc
 
-__all__ = ["TunedKey", "TuningPolicy", "TuningError", "TuningFileError", "Wrapping", "unwrap",
+__all__ = ["TunedKey", "TuningPolicy", "TuningError", "TuningFileError", "TuningTable", "Wrapping", "unwrap",
            "nearest_tuning_key", "tuning_file_path", "save_tuning_file", "load_tuning_file", "write_atomically",
            "TUNING_FORMAT", "TUNING_FOLDER"]
 
@@ -91,9 +104,15 @@ class TuningPolicy:
     """What a wrapped kernel launches for a tuning key its tuning table lacks.
 
     Attributes:
-        untuned: ``"nearest"``: the config of the nearest tuned key (:func:`nearest_tuning_key`),
-            else ``config`` when one is named, else :class:`TuningError`; ``"default"``: ``config``;
-            ``"error"``: raise :class:`TuningError` at the launch.
+        untuned: ``"nearest"``: the config of the nearest tuned key (:func:`nearest_tuning_key`)
+            *among the tuned keys whose config survives the autotuner's pruning for this launch*
+            (``prune_configs_by`` evaluated on the launch's arguments, as Triton's autotuner
+            evaluates it before choosing: a config the autotuner would never run for these
+            arguments is not launched, and was not compiled for them either); else ``config``
+            when one is named; else :class:`TuningError`. ``"default"``: ``config`` (warm-up
+            compiles it for every key, even where pruning drops it). ``"error"``: raise
+            :class:`TuningError` at the launch. The choice is made once per tuning key (as
+            Triton's autotuner makes it) and remembered.
         config: names one autotune config: its index, or a mapping of ``Config.all_kwargs()``
             items it must match (e.g. ``{"BK": 64, "num_warps": 4, "num_stages": 2}``); it must
             name exactly one config (checked at class creation).
@@ -131,6 +150,18 @@ class TuningPolicy:
         return found[0]
 
 
+def _shape(key: tuple) -> tuple[tuple, list[float]]:
+    """What must match for two keys to be comparable (the length, every non-int entry with its
+    type and place) and the log2 of the int entries, in order."""
+    fixed, logs = [], []
+    for i, v in enumerate(key):
+        if type(v) is int:
+            logs.append(math.log2(v) if v > 1 else 0.0)
+        else:
+            fixed.append((i, type(v), v))
+    return (len(key), tuple(fixed)), logs
+
+
 def nearest_tuning_key(key: tuple, tuned: list[tuple]) -> tuple | None:
     """The tuned key nearest ``key``, or None when none is comparable.
 
@@ -139,20 +170,87 @@ def nearest_tuning_key(key: tuple, tuned: list[tuple]) -> tuple | None:
     log2(max(b, 1))|`` (sizes that differ by a factor count the same at every scale); ties go to
     the key tuned first.
     """
-    best, best_d = None, math.inf
-    for t in tuned:
-        if len(t) != len(key):
-            continue
-        d = 0.0
-        for a, b in zip(key, t):
-            if type(a) is int and type(b) is int:
-                d += abs(math.log2(max(a, 1)) - math.log2(max(b, 1)))
-            elif a != b or type(a) is not type(b):
-                d = math.inf
-                break
-        if d < best_d:
-            best, best_d = t, d
-    return best
+    return TuningTable(dict.fromkeys(tuned, 0)).nearest(key)
+
+
+class TuningTable(dict):
+    """A wrapped kernel's tuning table: tuning key -> config index (a ``dict``), that also answers
+    :meth:`nearest` from an index of its keys built once after each change (at the end of warm-up,
+    :meth:`index`), so that a launch at a tuning key never tuned compares it only with the tuned
+    keys of its own shape, whose logarithms are already taken."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._index: dict[tuple, list[tuple[tuple, tuple[float, ...]]]] | None = None
+
+    def __setitem__(self, key: tuple, value: int) -> None:
+        self._index = None
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: tuple) -> None:
+        self._index = None
+        super().__delitem__(key)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._index = None
+        super().update(*args, **kwargs)
+
+    def clear(self) -> None:
+        self._index = None
+        super().clear()
+
+    def pop(self, *args: Any) -> Any:
+        self._index = None
+        return super().pop(*args)
+
+    def popitem(self) -> tuple:
+        self._index = None
+        return super().popitem()
+
+    def setdefault(self, key: tuple, default: Any = None) -> Any:
+        self._index = None
+        return super().setdefault(key, default)
+
+    def __ior__(self, other: Any) -> "TuningTable":
+        self._index = None
+        return super().__ior__(other)
+
+    def index(self) -> dict[tuple, list[tuple[tuple, list[float]]]]:
+        """The tuned keys grouped by shape (see :func:`nearest_tuning_key`), each with the log2 of its
+        int entries, in table order; built here when the table changed since."""
+        if self._index is None:
+            index: dict[tuple, list[tuple[tuple, list[float]]]] = {}
+            for t in self:
+                shape, logs = _shape(t)
+                index.setdefault(shape, []).append((t, logs))
+            self._index = index
+        return self._index
+
+    def nearest(self, key: tuple, survivors: Callable[[], list[int]] | None = None) -> tuple | None:
+        """The tuned key nearest ``key`` (the metric of :func:`nearest_tuning_key`), or None when none
+        is comparable; with ``survivors`` (a function returning config indices, called at most
+        once and only when some tuned key is comparable), the nearest whose config is among them.
+        Cost: one pass over the tuned keys of ``key``'s shape (and a sort of them when the nearest
+        one's config does not survive)."""
+        index = self._index if self._index is not None else self.index()
+        shape, mine = _shape(key)
+        group = index.get(shape)
+        if not group:
+            return None
+        best, best_d = None, math.inf
+        for t, logs in group:
+            d = 0.0
+            for a, b in zip(mine, logs):
+                d += abs(a - b)
+            if d < best_d:
+                best, best_d = t, d
+        if survivors is None:
+            return best
+        alive = set(survivors())
+        if self[best] in alive:
+            return best
+        ranked = sorted(range(len(group)), key=lambda j: (sum(abs(a - b) for a, b in zip(mine, group[j][1])), j))
+        return next((group[j][0] for j in ranked if self[group[j][0]] in alive), None)
 
 
 class Wrapping:
@@ -163,6 +261,8 @@ class Wrapping:
         base: the ``triton.jit`` function underneath (what zerojit launches).
         tuner: the autotuner, or None.
         configs: the autotuner's configs (``[]`` without one).
+        arg_names: the kernel's parameters, in order.
+        prunes: True when the autotuner has a choice to make and ``prune_configs_by`` can drop configs.
     """
 
     def __init__(self, obj: Any) -> None:
@@ -176,6 +276,21 @@ class Wrapping:
         self.tuner = tuners[0] if tuners else None
         self._tuners = len(tuners)
         self.configs: list[Any] = _tc.autotune_configs(self.tuner) if self.tuner is not None else []
+        self.arg_names: tuple[str, ...] = _tc.layer_arg_names(obj)
+        above = []  # the heuristics layers above the autotuner (their values reach it as keywords)
+        for kind, o in layers:
+            if kind == "autotune":
+                break
+            above.append(o)
+        self._above: tuple[dict[str, Callable[[dict], Any]], ...] = tuple(above)
+        self._set_above = tuple(dict.fromkeys(n for values in above for n in values))
+        self._key = _tc.tuning_key_function(self.tuner) if self.tuner is not None else None
+        self.prunes = self.tunes and _tc.prunes_configs(self.tuner)
+        self._index = {id(c): i for i, c in enumerate(self.configs)}
+        # read once: each config's all_kwargs, meta-parameter names and pre_hook (what every launch adds)
+        self._arguments = [_tc.config_arguments(c) for c in self.configs]
+        self._meta = [frozenset(c.kwargs) for c in self.configs]
+        self._hooks = [_tc.config_pre_hook(c) for c in self.configs]
 
     @property
     def tunes(self) -> bool:
@@ -196,47 +311,89 @@ class Wrapping:
         return out
 
     def tuning_key(self, named: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
-        """The autotuner's tuning key for a launch with these arguments (every argument by name),
-        and the arguments the autotuner sees (the heuristics above it applied)."""
+        """zerojit's tuning key for a launch with these arguments (every argument by name, in
+        parameter order), and the arguments the autotuner sees (the heuristics above it applied,
+        their values last): the key Triton's ``Autotuner.run`` computes for the library call
+        that passes the arguments in parameter order (see the module doc)."""
         call = dict(named)
-        for kind, obj in self.layers:
-            if kind == "autotune":
+        for values in self._above:
+            _apply_heuristics(values, call)
+        return self._key(call, {}), call
+
+    def canonical_key(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> tuple:
+        """zerojit's tuning key (:meth:`tuning_key`) of an ``Autotuner.run(*args, **kwargs)`` call
+        of the library's own path (``nargs``: its positional arguments by name), whatever the
+        order of its keywords: the kernel's parameters in parameter order, the values the
+        heuristics above the autotuner set last, in decorator order."""
+        every = {**nargs, **kwargs}
+        ordered = {n: every[n] for n in self.arg_names if n in every and n not in self._set_above}
+        ordered.update((n, every[n]) for n in self._set_above if n in every)
+        return self._key(ordered, {})
+
+    def autotuner_call(self, call: dict[str, Any], grid: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """What Triton's ``Autotuner.run`` receives for a launch of ``call`` (the arguments the
+        autotuner sees, :meth:`tuning_key`) made as the library call ``wrapped[grid](*arguments in
+        parameter order)``: the positional arguments by name (the longest run of parameters from
+        the first that the launch passes and no heuristic above sets), and the keywords:
+        ``grid``, ``warmup=False`` (what ``kernel[grid]`` adds), then the rest in order (later
+        parameters, launch options, the heuristics' values). Prune functions get exactly these."""
+        nargs: dict[str, Any] = {}
+        for n in self.arg_names:
+            if n not in call or n in self._set_above:
                 break
-            _apply_heuristics(obj, call)
-        return _tc.tuning_key(self.tuner, call), call
+            nargs[n] = call[n]
+        kwargs = {"grid": grid, "warmup": False}
+        for k, v in call.items():
+            if k not in nargs:
+                kwargs[k] = v
+        return nargs, kwargs
 
-    def surviving(self, named: dict[str, Any]) -> list[int]:
-        """The indices of the configs that survive the autotuner's pruning for these arguments
-        (every argument by name; the heuristics above the autotuner are applied first)."""
-        if not self.tunes:
+    def survivors(self, nargs: dict[str, Any], kwargs: dict[str, Any]) -> list[int]:
+        """The indices of the configs that survive the autotuner's pruning for an
+        ``Autotuner.run(*args, **kwargs)`` call (``nargs``: its positional arguments by name)."""
+        if not self.prunes:
             return list(range(len(self.configs)))
-        kept = _tc.prune_configs(self.tuner, self.tuning_key(named)[1])
-        index = {id(c): i for i, c in enumerate(self.configs)}
-        return [index[id(c)] if id(c) in index else self.configs.index(c) for c in kept]
+        kept = _tc.prune_configs(self.tuner, nargs, kwargs)
+        return [self._index[id(c)] if id(c) in self._index else self.configs.index(c) for c in kept]
 
-    def resolve(self, named: dict[str, Any], choose: Callable[[tuple, dict], int]) -> tuple[dict, Any, dict | None]:
+    def surviving(self, named: dict[str, Any], grid: Any = None) -> list[int]:
+        """The indices of the configs that survive the autotuner's pruning for a launch with these
+        arguments (every argument by name; the heuristics above the autotuner are applied first,
+        the call made as :meth:`autotuner_call` says)."""
+        if not self.prunes:
+            return list(range(len(self.configs)))
+        return self.survivors(*self.autotuner_call(self.tuning_key(named)[1], grid))
+
+    def resolve(self, named: dict[str, Any], choose: Callable[[tuple, Callable[[], list[int]]], int],
+                grid: Any = None) -> tuple[dict, Any, dict | None]:
         """Apply the layers to a launch's arguments (every argument by name, parameter order).
 
-        ``choose(tuning_key, args)`` returns the autotune config's index. Returns the arguments
+        ``choose(tuning_key, survivors)`` returns the autotune config's index; ``survivors()``
+        evaluates the autotuner's pruning for this launch (``grid``: the launch's grid, which
+        Triton hands the prune functions too) when the choice needs it. Returns the arguments
         with the heuristics' values and the config's ``all_kwargs`` added, the config (or None),
         and the arguments the autotuner launches with (what Triton's ``Autotuner.run`` hands the
-        config's ``pre_hook``: the heuristics below it not yet applied; None without a config). Raises KeyError/TypeError from a heuristic as Triton would; ValueError when a
-        config sets a meta-parameter the launch passes too (Triton's "Conflicting
-        meta-parameters")."""
+        config's ``pre_hook``: the heuristics below it not yet applied; None without a config or
+        without a ``pre_hook``). Raises KeyError/TypeError from a heuristic as Triton would;
+        ValueError when a config sets a meta-parameter the launch passes too (Triton's
+        "Conflicting meta-parameters")."""
         call = dict(named)
         config = hook_args = None
         for kind, obj in self.layers:
             if kind == "heuristics":
                 _apply_heuristics(obj, call)
             elif self.configs:
-                config = self.configs[choose(_tc.tuning_key(obj, call), call) if self.tunes else 0]
-                extra = _tc.config_arguments(config)
-                conflicts = sorted(set(config.kwargs) & set(call))
-                if conflicts:
-                    raise ValueError(f"conflicting meta-parameters {conflicts}: the launch passes them and autotune "
-                                     f"config {config} sets them")
-                call.update(extra)
-                hook_args = dict(call)
+                if self.tunes:  # survivors() runs inside choose(), before call takes the config's values
+                    i = choose(self._key(call, {}), lambda: self.survivors(*self.autotuner_call(call, grid)))
+                else:
+                    i = 0
+                config = self.configs[i]
+                if not self._meta[i].isdisjoint(call):
+                    raise ValueError(f"conflicting meta-parameters {sorted(self._meta[i] & set(call))}: the launch "
+                                     f"passes them and autotune config {config} sets them")
+                call.update(self._arguments[i])
+                if self._hooks[i] is not None:
+                    hook_args = dict(call)
         return call, config, hook_args
 
 

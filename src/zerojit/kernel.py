@@ -348,7 +348,7 @@ class TritonJitKernel(JitKernel[KeyT]):
     #: What to launch for a tuning key never tuned (required when the autotuner has several configs).
     tuning: ClassVar[_at.TuningPolicy | None] = None
     _wrapping: ClassVar[_at.Wrapping | None] = None
-    _tuning_table: ClassVar[dict[tuple, int]] = {}
+    _tuning_table: ClassVar[_at.TuningTable] = _at.TuningTable()
     _untuned_choice: ClassVar[dict[tuple, int]] = {}
     _policy_config: ClassVar[int | None] = None  # the index the tuning policy's config names
     #: Launch warmed variants directly, skipping Triton's binder (see :meth:`select_variant`).
@@ -416,7 +416,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         problems = wrapping.problems(cls._kernel_params)
         if problems:
             raise KernelDefinitionError(f"{cls.__name__}: kernel {cls.kernel.fn.__name__}: {'; '.join(problems)}")
-        cls._tuning_table, cls._untuned_choice = {}, {}
+        cls._tuning_table, cls._untuned_choice = _at.TuningTable(), {}
         if not wrapping.tunes:
             return
         if not isinstance(cls.tuning, _at.TuningPolicy):
@@ -447,10 +447,13 @@ class TritonJitKernel(JitKernel[KeyT]):
         named.update(given)
         return named
 
-    def _choose_config(self, tuning_key: tuple, call: dict[str, Any]) -> int:
+    def _choose_config(self, tuning_key: tuple, survivors: Callable[[], list[int]] | None = None) -> int:
         """The autotune config (index) a launch at ``tuning_key`` uses: forced inside a warm-up of
-        a :class:`~zerojit.autotune.TunedKey`, else the tuning table's, else the policy's (that
-        choice is remembered and put in the autotuner's own cache too).
+        a :class:`~zerojit.autotune.TunedKey`, else the tuning table's, else the one chosen for
+        this tuning key before, else the policy's (:class:`~zerojit.autotune.TuningPolicy`;
+        ``survivors()``: the configs that survive the autotuner's pruning for this launch, which
+        ``nearest`` chooses among). A policy's choice is remembered and put in the autotuner's own
+        cache too.
 
         Raises: zerojit.autotune.TuningError: the policy has no config for this tuning key."""
         forced = _FORCED_CONFIG.get()
@@ -462,17 +465,25 @@ class TritonJitKernel(JitKernel[KeyT]):
             found = cls._untuned_choice.get(tuning_key)
         if found is not None:
             return found
+        return self._choose_untuned(tuning_key, survivors)
+
+    def _choose_untuned(self, tuning_key: tuple, survivors: Callable[[], list[int]] | None) -> int:
+        """The policy's choice at a tuning key the table lacks (once per tuning key): an index
+        lookup and, where the autotuner prunes, one evaluation of its pruning."""
+        cls = type(self)
         policy = cls.tuning
-        default = cls._policy_config
-        if policy.untuned == "nearest" and cls._tuning_table:
-            near = _at.nearest_tuning_key(tuning_key, list(cls._tuning_table))
-            found = cls._tuning_table[near] if near is not None else default
-        elif policy.untuned != "error":
-            found = default
+        table = cls._tuning_table
+        found = None
+        if policy.untuned == "nearest" and table:
+            near = table.nearest(tuning_key, survivors if cls._wrapping.prunes else None)
+            if near is not None:
+                found = table[near]
+        if found is None and policy.untuned != "error":
+            found = cls._policy_config
         if found is None:
             raise _at.TuningError(
                 f"{self.name}: tuning key {tuning_key} was never tuned and the policy ({policy}) names no config: "
-                f"tune it at warm-up (tuning_inputs) or put it in the tuning file ({len(cls._tuning_table)} tuned)")
+                f"tune it at warm-up (tuning_inputs) or put it in the tuning file ({len(table)} tuned)")
         cls._untuned_choice[tuning_key] = found
         # the autotuner's own run (the library's call path) now makes the same choice, unbenchmarked
         _tc.fill_autotuner_cache(cls._wrapping.tuner, tuning_key, cls._wrapping.configs[found])
@@ -483,21 +494,20 @@ class TritonJitKernel(JitKernel[KeyT]):
         ``pre_hook`` called when ``hooks``, except in a warm-up launch), the grid resolved if it
         is a callable."""
         named = self._named_args(spec, inputs)
-        call, config, hook_args = self._wrapping.resolve(named, self._choose_config)
+        call, config, hook_args = self._wrapping.resolve(named, self._choose_config, spec.grid)
         kwargs = dict(spec.kwargs)
-        aliases = {self._resolve_kwarg(k): k for k in spec.kwargs}
         for k, v in call.items():
             if k not in named:
                 kwargs[k] = v
             elif v is not named[k]:  # a heuristic replaced a value the launch passed (Triton does too)
+                aliases = {self._resolve_kwarg(a): a for a in spec.kwargs}
                 if k not in aliases:
                     raise KernelDefinitionError(f"{self.name}: heuristic {k!r} replaces the launch input of that "
                                                 "parameter; pass it in LaunchSpec.kwargs instead")
                 kwargs[aliases[k]] = v
         grid = spec.grid(call) if callable(spec.grid) else spec.grid
-        hook = _tc.config_pre_hook(config) if config is not None else None
-        if hook is not None and hooks and _WARMUP_SINK.get() is None:
-            hook(hook_args)
+        if hook_args is not None and hooks and _WARMUP_SINK.get() is None:
+            _tc.config_pre_hook(config)(hook_args)
         return LaunchSpec(tuple(grid), kwargs, spec.returns)
 
     def select_configs(self, key: KeyT, configs: list[int]) -> list[int]:
@@ -520,8 +530,8 @@ class TritonJitKernel(JitKernel[KeyT]):
             if isinstance(key, _at.TunedKey):
                 out.append(key)
                 continue
-            named = self._warmup_named(self.warmup_inputs(key))[0]
-            configs = self.select_configs(key, wrapping.surviving(named))
+            named, grid = self._warmup_named(self.warmup_inputs(key))
+            configs = self.select_configs(key, wrapping.surviving(named, grid))
             default = self._policy_config
             if default is not None and default not in configs:  # what an untuned key launches
                 configs = [*configs, default]
@@ -571,9 +581,10 @@ class TritonJitKernel(JitKernel[KeyT]):
         each tuning key :meth:`tuning_inputs` declares that the table lacks, over the configs warmed
         for its key that survive pruning on those inputs (all warmed ones if none does; a config
         never warmed is never chosen, so another process with the file compiles nothing more),
-        with the autotuner's own benchmark, and saves the file (atomically); then puts
-        the table in the autotuner's own cache, so calls through the library's own path do not
-        benchmark either.
+        with the autotuner's own benchmark, and saves the file (atomically); then builds the
+        table's nearest-key index (:class:`~zerojit.autotune.TuningTable`), puts the table in the
+        autotuner's own cache and routes the library's own path through this kernel
+        (:meth:`serve_library_path`), so calls through it do not benchmark either.
 
         Raises:
             zerojit.autotune.TuningFileError: the file is for another target, GPU, Triton or
@@ -581,7 +592,10 @@ class TritonJitKernel(JitKernel[KeyT]):
             zerojit.autotune.TuningError: the file chooses a config no warmed key compiled.
         """
         wrapping = self._wrapping
-        if wrapping is None or not wrapping.tunes:
+        if wrapping is None:
+            return
+        if not wrapping.tunes:
+            self.serve_library_path()
             return
         cls = type(self)
         header = self.tuning_header()
@@ -612,7 +626,7 @@ class TritonJitKernel(JitKernel[KeyT]):
                         tuning_key, call = wrapping.tuning_key(named)
                         if tuning_key in cls._tuning_table:
                             continue
-                        candidates = [i for i in wrapping.surviving(named) if i in configs] or configs
+                        candidates = [i for i in wrapping.surviving(named, grid) if i in configs] or configs
                         ms = {i: _tc.bench_config(wrapping.tuner, call, wrapping.configs[i], grid) for i in candidates}
                         best = min(ms, key=ms.get)
                         cls._tuning_table[tuning_key] = best
@@ -622,8 +636,38 @@ class TritonJitKernel(JitKernel[KeyT]):
                 _at.save_tuning_file(path, header, wrapping.configs,
                                      [(k, i, timings.get(k)) for k, i in cls._tuning_table.items()])
         cls._untuned_choice.clear()
+        cls._tuning_table.index()  # built now, not at the first launch at an untuned tuning key
         for tuning_key, i in cls._tuning_table.items():
             _tc.fill_autotuner_cache(wrapping.tuner, tuning_key, wrapping.configs[i])
+        self.serve_library_path()
+
+    def serve_library_path(self) -> None:
+        """Route launches through the library's own path (``wrapped[grid](...)``, ``wrapped.run``)
+        through this kernel: each is a hit for the monitor and the audit, like a zerojit launch
+        (the launch observer gets the ``CompiledKernel`` the library's call launched; a
+        ``warmup=True`` call launches nothing and is not counted), and the autotuner takes this
+        kernel's choice at a tuning key its cache lacks (the tuning table, else the policy, among
+        the configs that survive its pruning for that call) instead of benchmarking. The
+        autotuner's key is computed as Triton does for the very call (keyword order included,
+        :func:`zerojit.triton_compat.tuning_key_function`) and the choice made at zerojit's key
+        for it (:meth:`zerojit.autotune.Wrapping.canonical_key`).
+
+        Called at the end of warm-up (:meth:`finish_warmup`); the last zerojit kernel to warm the
+        same library object is the one its path goes through. Calls through an inner layer
+        (``wrapped.fn``) are not seen. Cost per library launch: one call frame and, with an
+        autotuner, Triton's key computed once more (a few microseconds).
+
+        Raises (at such a call): zerojit.autotune.TuningError where the policy is ``error`` and
+        the tuning key was never tuned, as at a zerojit launch."""
+        wrapping = self._wrapping
+        if wrapping is None:
+            return
+        outer = type(self).wrapped
+        tuner = wrapping.tuner if wrapping.tunes else None
+        if tuner is not None:
+            _tc.wrap_run(tuner, _library_run(self, wrapping, tuner, observe=outer is tuner))
+        if outer is not tuner:
+            _tc.wrap_run(outer, _library_run(self, wrapping, None, observe=True))
 
     @classmethod
     def _resolve_kwarg(cls, name: str) -> str:
@@ -788,6 +832,36 @@ class TritonJitKernel(JitKernel[KeyT]):
             loaded=loaded,
             compiled=compiled,
         )
+
+
+def _library_run(kernel: TritonJitKernel, wrapping: _at.Wrapping, tuner: Any,
+                 observe: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The ``run`` of one layer of a library object after warm-up (see
+    :meth:`TritonJitKernel.serve_library_path`): with ``tuner``, the autotuner's choice from
+    ``kernel``; with ``observe``, the launch reported to the launch observer."""
+    configs = wrapping.configs
+    names = _tc.layer_arg_names(tuner) if tuner is not None else ()  # what Autotuner.run binds args to
+    triton_key = _tc.tuning_key_function(tuner) if tuner is not None else None
+
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if tuner is not None:
+                nargs = dict(zip(names, args))
+                key = triton_key(nargs, kwargs)
+                if not _tc.autotuner_cached(tuner, key):
+                    i = kernel._choose_config(wrapping.canonical_key(nargs, kwargs),
+                                              lambda: wrapping.survivors(nargs, kwargs))
+                    _tc.fill_autotuner_cache(tuner, key, configs[i])
+            compiled = original(*args, **kwargs)
+            if observe and compiled is not None and not kwargs.get("warmup"):
+                observer = _launch_observer
+                if observer is not None and not context.in_warmup():
+                    observer(kernel, compiled)
+            return compiled
+
+        return run
+
+    return make
 
 
 def _match_param(name: str, params: frozenset[str]) -> str | None:

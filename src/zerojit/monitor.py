@@ -31,7 +31,9 @@ How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
   cache-miss hook calls splits that miss into compile vs disk load; any other is a direct compile.
 * Hits: Triton calls no hook on a hit, so zerojit's launch path reports every launch to
   :func:`zerojit.kernel.set_launch_observer`; launches are mapped back to warmed keys at audit time
-  by the identity of the compiled kernel (:attr:`CompiledVariant.compiled`). Raw launches of the
+  by the identity of the compiled kernel (:attr:`CompiledVariant.compiled`). The library's own
+  launches of an autotuner or heuristics object a zerojit kernel wraps report there after its
+  warm-up (:meth:`~zerojit.kernel.TritonJitKernel.serve_library_path`). Raw launches of the
   functions a manifest warmed report there too under ``zerojit exec``
   (:func:`zerojit.recording.count_raw_launches`); a raw launch no manifest warmed is explained as
   such (record the program), not as a dropped registration.

@@ -113,8 +113,9 @@ __all__ = [
     "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch",
     # autotune and heuristics wrappers
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
-    "autotune_configs", "config_arguments", "config_pre_hook", "prune_configs", "tuning_key",
-    "bench_config", "fill_autotuner_cache", "add_bench_listener", "remove_bench_listener",
+    "autotune_configs", "config_arguments", "config_pre_hook", "prunes_configs", "prune_configs",
+    "tuning_key_function", "tuning_key", "layer_arg_names", "autotuner_cached", "bench_config",
+    "fill_autotuner_cache", "add_bench_listener", "remove_bench_listener",
 ]
 
 
@@ -935,7 +936,12 @@ def wrap_run(jit_fn: Any, make: Callable[[Callable[..., Any]], Callable[..., Any
     """Route every raw launch of ``jit_fn`` (``jit_fn[grid](...)``, autotune, heuristics) through
     ``make(original_run)``, a callable with ``JITFunction.run``'s signature ``(*args, grid,
     warmup, **kwargs)``. Wrapping a function already wrapped replaces the wrapper (the original
-    is kept). Cost: one Python call frame per launch, plus what the wrapper does."""
+    is kept). Cost: one Python call frame per launch, plus what the wrapper does.
+
+    ``jit_fn`` may also be an ``Autotuner`` or ``Heuristics`` object: their ``run(*args,
+    **kwargs)`` (``grid`` and ``warmup`` among the keywords) is what ``obj[grid](...)`` and the
+    layer above call (``KernelInterface.__getitem__``, ``Heuristics.run``: ``self.fn.run``), so
+    the instance attribute set here sees every launch through that layer."""
     original = jit_fn.__dict__.get("_zerojit_original_run") or jit_fn.run
     jit_fn._zerojit_original_run = original
     jit_fn.run = make(original)
@@ -1068,31 +1074,74 @@ def config_pre_hook(config: Any) -> Callable[[dict], Any] | None:
     return config.pre_hook
 
 
-def prune_configs(tuner: Any, named: dict[str, Any]) -> list[Any]:
+def prunes_configs(tuner: Any) -> bool:
+    """True when ``Autotuner.prune_configs`` can drop a config (``prune_configs_by`` gave an
+    ``early_config_prune`` or a ``perf_model``); otherwise every config survives every launch."""
+    return bool(tuner.early_config_prune or tuner.perf_model)
+
+
+def prune_configs(tuner: Any, nargs: dict[str, Any], kwargs: dict[str, Any]) -> list[Any]:
     """The configs that survive ``Autotuner.prune_configs`` (``prune_configs_by``: its
-    ``early_config_prune``, then ``perf_model`` and ``top_k``) for a launch with ``named``
-    arguments. zerojit passes every argument by name as ``named_args`` and no keyword
-    arguments (what Triton sees for a kernel launched positionally).
+    ``early_config_prune``, then ``perf_model`` and ``top_k``) for an ``Autotuner.run(*args,
+    **kwargs)`` call: ``nargs`` its positional arguments by name (Triton's ``self.nargs``),
+    ``kwargs`` its keyword arguments (``grid`` and ``warmup`` included, as ``kernel[grid](...)``
+    passes them). Triton hands ``early_config_prune(configs, nargs, **kwargs)`` exactly these.
 
     Raises: whatever the prune functions raise; ``AutotunerError`` when none survives.
     """
+    early = tuner.early_config_prune
+    if early is not None and tuner.perf_model is None:  # Triton's prune_configs, minus its frame
+        kept = early(tuner.configs, nargs, **kwargs)
+        if kept:
+            return list(kept)
     saved = tuner.nargs if hasattr(tuner, "nargs") else None
-    tuner.nargs = dict(named)
+    tuner.nargs = dict(nargs)
     try:
-        return list(tuner.prune_configs({}))
+        return list(tuner.prune_configs(dict(kwargs)))
     finally:
         tuner.nargs = saved
 
 
-def tuning_key(tuner: Any, named: dict[str, Any]) -> tuple:
-    """The key ``Autotuner.run`` caches its choice under for a launch with ``named`` arguments
-    (every argument by name, in parameter order, as a positional launch binds them): the values
-    of the ``key`` arguments present, then ``str(dtype)`` of each argument that has a dtype."""
-    names = set(tuner.arg_names)
-    args = {k: v for k, v in named.items() if k in names}
-    key = [args[k] for k in tuner.keys if k in args]
-    key += [str(v.dtype) for v in args.values() if hasattr(v, "dtype")]
-    return tuple(key)
+def tuning_key_function(tuner: Any) -> Callable[[dict[str, Any], dict[str, Any]], tuple]:
+    """The key ``Autotuner.run`` caches its choice under, as a function ``key(nargs, kwargs)`` of
+    the run's positional arguments by name (Triton's ``self.nargs``) and its keyword arguments, in
+    the order the run received them. The names are read from the autotuner once, here.
+
+    Triton 3.6-3.9 (``Autotuner.run``, the same code in each): ``all_args = {**nargs, **kwargs}``
+    restricted to the kernel's parameters (``arg_names``); the key is the values of the ``key``
+    arguments present, in ``key`` order, then ``str(arg.dtype)`` of each of those arguments that
+    has a ``dtype``, in ``all_args`` order. So the dtypes follow the *call*: positional arguments
+    in parameter order, then keyword arguments in the order passed (a heuristics layer above the
+    autotuner adds its values last, in decorator order); one launch called with its tensors as
+    keywords in two orders has two keys.
+    """
+    names = frozenset(tuner.arg_names)
+    keys = tuple(tuner.keys)
+
+    def key(nargs: dict[str, Any], kwargs: dict[str, Any]) -> tuple:
+        every = {**nargs, **kwargs} if kwargs else nargs
+        args = {k: v for k, v in every.items() if k in names}
+        out = [args[k] for k in keys if k in args]
+        out += [str(v.dtype) for v in args.values() if hasattr(v, "dtype")]
+        return tuple(out)
+
+    return key
+
+
+def tuning_key(tuner: Any, nargs: dict[str, Any], kwargs: dict[str, Any] | None = None) -> tuple:
+    """``tuning_key_function(tuner)(nargs, kwargs or {})``: the key of one ``Autotuner.run`` call."""
+    return tuning_key_function(tuner)(nargs, kwargs or {})
+
+
+def layer_arg_names(obj: Any) -> tuple[str, ...]:
+    """The parameter names a ``triton.jit`` function (compiled or interpreted), an ``Autotuner``
+    or a ``Heuristics`` binds positional arguments to, in order (``arg_names``)."""
+    return tuple(obj.arg_names)
+
+
+def autotuner_cached(tuner: Any, key: tuple) -> bool:
+    """True when the autotuner's own cache has a choice for ``key`` (its ``run`` will not benchmark)."""
+    return key in tuner.cache
 
 
 def bench_config(tuner: Any, named: dict[str, Any], config: Any, grid: Any) -> float:
