@@ -420,6 +420,7 @@ def test_step_times_name_the_slowest_step_and_the_collections():
     assert (t.max_step, t.max_tokens, t.max_prefills, t.max_decodes, t.max_cpu_ms) == (3, 50, 0, 25, 1.5)
     assert t.median_prefill_ms == 2.5 and t.median_decode_ms == 1.0 and t.max_cpu_step_ms == 3.0
     assert (t.gc_in_steps, t.gc_in_steps_ms, t.gc_between_steps) == (1, 4.0, 1)
+    assert (t.first_cpu_ms, t.median_cpu_ms) == (3.0, 1.0)
     first, pauses = t.summary()
     assert first.startswith("first 3.00 ms (a prefill step, 400 tokens), median 1.00 ms: 3.0x")
     assert "max 9.00 ms = 9.0x the median (step 3: 50 tokens, 0 prefills, 25 decodes; 1.50 ms of it on the CPU, " \

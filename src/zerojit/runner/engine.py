@@ -8,8 +8,9 @@ The pipeline, as :func:`run` reads::
     model.bind_kv_cache(cache)                          #    layers register K1/K2/K6
     warmup   = warm_up(registry, config, options)       # 4. compile (and on a GPU load) every key
     monitor  = JitMonitor(mode).install()               # 5. from here on a compile is a runtime compile
-    replay   = replay_trace(trace, plan, options)       # 6. continuous batching, metadata every step
-    report   = RunReport(...)                           # 7. counts, times, the coverage audit
+    replay   = replay_trace(trace, plan, options,       # 6. set-up, start-up's heap frozen, the primer
+                            prime=primer_steps)         #    last, then continuous batching
+    report   = RunReport(...)                           # 7. counts, step times, the coverage audit
 
 Devices:
 
@@ -410,6 +411,8 @@ class StepTimes:
         max_cpu_ms: this thread's CPU time in the slowest step; far below ``max_ms``, the step
             waited for the CPU (another process ran: noise, not the step's own cost).
         max_cpu_step_ms: the largest CPU time of any step.
+        first_cpu_ms, median_cpu_ms: this thread's CPU time in the first step, and its median
+            over the steps (on a loaded machine, the steps' own cost without the waits).
         gc_in_steps: Python garbage collections that ran inside a timed step, and
             ``gc_in_steps_ms`` their milliseconds; ``gc_between_steps``: the others of the replay.
     """
@@ -429,6 +432,8 @@ class StepTimes:
     max_decodes: int
     max_cpu_ms: float
     max_cpu_step_ms: float
+    first_cpu_ms: float = 0.0
+    median_cpu_ms: float = 0.0
     gc_in_steps: int = 0
     gc_in_steps_ms: float = 0.0
     gc_between_steps: int = 0
@@ -453,7 +458,8 @@ class StepTimes:
             median_prefill_ms=statistics.median(prefill) if prefill else None,
             max_step=step, max_tokens=replay.step_tokens[step], max_prefills=replay.step_prefills[step],
             max_decodes=replay.step_decodes[step], max_cpu_ms=replay.step_cpu_ms[slowest],
-            max_cpu_step_ms=max(replay.step_cpu_ms), gc_in_steps=len(in_steps),
+            max_cpu_step_ms=max(replay.step_cpu_ms), first_cpu_ms=replay.step_cpu_ms[0],
+            median_cpu_ms=statistics.median(replay.step_cpu_ms), gc_in_steps=len(in_steps),
             gc_in_steps_ms=sum(c[1] for c in in_steps) * 1e3,
             gc_between_steps=len(replay.collections) - len(in_steps))
 
@@ -471,7 +477,8 @@ class StepTimes:
                else f"{self.max_cpu_ms:.2f} ms on the CPU")
         return (
             f"first {self.first_ms:.2f} ms ({kind}, {count(self.first_tokens, 'token')}), median "
-            f"{self.median_ms:.2f} ms: {self.first_ms / med:.1f}x (medians: {kinds})",
+            f"{self.median_ms:.2f} ms: {self.first_ms / med:.1f}x (medians: {kinds}; CPU time: first "
+            f"{self.first_cpu_ms:.2f} ms, median {self.median_cpu_ms:.2f} ms)",
             f"p99 {self.p99_ms:.2f} ms, max {self.max_ms:.2f} ms = {self.max_ms / med:.1f}x the median (step "
             f"{self.max_step}: {count(self.max_tokens, 'token')}, {count(self.max_prefills, 'prefill')}, "
             f"{count(self.max_decodes, 'decode')}; {cpu}); a step's most CPU "
