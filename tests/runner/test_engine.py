@@ -428,3 +428,22 @@ def test_step_times_name_the_slowest_step_and_the_collections():
     assert "gc 1 collection in steps (4.0 ms), 1 between" in pauses
     assert StepTimes.of(Replay()) is None
     assert r.summaries[3] == StepSummary(3, 50, 0, 25)
+
+
+def test_no_monitor_takes_another_for_a_replacement_with_the_process_monitor_on(caplog):
+    """The process monitor (``--jit-monitor-mode`` / ``ZEROJIT_JIT_MONITOR``) installed at the end
+    of warm-up, the request-path clock over it, the run's monitor, the primer's monitor: none of
+    them logs that Triton's hook was replaced (each finds itself in the chain)."""
+    import logging
+
+    from zerojit import monitor
+
+    caplog.set_level(logging.WARNING, logger="zerojit.monitor")
+    monitor.configure("error")
+    try:
+        report = run(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False))
+        assert monitor.current() is not None and monitor.current().installed
+    finally:
+        monitor.shutdown()
+    assert report.runtime_compiles == 0 and report.primer_steps > 0
+    assert [r.getMessage() for r in caplog.records if "was replaced" in r.getMessage()] == []

@@ -671,9 +671,9 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
                 _warm_host_ops(plan, device, options.seed)
             primed[1] = time.perf_counter() - t0
 
-        # The clock goes under the monitor: the monitor's link stays on top of Triton's hook
-        # chain, where the primer's own monitor finds it (a hook between two monitors hides one
-        # from the other, and each would take the other for a replacement).
+        # The clock goes under the run's monitor, whose link is then on top of Triton's hook chain
+        # (it blocks before the clock counts); the clock's hook names the one it calls, so the
+        # process monitor below it and the primer's monitor above it find their places through it.
         with _RequestPathClock() as clock, \
                 JitMonitor(options.monitor_mode, report=warmup.report, no_warmup_note=no_warmup) as monitor:  # 5.
             replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,  # 6.
@@ -895,8 +895,10 @@ class _RequestPathClock:
     """Times compiles and module loads after warm-up, chained onto Triton's hooks.
 
     Compiles: from Triton's ``jit_cache_hook`` (before compiling) to its
-    ``jit_post_compile_hook`` (after), both chained (the hook set before is called too). Enter
-    it before the run's monitor, so that the monitor's link sits above it in the chain.
+    ``jit_post_compile_hook`` (after), both chained (the hook set before is called too; the
+    cache hook names it, :data:`~zerojit.monitor.CHAINED_TO`, so that a monitor below the clock
+    still finds itself in the chain: the process monitor under the run's, or the run's under
+    the primer's). Entered before the run's monitor, whose link then sits above it.
     Loads: Triton's ``kernel_load_start_hook`` / ``kernel_load_end_hook`` chains (a GPU's module
     load; nothing loads under compile-only).
     """
@@ -908,6 +910,7 @@ class _RequestPathClock:
         self._starts: dict[str, float] = {}
         self._load_t0: float | None = None
         self._prev: tuple[Any, Any] = (None, None)
+        self._cache_hook = _ChainedCacheHook(self)
 
     def _on_cache(self, **kw: Any) -> Any:
         t = time.perf_counter()
@@ -936,14 +939,14 @@ class _RequestPathClock:
     def __enter__(self) -> "_RequestPathClock":
         tc = triton_compat
         self._prev = (tc.get_cache_hook(), tc.get_post_compile_hook())
-        tc.set_cache_hook(self._on_cache)
+        tc.set_cache_hook(self._cache_hook)
         tc.set_post_compile_hook(self._on_post)
         tc.add_load_hooks(self._on_load_start, self._on_load_end)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         tc = triton_compat
-        if tc.get_cache_hook() == self._on_cache:
+        if tc.get_cache_hook() is self._cache_hook:
             tc.set_cache_hook(self._prev[0])
         if tc.get_post_compile_hook() == self._on_post:
             tc.set_post_compile_hook(self._prev[1])
@@ -952,6 +955,22 @@ class _RequestPathClock:
     def marker(self) -> tuple[int, int]:
         """Changes when a compile or a load happened since the last call."""
         return (self.misses, self.loads)
+
+
+class _ChainedCacheHook:
+    """The clock's ``jit_cache_hook``: calls the clock, and names the hook the clock calls first."""
+
+    __slots__ = ("clock",)
+
+    def __init__(self, clock: _RequestPathClock) -> None:
+        self.clock = clock
+
+    def __call__(self, **kw: Any) -> Any:
+        return self.clock._on_cache(**kw)
+
+    @property
+    def zerojit_chained_to(self) -> Any:  # the name zerojit.monitor.CHAINED_TO gives
+        return self.clock._prev[0]
 
 
 # ---------------------------------------------------------------------------------------------
