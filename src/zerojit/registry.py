@@ -324,9 +324,10 @@ class JitWarmupRegistry:
         with 16 booting at once) otherwise opens every cold warm-up; so does hashing Triton's
         build on a new Triton install, which this also starts (on a thread). Call it once the key
         space is complete (after binding the KV cache): whether the warm-up will be cold is
-        judged on it. The next :meth:`warmup` with ``workers > 1`` uses these workers when they
-        compile for its target into its cache folder and its key space is cold there, growing or
-        shrinking them to its own ``workers``; otherwise it stops them, says why in
+        judged on it. The next :meth:`warmup` with more than one worker (asked, or chosen:
+        :func:`choose_workers`) uses these workers when they compile for its target into its
+        cache folder and its key space is cold there, growing or shrinking them to its own
+        number; otherwise it stops them, says why in
         ``stats.recovered`` and leaves them out of ``stats.workers``. Calling this again stops
         the workers it started before; :meth:`stop_workers` stops them; at the latest they stop
         when this process exits (not when the registry is dropped).
