@@ -54,6 +54,7 @@ __all__ = [
     "register",
     "warmup_reports",
     "KEYS_PER_WORKER",
+    "MIN_CORES_FOR_WORKERS",
     "WorkerChoice",
     "choose_workers",
     "usable_cores",
@@ -157,6 +158,11 @@ def usable_cores() -> int:
 #: host, 0.5-1.6 s on a loaded 2-core machine) costs what compiling 2-8 keys does (0.1-0.25 s
 #: each), so a worker with fewer keys finishes no sooner than this process would alone.
 KEYS_PER_WORKER = 4
+#: The fewest usable cores with which the warm-up chooses worker processes. On the 2-core CI
+#: machine (loaded by other jobs) 2 workers took 2.5-2.9 s for the 21 keys of ``dsv4-like``
+#: against 1.9-2.1 s in this process, and 15.9 s against 18.9 s for the 111-key matrix of
+#: ``benchmarks/warmup.py``: this process competes with its workers for the two cores.
+MIN_CORES_FOR_WORKERS = 2
 
 
 @dataclass(frozen=True)
@@ -184,10 +190,11 @@ def choose_workers(asked: int | None, *, cores: int, to_compile: int, restored: 
     """The compile workers of a warm-up: ``asked`` when given (``workers=N`` means N), else chosen.
 
     Chosen: none (this process compiles) when no key is left to compile (every key restored
-    from the disk cache by zerojit's restore index), with fewer than 2 usable cores, or with a
-    process group (the ranks already share the compiles; pass ``workers`` for workers as well);
-    otherwise one worker per core, at most one per :data:`KEYS_PER_WORKER` keys to compile (so
-    never more workers than keys), and none when that leaves fewer than 2.
+    from the disk cache by zerojit's restore index), with a process group (the ranks already
+    share the compiles; pass ``workers`` for workers as well) or with fewer than
+    :data:`MIN_CORES_FOR_WORKERS` usable cores; otherwise one worker per core, at most one per
+    :data:`KEYS_PER_WORKER` keys to compile (so never more workers than keys), and none when
+    that leaves fewer than 2.
 
     Args:
         asked: the caller's ``workers`` (None: choose).
@@ -204,7 +211,7 @@ def choose_workers(asked: int | None, *, cores: int, to_compile: int, restored: 
                             else "in this process (no keys)")
     if sharded:
         return WorkerChoice(1, "in this process (the process group's ranks share the compiles)")
-    if cores < 2:
+    if cores < MIN_CORES_FOR_WORKERS:
         return WorkerChoice(1, f"in this process ({count(cores, 'core')})")
     workers = min(cores, to_compile // KEYS_PER_WORKER)
     if workers < 2:
