@@ -1174,9 +1174,9 @@ def replay_trace(
 
 
 #: Rounds of the primer's batches. CPython 3.11 specializes a function's bytecode only after it
-#: ran 8 times (``QUICKENING_WARMUP_DELAY``), and a step's Python runs slower until then: one
-#: round left the first replayed step of the shipped trace at 2x its steady-state cost on CPU,
-#: eight at 1x.
+#: ran 8 times (``QUICKENING_WARMUP_DELAY``), and a step's Python runs slower until then: on the
+#: 2-core CI machine the trace's first step took 0.38-0.46 ms after one round, 0.26-0.27 ms after
+#: eight, and 0.24-0.35 ms when the same steps were replayed a second time in the process.
 PRIMER_ROUNDS = 8
 
 
@@ -1267,8 +1267,9 @@ def serving_collector() -> Iterator[None]:
 #: are freed, to 32 MiB at most) with a fresh ``mmap`` and unmaps it when it is freed. A dry
 #: step's ``[tokens, index_topk]`` tensors are such blocks (a 64-token step already is; an 8,192
 #: token step's are 32 MiB and more), allocated and freed every step: on the 2-core CI machine
-#: the steps around an 8,192-token prefill ran 2.2-2.8x slower that way (0.54-0.80 ms against
-#: 0.26-0.29 ms with this threshold; ``benchmarks/step_pauses.py``).
+#: the steps around an 8,192-token prefill ran 1.1-1.2x slower that way when it was quiet
+#: (0.27-0.29 ms against 0.23-0.24 ms with this threshold), 1.4-2.8x while other jobs loaded it
+#: (``benchmarks/step_pauses.py --window 2493-2497``).
 SERVING_MALLOC_THRESHOLD = 1 << 30
 
 _MALLOPT = {"M_TRIM_THRESHOLD": -1, "M_MMAP_THRESHOLD": -3}  # glibc's <malloc.h> parameter numbers
