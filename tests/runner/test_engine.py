@@ -447,3 +447,31 @@ def test_no_monitor_takes_another_for_a_replacement_with_the_process_monitor_on(
         monitor.shutdown()
     assert report.runtime_compiles == 0 and report.primer_steps > 0
     assert [r.getMessage() for r in caplog.records if "was replaced" in r.getMessage()] == []
+
+
+@pytest.mark.parametrize("config, dcp", [("dsv4-like", None), ("deepseek-v3.2", None), ("dsv4-like", (2, 1))],
+                         ids=["dsv4", "v3.2", "dsv4-dcp2"])
+def test_the_primer_batches_fill_as_a_gpu_step_does(config, dcp):
+    """On a GPU the primer fills its steps' values (``fill=True``) from its own block ids: each
+    request gets distinct blocks for its whole context, and the filled inputs point only there."""
+    import zerojit.runner.engine as engine
+    from zerojit.kernels.mla.backends import default_backend
+    from zerojit.runner.config import load_config
+    from zerojit.runner.kv_cache import allocate_kv_cache
+    from zerojit.runner.metadata import MetadataPlan, build_step_inputs
+
+    overrides = dict(dcp_size=dcp[0], dcp_rank=dcp[1]) if dcp else {}
+    cfg = load_config(config, **overrides)
+    cache = allocate_kv_cache(cfg, engine.kv_blocks_per_rank(cfg, 1 << 16) * cfg.dcp_size, device="cpu")
+    plan = MetadataPlan.for_cache(cfg, default_backend(cfg), cache)
+    kinds = [(b.num_decodes, b.num_prefills) for b in engine.primer_batches(cfg)]
+    assert kinds == [(1, 0), (0, 1), (1, 1)]
+    for batch in engine.primer_batches(cfg):
+        blocks = engine._primer_blocks(batch, plan)
+        ids = [i for b in blocks for i in b]
+        assert 0 not in ids and len(set(ids)) == len(ids)
+        per_block = cfg.block_size * cfg.dcp_size
+        assert [len(b) for b in blocks] == [-(-s // per_block) for s in batch.seq_lens]
+        inputs = build_step_inputs(batch, plan, blocks=blocks, fill=True, seed=0, device="cpu")
+        assert inputs.filled and inputs.num_tokens == batch.num_tokens
+        assert set(inputs.block_table.unique().tolist()) <= {0, *ids}
