@@ -402,6 +402,50 @@ def test_a_write_past_the_guard_is_detected_and_repaired_at_the_next_launch(warm
         _knobs.runtime.__dict__.pop("jit_cache_hook", None)
 
 
+@pytest.mark.parametrize("named", [True, False], ids=["names-what-it-calls", "foreign"])
+def test_monitors_around_a_chaining_hook_find_each_other_when_it_names_what_it_calls(warmed_last_block, caplog,
+                                                                                     named):
+    """A monitor, then a hook written past the guard that calls the hook it replaced (as zerojit's
+    runner writes its request-path clock), then a second monitor, as ``zerojit run`` nests them.
+    When the hook names what it calls (``monitor.CHAINED_TO``) neither monitor takes the other for
+    a replacement; a hook that does not is foreign, and the outer monitor says it was replaced.
+    Either way error mode blocks before compiling."""
+    from zerojit import triton_compat as tc
+
+    caplog.set_level(logging.WARNING, logger="zerojit.monitor")
+
+    class Chaining:
+        def __init__(self, below):
+            self.below = below
+
+        def __call__(self, **kw):
+            return self.below(**kw) if self.below is not None else None
+
+    class Named(Chaining):
+        @property
+        def zerojit_chained_to(self):
+            return self.below
+
+    assert monitor.CHAINED_TO == "zerojit_chained_to"
+    before = tc.get_cache_hook()
+    try:
+        with JitMonitor("error", report=warmed_last_block) as outer:
+            hook = (Named if named else Chaining)(tc.get_cache_hook())
+            tc.set_cache_hook(hook)
+            with JitMonitor("error", report=warmed_last_block) as inner:
+                LastBlock()(**_width(16))  # a warmed key: a hit, seen by both
+                with pytest.raises(RuntimeJitError):
+                    LastBlock()(**_width(24))
+                assert inner.installed and (outer.installed or not named)
+            LastBlock()(**_width(16))
+            assert outer.counts().launches == 2 and inner.counts().launches == 1
+            assert _cached(_last_block_kernel) == 1
+    finally:
+        tc.set_cache_hook(before)
+    lines = [line for line in _monitor_lines(caplog) if "was replaced" in line]
+    assert (lines == []) if named else len(lines) >= 1
+
+
 def test_a_compile_past_a_replaced_hook_is_named_so_and_repairs_the_chain(warmed_last_block):
     try:
         with JitMonitor("error", report=warmed_last_block) as mon:

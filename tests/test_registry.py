@@ -331,7 +331,7 @@ def test_workers_give_the_same_keys_as_serial(compiles, co, monkeypatch):
         report = reg.warmup(workers=workers, progress=False)
         return report, slow, compiles[start:]
 
-    serial, slow1, hooks1 = run(None)
+    serial, slow1, hooks1 = run(1)
     parallel, slow2, hooks2 = run(2)
     assert serial.ok and parallel.ok
     assert serial.keys_by_kernel() == parallel.keys_by_kernel()
@@ -394,6 +394,58 @@ def test_a_kernel_that_needs_the_config_says_so_when_warmed_without_it():
            "warmup(config=...)" in message
     assert info.value.report.num_keys == 1  # the config-free kernel still warmed
     assert reg.warmup({"width": 8}, progress=False).num_keys == 2
+
+
+# ------------------------------------------------------------------------------ the worker count
+@pytest.mark.parametrize("cores, to_compile, restored, want, why", [
+    (16, 111, 0, 16, "16 workers (16 cores, 111 keys to compile)"),
+    (4, 111, 0, 4, "4 workers (4 cores, 111 keys to compile)"),
+    (64, 111, 0, 27, "27 workers (64 cores, 111 keys to compile)"),  # at least 4 keys a worker
+    (2, 21, 0, 2, "2 workers (2 cores, 21 keys to compile)"),
+    (16, 9, 102, 2, "2 workers (16 cores, 9 keys to compile)"),      # only what the index left
+    (16, 7, 0, 1, "in this process (only 7 keys to compile)"),       # 7 // 4 = 1 worker: none
+    (16, 1, 0, 1, "in this process (only 1 key to compile)"),
+    (1, 111, 0, 1, "in this process (1 core)"),
+    (16, 0, 111, 1, "in this process (all 111 keys restored)"),      # a warm cache
+    (16, 0, 0, 1, "in this process (no keys)"),
+])
+def test_choose_workers_from_the_cores_and_the_keys(cores, to_compile, restored, want, why):
+    from zerojit.registry import KEYS_PER_WORKER, choose_workers
+
+    choice = choose_workers(None, cores=cores, to_compile=to_compile, restored=restored)
+    assert (choice.workers, choice.why, str(choice)) == (want, why, why)
+    assert choice.workers <= max(cores, 1) and (choice.workers == 1 or choice.workers * KEYS_PER_WORKER <= to_compile)
+
+
+def test_asked_workers_mean_what_they_say_and_a_group_defaults_to_none():
+    from zerojit.registry import choose_workers
+
+    assert choose_workers(3, cores=16, to_compile=0).workers == 3  # --workers N means N
+    assert choose_workers(3, cores=2, to_compile=111).why == "3 workers (as asked)"
+    assert choose_workers(1, cores=16, to_compile=111).why == "in this process (as asked)"
+    sharded = choose_workers(None, cores=16, to_compile=111, sharded=True)
+    assert (sharded.workers, sharded.why) == (1, "in this process (the process group's ranks share the compiles)")
+
+
+def test_the_report_says_the_worker_choice(compiles, co, monkeypatch):
+    """A cold warm-up of 2 keys on 16 cores compiles in this process (too few keys for two
+    workers) and says so; the second, restored, says that; ``workers=1`` says it was asked."""
+    import zerojit.registry as registry_module
+
+    monkeypatch.setattr(registry_module, "usable_cores", lambda: 16)
+    reg = JitWarmupRegistry()
+    with reg.activate():  # keys no other test of this module's cache folder warms
+        Fill().register_warmup(out=torch.zeros(64, dtype=torch.float64), blocks=(64, 128))
+    cold = reg.warmup(progress=False)
+    assert cold.num_keys == 2 and cold.stats.workers == 0
+    assert cold.stats.worker_choice == "in this process (only 2 keys to compile)"
+    assert "  compile workers: in this process (only 2 keys to compile)" in cold.summary()
+    assert cold.to_dict()["stats"]["worker_choice"] == cold.stats.worker_choice
+    warm = reg.warmup(progress=False)
+    assert warm.stats.restored == 2 and warm.stats.worker_choice == "in this process (all 2 keys restored)"
+    asked = reg.warmup(progress=False, workers=2)
+    assert asked.stats.workers == 0  # every key restored: none needed
+    assert asked.stats.worker_choice == "2 workers (as asked); none started: nothing missed the disk cache"
 
 
 @pytest.mark.parametrize("workers", [0, -1, 2.5, "2", True])

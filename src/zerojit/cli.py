@@ -207,9 +207,9 @@ def _capped_workers(command: str, workers: Optional[int]) -> Optional[int]:
     """``--workers`` capped to the cores this process can use, with a note on stderr when capped
     (more compile workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2)."""
     from zerojit.registry import count
-    from zerojit.runner.engine import usable_cores
+    from zerojit.runner import engine
 
-    cores = usable_cores()
+    cores = engine.usable_cores()
     if workers is None or workers <= cores:
         return workers
     typer.echo(f"zerojit {command}: note: --workers {workers} is more than the {count(cores, 'core')} this process "
@@ -304,8 +304,9 @@ def run_command(
     jit_monitor_mode: Optional[str] = jit_monitor_mode_option(
         default_help="default: error; with --warmup triton or none only warn"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
-                                          help="compile worker processes for a zerojit warm-up (default 1: compile "
-                                          "in this process; more than the cores: capped to the cores)"),
+                                          help="compile worker processes for a zerojit warm-up (default: one per "
+                                          "core, at most one per 4 keys to compile, none when the cache is warm; 1: "
+                                          "compile in this process; more than the cores: capped to the cores)"),
     check: Optional[int] = typer.Option(None, "--check", min=0, metavar="N",
                                         help="steps checked against the PyTorch references "
                                         "(cpu: in a TRITON_INTERPRET=1 child; default 0 on cpu, 8 on cuda)"),
@@ -548,7 +549,8 @@ def warmup_command(
     target: Optional[str] = typer.Option(None, "--target", metavar="TARGET",
                                          help="compile-only target (default: the GPU here, else the manifest's)"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
-                                          help="compile worker processes (default 1: in this process)"),
+                                          help="compile worker processes (default: chosen from the cores and the keys "
+                                          "to compile, none when the cache is warm; 1: in this process)"),
     no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
 ) -> None:
     """Compile (and on a GPU load) every specialization a manifest recorded, and print the report.
@@ -584,7 +586,8 @@ def exec_command(
                                          help="compile-only target: the program's launches are dry launches (default: "
                                          "the GPU here, else the manifest's)"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
-                                          help="compile worker processes for the warm-up (default 1)"),
+                                          help="compile worker processes for the warm-up (default: chosen from the "
+                                          "cores and the keys to compile; 1: in this process)"),
     jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error"),
     no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
 ) -> None:

@@ -98,6 +98,7 @@ from .triton_compat import set_cache_hook as _set_cache_hook, set_compile_listen
 __all__ = [
     "MODES",
     "ENV_VAR",
+    "CHAINED_TO",
     "JitMonitor",
     "RuntimeJitError",
     "MonitorModeError",
@@ -648,13 +649,22 @@ def _set_observer(observer):
     _kernel.set_launch_observer(observer)
 
 
+#: The attribute by which a ``jit_cache_hook`` that is no monitor's link but calls the hook it
+#: replaced first (zerojit's own, e.g. the runner's request-path clock) names that hook. A monitor
+#: below such a hook still finds itself in the chain through it, so two monitors with it between
+#: them do not take each other for a replacement (a foreign hook hides what it calls).
+CHAINED_TO = "zerojit_chained_to"
+
+
 def _reaches(top: Any, link: _Link) -> bool:
-    """``link`` is ``top`` or below it through zerojit links (a foreign hook hides what it calls)."""
-    node = top
-    while isinstance(node, _Link):
+    """``link`` is ``top`` or below it through zerojit links and hooks that name the hook they
+    call (:data:`CHAINED_TO`)."""
+    node, seen = top, set()
+    while node is not None and id(node) not in seen:  # (a chain that names itself ends the walk)
         if node is link:
             return True
-        node = node.previous
+        seen.add(id(node))
+        node = node.previous if isinstance(node, _Link) else getattr(node, CHAINED_TO, None)
     return False
 
 

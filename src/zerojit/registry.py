@@ -16,11 +16,13 @@ ranks (:mod:`zerojit.distributed`); and processes sharing a cache folder compile
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import operator
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .compile_only import active_compile_only, current_target_name, is_target_name, warm_target
@@ -51,6 +53,11 @@ __all__ = [
     "add_warmup_listener",
     "register",
     "warmup_reports",
+    "KEYS_PER_WORKER",
+    "MIN_CORES_FOR_WORKERS",
+    "WorkerChoice",
+    "choose_workers",
+    "usable_cores",
 ]
 
 # The process's completed warm-ups and who wants to hear of the next one: the registry owns this
@@ -137,6 +144,82 @@ def _check_target(target: str, *, compiles: bool, caller: str = "warmup") -> Non
             f"{current!r}{inside}")
 
 
+def usable_cores() -> int:
+    """CPU cores this process may run on: its affinity mask (what a container or ``taskset``
+    grants), else ``os.cpu_count()``."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity on this platform (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+#: The fewest keys a compile worker is given when the warm-up chooses how many to start. A
+#: worker's boot (Python, Triton's import, the kernels' modules: ~0.4 s on the 16-core H200
+#: host, 0.5-1.6 s on a loaded 2-core machine) costs what compiling 2-8 keys does (0.1-0.25 s
+#: each), so a worker with fewer keys finishes no sooner than this process would alone.
+KEYS_PER_WORKER = 4
+#: The fewest usable cores with which the warm-up chooses worker processes. On the 2-core CI
+#: machine (loaded by other jobs) 2 workers took 2.5-2.9 s for the 21 keys of ``dsv4-like``
+#: against 1.9-2.1 s in this process, and 15.9 s against 18.9 s for the 111-key matrix of
+#: ``benchmarks/warmup.py``: this process competes with its workers for the two cores.
+MIN_CORES_FOR_WORKERS = 2
+
+
+@dataclass(frozen=True)
+class WorkerChoice:
+    """How many compile worker processes a warm-up may start, and why, in words.
+
+    Attributes:
+        workers: the most worker processes the warm-up starts (1: none, it compiles in this
+            process). They start at the first key missing from Triton's disk cache (at once
+            when the key space was never warmed into this cache folder), so a warm-up whose
+            keys are all on disk starts none (``WarmupStats.workers`` says how many started).
+        why: e.g. ``"4 workers (4 cores, 111 keys to compile)"``, ``"in this process (all 111
+            keys restored)"``, ``"2 workers (as asked)"``.
+    """
+
+    workers: int
+    why: str
+
+    def __str__(self) -> str:
+        return self.why
+
+
+def choose_workers(asked: int | None, *, cores: int, to_compile: int, restored: int = 0,
+                   sharded: bool = False) -> WorkerChoice:
+    """The compile workers of a warm-up: ``asked`` when given (``workers=N`` means N), else chosen.
+
+    Chosen: none (this process compiles) when no key is left to compile (every key restored
+    from the disk cache by zerojit's restore index), with a process group (the ranks already
+    share the compiles; pass ``workers`` for workers as well) or with fewer than
+    :data:`MIN_CORES_FOR_WORKERS` usable cores; otherwise one worker per core, at most one per
+    :data:`KEYS_PER_WORKER` keys to compile (so never more workers than keys), and none when
+    that leaves fewer than 2.
+
+    Args:
+        asked: the caller's ``workers`` (None: choose).
+        cores: the cores this process may use (:func:`usable_cores`).
+        to_compile: the keys the restore index did not cover (compiled, or loaded from Triton's
+            disk cache when it has them).
+        restored: the keys the restore index covered.
+        sharded: the warm-up runs with a ``torch.distributed`` process group.
+    """
+    if asked is not None:
+        return WorkerChoice(asked, f"{count(asked, 'worker')} (as asked)" if asked > 1 else "in this process (as asked)")
+    if to_compile == 0:
+        return WorkerChoice(1, f"in this process (all {count(restored, 'key')} restored)" if restored
+                            else "in this process (no keys)")
+    if sharded:
+        return WorkerChoice(1, "in this process (the process group's ranks share the compiles)")
+    if cores < MIN_CORES_FOR_WORKERS:
+        return WorkerChoice(1, f"in this process ({count(cores, 'core')})")
+    workers = min(cores, to_compile // KEYS_PER_WORKER)
+    if workers < 2:
+        return WorkerChoice(1, f"in this process (only {count(to_compile, 'key')} to compile)")
+    return WorkerChoice(workers, f"{count(workers, 'worker')} ({count(cores, 'core')}, {count(to_compile, 'key')} "
+                        "to compile)")
+
+
 def _cache_hint(error: BaseException) -> str:
     """What to do when a compile failed writing into Triton's cache folder (read-only: an unusable
     folder was refused before any key, :func:`zerojit.cache.check_cache_folder`), else ''."""
@@ -163,6 +246,15 @@ def _primer_jobs(jobs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
         return [(primer, type(primer).CompileKey())]
     except Exception:  # priming is an optimisation; prime_launch_path compiles it otherwise
         return []
+
+
+def _worker_note(choice: WorkerChoice, stats: WarmupStats) -> str:
+    """The choice, and when workers were allowed but none started, why none was needed."""
+    if choice.workers < 2 or stats.workers:
+        return choice.why
+    if not stats.compiled:
+        return f"{choice.why}; none started: nothing missed the disk cache"
+    return f"{choice.why}; none started (see the notes)"
 
 
 class JitWarmupRegistry:
@@ -239,9 +331,10 @@ class JitWarmupRegistry:
         with 16 booting at once) otherwise opens every cold warm-up; so does hashing Triton's
         build on a new Triton install, which this also starts (on a thread). Call it once the key
         space is complete (after binding the KV cache): whether the warm-up will be cold is
-        judged on it. The next :meth:`warmup` with ``workers > 1`` uses these workers when they
-        compile for its target into its cache folder and its key space is cold there, growing or
-        shrinking them to its own ``workers``; otherwise it stops them, says why in
+        judged on it. The next :meth:`warmup` with more than one worker (asked, or chosen:
+        :func:`choose_workers`) uses these workers when they compile for its target into its
+        cache folder and its key space is cold there, growing or shrinking them to its own
+        number; otherwise it stops them, says why in
         ``stats.recovered`` and leaves them out of ``stats.workers``. Calling this again stops
         the workers it started before; :meth:`stop_workers` stops them; at the latest they stop
         when this process exits (not when the registry is dropped).
@@ -307,10 +400,13 @@ class JitWarmupRegistry:
 
         Args:
             config: the model configuration, passed to ``get_warmup_keys(config=...)`` where declared.
-            workers: compile worker processes (default 1: compile in-process, key after key).
-                Workers compile into Triton's disk cache; this process then loads every key the
-                way a serial warm-up does, so the report is the same (see :mod:`zerojit.precompile`).
-                Workers :meth:`start_workers` started are used when they suit (``workers > 1``).
+            workers: compile worker processes (1: compile in-process, key after key; None, the
+                default: :func:`choose_workers` picks from the usable cores and the keys left to
+                compile after the restore index, none for a warm cache; ``report.stats.worker_choice``
+                says what and why). Workers compile into Triton's disk cache; this process then
+                loads every key the way a serial warm-up does, so the report is the same (see
+                :mod:`zerojit.precompile`). Workers :meth:`start_workers` started are used when
+                they suit (more than one worker).
             progress: show a tqdm progress bar.
             raise_on_failure: raise :class:`WarmupError` after trying every key if any failed.
             target: recorded in the report (the caller's compile target); also the target a
@@ -347,7 +443,7 @@ class JitWarmupRegistry:
 
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"warmup(workers={workers!r}): the number of compile worker processes is a whole number "
-                             ">= 1 (or None: compile in this process)")
+                             ">= 1 (or None: chosen from the cores and the keys)")
         start = time.perf_counter()
         skipped: list = []
         if manifest is not None:
@@ -382,9 +478,11 @@ class JitWarmupRegistry:
             import_launch_path_modules()
             imports_seconds = time.perf_counter() - t0
         rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
+        choice = choose_workers(workers, cores=usable_cores(), to_compile=len(rest), restored=len(restored),
+                                sharded=group is not None)
 
         prestarted, self._prestarted = self._prestarted, None  # start_workers': used or stopped by the session
-        with WarmupSession(workers=workers, pool=prestarted) as session:
+        with WarmupSession(workers=choice.workers, pool=prestarted) as session:
             session.counts.recovered.extend(refused)
             if group is not None:
                 from .distributed import sharded_warmup
@@ -434,6 +532,7 @@ class JitWarmupRegistry:
             phases["prime"] = time.perf_counter() - t0
         stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0, restored=len(restored) + session.counts.restored,
                                      phases=phases)
+        stats = dataclasses.replace(stats, worker_choice=_worker_note(choice, stats))
         if target == "device":  # name what was really compiled for
             compile_only_driver = active_compile_only()
             target = compile_only_driver.target_name if compile_only_driver is not None else target

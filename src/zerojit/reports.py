@@ -93,6 +93,10 @@ class WarmupStats:
             lowering stage, e.g. ``ttir``, ``ttgir``, ``llir``, ``ptx``, ``cubin`` (``ptxas``);
             ``store``: writing the cache entry) as ``(stage, seconds)``, summed over the workers'
             compiles (Triton's ``CompileTimes``, given to its compilation listener).
+        worker_choice: how many compile worker processes the warm-up allowed, and why
+            (:func:`zerojit.registry.choose_workers`), e.g. ``"4 workers (4 cores, 111 keys to
+            compile)"`` or ``"in this process (all 111 keys restored)"``; ``workers`` says how
+            many started.
         timeline: what the worker processes did, as ``(what, worker, start, end)`` in seconds since
             the warm-up session began (negative: workers :meth:`JitWarmupRegistry.start_workers`
             started before it), by start. A worker's boot: ``"python"`` (from its start
@@ -121,6 +125,7 @@ class WarmupStats:
     worker_seconds: float = 0.0
     worker_stages: tuple[tuple[str, float], ...] = ()
     timeline: tuple[tuple[str, int, float, float], ...] = ()
+    worker_choice: str = ""
 
     def notes(self, prefix: str) -> list[str]:
         """``recovered``, one line per cause (a worker's stderr tail indented under it), each
@@ -236,6 +241,8 @@ class WarmupReport:
                  f"{self.seconds:.2f} s (target {self.target}), {count(len(self.failures), 'failure')}"]
         if self.stats is not None:
             lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
+            if self.stats.worker_choice:
+                lines.append(f"  compile workers: {self.stats.worker_choice}")
             lines += self.stats.notes("  note: ")
         for k in self.kernels:
             lines.append(f"  {k.kernel:<40} {len(k.keys):>4} {'key ' if len(k.keys) == 1 else 'keys'}  {k.seconds:7.2f} s")

@@ -242,22 +242,50 @@ def test_cuda_run_with_checks(tmp_path):
     assert report.request_path.loads == 0  # zerojit loaded every module at warm-up
 
 
-def test_cli_workers_compile_in_worker_processes_then_a_rerun_restores(tmp_path):
-    """``--workers 2`` on a fresh cache: the workers compile all 21 keys and this process loads
-    them; a second run over that cache restores them (zerojit.restore) and says so."""
+def test_cli_default_warmup_chooses_workers_when_cold_and_none_when_warm(tmp_path):
+    """No ``--workers`` on a fresh cache: the warm-up starts one worker per core, at most one per
+    4 keys to compile (21 keys: at most 5), and the report says so and why; a second run over that
+    cache restores every key (zerojit.restore), starts none and says why. Neither run prints the
+    hook-replacement warning (the primer's monitor nested in the serving one)."""
+    from zerojit.registry import usable_cores
+
     cache, out = str(tmp_path / "cache"), tmp_path / "report.json"
     runs = []
     for _ in range(2):
-        proc = cli(["--config", "dsv4-like", "--requests", "30", "--device", "cpu", "--workers", "2", "--json", str(out)],
-                   cache)
+        proc = cli(["--config", "dsv4-like", "--requests", "30", "--device", "cpu", "--json", str(out)], cache)
         assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "was replaced after the JIT monitor was installed" not in proc.stdout + proc.stderr
         runs.append((json.loads(out.read_text()), proc.stdout))
     (cold, cold_text), (warm, warm_text) = runs
-    assert cold["warmup"]["stats"]["worker_compiled"] == 21 and cold["warmup"]["stats"]["compiled"] == 0
-    assert "21 compiled by 2 worker processes, then loaded from the disk cache" in cold_text
+    cores = usable_cores()
+    n = min(cores, 21 // 4)
+    if n >= 2:
+        choice = f"{n} workers ({cores} cores, 21 keys to compile)"
+        assert cold["warmup"]["stats"]["workers"] == n and cold["warmup"]["stats"]["worker_compiled"] == 21
+        assert f"21 compiled by {n} worker processes, then loaded from the disk cache" in cold_text
+    else:
+        choice = "in this process (1 core)"
+        assert cold["warmup"]["stats"]["compiled"] == 21
+    assert cold["warmup"]["worker_choice"] == cold["warmup"]["stats"]["worker_choice"] == choice
+    assert f"zerojit: 21 keys in " in cold_text and f"(0 failures), {choice}; " in cold_text
     assert warm["warmup"]["stats"]["restored"] == 21 and warm["warmup"]["stats"]["workers"] == 0
-    assert "21 restored from the disk cache by zerojit's restore index" in warm_text
+    assert warm["warmup"]["worker_choice"] == "in this process (all 21 keys restored)"
+    assert "(0 failures), in this process (all 21 keys restored); 21 restored from the disk cache by zerojit's restore " \
+        "index" in warm_text
     assert cold["runtime_compiles"] == warm["runtime_compiles"] == 0
+    assert cold["steps"] == warm["steps"] and cold["tokens"] == warm["tokens"]
+    assert {k: v for k, v in cold["audit"].items() if k != "detail"} == {k: v for k, v in warm["audit"].items()
+                                                                         if k != "detail"}
+
+
+def test_cli_workers_1_compiles_in_this_process(tmp_path):
+    proc = cli(["--config", "dsv4-like", "--requests", "5", "--device", "cpu", "--workers", "1", "--json",
+                str(tmp_path / "r.json")], str(tmp_path / "cache"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads((tmp_path / "r.json").read_text())["warmup"]
+    assert data["stats"]["compiled"] == 21 and data["stats"]["workers"] == 0
+    assert data["worker_choice"] == "in this process (as asked)"
+    assert "(0 failures), in this process (as asked); 21 compiled in this process" in proc.stdout
 
 
 def test_the_serving_collector_freezes_start_up_and_restores_the_collector():
@@ -272,15 +300,178 @@ def test_the_serving_collector_freezes_start_up_and_restores_the_collector():
     assert gc.get_threshold() == before and gc.get_freeze_count() == 0
 
 
-def test_the_primer_step_is_not_part_of_the_replay_counts(monkeypatch):
+def test_a_replay_leaves_no_object_per_step_to_collect(triton_cache):
+    """Every object the replay's start-up built is frozen before the first step, and a step keeps
+    no tracked object: a 2,000-step replay ends with nearly nothing in the young generation, so
+    no collection ran during it (one per 50,000 new objects would)."""
+    report = run(RunOptions(config="dsv4-like", requests=500, device="cpu", progress=False))
+    assert report.steps > 2000
+    assert report.step_times.gc_in_steps == 0 and report.step_times.gc_between_steps == 0
+
+
+def test_the_primer_is_not_part_of_the_replay_counts(monkeypatch):
     import zerojit.runner.engine as engine
 
     primed = []
-    real = engine.primer_step
-    monkeypatch.setattr(engine, "primer_step", lambda *a: primed.append(real(*a)))
+    real = engine.primer_steps
+    monkeypatch.setattr(engine, "primer_steps", lambda *a, **k: primed.append(real(*a, **k)) or primed[-1])
     with_primer = run(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False))
-    monkeypatch.setattr(engine, "primer_step", lambda *a: None)
+    monkeypatch.setattr(engine, "primer_steps", lambda *a, **k: 0)
     without = run(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False))
-    assert primed == [None] and with_primer.runtime_compiles == 0
+    assert primed == [3 * engine.PRIMER_ROUNDS] and with_primer.runtime_compiles == 0
+    assert with_primer.primer_steps == 3 * engine.PRIMER_ROUNDS and with_primer.primer_seconds > 0
+    assert without.primer_steps == 0
     assert with_primer.launches == without.launches > 0
     assert with_primer.audit_counts() == without.audit_counts()
+
+
+@pytest.mark.parametrize("config, spec", [("dsv4-like", None), ("deepseek-v3.2", 2)], ids=["dsv4", "v3.2-spec2"])
+def test_the_primer_launches_every_kernel_and_both_k4_alignments(triton_cache, config, spec):
+    """The primer's decode-only, prefill-only and mixed steps reach every kernel the plan launches
+    and every warmed variant a replay of the shipped slice hits (K4's aligned and unaligned
+    ``seq_lens`` views, K6's causal and draft rows, K3 with drafts), under error mode."""
+    import zerojit.runner.engine as engine
+    from zerojit.compile_only import compile_only
+    from zerojit.monitor import JitMonitor
+    from zerojit.registry import JitWarmupRegistry
+    from zerojit.runner.config import load_config
+    from zerojit.runner.kv_cache import allocate_kv_cache
+    from zerojit.runner.metadata import MetadataPlan
+    from zerojit.runner.model import SparseMLAModel
+
+    replay = run(RunOptions(config=config, requests=300, device="cpu", progress=False, num_speculative_tokens=spec))
+    hit_by_replay = {(k.kernel, w.key) for k in replay.audit.kernels for w in k.warmed if w.hits}
+    cfg = load_config(config, **({"num_speculative_tokens": spec} if spec else {}))
+    with compile_only("cuda:90"):
+        registry = JitWarmupRegistry()
+        with registry.activate():
+            model = SparseMLAModel(cfg, None)
+            cache = allocate_kv_cache(cfg, engine.kv_blocks_per_rank(cfg, 1 << 16) * cfg.dcp_size, device="cpu")
+            model.bind_kv_cache(cache)
+        report = registry.warmup(cfg, progress=False)
+        plan = MetadataPlan.for_cache(cfg, model.backend, cache)
+        with JitMonitor("error", report=report) as monitor:
+            assert engine.primer_steps(plan, torch.device("cpu"), 0, report, rounds=1) == 3
+    launched = {(launch.kernel.name, repr(v.key)) for launch in monitor.snapshot().launches
+                for v in report.variants if v.compiled is launch.compiled}
+    assert {k for k, _ in launched} == set(plan.kernels)
+    missing = {(k, key) for k, key in hit_by_replay
+               if k != "compute_prefill_metadata" and (k, key) not in launched}  # K5: a tile per prefill count
+    assert not missing, missing
+
+
+def test_the_primer_never_compiles(triton_cache):
+    """A key the warm-up did not produce makes the primer raise before compiling, in error mode,
+    whatever the run's own monitor mode."""
+    import zerojit.runner.engine as engine
+    from zerojit.compile_only import compile_only
+    from zerojit.monitor import RuntimeJitError
+    from zerojit.registry import WarmupReport
+    from zerojit.runner.config import load_config
+    from zerojit.runner.kv_cache import allocate_kv_cache
+    from zerojit.runner.metadata import MetadataPlan
+    from zerojit.kernels.mla.backends import default_backend
+
+    cfg = load_config("dsv4-like", max_model_len=4096)  # a key space no other test warmed
+    with compile_only("cuda:90"):
+        cache = allocate_kv_cache(cfg, engine.kv_blocks_per_rank(cfg, 1 << 14), device="cpu")
+        plan = MetadataPlan.for_cache(cfg, default_backend(cfg), cache)
+        with pytest.raises(RuntimeJitError):
+            engine.primer_steps(plan, torch.device("cpu"), 0, WarmupReport(kernels=()), rounds=1)
+
+
+def test_results_do_not_depend_on_the_serving_collector_or_allocator(monkeypatch):
+    """The collector (freeze, thresholds) and the allocator's thresholds change when memory is
+    reclaimed, never what a step computes: the same counts, hits and audit without them."""
+    import contextlib
+    import gc
+
+    import zerojit.runner.engine as engine
+
+    options = RunOptions(config="dsv4-like", requests=200, device="cpu", progress=False)
+    tuned = run(options)
+    monkeypatch.setattr(engine, "serving_collector", contextlib.nullcontext)
+    monkeypatch.setattr(engine, "serving_allocator", lambda: False)
+    gc.set_threshold(1)  # a collection every allocation: the other extreme
+    try:
+        plain = run(options)
+    finally:
+        gc.set_threshold(700, 10, 10)
+    assert tuned.steps == plain.steps > 200 and tuned.tokens == plain.tokens and tuned.launches == plain.launches
+    assert tuned.audit_counts() == plain.audit_counts()
+    assert {k.kernel: k.hits for k in tuned.audit.kernels} == {k.kernel: k.hits for k in plain.audit.kernels}
+    assert tuned.step_times.gc_in_steps == 0 and plain.step_times.gc_in_steps > 0
+
+
+def test_step_times_name_the_slowest_step_and_the_collections():
+    from zerojit.runner.engine import Replay, StepTimes
+
+    r = Replay()
+    r.step_ms = [3.0, 1.0, 1.0, 9.0] + [1.0] * 96 + [2.0]
+    r.step_cpu_ms = [3.0, 1.0, 1.0, 1.5] + [1.0] * 97
+    r.timed_steps = list(range(101))
+    r.step_tokens = [400, 2, 2, 50] + [2] * 97
+    r.step_prefills = [1, 0, 0, 0] + [0] * 96 + [1]
+    r.step_decodes = [0, 1, 1, 25] + [1] * 97
+    r.collections = [(0, 0.004, 3), (2, 0.1, None)]
+    t = StepTimes.of(r)
+    assert (t.first_ms, t.first_tokens, t.first_prefills, t.median_ms, t.max_ms) == (3.0, 400, 1, 1.0, 9.0)
+    assert t.p99_ms == 3.0  # nearest rank: the 100th of 101 values
+    assert (t.max_step, t.max_tokens, t.max_prefills, t.max_decodes, t.max_cpu_ms) == (3, 50, 0, 25, 1.5)
+    assert t.median_prefill_ms == 2.5 and t.median_decode_ms == 1.0 and t.max_cpu_step_ms == 3.0
+    assert (t.gc_in_steps, t.gc_in_steps_ms, t.gc_between_steps) == (1, 4.0, 1)
+    assert (t.first_cpu_ms, t.median_cpu_ms) == (3.0, 1.0)
+    first, pauses = t.summary()
+    assert first.startswith("first 3.00 ms (a prefill step, 400 tokens), median 1.00 ms: 3.0x")
+    assert "max 9.00 ms = 9.0x the median (step 3: 50 tokens, 0 prefills, 25 decodes; 1.50 ms of it on the CPU, " \
+        "the rest waiting for it)" in pauses
+    assert "gc 1 collection in steps (4.0 ms), 1 between" in pauses
+    assert StepTimes.of(Replay()) is None
+    assert r.summaries[3] == StepSummary(3, 50, 0, 25)
+
+
+def test_no_monitor_takes_another_for_a_replacement_with_the_process_monitor_on(caplog):
+    """The process monitor (``--jit-monitor-mode`` / ``ZEROJIT_JIT_MONITOR``) installed at the end
+    of warm-up, the request-path clock over it, the run's monitor, the primer's monitor: none of
+    them logs that Triton's hook was replaced (each finds itself in the chain)."""
+    import logging
+
+    from zerojit import monitor
+
+    caplog.set_level(logging.WARNING, logger="zerojit.monitor")
+    monitor.configure("error")
+    try:
+        report = run(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False))
+        assert monitor.current() is not None and monitor.current().installed
+    finally:
+        monitor.shutdown()
+    assert report.runtime_compiles == 0 and report.primer_steps > 0
+    assert [r.getMessage() for r in caplog.records if "was replaced" in r.getMessage()] == []
+
+
+@pytest.mark.parametrize("config, dcp", [("dsv4-like", None), ("deepseek-v3.2", None), ("dsv4-like", (2, 1))],
+                         ids=["dsv4", "v3.2", "dsv4-dcp2"])
+def test_the_primer_batches_fill_as_a_gpu_step_does(config, dcp):
+    """On a GPU the primer fills its steps' values (``fill=True``) from its own block ids: each
+    request gets distinct blocks for its whole context, and the filled inputs point only there."""
+    import zerojit.runner.engine as engine
+    from zerojit.kernels.mla.backends import default_backend
+    from zerojit.runner.config import load_config
+    from zerojit.runner.kv_cache import allocate_kv_cache
+    from zerojit.runner.metadata import MetadataPlan, build_step_inputs
+
+    overrides = dict(dcp_size=dcp[0], dcp_rank=dcp[1]) if dcp else {}
+    cfg = load_config(config, **overrides)
+    cache = allocate_kv_cache(cfg, engine.kv_blocks_per_rank(cfg, 1 << 16) * cfg.dcp_size, device="cpu")
+    plan = MetadataPlan.for_cache(cfg, default_backend(cfg), cache)
+    kinds = [(b.num_decodes, b.num_prefills) for b in engine.primer_batches(cfg)]
+    assert kinds == [(1, 0), (0, 1), (1, 1)]
+    for batch in engine.primer_batches(cfg):
+        blocks = engine._primer_blocks(batch, plan)
+        ids = [i for b in blocks for i in b]
+        assert 0 not in ids and len(set(ids)) == len(ids)
+        per_block = cfg.block_size * cfg.dcp_size
+        assert [len(b) for b in blocks] == [-(-s // per_block) for s in batch.seq_lens]
+        inputs = build_step_inputs(batch, plan, blocks=blocks, fill=True, seed=0, device="cpu")
+        assert inputs.filled and inputs.num_tokens == batch.num_tokens
+        assert set(inputs.block_table.unique().tolist()) <= {0, *ids}

@@ -8,8 +8,9 @@ The pipeline, as :func:`run` reads::
     model.bind_kv_cache(cache)                          #    layers register K1/K2/K6
     warmup   = warm_up(registry, config, options)       # 4. compile (and on a GPU load) every key
     monitor  = JitMonitor(mode).install()               # 5. from here on a compile is a runtime compile
-    replay   = replay_trace(trace, plan, options)       # 6. continuous batching, metadata every step
-    report   = RunReport(...)                           # 7. counts, times, the coverage audit
+    replay   = replay_trace(trace, plan, options,       # 6. set-up, start-up's heap frozen, the primer
+                            prime=primer_steps)         #    last, then continuous batching
+    report   = RunReport(...)                           # 7. counts, step times, the coverage audit
 
 Devices:
 
@@ -42,6 +43,7 @@ import contextlib
 import dataclasses
 import gc
 import json
+import math
 import os
 import random
 import statistics
@@ -51,7 +53,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -60,7 +62,7 @@ from zerojit.audit import CoverageAudit, build_audit
 from zerojit.kernel import _WARMUP_SINK, CompiledVariant
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.monitor import ENV_VAR as JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES, JitMonitor
-from zerojit.registry import JitWarmupRegistry, KernelWarmup, WarmupFailure, WarmupReport, count
+from zerojit.registry import JitWarmupRegistry, KernelWarmup, WarmupFailure, WarmupReport, count, usable_cores
 
 from .config import load_config
 from .kv_blocks import BlockAllocator
@@ -131,9 +133,11 @@ class RunOptions:
         progress: show progress bars.
         kv_cache_tokens: context tokens the paged KV cache holds (over all DCP ranks).
         step_interval_s: simulated seconds per scheduler step (arrivals replayed in that time).
-        workers: zerojit warm-up compile worker processes (None: 1, compiling in this process);
-            more than :func:`usable_cores` are capped to it (:attr:`warmup_workers`). The
-            ``triton`` / ``none`` warm-ups take none (``workers > 1`` is refused).
+        workers: zerojit warm-up compile worker processes (1: compile in this process; None:
+            chosen by :func:`zerojit.registry.choose_workers` from the usable cores and the keys
+            to compile, none when the cache is warm; the report says the choice); more than
+            :func:`usable_cores` are capped to it (:attr:`warmup_workers`). The ``triton`` /
+            ``none`` warm-ups take none (``workers > 1`` is refused).
         fresh_triton_cache: compile into a new, empty Triton cache directory (always for the
             ``triton`` / ``none`` warm-ups).
     """
@@ -166,7 +170,7 @@ class RunOptions:
             problems.append(f"jit_monitor_mode={self.jit_monitor_mode!r}: must be off, warn or error")
         if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
                                          or self.workers < 1):
-            problems.append(f"workers={self.workers!r}: must be an int >= 1 (or None: compile in this process)")
+            problems.append(f"workers={self.workers!r}: must be an int >= 1 (or None: chosen from the cores and the keys)")
         problems += [f"{a}={getattr(self, a)!r} and {b}={getattr(self, b)!r} conflict: {why}"
                      for a, b, why in option_conflicts(self.warmup, self.jit_monitor_mode, self.workers)]
         if self.device not in (None, "cpu", "cuda"):
@@ -221,18 +225,10 @@ class RunOptions:
 
     @property
     def warmup_workers(self) -> int | None:
-        """The compile workers the warm-up starts: ``workers`` capped to :func:`usable_cores`
-        (more workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2)."""
+        """The compile workers the warm-up may start: ``workers`` capped to :func:`usable_cores`
+        (more workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2);
+        None: the warm-up chooses."""
         return None if self.workers is None else min(self.workers, usable_cores())
-
-
-def usable_cores() -> int:
-    """CPU cores this process may run on: its affinity mask (what a container or ``taskset``
-    grants), else ``os.cpu_count()``."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # no affinity on this platform (macOS, Windows)
-        return os.cpu_count() or 1
 
 
 def option_conflicts(warmup: str, jit_monitor_mode: str | None, workers: int | None) -> list[tuple[str, str, str]]:
@@ -283,11 +279,18 @@ class WarmupSummary:
             return None
         return self.report.stats.origin(len({id(getattr(v, "compiled", v)) for v in self.report.variants}))
 
+    @property
+    def worker_choice(self) -> str | None:
+        """The compile workers zerojit's warm-up allowed and why, or None for other modes."""
+        if self.report is None or self.report.stats is None:
+            return None
+        return self.report.stats.worker_choice or None
+
     def to_dict(self) -> dict[str, Any]:
         stats = self.report.to_dict()["stats"] if self.report is not None else None
         return {"mode": self.mode, "keys": self.keys, "seconds": round(self.seconds, 3), "target": self.target,
                 "kernels": dict(self.keys_by_kernel), "failures": list(self.failures), "stats": stats,
-                "origin": self.origin}
+                "origin": self.origin, "worker_choice": self.worker_choice}
 
 
 @dataclass(frozen=True)
@@ -387,6 +390,103 @@ class KVCacheSummary:
                 f"compressed {{{comp}}}, swa {self.swa_block_stride_rows}; {self.bytes / 2**20:.0f} MiB")
 
 
+def _nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ascending ``ordered`` (nearest rank: the smallest value with at least
+    ``q`` of the values at or below it)."""
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """The replay's step times (milliseconds of wall time, inputs built to kernels returned; on a
+    GPU to the step's synchronize), what the first-step and pause goals are checked on.
+
+    Attributes:
+        steps: timed steps.
+        first_ms: the first step, ``first_tokens`` tokens of which ``first_prefills`` prefills
+            (a trace's first step is a prefill: compare it with ``median_prefill_ms``).
+        median_ms, p99_ms, max_ms: over every timed step (p99: nearest rank).
+        median_decode_ms, median_prefill_ms: over the steps without / with prefills (None: none).
+        max_step: the slowest step's index; ``max_tokens``, ``max_prefills``, ``max_decodes`` its size.
+        max_cpu_ms: this thread's CPU time in the slowest step; far below ``max_ms``, the step
+            waited for the CPU (another process ran: noise, not the step's own cost).
+        max_cpu_step_ms: the largest CPU time of any step.
+        first_cpu_ms, median_cpu_ms: this thread's CPU time in the first step, and its median
+            over the steps (on a loaded machine, the steps' own cost without the waits).
+        gc_in_steps: Python garbage collections that ran inside a timed step, and
+            ``gc_in_steps_ms`` their milliseconds; ``gc_between_steps``: the others of the replay.
+    """
+
+    steps: int
+    first_ms: float
+    first_tokens: int
+    first_prefills: int
+    median_ms: float
+    p99_ms: float
+    max_ms: float
+    median_decode_ms: float | None
+    median_prefill_ms: float | None
+    max_step: int
+    max_tokens: int
+    max_prefills: int
+    max_decodes: int
+    max_cpu_ms: float
+    max_cpu_step_ms: float
+    first_cpu_ms: float = 0.0
+    median_cpu_ms: float = 0.0
+    gc_in_steps: int = 0
+    gc_in_steps_ms: float = 0.0
+    gc_between_steps: int = 0
+
+    @classmethod
+    def of(cls, replay: "Replay") -> "StepTimes | None":
+        """The step times of a replay (None when it timed no step)."""
+        ms = replay.step_ms
+        if not ms:
+            return None
+        ordered = sorted(ms)
+        slowest = max(range(len(ms)), key=ms.__getitem__)
+        step, first = replay.timed_steps[slowest], replay.timed_steps[0]
+        prefill = [m for m, i in zip(ms, replay.timed_steps) if replay.step_prefills[i]]
+        decode = [m for m, i in zip(ms, replay.timed_steps) if not replay.step_prefills[i]]
+        in_steps = [c for c in replay.collections if c[2] is not None]
+        return cls(
+            steps=len(ms), first_ms=ms[0], first_tokens=replay.step_tokens[first],
+            first_prefills=replay.step_prefills[first], median_ms=statistics.median(ms),
+            p99_ms=_nearest_rank(ordered, 0.99), max_ms=ordered[-1],
+            median_decode_ms=statistics.median(decode) if decode else None,
+            median_prefill_ms=statistics.median(prefill) if prefill else None,
+            max_step=step, max_tokens=replay.step_tokens[step], max_prefills=replay.step_prefills[step],
+            max_decodes=replay.step_decodes[step], max_cpu_ms=replay.step_cpu_ms[slowest],
+            max_cpu_step_ms=max(replay.step_cpu_ms), first_cpu_ms=replay.step_cpu_ms[0],
+            median_cpu_ms=statistics.median(replay.step_cpu_ms), gc_in_steps=len(in_steps),
+            gc_in_steps_ms=sum(c[1] for c in in_steps) * 1e3,
+            gc_between_steps=len(replay.collections) - len(in_steps))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
+
+    def summary(self) -> tuple[str, str]:
+        """The report's two lines: the first step against the median; the pauses."""
+        med = self.median_ms or 1.0
+        kinds = ", ".join(f"{what} {v:.2f} ms" for what, v in (("decode-only steps", self.median_decode_ms),
+                                                               ("steps with prefills", self.median_prefill_ms))
+                          if v is not None)
+        kind = "a prefill step" if self.first_prefills else "a decode-only step"
+        cpu = (f"{self.max_cpu_ms:.2f} ms of it on the CPU, the rest waiting for it" if self.max_cpu_ms < self.max_ms / 2
+               else f"{self.max_cpu_ms:.2f} ms on the CPU")
+        return (
+            f"first {self.first_ms:.2f} ms ({kind}, {count(self.first_tokens, 'token')}), median "
+            f"{self.median_ms:.2f} ms: {self.first_ms / med:.1f}x (medians: {kinds}; CPU time: first "
+            f"{self.first_cpu_ms:.2f} ms, median {self.median_cpu_ms:.2f} ms)",
+            f"p99 {self.p99_ms:.2f} ms, max {self.max_ms:.2f} ms = {self.max_ms / med:.1f}x the median (step "
+            f"{self.max_step}: {count(self.max_tokens, 'token')}, {count(self.max_prefills, 'prefill')}, "
+            f"{count(self.max_decodes, 'decode')}; {cpu}); a step's most CPU "
+            f"time {self.max_cpu_step_ms:.2f} ms; gc {count(self.gc_in_steps, 'collection')} in steps "
+            f"({self.gc_in_steps_ms:.1f} ms), {self.gc_between_steps} between",
+        )
+
+
 @dataclass(frozen=True)
 class RunReport:
     """Everything ``zerojit run`` reports; :meth:`to_dict` is its ``--json`` output."""
@@ -416,6 +516,9 @@ class RunReport:
     kv_cache: KVCacheSummary
     audit: CoverageAudit
     checks: CheckReport | None = None
+    step_times: StepTimes | None = None
+    primer_steps: int = 0
+    primer_seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -454,6 +557,8 @@ class RunReport:
             "first_step_ms": round(self.first_step_ms, 3),
             "median_step_ms": round(self.median_step_ms, 3),
             "max_step_ms": round(self.max_step_ms, 3),
+            "step_times": self.step_times.to_dict() if self.step_times is not None else None,
+            "primer": {"steps": self.primer_steps, "seconds": round(self.primer_seconds, 4)},
             "replay_seconds": round(self.replay_seconds, 3),
             "total_seconds": round(self.total_seconds, 3),
             "kv_cache": self.kv_cache.to_dict(),
@@ -475,14 +580,13 @@ class RunReport:
             f"prefill, {self.decode_tokens} decode), {count(self.preemptions, 'preemption')}, "
             f"{count(self.launches, 'launch', 'launches')}, {self.replay_seconds:.1f} s",
             f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})"
-            + (f"; {w.origin}" if w.origin else ""),
+            + (f", {w.worker_choice}" if w.worker_choice else "") + (f"; {w.origin}" if w.origin else ""),
             *(w.report.stats.notes("               note: ") if w.report is not None and w.report.stats else ()),
             f"  monitor      {self.monitor_mode}: {count(self.runtime_compiles, 'runtime compile')}",
             f"  request path {count(rp.compiles, 'compile')} ({rp.compile_ms:.1f} ms compiling), "
             f"{count(rp.loads, 'module load')}, {count(rp.cold_steps, 'cold step')} (steps that compiled or loaded "
             f"a module: +{rp.extra_ms:.1f} ms over the median step)",
-            f"  step time    first {self.first_step_ms:.2f} ms, median {self.median_step_ms:.2f} ms, "
-            f"max {self.max_step_ms:.2f} ms",
+            *self._step_time_lines(),
             f"  KV cache     {self.kv_cache.summary()}",
         ]
         counts = self.audit_counts()
@@ -509,6 +613,14 @@ class RunReport:
             lines.append(f"--warmup {self.warmup.mode}: {count(rp.compiles, 'compile')} and {rp.extra_ms:.0f} ms on "
                          "the request path (zerojit: 0)")
         return "\n".join(lines)
+
+    def _step_time_lines(self) -> list[str]:
+        primer = f"; primer {count(self.primer_steps, 'step')}, {self.primer_seconds * 1e3:.0f} ms" if self.primer_steps else ""
+        if self.step_times is None:
+            return [f"  step time    first {self.first_step_ms:.2f} ms, median {self.median_step_ms:.2f} ms, "
+                    f"max {self.max_step_ms:.2f} ms{primer}"]
+        first, pauses = self.step_times.summary()
+        return [f"  step time    {first}{primer}", f"  pauses       {pauses}"]
 
     def __str__(self) -> str:
         return self.summary()
@@ -548,15 +660,25 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
         warmup = warm_up(registry, config, options, target=target or "device")              # 4.
         check_steps = _cuda_check_steps(trace, config, options, device)
         no_warmup = f"--warmup {options.warmup}" if options.warmup == "none" else None
-        with JitMonitor(options.monitor_mode, report=warmup.report, no_warmup_note=no_warmup) as monitor, \
-                _RequestPathClock() as clock:                                                # 5.
+        primed = [0, 0.0]  # steps, seconds
+
+        def prime() -> None:
+            t0 = time.perf_counter()
             if options.warmup == "zerojit":  # the comparison modes measure what lands on the first step
-                primer_step(plan, device, options.seed, warmup.report)
+                primed[0] = primer_steps(plan, device, options.seed, warmup.report)
                 monitor.reset()  # the replay's counts and audit are the trace's alone
-            with serving_collector():
-                replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,  # 6.
-                                      step_interval_s=options.step_interval_s, check_steps=check_steps,
-                                      progress=options.progress, clock=clock)
+            elif device.type == "cuda":
+                _warm_host_ops(plan, device, options.seed)
+            primed[1] = time.perf_counter() - t0
+
+        # The clock goes under the run's monitor, whose link is then on top of Triton's hook chain
+        # (it blocks before the clock counts); the clock's hook names the one it calls, so the
+        # process monitor below it and the primer's monitor above it find their places through it.
+        with _RequestPathClock() as clock, \
+                JitMonitor(options.monitor_mode, report=warmup.report, no_warmup_note=no_warmup) as monitor:  # 5.
+            replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,  # 6.
+                                  step_interval_s=options.step_interval_s, check_steps=check_steps,
+                                  progress=options.progress, clock=clock, prime=prime)
         audit = build_audit(warmup.report, monitor)
     counts = monitor.counts()
 
@@ -577,7 +699,7 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
         median_step_ms=statistics.median(replay.step_ms) if replay.step_ms else 0.0,
         max_step_ms=max(replay.step_ms, default=0.0), replay_seconds=replay.seconds,
         total_seconds=time.perf_counter() - start, kv_cache=KVCacheSummary.of(cache, num_blocks), audit=audit,
-        checks=checks,
+        checks=checks, step_times=StepTimes.of(replay), primer_steps=primed[0], primer_seconds=primed[1],
     )
     return report
 
@@ -773,7 +895,10 @@ class _RequestPathClock:
     """Times compiles and module loads after warm-up, chained onto Triton's hooks.
 
     Compiles: from Triton's ``jit_cache_hook`` (before compiling) to its
-    ``jit_post_compile_hook`` (after), both chained (the hook set before is called too).
+    ``jit_post_compile_hook`` (after), both chained (the hook set before is called too; the
+    cache hook names it, :data:`~zerojit.monitor.CHAINED_TO`, so that a monitor below the clock
+    still finds itself in the chain: the process monitor under the run's, or the run's under
+    the primer's). Entered before the run's monitor, whose link then sits above it.
     Loads: Triton's ``kernel_load_start_hook`` / ``kernel_load_end_hook`` chains (a GPU's module
     load; nothing loads under compile-only).
     """
@@ -785,12 +910,13 @@ class _RequestPathClock:
         self._starts: dict[str, float] = {}
         self._load_t0: float | None = None
         self._prev: tuple[Any, Any] = (None, None)
+        self._cache_hook = _ChainedCacheHook(self)
 
     def _on_cache(self, **kw: Any) -> Any:
         t = time.perf_counter()
         prev = self._prev[0]
-        result = prev(**kw) if prev is not None else None  # the monitor's (raises in error mode)
-        self.misses += 1
+        result = prev(**kw) if prev is not None else None
+        self.misses += 1  # counted before the monitor above this clock raises (error mode)
         self._starts[kw.get("key")] = t
         return result
 
@@ -813,14 +939,14 @@ class _RequestPathClock:
     def __enter__(self) -> "_RequestPathClock":
         tc = triton_compat
         self._prev = (tc.get_cache_hook(), tc.get_post_compile_hook())
-        tc.set_cache_hook(self._on_cache)
+        tc.set_cache_hook(self._cache_hook)
         tc.set_post_compile_hook(self._on_post)
         tc.add_load_hooks(self._on_load_start, self._on_load_end)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         tc = triton_compat
-        if tc.get_cache_hook() == self._on_cache:
+        if tc.get_cache_hook() is self._cache_hook:
             tc.set_cache_hook(self._prev[0])
         if tc.get_post_compile_hook() == self._on_post:
             tc.set_post_compile_hook(self._prev[1])
@@ -829,6 +955,22 @@ class _RequestPathClock:
     def marker(self) -> tuple[int, int]:
         """Changes when a compile or a load happened since the last call."""
         return (self.misses, self.loads)
+
+
+class _ChainedCacheHook:
+    """The clock's ``jit_cache_hook``: calls the clock, and names the hook the clock calls first."""
+
+    __slots__ = ("clock",)
+
+    def __init__(self, clock: _RequestPathClock) -> None:
+        self.clock = clock
+
+    def __call__(self, **kw: Any) -> Any:
+        return self.clock._on_cache(**kw)
+
+    @property
+    def zerojit_chained_to(self) -> Any:  # the name zerojit.monitor.CHAINED_TO gives
+        return self.clock._prev[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -852,7 +994,22 @@ class StepSummary:
 
 @dataclass
 class Replay:
-    """What :func:`replay_trace` saw: counts, per-step times, summaries, checks."""
+    """What :func:`replay_trace` saw: counts, per-step times and sizes, collections, checks.
+
+    Per-step facts are kept as columns of plain numbers (``step_tokens[i]`` is step ``i``'s), not
+    as one object per step: an object per step that lives to the end of the run is what makes
+    Python's collector run during a long replay (see :func:`serving_collector`).
+
+    Attributes:
+        step_ms: wall milliseconds of each timed step (every launched or checked one), in order.
+        step_cpu_ms: this thread's CPU milliseconds of the same steps (a step whose wall time is
+            far above its CPU time waited for the CPU: another process ran).
+        timed_steps: the step index of each timed step.
+        step_tokens, step_prefills, step_decodes: every step's tokens, prefill and decode
+            requests, by step index.
+        collections: Python's garbage collections during the replay, as ``(generation,
+            seconds, step)``; ``step`` is the timed step it ran inside, None between steps.
+    """
 
     steps: int = 0
     tokens: int = 0
@@ -861,17 +1018,52 @@ class Replay:
     preemptions: int = 0
     seconds: float = 0.0
     step_ms: list[float] = field(default_factory=list)
+    step_cpu_ms: list[float] = field(default_factory=list)
+    timed_steps: list[int] = field(default_factory=list)
+    step_tokens: list[int] = field(default_factory=list)
+    step_prefills: list[int] = field(default_factory=list)
+    step_decodes: list[int] = field(default_factory=list)
     cold: list[int] = field(default_factory=list)
-    summaries: list[StepSummary] = field(default_factory=list)
+    collections: list[tuple[int, float, int | None]] = field(default_factory=list)
     checks: CheckReport | None = None
     compile_ms: float = 0.0
     loads: int = 0
+
+    @property
+    def summaries(self) -> list[StepSummary]:
+        """Every step's :class:`StepSummary`, by step index (built when asked)."""
+        return [StepSummary(i, t, p, d) for i, (t, p, d)
+                in enumerate(zip(self.step_tokens, self.step_prefills, self.step_decodes))]
 
     def request_path(self, compiles: int) -> RequestPathCost:
         median = statistics.median(self.step_ms) if self.step_ms else 0.0
         extra = sum(max(self.step_ms[i] - median, 0.0) for i in self.cold)
         return RequestPathCost(compiles=compiles, compile_ms=self.compile_ms, loads=self.loads,
                                cold_steps=len(self.cold), extra_ms=extra)
+
+
+class _CollectorWatch:
+    """Records Python's garbage collections while installed in ``gc.callbacks``: each as
+    ``(generation, seconds, step)`` into ``collections``, ``step`` being what the replay set
+    :attr:`step` to (the timed step running, or None between steps)."""
+
+    def __init__(self, collections: list) -> None:
+        self.collections = collections
+        self.step: int | None = None
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.collections.append((info["generation"], time.perf_counter() - self._t0, self.step))
+
+    def __enter__(self) -> "_CollectorWatch":
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        gc.callbacks.remove(self)
 
 
 def make_scheduler(trace: Trace, config: ModelConfig, *, num_blocks: int,
@@ -897,8 +1089,13 @@ def replay_trace(
     launch: bool = True,
     progress: bool = False,
     clock: _RequestPathClock | None = None,
+    prime: Callable[[], Any] | None = None,
 ) -> Replay:
     """Replay ``trace`` step by step, building every step's metadata through the kernels.
+
+    Set-up (the scheduler, the step buffers), then :func:`serving_collector` (start-up's heap
+    collected and frozen), then ``prime``, then the steps: what runs last before the first step
+    is what the first step finds warm.
 
     Args:
         trace, plan: what to replay, and what each step launches.
@@ -911,6 +1108,7 @@ def replay_trace(
             interpreter child does).
         progress: a progress bar over steps.
         clock: the request-path clock (marks the steps that compiled or loaded).
+        prime: called once, right before the first step (a zerojit run's :func:`primer_steps`).
     """
     from tqdm.auto import tqdm
 
@@ -919,43 +1117,54 @@ def replay_trace(
     buffers = DecodeBuffers.allocate(plan, device=device)
     to_check = set(check_steps)
     replay = Replay()
-    if on_gpu and launch:  # (a zerojit run's primer step did this and more)
-        _warm_host_ops(plan, device, seed)
     checked, outputs, mismatches, check_s = [], 0, [], 0.0
-    start = time.perf_counter()
     bar = tqdm(total=len(trace), desc="replay", unit="req", disable=not progress)
-    for batch in scheduler:
-        checking = batch.step in to_check
-        if launch or checking:
-            mark = clock.marker() if clock is not None else None
-            t0 = time.perf_counter()
-            fill = on_gpu or checking
-            blocks = [allocator.blocks(r) for r in batch.request_ids] if fill else None
-            inputs = build_step_inputs(batch, plan, blocks=blocks, fill=fill, seed=seed, device=device)
-            step_buffers = DecodeBuffers.allocate(plan, device=device, fill=-7) if checking else buffers
-            got = step_metadata(inputs, plan, KERNELS, step_buffers)
-            if on_gpu:
-                torch.cuda.synchronize(device)
-            replay.step_ms.append((time.perf_counter() - t0) * 1e3)
-            if mark is not None and clock.marker() != mark:
-                replay.cold.append(len(replay.step_ms) - 1)
-            if checking:
+    if not on_gpu:  # a dry step's tensors come from the C allocator (a GPU's from PyTorch's cache)
+        serving_allocator()
+    with serving_collector(), _CollectorWatch(replay.collections) as watch:
+        if prime is not None:
+            prime()
+        start = time.perf_counter()
+        for batch in scheduler:
+            checking = batch.step in to_check
+            if launch or checking:
+                mark = clock.marker() if clock is not None else None
+                watch.step = batch.step
+                c0 = time.thread_time()
+                t0 = time.perf_counter()
+                fill = on_gpu or checking
+                blocks = [allocator.blocks(r) for r in batch.request_ids] if fill else None
+                inputs = build_step_inputs(batch, plan, blocks=blocks, fill=fill, seed=seed, device=device)
+                step_buffers = DecodeBuffers.allocate(plan, device=device, fill=-7) if checking else buffers
+                got = step_metadata(inputs, plan, KERNELS, step_buffers)
+                if on_gpu:
+                    torch.cuda.synchronize(device)
                 t1 = time.perf_counter()
-                want = step_metadata(inputs, plan, REFERENCES, DecodeBuffers.allocate(plan, device=device, fill=-7))
-                checked.append(batch.step)
-                outputs += len(want)
-                mismatches += [f"step {batch.step}: {m}" for m in compare_metadata(got, want)]
-                check_s += time.perf_counter() - t1
-        replay.steps += 1
-        replay.tokens += batch.num_tokens
-        replay.decode_tokens += batch.num_decode_tokens
-        replay.prefill_tokens += batch.num_prefill_tokens
-        replay.preemptions += len(batch.preempted)
-        replay.summaries.append(StepSummary.of(batch))
-        if batch.finished:
-            bar.update(len(batch.finished))
+                replay.step_cpu_ms.append((time.thread_time() - c0) * 1e3)
+                watch.step = None
+                replay.step_ms.append((t1 - t0) * 1e3)
+                replay.timed_steps.append(batch.step)
+                if mark is not None and clock.marker() != mark:
+                    replay.cold.append(len(replay.step_ms) - 1)
+                if checking:
+                    t1 = time.perf_counter()
+                    want = step_metadata(inputs, plan, REFERENCES, DecodeBuffers.allocate(plan, device=device, fill=-7))
+                    checked.append(batch.step)
+                    outputs += len(want)
+                    mismatches += [f"step {batch.step}: {m}" for m in compare_metadata(got, want)]
+                    check_s += time.perf_counter() - t1
+            replay.steps += 1
+            replay.tokens += batch.num_tokens
+            replay.decode_tokens += batch.num_decode_tokens
+            replay.prefill_tokens += batch.num_prefill_tokens
+            replay.preemptions += len(batch.preempted)
+            replay.step_tokens.append(batch.num_tokens)
+            replay.step_prefills.append(batch.num_prefills)
+            replay.step_decodes.append(batch.num_decodes)
+            if batch.finished:
+                bar.update(len(batch.finished))
+        replay.seconds = time.perf_counter() - start
     bar.close()
-    replay.seconds = time.perf_counter() - start
     if clock is not None:
         replay.compile_ms, replay.loads = clock.compile_s * 1e3, clock.loads
     if to_check:
@@ -964,26 +1173,69 @@ def replay_trace(
     return replay
 
 
-def primer_step(plan: MetadataPlan, device: torch.device, seed: int, report: WarmupReport) -> None:
-    """One small step through the whole step path (its inputs built, every kernel the plan
-    launches launched) after warm-up and before the first request, as serving engines run a
-    dummy batch at start-up: the first-use costs of the step's Python and tensor code, of
-    PyTorch's lazily loaded CUDA kernels and of the allocator's first blocks land here, not on
-    the first request.
+#: Rounds of the primer's batches. CPython 3.11 specializes a function's bytecode only after it
+#: ran 8 times (``QUICKENING_WARMUP_DELAY``), and a step's Python runs slower until then: on the
+#: 2-core CI machine the trace's first step took 0.38-0.46 ms after one round, 0.26-0.27 ms after
+#: eight, and 0.24-0.35 ms when the same steps were replayed a second time in the process.
+PRIMER_ROUNDS = 8
 
-    The step runs under a :class:`~zerojit.monitor.JitMonitor` in error mode whatever the run's
-    mode: a primer proves coverage, it never compiles what the warm-up missed (a key it would
-    need raises :class:`~zerojit.monitor.RuntimeJitError` before compiling). Its batch has one
-    decode and one prefill request, so it launches the decode and the prefill kernels.
+
+def primer_batches(config: ModelConfig) -> tuple[Batch, ...]:
+    """The primer's batches: one of each kind of step a replay runs, so that every code path of
+    the step (and every kernel the plan launches) is primed.
+
+    - a decode-only step (one decode of ``query_len`` tokens: K3's uniform decode when the
+      backend flattens drafts, K1's decode flavour, K6's draft rows);
+    - a prefill-only step (one prompt of up to 512 tokens, its ``seq_lens`` view 16-byte
+      aligned for K4, as a trace's first step is);
+    - a mixed step (one decode, then a continuing prefill: K4's unaligned ``seq_lens`` view).
+
+    Block ids (``primer_blocks``) are the first ones after the null block.
     """
-    lq = plan.config.query_len
-    batch = Batch(step=-1, request_ids=(0, 1), query_lens=(lq, 2), seq_lens=(lq + 3, 2), num_decodes=1)
+    lq = config.query_len
+    prompt = max(1, min(512, config.max_num_batched_tokens, config.max_model_len - 1))
+    return (
+        Batch(step=-1, request_ids=(0,), query_lens=(lq,), seq_lens=(lq + 3,), num_decodes=1),
+        Batch(step=-1, request_ids=(0,), query_lens=(prompt,), seq_lens=(prompt,), num_decodes=0),
+        Batch(step=-1, request_ids=(0, 1), query_lens=(lq, 2), seq_lens=(lq + 3, 4), num_decodes=1),
+    )
+
+
+def _primer_blocks(batch: Batch, plan: MetadataPlan) -> list[list[int]]:
+    """Distinct block ids for each request of a primer batch, from block 1 on (0 is the null block)."""
+    per_block = plan.config.block_size * plan.config.dcp_size
+    out, next_id = [], 1
+    for seq in batch.seq_lens:
+        n = -(-seq // per_block)
+        out.append(list(range(next_id, next_id + n)))
+        next_id += n
+    return out
+
+
+def primer_steps(plan: MetadataPlan, device: torch.device, seed: int, report: WarmupReport, *,
+                 rounds: int = PRIMER_ROUNDS) -> int:
+    """Run :func:`primer_batches` ``rounds`` times through the whole step path (inputs built as
+    the replay builds them, every kernel of the step launched) after warm-up, as the start-up's
+    last act before the first request, as serving engines run dummy batches at start-up: the
+    first-use costs of the step's Python (CPython specializes a function's bytecode after 8
+    calls), of the CPU's caches after start-up's last full collection, of PyTorch's lazily
+    loaded CUDA kernels and of the allocator's first blocks land here, not on the first requests.
+
+    Runs under a :class:`~zerojit.monitor.JitMonitor` in error mode whatever the run's mode: a
+    primer proves coverage, it never compiles what the warm-up missed (a key it would need raises
+    :class:`~zerojit.monitor.RuntimeJitError` before compiling). Returns the steps it ran.
+    """
+    fill = device.type == "cuda"  # as the replay builds its steps (values only where they run)
+    batches = [(b, _primer_blocks(b, plan) if fill else None) for b in primer_batches(plan.config)]
+    buffers = DecodeBuffers.allocate(plan, device=device)
     with JitMonitor("error", report=report):
-        fill = device.type == "cuda"  # as the replay builds its steps (values only where they run)
-        inputs = build_step_inputs(batch, plan, blocks=[[1], [2]] if fill else None, fill=fill, seed=seed, device=device)
-        step_metadata(inputs, plan, KERNELS, DecodeBuffers.allocate(plan, device=device))
-        if device.type == "cuda":
+        for _ in range(rounds):
+            for batch, blocks in batches:
+                inputs = build_step_inputs(batch, plan, blocks=blocks, fill=fill, seed=seed, device=device)
+                step_metadata(inputs, plan, KERNELS, buffers)
+        if fill:
             torch.cuda.synchronize(device)
+    return rounds * len(batches)
 
 
 #: Generation-0 threshold of Python's collector while serving (CPython's default: 700). A step
@@ -1010,13 +1262,46 @@ def serving_collector() -> Iterator[None]:
         gc.unfreeze()
 
 
+#: ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` of glibc's malloc while serving on CPU, in bytes.
+#: glibc serves a block of at least the mmap threshold (128 KiB at start, raised as large blocks
+#: are freed, to 32 MiB at most) with a fresh ``mmap`` and unmaps it when it is freed. A dry
+#: step's ``[tokens, index_topk]`` tensors are such blocks (a 64-token step already is; an 8,192
+#: token step's are 32 MiB and more), allocated and freed every step: on the 2-core CI machine
+#: the steps around an 8,192-token prefill ran 1.1-1.2x slower that way when it was quiet
+#: (0.27-0.29 ms against 0.23-0.24 ms with this threshold), 1.4-2.8x while other jobs loaded it
+#: (``benchmarks/step_pauses.py --window 2493-2497``).
+SERVING_MALLOC_THRESHOLD = 1 << 30
+
+_MALLOPT = {"M_TRIM_THRESHOLD": -1, "M_MMAP_THRESHOLD": -3}  # glibc's <malloc.h> parameter numbers
+
+
+def serving_allocator() -> bool:
+    """Keep a CPU serving loop's large tensors in the C heap, as PyTorch's caching allocator keeps
+    a GPU's: glibc's mmap and trim thresholds set to :data:`SERVING_MALLOC_THRESHOLD` (blocks up
+    to that size are reused from the heap, and the heap is not given back to the system below
+    it), so a step's big tensors cost no ``mmap``/``munmap`` pair each.
+
+    For the rest of the process: glibc has no call that brings its dynamic thresholds back.
+    Returns True when set, False where the C library is not glibc (nothing changed).
+    """
+    import ctypes
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return all(mallopt(_MALLOPT[name], SERVING_MALLOC_THRESHOLD) == 1 for name in ("M_MMAP_THRESHOLD", "M_TRIM_THRESHOLD"))
+
+
 def _warm_host_ops(plan: MetadataPlan, device: torch.device, seed: int) -> None:
-    """Build one small step's inputs (no kernel launched) before the replay: PyTorch loads its own
-    CUDA kernels lazily at their first use, a cost that is not Triton's and would otherwise land
-    on the first step and blur what the warm-up mode changed."""
-    lq = plan.config.query_len
-    batch = Batch(step=-1, request_ids=(0, 1), query_lens=(lq, 2), seq_lens=(lq + 3, 2), num_decodes=1)
-    build_step_inputs(batch, plan, blocks=[[1], [2]], fill=True, seed=seed, device=device)
+    """Build the primer batches' inputs (no kernel launched) before the replay: PyTorch loads its
+    own CUDA kernels lazily at their first use, a cost that is not Triton's and would otherwise
+    land on the first step and blur what the warm-up mode changed."""
+    for batch in primer_batches(plan.config):
+        build_step_inputs(batch, plan, blocks=_primer_blocks(batch, plan), fill=True, seed=seed, device=device)
     torch.cuda.synchronize(device)
 
 
