@@ -318,8 +318,8 @@ def test_the_primer_is_not_part_of_the_replay_counts(monkeypatch):
     with_primer = run(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False))
     monkeypatch.setattr(engine, "primer_steps", lambda *a, **k: 0)
     without = run(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False))
-    assert primed == [3 * engine.PRIMER_ROUNDS] and with_primer.runtime_compiles == 0
-    assert with_primer.primer_steps == 3 * engine.PRIMER_ROUNDS and with_primer.primer_seconds > 0
+    assert primed == [5 * engine.PRIMER_ROUNDS] and with_primer.runtime_compiles == 0
+    assert with_primer.primer_steps == 5 * engine.PRIMER_ROUNDS and with_primer.primer_seconds > 0
     assert without.primer_steps == 0
     assert with_primer.launches == without.launches > 0
     assert with_primer.audit_counts() == without.audit_counts()
@@ -351,7 +351,7 @@ def test_the_primer_launches_every_kernel_and_both_k4_alignments(triton_cache, c
         report = registry.warmup(cfg, progress=False)
         plan = MetadataPlan.for_cache(cfg, model.backend, cache)
         with JitMonitor("error", report=report) as monitor:
-            assert engine.primer_steps(plan, torch.device("cpu"), 0, report, rounds=1) == 3
+            assert engine.primer_steps(plan, torch.device("cpu"), 0, report, rounds=1) == 5
     launched = {(launch.kernel.name, repr(v.key)) for launch in monitor.snapshot().launches
                 for v in report.variants if v.compiled is launch.compiled}
     assert {k for k, _ in launched} == set(plan.kernels)
@@ -465,7 +465,9 @@ def test_the_primer_batches_fill_as_a_gpu_step_does(config, dcp):
     cache = allocate_kv_cache(cfg, engine.kv_blocks_per_rank(cfg, 1 << 16) * cfg.dcp_size, device="cpu")
     plan = MetadataPlan.for_cache(cfg, default_backend(cfg), cache)
     kinds = [(b.num_decodes, b.num_prefills) for b in engine.primer_batches(cfg)]
-    assert kinds == [(1, 0), (0, 1), (1, 1)]
+    decodes = min(cfg.max_num_seqs, cfg.max_num_batched_tokens // cfg.query_len)
+    assert kinds == [(1, 0), (0, 1), (1, 1), (0, 1), (decodes, 0)]
+    assert max(b.num_tokens for b in engine.primer_batches(cfg)) == cfg.max_num_batched_tokens  # the largest step
     for batch in engine.primer_batches(cfg):
         blocks = engine._primer_blocks(batch, plan)
         ids = [i for b in blocks for i in b]
