@@ -402,12 +402,27 @@ def test_a_write_past_the_guard_is_detected_and_repaired_at_the_next_launch(warm
         _knobs.runtime.__dict__.pop("jit_cache_hook", None)
 
 
+def test_a_zerojit_launch_after_a_write_past_the_guard_is_blocked_before_it_compiles(warmed_last_block):
+    try:
+        with JitMonitor("error", report=warmed_last_block) as mon:
+            _knobs.runtime.__dict__["jit_cache_hook"] = None
+            before = _cached(_last_block_kernel)
+            with pytest.raises(RuntimeJitError) as err:  # the launch path repairs the chain before Triton runs
+                LastBlock()(**_width(24))
+            assert "so nothing was compiled" in str(err.value)
+            assert _cached(_last_block_kernel) == before and mon.installed
+            assert mon.counts().blocked == 1 and mon.counts().compiled == 0
+    finally:
+        _knobs.runtime.__dict__.pop("jit_cache_hook", None)
+
+
 def test_a_compile_past_a_replaced_hook_is_named_so_and_repairs_the_chain(warmed_last_block):
     try:
         with JitMonitor("error", report=warmed_last_block) as mon:
             _knobs.runtime.__dict__["jit_cache_hook"] = None
-            with pytest.raises(RuntimeJitError) as err:  # compiled first (nothing could stop it), then named
-                LastBlock()(**_width(24))
+            table, out = torch.zeros(4, 24, dtype=torch.int32), torch.zeros(4, dtype=torch.int32)
+            with pytest.raises(RuntimeJitError) as err:  # a raw launch: compiled first (nothing could stop it), then named
+                _last_block_kernel[(4,)](table, out, 4, MAX_BLOCKS=24)
             msg = str(err.value)
             assert "while another party had replaced Triton's jit_cache_hook past the monitor, which could not block " \
                    "it; the monitor has put itself back on top" in msg
