@@ -316,8 +316,9 @@ def main() -> None:
         print("  (stub: every Python step of each mode runs as on a GPU with Triton's CUDA driver -- "
               "torch.cuda.current_device's frames, CudaLauncher.__call__, the launch hooks the C entry calls -- "
               "but not the C entry's own work: argument parsing, the launch, and per tensor data_ptr() and a "
-              "driver query, which the fast path skips for CUDA tensors; with them every ratio moves toward 1, "
-              "the fast path's less)")
+              "driver query, which the fast path skips for CUDA tensors (for which it reads is_cuda of each: "
+              "here the first CPU tensor ends that test); with them every ratio moves toward 1, the fast "
+              "path's less)")
     print(f"  monitor (error mode): {counts.launches} launches counted of {expected_hits}, "
           f"{counts.runtime_compiles} runtime compiles")
     if opts.json:

@@ -437,10 +437,11 @@ def test_direct_cuda_launcher_call_equals_cudalauncher_call(warmed, launching, m
 
 
 def test_cuda_tensors_reach_the_launcher_as_their_address(warmed, launching, monkeypatch):
-    """A device tensor goes to the launcher as the int its ``data_ptr()`` is (which every launcher
-    takes as is, without its driver query); any other tensor goes as is. On CPU no tensor is a
-    device tensor, so the fact is swapped for one that takes CPU tensors for device ones."""
-    monkeypatch.setattr(triton_compat, "POINTER_ARGUMENT", "({ptr} if {tensor}.is_cpu else {tensor})")
+    """Device tensors go to the launcher as the ints their ``data_ptr()`` are (which every launcher
+    takes as is, without its driver query); a launch with any other tensor passes them as they are.
+    On CPU no tensor is a device tensor (the other tests see tensors passed as they are), so the
+    fact is swapped here for one that takes CPU tensors for device ones."""
+    monkeypatch.setattr(triton_compat, "DEVICE_POINTER_TEST", "{tensor}.is_cpu")
     for plan in Probe._launch_state.plans.values():  # generated anew with that fact
         monkeypatch.setattr(plan, "fast", None)
     monkeypatch.setattr(Probe._launch_state.fast, "current", (*Probe._launch_state.fast.current[:2], {}))

@@ -35,7 +35,7 @@ string, launch metadata and option parsing are skipped. Anything unproven takes 
 
 The knobs that join Triton's key and the launcher shortcut are Triton facts, bound from
 :mod:`zerojit.triton_compat` when the code is generated (:data:`~zerojit.triton_compat.KEY_KNOBS_SOURCE`,
-:func:`~zerojit.triton_compat.direct_launch`, :data:`~zerojit.triton_compat.POINTER_ARGUMENT`): a
+:func:`~zerojit.triton_compat.direct_launch`, :data:`~zerojit.triton_compat.DEVICE_POINTER_TEST`): a
 ``CudaLauncher`` without scratch memory has its C entry called directly, with the arguments
 ``CudaLauncher.__call__`` would pass it (3.6: the kernel's own entry; 3.7 and later: the shared
 one), any other launcher through ``compiled.run``; a CUDA tensor goes as its address (the
@@ -331,22 +331,18 @@ _FAST_TEMPLATE = """def _zj_fast(_dry, _drv, _grid, _sk{inputs}):
         return None  # hooks want launch metadata: the normal path builds it
     if not _dry:
         _stream = _drv.get_current_stream(_dev)
-        if _grid.__class__ is _tuple and len(_grid) == 1:
+        _n = len(_grid)
+        if _n == 1:
             _gx, = _grid
             _gy = _gz = 1
         else:
-            _n = len(_grid)
             _gx = _grid[0]
             _gy = _grid[1] if _n > 1 else 1
             _gz = _grid[2] if _n > 2 else 1
         _d = _e.direct
         if _d is None:
             _d = _e.resolve()
-        if _d is False:
-            _c = _e.compiled
-            {run}
-        else:  # exactly the call the launcher's __call__ makes of its C entry (triton_compat)
-{direct}
+{launch}
     return _e
 """
 
@@ -359,6 +355,25 @@ def _names_check(plan: "Plan", retry: str) -> str:
         reads = "".join(f"        _s{j} = _sk[{k!r}]\n" for j, k in enumerate(plan.names))
         src += f"    try:\n{reads}    except KeyError:\n        return {retry}\n"
     return src
+
+
+def _launch_source(values: list[str], pointers: Mapping[int, str]) -> str:
+    """The fast launcher's launch of the entry ``_e`` (``_d``: its direct-launch tuple or False),
+    the arguments ``values``: when every tensor parameter holds a CUDA tensor, those go as their
+    addresses (``pointers``, :data:`~zerojit.triton_compat.DEVICE_POINTER_TEST`); else all as they are."""
+    def calls(args: list[str], indent: str) -> str:
+        flat = "".join(f", {v}" for v in args)
+        direct = _tc.DIRECT_LAUNCH_CALL.format(args=flat, arg_tuple="(" + "".join(f"{v}, " for v in args) + ")")
+        return (f"{indent}if _d is False:\n{indent}    _c = _e.compiled\n{indent}    {_tc.COMPILED_RUN_CALL.format(args=flat)}\n"
+                f"{indent}else:  # exactly the call the launcher's __call__ makes of its C entry (triton_compat)\n"
+                + "".join(f"{indent}    {line}\n" for line in direct.splitlines()))
+
+    if not pointers:
+        return calls(values, "        ").rstrip("\n")
+    on_device = " and ".join(_tc.DEVICE_POINTER_TEST.format(tensor=values[i]) for i in pointers)
+    addresses = [pointers[i] if i in pointers else v for i, v in enumerate(values)]
+    return (f"        if {on_device}:\n{calls(addresses, '            ')}"
+            f"        else:\n{calls(values, '            ')}").rstrip("\n")
 
 
 def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict, resolve: Callable) -> Callable:
@@ -384,17 +399,11 @@ def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict, res
         guard = f"    if not ({' and '.join(guards)}):\n        return None\n" if guards else ""
         guard += "".join(f"    {p} = {values[i]}.data_ptr()\n" for i, p in pointers.items())
         options = [f"_s{plan.names.index(k)}" for k in plan.option_names]
-        launched = [_tc.POINTER_ARGUMENT.format(ptr=pointers[i], tensor=v) if i in pointers else v
-                    for i, v in enumerate(values)]
-        args = "".join(f", {v}" for v in launched)
-        arg_tuple = "(" + "".join(f"{v}, " for v in launched) + ")"
-        direct = _tc.DIRECT_LAUNCH_CALL.format(args=args, arg_tuple=arg_tuple)
         src = _FAST_TEMPLATE.format(inputs=inputs, names=_names_check(plan, retry), guard=guard,
                                     key=_key_expr(slots, plan.option_token_of(options)),
-                                    run=_tc.COMPILED_RUN_CALL.format(args=args),
-                                    direct="\n".join(f"            {line}" for line in direct.splitlines()))
+                                    launch=_launch_source(values, pointers))
     namespace = _namespace(jit_fn)
-    namespace.update(plan.defaults, _tables=tables, _resolve=resolve, _tuple=tuple)
+    namespace.update(plan.defaults, _tables=tables, _resolve=resolve)
     exec(compile(src, f"<zerojit fast path of {jit_fn.fn.__name__}>", "exec"), namespace)
     fn = namespace["_zj_fast"]
     fn.source = src

@@ -85,7 +85,7 @@ __all__ = [
     # versions and the facts generated code binds
     "UnsupportedTritonError", "TRITON_VERSION", "VERSION", "BUILDS_LAUNCHERS", "KEYWORD_ONLY_PARAMETERS", "DRIVER",
     "KEY_KNOBS_SOURCE", "KEY_KNOBS_NAMESPACE", "CACHE_HOOK_SOURCE", "LISTENER_SOURCE", "RUN_OPTIONS",
-    "COMPILED_RUN_CALL", "DIRECT_LAUNCH_CALL", "POINTER_ARGUMENT", "HookChain",
+    "COMPILED_RUN_CALL", "DIRECT_LAUNCH_CALL", "DEVICE_POINTER_TEST", "HookChain",
     "JITFunction", "GPUTarget", "DriverBase", "AsmDict",
     # knobs and the driver
     "interpreting", "cache_dir", "set_cache_dir", "triton_home", "active_driver", "peek_driver", "set_driver",
@@ -705,14 +705,14 @@ else:
                           "_launch(_gx, _gy, _gz, _stream, _function, _cooperative, _pdl, _metadata, None, None, "
                           "None, None, None, _annotations, _signature, {arg_tuple})")
 
-#: A pointer argument as the fast path passes it, in generated code: ``{ptr}`` the tensor
-#: ``{tensor}``'s ``data_ptr()`` (already read for its alignment class). Every launcher of 3.6-3.9
-#: takes an int pointer as is; given a tensor it calls ``data_ptr()`` and asks the driver whether
-#: the address is device-accessible (``cuPointerGetAttribute``: a driver call per pointer per
-#: launch), which for a CUDA tensor it always is, at the same address (unified addressing). Any
-#: other tensor (CPU, pinned, meta) is passed as is, so the launcher accepts or refuses it as it
-#: does for Triton.
-POINTER_ARGUMENT = "({ptr} if {tensor}.is_cuda else {tensor})"
+#: The test, in generated code, that lets the fast path pass the tensor ``{tensor}`` as its address
+#: (its ``data_ptr()``, already read for its alignment class). Every launcher of 3.6-3.9 takes an
+#: int pointer as is; given a tensor it calls ``data_ptr()`` and asks the driver whether the
+#: address is device-accessible (``cuPointerGetAttribute``: a driver call per pointer per launch),
+#: which for a CUDA tensor it always is, at the same address (unified addressing). A launch with
+#: any other tensor (CPU, pinned, meta) passes its tensors as they are, so the launcher accepts or
+#: refuses them as it does for Triton.
+DEVICE_POINTER_TEST = "{tensor}.is_cuda"
 
 
 def direct_launch(compiled: Any) -> tuple | None:
