@@ -898,6 +898,8 @@ def _library_run(kernel: TritonJitKernel, wrapping: _at.Wrapping, tuner: Any,
                     i = kernel._choose_config(wrapping.canonical_key(nargs, kwargs),
                                               lambda: wrapping.survivors(nargs, kwargs))
                     _tc.fill_autotuner_cache(tuner, key, configs[i])
+            if observe:
+                check_hook_pins()  # the monitor still in Triton's slots before a launch that may compile
             compiled = original(*args, **kwargs)
             if observe and compiled is not None and not kwargs.get("warmup"):
                 observer = _launch_observer
