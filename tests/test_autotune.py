@@ -412,6 +412,31 @@ def test_library_path_after_warmup_takes_zerojit_choice_and_counts_as_hits():
     assert [w.fields["config"] for w in cov.dead] == [0]
 
 
+def test_library_path_repairs_a_write_past_the_guard_before_it_compiles():
+    """A library call may compile, so like a zerojit launch on the normal path it first puts the
+    monitor back into Triton's slot when another party wrote past the guard: blocked, not compiled."""
+    from triton import knobs
+
+    Cast._tuning_table.clear()
+    Cast._untuned_choice.clear()
+    k = Cast()
+    _table_file(k, [((64, "torch.float16", "torch.float32"), 1, None)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup()
+    report = reg.warmup(progress=False)
+    grid = lambda meta: (triton.cdiv(64, meta["BLOCK"]),)  # noqa: E731
+    try:
+        with JitMonitor("error", report=report) as mon:
+            knobs.runtime.__dict__["jit_cache_hook"] = None  # e.g. knobs.runtime.scope() restoring its dict
+            assert not mon.installed
+            with pytest.raises(RuntimeJitError, match="so nothing was compiled"):
+                Cast.wrapped[grid](torch.ones(64), torch.empty(64), 64)  # float32 x: never warmed
+            assert mon.installed and mon.counts().blocked == 1 and mon.counts().compiled == 0
+    finally:
+        knobs.runtime.__dict__.pop("jit_cache_hook", None)
+
+
 def test_tuning_table_index_follows_changes_and_nearest_takes_survivors():
     """Distances by hand: log2 100 = 6.64; to 16: 2.64, to 128: 0.36, to 1024: 3.36."""
     t = TuningTable({(16, "f32"): 0, (1024, "f32"): 1})

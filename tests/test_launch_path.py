@@ -387,18 +387,25 @@ def test_fast_path_passes_the_launcher_what_triton_passes(warmed, launching, mon
         assert normal[9:] == tuple(bind(_probe_kernel, *normal[9:])[0].values())
 
 
-@pytest.mark.skipif(not triton_compat.VERSION == (3, 6), reason="Triton 3.6's CudaLauncher only")
-def test_direct_cuda_launcher_call_equals_cudalauncher_call(warmed, launching, monkeypatch):
-    """The fast path's shortcut past ``CudaLauncher.__call__`` passes its C entry the same arguments."""
+def _stub_cuda_launcher(seen: list):
+    """Triton's own ``CudaLauncher`` of a kernel without scratch memory, its C entry a recorder."""
     from triton.backends.nvidia.driver import CudaLauncher
 
-    _, report = warmed
-    seen = []
     launcher = object.__new__(CudaLauncher)
     launcher.launch = lambda *args: seen.append(args)
     launcher.num_ctas, launcher.global_scratch_size, launcher.profile_scratch_size = 1, 0, 0
     launcher.global_scratch_align = launcher.profile_scratch_align = 1
     launcher.launch_cooperative_grid, launcher.launch_pdl = False, True
+    launcher.arg_annotations, launcher.kernel_signature, launcher.gsan_enabled = ("annotations",), b"sig", False
+    return launcher
+
+
+def test_direct_cuda_launcher_call_equals_cudalauncher_call(warmed, launching, monkeypatch):
+    """The fast path's shortcut past ``CudaLauncher.__call__`` passes its C entry the same arguments
+    (3.6: the kernel's own entry, arguments last; 3.7 and later: the shared entry, arguments as one tuple)."""
+    _, report = warmed
+    seen = []
+    launcher = _stub_cuda_launcher(seen)
     inp = inputs()
     c = variant_of(report, Probe.CompileKey()).compiled
     monkeypatch.setattr(c, "_run", launcher)
@@ -408,36 +415,48 @@ def test_direct_cuda_launcher_call_equals_cudalauncher_call(warmed, launching, m
     probe(**inp)  # fast path: the launcher's C entry directly
     assert len(seen) == 2
     normal, fast = seen
-    assert normal[:9] == fast[:9]  # grid, stream, function, cooperative grid, PDL, scratch x2
-    assert normal[9] == fast[9]  # packed metadata
-    assert normal[10] is not None and fast[10:13] == (None, None, None)  # launch metadata, hooks
-    assert normal[13:] == fast[13:]  # the kernel arguments
+    if triton_compat.VERSION < (3, 7):
+        assert normal[:9] == fast[:9]  # grid, stream, function, cooperative grid, PDL, scratch x2
+        assert normal[9] == fast[9]  # packed metadata
+        assert normal[10] is not None and fast[10:13] == (None, None, None)  # launch metadata, hooks
+        assert normal[13:] == fast[13:]  # the kernel arguments
+    else:
+        assert normal[:8] == fast[:8]  # grid, stream, function, cooperative grid, PDL, packed metadata
+        assert normal[8] is not None and fast[8:11] == (None, None, None)  # launch metadata, hooks
+        assert normal[11:15] == fast[11:15] == (None, None, ("annotations",), b"sig")  # scratch x2, annotations, signature
+        assert normal[15] == fast[15] and len(fast) == 16  # the kernel arguments, one tuple
     entry = next(e for table in Probe._launch_state.fast.current[1].values() for e in table.values()
                  if e.compiled is c)
     assert entry.direct is not False and entry.direct[0] is launcher.launch  # the shortcut was taken
     launcher.global_scratch_size = 8  # scratch memory: the launcher must allocate it, no shortcut
     monkeypatch.setattr(entry, "direct", None)
     assert entry.resolve() is False
-
-
-@pytest.mark.skipif(triton_compat.VERSION < (3, 7), reason="Triton 3.7's shared launcher")
-def test_from_triton_3_7_the_fast_path_calls_the_launcher_as_triton_does(warmed, monkeypatch):
-    """3.7: one shared C entry whose ``CudaLauncher.__call__`` also passes argument annotations and
-    the signature: no shortcut past it; the fast path calls ``compiled.run`` like Triton's run."""
-    from triton.backends.nvidia.driver import CudaLauncher
-
-    _, report = warmed
-    launcher = object.__new__(CudaLauncher)
-    launcher.global_scratch_size = launcher.profile_scratch_size = 0
-    c = variant_of(report, Probe.CompileKey()).compiled
-    monkeypatch.setattr(c, "_run", launcher)
-    assert triton_compat.direct_launch(c) is None
-    monkeypatch.setattr(probe, "fast_path", True)
-    assert probe.select_variant(**inputs()) is not None
-    entry = next(e for table in Probe._launch_state.fast.current[1].values() for e in table.values()
-                 if e.compiled is c)
+    launcher.global_scratch_size, launcher.gsan_enabled = 0, True  # 3.8's GSan: its __call__ adds arguments
     monkeypatch.setattr(entry, "direct", None)
     assert entry.resolve() is False
+
+
+def test_cuda_tensors_reach_the_launcher_as_their_address(warmed, launching, monkeypatch):
+    """Device tensors go to the launcher as the ints their ``data_ptr()`` are (which every launcher
+    takes as is, without its driver query); a launch with any other tensor passes them as they are.
+    On CPU no tensor is a device tensor (the other tests see tensors passed as they are), so the
+    fact is swapped here for one that takes CPU tensors for device ones."""
+    monkeypatch.setattr(triton_compat, "DEVICE_POINTER_TEST", "{tensor}.is_cpu")
+    for plan in Probe._launch_state.plans.values():  # generated anew with that fact
+        monkeypatch.setattr(plan, "fast", None)
+    monkeypatch.setattr(Probe._launch_state.fast, "current", (*Probe._launch_state.fast.current[:2], {}))
+    monkeypatch.setattr(Probe._launch_state, "fast_call", Probe._launch_state.resolve_fast)
+    inp = inputs(bias=torch.zeros(256))
+    launching.clear()
+    monkeypatch.setattr(probe, "fast_path", False)
+    probe(**inp)
+    monkeypatch.setattr(probe, "fast_path", True)
+    probe(**inp)
+    (_, normal), (_, fast) = launching
+    assert [i for i, v in enumerate(normal[9:]) if isinstance(v, torch.Tensor)] == [0, 1, 2, 9]  # x, y, out, bias
+    for i, (n, f) in enumerate(zip(normal[9:], fast[9:])):
+        # bias was warmed as None and as a tensor: a parameter of no one kind goes as is
+        assert (type(f) is int and f == n.data_ptr()) if i in (0, 1, 2) else f is n
 
 
 # --- the monitor and the audit see fast-path launches as hits -------------------------------------------
@@ -476,6 +495,45 @@ def test_observer_sees_the_fast_launch(co):
     finally:
         set_launch_observer(previous)
     assert seen == [(probe, probe.select_variant(**inputs()).compiled)]
+
+
+def test_monitor_counts_follow_its_mode_and_reset(warmed):
+    _, report = warmed
+    with JitMonitor("warn", report=report) as mon:
+        for fast in (True, False, True):
+            probe.fast_path = fast
+            try:
+                probe(**inputs())
+            finally:
+                del probe.fast_path
+        mon.mode = "off"
+        probe(**inputs())  # not counted
+        mon.mode = "error"
+        probe(**inputs())
+        assert mon.counts().launches == 4
+        assert [e.count for e in mon.snapshot().launches] == [4]
+        mon.reset()
+        probe(**inputs())
+        assert mon.counts().launches == 1
+
+
+def test_only_a_launch_that_may_compile_repairs_a_write_past_the_guard(warmed):
+    """A write into ``knobs.runtime.__dict__`` takes the monitor out of Triton's slot; a fast-path
+    launch cannot compile and does not look; the next normal-path launch puts it back before Triton runs."""
+    _, report = warmed
+    try:
+        with JitMonitor("error", report=report) as mon:
+            knobs.runtime.__dict__["jit_cache_hook"] = None
+            probe(**inputs())  # fast
+            assert not mon.installed and mon.counts().launches == 1
+            probe.fast_path = False
+            try:
+                probe(**inputs())  # normal: Triton's run may compile, so the chain is repaired first
+            finally:
+                del probe.fast_path
+            assert mon.installed and mon.counts().launches == 2
+    finally:
+        knobs.runtime.__dict__.pop("jit_cache_hook", None)
 
 
 # --- opting in and out ------------------------------------------------------------------------------------
@@ -596,3 +654,78 @@ def test_on_a_gpu_the_fast_path_computes_what_the_normal_path_computes(monkeypat
                if e.direct is not None]
     # Triton 3.6: the CudaLauncher shortcut; 3.7 and later call compiled.run
     assert entries and all((e.direct is not False) == (triton_compat.VERSION == (3, 6)) for e in entries)
+
+
+# --- finding the plan, the device, the method's inputs -----------------------------------------------------
+
+
+def test_a_call_site_alternating_kwargs_names_gets_each_its_own_plan(warmed, launching, monkeypatch):
+    """The entry calls the plan used last; a launch with other ``LaunchSpec.kwargs`` names hands
+    over to the plan of its names, on the normal path and on the fast path alike."""
+    _, report = warmed
+    state = Probe._launch_state
+    for fast in (False, True):
+        monkeypatch.setattr(probe, "fast_path", fast)
+        for over, key in [({}, Probe.CompileKey()), (dict(num_warps=8), Probe.CompileKey(num_warps=8)),
+                          (dict(mode=0), Probe.CompileKey()), ({}, Probe.CompileKey())]:
+            launching.clear()
+            probe(**inputs(**over))
+            ((compiled, _),) = launching
+            assert compiled is variant_of(report, key).compiled, (fast, over)
+            names = ("BLOCK",) + tuple(k.upper() if k == "mode" else k for k in over)
+            called = state.fast_call if fast else state.run_call
+            assert called is (state.plans[names].fast if fast else state.plans[names].run)
+
+
+def test_the_device_comes_from_torch_s_c_function_once_cuda_is_initialized(monkeypatch):
+    """For Triton's CUDA driver (``get_current_device`` is ``torch.cuda.current_device``) the launch
+    path asks ``torch._C._cuda_getDevice`` itself once CUDA is initialized, guarded by torch's
+    bad-fork check; before that, and in a bad fork, it asks torch (which initializes or raises)."""
+    from zerojit import _launch
+
+    class Driver:
+        get_current_device = staticmethod(torch.cuda.current_device)
+
+    asked = []
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: asked.append("c") or 3, raising=False)
+    forked = [False]  # torch's check is one C function whose answer changes in a forked child
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: forked[0])
+    monkeypatch.setattr(_launch, "_last_device_getter", (None, bool, bool))
+    drv = Driver()
+    monkeypatch.setattr(torch.cuda, "_initialized", False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: asked.append("torch") or 3)
+    monkeypatch.setattr(drv, "get_current_device", torch.cuda.current_device)
+    assert _launch.current_device(drv) == 3 and asked == ["torch"]  # not initialized: torch's own way
+    monkeypatch.setattr(torch.cuda, "_initialized", True)
+    asked.clear()
+    assert [_launch.current_device(drv) for _ in range(3)] == [3, 3, 3] and asked == ["c", "c", "c"]
+    forked[0] = True
+    asked.clear()
+    assert _launch.current_device(drv) == 3 and asked == ["torch"]  # a bad fork: torch raises its own error
+
+
+def test_a_decorated_launcher_method_still_gets_its_inputs_by_name(co):
+    """The entry calls the method with its inputs made positional only where its code is the plain
+    ``(self, *, inputs...)``; a decorator's ``(*args, **kwargs)`` gets them by name."""
+    import functools
+
+    seen = []
+
+    def logged(method):
+        @functools.wraps(method)
+        def wrapper(*args, **kwargs):
+            seen.append(sorted(kwargs))
+            return method(*args, **kwargs)
+        return wrapper
+
+    class Logged(Probe):
+        @kernel_launcher(host_only=("block", "mode", "num_warps"))
+        @logged
+        def __call__(self, *, x, y, out, n, stride, period, alpha=1.0, flag=False, w=17, bias=None, block=64,
+                     mode=None, num_warps=None) -> LaunchSpec:
+            return LaunchSpec(grid=((n + block - 1) // block,), kwargs={"BLOCK": block}, returns=out)
+
+    inp = inputs()
+    assert Logged()(**inp) is inp["out"]
+    assert seen == [sorted(["x", "y", "out", "n", "stride", "period", "alpha", "flag", "w", "bias", "block", "mode",
+                            "num_warps"])]

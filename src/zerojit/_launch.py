@@ -35,9 +35,17 @@ string, launch metadata and option parsing are skipped. Anything unproven takes 
 
 The knobs that join Triton's key and the launcher shortcut are Triton facts, bound from
 :mod:`zerojit.triton_compat` when the code is generated (:data:`~zerojit.triton_compat.KEY_KNOBS_SOURCE`,
-:func:`~zerojit.triton_compat.direct_launch`): on Triton 3.6, a ``CudaLauncher`` without scratch
-memory has its C entry called directly, with the arguments ``CudaLauncher.__call__`` would pass
-it; from 3.7 on the fast launcher calls ``compiled.run``.
+:func:`~zerojit.triton_compat.direct_launch`, :data:`~zerojit.triton_compat.DEVICE_POINTER_TEST`): a
+``CudaLauncher`` without scratch memory has its C entry called directly, with the arguments
+``CudaLauncher.__call__`` would pass it (3.6: the kernel's own entry; 3.7 and later: the shared
+one), any other launcher through ``compiled.run``; a CUDA tensor goes as its address (the
+``data_ptr()`` its alignment class was read from), which spares the launcher a driver query per
+pointer, any other tensor as is.
+
+**Finding the plan.** The launch entry calls the run (and fast launcher) of the plan used last;
+each checks that ``LaunchSpec.kwargs`` has its names (their number, then each name) and hands a
+launch with other names to the plan of those names, which then becomes the one called. So a call
+site's plan costs one length test, not a tuple of names and a dict lookup per launch.
 """
 
 from __future__ import annotations
@@ -67,28 +75,32 @@ _FAST_LOCK = threading.Lock()
 _OPTION_RANK = {o: i for i, o in enumerate(dict.fromkeys(_tc.CONFIG_OPTIONS + LAUNCH_OPTIONS))}
 
 
-def _cuda_current_device() -> int:
-    """``torch.cuda.current_device()`` without its two Python frames once CUDA is initialized."""
-    if _torch_cuda._initialized and not _torch_cuda._is_in_bad_fork():
-        return torch._C._cuda_getDevice()
-    return _torch_cuda.current_device()
-
-
 _torch_cuda = torch.cuda
-_last_device_getter: tuple[Any, Callable | None] = (None, None)
+# (driver, device getter, fork check) of the last driver asked: the getter is called while the
+# fork check (a C function) returns False; ``bool`` (``bool()`` is False) where there is none.
+_last_device_getter: tuple[Any, Callable, Callable] = (None, bool, bool)
 
 
 def current_device(drv: Any) -> Any:
-    """``drv.get_current_device()``, the same value by a shorter route for Triton's CUDA driver."""
+    """``drv.get_current_device()``, the same value by a shorter route for Triton's CUDA driver.
+
+    Triton's CUDA driver asks ``torch.cuda.current_device()``: two Python frames that end in
+    ``torch._C._cuda_getDevice()`` once CUDA is initialized and the process is not a child forked
+    after that (torch's "bad fork", where ``current_device`` raises). Once both hold, the launch
+    path calls the C function itself, guarded by torch's own fork check (a C function too).
+    """
     global _last_device_getter
     last = _last_device_getter
-    if last[0] is drv:
+    if last[0] is drv and not last[2]():
         return last[1]()
-    get = drv.get_current_device
-    if (get is getattr(_torch_cuda, "current_device", None) and hasattr(_torch_cuda, "_initialized")
-            and hasattr(_torch_cuda, "_is_in_bad_fork") and hasattr(torch._C, "_cuda_getDevice")):
-        get = _cuda_current_device
-    _last_device_getter = (drv, get)
+    get, fork = drv.get_current_device, bool
+    if get is getattr(_torch_cuda, "current_device", None):
+        bad_fork = getattr(_torch_cuda, "_is_in_bad_fork", None)
+        c_get = getattr(torch._C, "_cuda_getDevice", None)
+        if not (getattr(_torch_cuda, "_initialized", False) and callable(bad_fork) and callable(c_get)) or bad_fork():
+            return get()  # not initialized yet (it initializes), or a bad fork (it raises): torch's own way
+        get, fork = c_get, bad_fork
+    _last_device_getter = (drv, get, fork)
     return get()
 
 
@@ -213,8 +225,11 @@ def _globals_unchanged(used: dict) -> bool:
     return True
 
 
-def _guards_and_slots(jit_fn: Any, kinds: list[str]) -> tuple[list[str], list[str]]:
-    """Per parameter ``i`` (its value in the local ``_a{i}``): the type guards and the key slots.
+def _guards_and_slots(jit_fn: Any, kinds: list[str], values: list[str],
+                      pointers: Mapping[int, str] | None = None) -> tuple[list[str], list[str]]:
+    """Per parameter ``i`` (its value in the expression ``values[i]``, a local or a constant's
+    name; a tensor's ``data_ptr()`` in the local ``pointers[i]`` where given): the type guards
+    and the key slots.
 
     A guard proves the value is of the parameter's kind (what the slots assume); the slots then
     hold what Triton's specialization reads of it. The key function that records warm-ups and the
@@ -222,8 +237,7 @@ def _guards_and_slots(jit_fn: Any, kinds: list[str]) -> tuple[list[str], list[st
     """
     guards: list[str] = []
     slots: list[str] = []
-    for i, (kp, kind) in enumerate(zip(jit_fn.params, kinds)):
-        a = f"_a{i}"
+    for i, (kp, kind, a) in enumerate(zip(jit_fn.params, kinds, values)):
         specialize = not kp.do_not_specialize
         align = not kp.do_not_specialize_on_alignment
         annotated = bool(kp.annotation_type)
@@ -237,7 +251,7 @@ def _guards_and_slots(jit_fn: Any, kinds: list[str]) -> tuple[list[str], list[st
             guards.append(f"{a}.__class__ is _Tensor")
             slots.append(f"{a}.dtype")
             if specialize and align:
-                slots.append(f"not {a}.data_ptr() & 15")
+                slots.append(f"not {pointers[i] if pointers else f'{a}.data_ptr()'} & 15")
         elif kind == "int":
             guards.append(f"{a}.__class__ is _int")
             if annotated:
@@ -276,8 +290,8 @@ def _namespace(jit_fn: Any) -> dict[str, Any]:
 def build_key_fn(jit_fn: Any, kinds: list[str]) -> Callable[[tuple, tuple], Any]:
     """``key(args, option_token)``: the hashable key a warm-up launch is recorded under (None when
     an argument is not of its parameter's kind). Equal keys imply equal Triton cache keys."""
-    guards, slots = _guards_and_slots(jit_fn, kinds)
     names = [f"_a{i}" for i in range(len(kinds))]
+    guards, slots = _guards_and_slots(jit_fn, kinds, names)
     unpack = f"    {', '.join(names)}, = _p\n" if names else ""
     guard = f"    if not ({' and '.join(guards)}):\n        return None\n" if guards else ""
     src = f"def _zj_key(_p, _ot):\n{unpack}{guard}    return {_key_expr(slots, '_ot')}\n"
@@ -288,9 +302,16 @@ def build_key_fn(jit_fn: Any, kinds: list[str]) -> Callable[[tuple, tuple], Any]
     return fn
 
 
-_FAST_TEMPLATE = """def _zj_fast(_drv, _dry, _grid, _sk{inputs}):
-{assign}{guard}    _last = _zj_mod._last_device_getter
-    _dev = _last[1]() if _last[0] is _drv else _current_device(_drv)
+#: ``fast(SELECT, ...)`` selects the entry and launches nothing (:meth:`TritonJitKernel.select_variant`).
+SELECT = object()
+
+
+def _no_fast(*_: Any) -> None:
+    """:attr:`LaunchState.fast_call` before any warm-up recorded a variant: the normal path."""
+
+_FAST_TEMPLATE = """def _zj_fast(_dry, _drv, _grid, _sk{inputs}):
+{names}{guard}    _last = _zj_mod._last_device_getter
+    _dev = _last[1]() if _last[0] is _drv and not _last[2]() else _current_device(_drv)
     _table = _tables.get(_dev)
     if _table is None:
         return None
@@ -303,53 +324,86 @@ _FAST_TEMPLATE = """def _zj_fast(_drv, _dry, _grid, _sk{inputs}):
     _used = _J.used_global_vals
     if _used and not _globals_unchanged(_used):
         return None  # Triton raises "Global variable ... has changed": the normal path lets it
-    _enter, _exit = _KR.launch_enter_hook, _KR.launch_exit_hook
+    _enter = _KR.launch_enter_hook
+    _exit = _KR.launch_exit_hook
     if ((_enter is not None and (_enter.__class__ is not _HookChain or _enter.calls))
             or (_exit is not None and (_exit.__class__ is not _HookChain or _exit.calls))):
         return None  # hooks want launch metadata: the normal path builds it
     if not _dry:
         _stream = _drv.get_current_stream(_dev)
         _n = len(_grid)
-        _gx = _grid[0]
-        _gy = _grid[1] if _n > 1 else 1
-        _gz = _grid[2] if _n > 2 else 1
+        if _n == 1:
+            _gx, = _grid
+            _gy = _gz = 1
+        else:
+            _gx = _grid[0]
+            _gy = _grid[1] if _n > 1 else 1
+            _gz = _grid[2] if _n > 2 else 1
         _d = _e.direct
         if _d is None:
             _d = _e.resolve()
-        if _d is False:
-            _c = _e.compiled
-            {run}
-        else:  # exactly the call the launcher's __call__ makes of its C entry (triton_compat)
-            {direct}
+{launch}
     return _e
 """
 
 
-def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict) -> Callable:
-    """The fast launcher of one plan: ``fast(driver, dry, grid, spec_kwargs, *inputs)``.
+def _names_check(plan: "Plan", retry: str) -> str:
+    """Source that proves ``_sk`` has exactly ``plan``'s names (else ``retry``, another plan's
+    turn) and reads their values: its length, then each name (a ``KeyError``: another name)."""
+    src = f"    if len(_sk) != {len(plan.names)}:\n        return {retry}\n"
+    if plan.names:
+        reads = "".join(f"        _s{j} = _sk[{k!r}]\n" for j, k in enumerate(plan.names))
+        src += f"    try:\n{reads}    except KeyError:\n        return {retry}\n"
+    return src
 
-    Builds the parameter values as the plan does, proves their classes (the guards and slots of
-    :func:`build_key_fn`) and looks them up in ``tables[current device]``. Returns the table
-    entry, or None (normal path) when there is none or the process state is not the one the
-    variants were warmed in (launch hooks, ``pre_run_hooks``, changed globals, debug knobs).
-    Unless ``dry``, it launches the entry's kernel with the parameter values in order, exactly
-    the arguments ``JITFunction.run`` passes its launcher (launch metadata and hooks None).
+
+def _launch_source(values: list[str], pointers: Mapping[int, str]) -> str:
+    """The fast launcher's launch of the entry ``_e`` (``_d``: its direct-launch tuple or False),
+    the arguments ``values``: when every tensor parameter holds a CUDA tensor, those go as their
+    addresses (``pointers``, :data:`~zerojit.triton_compat.DEVICE_POINTER_TEST`); else all as they are."""
+    def calls(args: list[str], indent: str) -> str:
+        flat = "".join(f", {v}" for v in args)
+        direct = _tc.DIRECT_LAUNCH_CALL.format(args=flat, arg_tuple="(" + "".join(f"{v}, " for v in args) + ")")
+        return (f"{indent}if _d is False:\n{indent}    _c = _e.compiled\n{indent}    {_tc.COMPILED_RUN_CALL.format(args=flat)}\n"
+                f"{indent}else:  # exactly the call the launcher's __call__ makes of its C entry (triton_compat)\n"
+                + "".join(f"{indent}    {line}\n" for line in direct.splitlines()))
+
+    if not pointers:
+        return calls(values, "        ").rstrip("\n")
+    on_device = " and ".join(_tc.DEVICE_POINTER_TEST.format(tensor=values[i]) for i in pointers)
+    addresses = [pointers[i] if i in pointers else v for i, v in enumerate(values)]
+    return (f"        if {on_device}:\n{calls(addresses, '            ')}"
+            f"        else:\n{calls(values, '            ')}").rstrip("\n")
+
+
+def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict, resolve: Callable) -> Callable:
+    """The fast launcher of one plan: ``fast(dry, driver, grid, spec_kwargs, *inputs)``.
+
+    Proves ``spec_kwargs`` has the plan's names (else hands the call to ``resolve``, which finds
+    the plan of those names), builds the parameter values as the plan does, proves their classes
+    (the guards and slots of :func:`build_key_fn`) and looks them up in ``tables[current
+    device]``. Returns the table entry, or None (normal path) when there is none or the process
+    state is not the one the variants were warmed in (launch hooks, ``pre_run_hooks``, changed
+    globals, debug knobs). Unless ``dry`` (a compile-only driver, or :data:`SELECT`), it launches
+    the entry's kernel with the parameter values in order, exactly the arguments
+    ``JITFunction.run`` passes its launcher (launch metadata and hooks None).
     """
     inputs = "".join(f", _i{i}" for i in range(plan.num_inputs))
+    retry = f"_resolve(_dry, _drv, _grid, _sk{inputs})"
     if plan.positional is None:  # a parameter without a value: never fast
-        src = f"def _zj_fast(_drv, _dry, _grid, _sk{inputs}):\n    return None\n"
+        src = f"def _zj_fast(_dry, _drv, _grid, _sk{inputs}):\n{_names_check(plan, retry)}    return None\n"
     else:
-        guards, slots = _guards_and_slots(jit_fn, kinds)
-        assign = "".join(f"    _a{i} = {e}\n" for i, e in enumerate(plan.positional))
-        assign += "".join(f"    _o{j} = {e}\n" for j, e in enumerate(plan.options.values()))
+        values = plan.values("_s")
+        pointers = {i: f"_p{i}" for i, kind in enumerate(kinds) if kind == "tensor"}
+        guards, slots = _guards_and_slots(jit_fn, kinds, values, pointers)
         guard = f"    if not ({' and '.join(guards)}):\n        return None\n" if guards else ""
-        args = "".join(f", _a{i}" for i in range(len(plan.positional)))
-        src = _FAST_TEMPLATE.format(inputs=inputs, assign=assign, guard=guard, args=args,
-                                    key=_key_expr(slots, plan.option_token),
-                                    run=_tc.COMPILED_RUN_CALL.format(args=args),
-                                    direct=_tc.DIRECT_LAUNCH_CALL.format(args=args))
+        guard += "".join(f"    {p} = {values[i]}.data_ptr()\n" for i, p in pointers.items())
+        options = [f"_s{plan.names.index(k)}" for k in plan.option_names]
+        src = _FAST_TEMPLATE.format(inputs=inputs, names=_names_check(plan, retry), guard=guard,
+                                    key=_key_expr(slots, plan.option_token_of(options)),
+                                    launch=_launch_source(values, pointers))
     namespace = _namespace(jit_fn)
-    namespace.update(plan.defaults, _tables=tables)
+    namespace.update(plan.defaults, _tables=tables, _resolve=resolve)
     exec(compile(src, f"<zerojit fast path of {jit_fn.fn.__name__}>", "exec"), namespace)
     fn = namespace["_zj_fast"]
     fn.source = src
@@ -367,10 +421,10 @@ class _FastTables:
     record brings a new kind for some parameter, so a reader always sees a consistent triple.
     """
 
-    def __init__(self, jit_fn: Any, plans: dict) -> None:
-        self.jit_fn = jit_fn
-        self.plans = plans  # the class's plans, whose cached fast launchers a new kind invalidates
-        self.kinds: list[str | None] = [None] * len(jit_fn.params)
+    def __init__(self, state: "LaunchState") -> None:
+        self.state = state  # whose plans' cached fast launchers a new kind invalidates
+        self.jit_fn = state.jit_fn
+        self.kinds: list[str | None] = [None] * len(self.jit_fn.params)
         self.key_fn: Callable | None = None
         self.records: list[tuple[Any, tuple, tuple, FastVariant]] = []
         self.current: tuple[list, dict, dict] = ([], {}, {})
@@ -386,8 +440,9 @@ class _FastTables:
                 for dev, a, ot, v in self.records:
                     self._put(tables, dev, a, ot, v)
                 self.current = (kinds, tables, {})
-                for plan in self.plans.values():  # launchers of the old tables: generate anew
+                for plan in self.state.plans.values():  # launchers of the old tables: generate anew
                     plan.fast = None
+                self.state.fast_call = self.state.resolve_fast
             else:
                 self._put(self.current[1], device, args, otoken, variant)
 
@@ -405,7 +460,7 @@ class _FastTables:
         kinds, tables, fns = self.current
         fn = fns.get(plan.names)
         if fn is None:
-            fn = fns.setdefault(plan.names, build_fast_fn(self.jit_fn, kinds, plan, tables))
+            fn = fns.setdefault(plan.names, build_fast_fn(self.jit_fn, kinds, plan, tables, self.state.resolve_fast))
         with _FAST_LOCK:  # keep it on the plan unless a record replaced the tables meanwhile
             if self.current[2] is fns:
                 plan.fast = fn
@@ -420,26 +475,45 @@ class Plan:
     """How one kernel class maps inputs and ``LaunchSpec.kwargs`` with these names to parameters.
 
     Attributes:
-        names: the ``LaunchSpec.kwargs`` names, in order.
-        run: ``run(triton_run, grid, warmup, spec_kwargs, *inputs)`` calls Triton's
-            ``JITFunction.run`` with every parameter value positionally, in parameter order (the
-            kernel's defaults filled in: what Triton's binder would bind), and the launch options
-            as keywords in ``LaunchSpec.kwargs`` order (part of Triton's key, order included).
+        names: the ``LaunchSpec.kwargs`` names, in order (their values are read into the locals
+            ``_s0, _s1, ...`` in that order).
+        run: ``run(grid, warmup, spec_kwargs, *inputs)`` calls Triton's ``JITFunction.run`` with
+            every parameter value positionally, in parameter order (the kernel's defaults filled
+            in: what Triton's binder would bind), and the launch options as keywords in one order
+            (part of Triton's key, order included). It first proves ``spec_kwargs`` has exactly
+            these names; when not, it hands the launch to the plan of its names
+            (:meth:`LaunchState.resolve_run`), so any plan's ``run`` launches any kwargs right.
         args: ``args(spec_kwargs, *inputs)`` returns ``(args, options, option_token)``: those
             values as a tuple, the options, and a hashable token of the options with their types.
-        positional: the source expression of each parameter value (None: a parameter without a
-            value; ``run`` then passes everything by keyword so Triton's binder names it, and
-            ``args`` returns ``(None, kwargs, None)``).
-        options: launch option -> source expression. option_token: the token's expression.
-        defaults: the kernel defaults the expressions refer to. num_inputs: the launcher's inputs.
+        positional: the source of each parameter value, as ``("input", j)``, ``("kwarg", j)``
+            (``names[j]``) or ``("default", name)`` (None: a parameter without a value; ``run``
+            then passes everything by keyword so Triton's binder names it, and ``args`` returns
+            ``(None, kwargs, None)``).
+        option_names: the ``LaunchSpec.kwargs`` names that are launch options, in the order they
+            are passed (``Config.all_kwargs``' order first). options: launch option -> its name.
+        defaults: the kernel defaults the values refer to. num_inputs: the launcher's inputs.
         fast: the plan's fast launcher (see :func:`build_fast_fn`) once generated, else None.
     """
 
-    __slots__ = ("names", "run", "args", "positional", "options", "option_token", "defaults", "num_inputs", "fast")
+    __slots__ = ("names", "run", "args", "positional", "options", "option_names", "defaults", "num_inputs", "fast")
+
+    def values(self, kwarg_prefix: str) -> list[str]:
+        """Source of each parameter value: ``_i{j}`` (an input), ``{kwarg_prefix}{j}`` (a kwargs
+        value read into a local) or the name of a kernel default."""
+        return [f"_i{v}" if k == "input" else f"{kwarg_prefix}{v}" if k == "kwarg" else v for k, v in self.positional]
+
+    def option_token_of(self, option_values: list[str]) -> str:
+        """Source of the hashable token of the launch options (name, type, value each)."""
+        return "(" + "".join(f"{o!r}, {v}.__class__, {v}, " for o, v in zip(self.options, option_values)) + ")"
 
 
 class LaunchState:
     """Per kernel class: argument plans (one per set of ``LaunchSpec.kwargs`` names) and the fast path.
+
+    The launch entry calls :attr:`run_call` and (fast path) :attr:`fast_call`: the functions of
+    the plan used last, which check the kwargs names themselves and hand a launch with other
+    names to :meth:`resolve_run` / :meth:`resolve_fast` (which then make that plan's the one
+    called), so the common launch spends nothing on finding its plan.
 
     Args:
         cls: the :class:`~zerojit.kernel.TritonJitKernel` subclass.
@@ -450,6 +524,7 @@ class LaunchState:
     def __init__(self, cls: type, inputs: tuple, arg_table: tuple) -> None:
         self.cls = cls
         self.jit_fn = cls.kernel
+        self.wrapping = cls._wrapping  # an autotune/heuristics wrapping (the entry applies it), or None
         self.run = cls.kernel.run  # JITFunction.run, bound once
         self.param_names = tuple(inspect_params(cls.kernel))
         self.param_defaults = inspect_defaults(cls.kernel)
@@ -459,6 +534,8 @@ class LaunchState:
         self.arg_table = arg_table
         self.plans: dict[tuple, Plan] = {}
         self.fast: _FastTables | None = None
+        self.run_call: Callable[..., Any] = self.resolve_run
+        self.fast_call: Callable[..., Any] = _no_fast
 
     def binder_args(self, args: tuple) -> tuple[tuple, dict]:
         """Parameter values in order (``Plan.args``) as ``(positional, keywords)`` for Triton's
@@ -473,6 +550,23 @@ class LaunchState:
         fast = self.fast
         return None if fast is None else fast.launcher(plan)
 
+    def resolve_run(self, grid: Any, warmup: Any, sk: Mapping, *inputs: Any) -> Any:
+        """``Plan.run`` of the plan of ``sk``'s names, which becomes :attr:`run_call`."""
+        plan = self.plan(tuple(sk))
+        self.run_call = plan.run
+        return plan.run(grid, warmup, sk, *inputs)
+
+    def resolve_fast(self, dry: Any, drv: Any, grid: Any, sk: Mapping, *inputs: Any) -> Any:
+        """The fast launcher of the plan of ``sk``'s names (which becomes :attr:`fast_call`), called."""
+        plan = self.plan(tuple(sk))
+        fast = self.fast_launcher(plan)
+        if fast is None:
+            return None
+        with _FAST_LOCK:  # only a launcher of the current tables (a record may have replaced them)
+            if plan.fast is fast:
+                self.fast_call = fast
+        return fast(dry, drv, grid, sk, *inputs)
+
     # -- argument plans ----------------------------------------------------------------------------
 
     def plan(self, sk_names: tuple) -> Plan:
@@ -486,63 +580,65 @@ class LaunchState:
             return found
         resolve = self.cls._resolve_kwarg
         params = self.param_names
-        source: dict[str, str] = {}
+        source: dict[str, tuple] = {}
         keyword_order: list[str] = []  # the dict order of the keyword call
         for name, param, _ in self.arg_table:
-            source[param] = f"_i{self.input_index[name]}"
+            source[param] = ("input", self.input_index[name])
             keyword_order.append(param)
-        options: dict[str, str] = {}
-        for k in sk_names:
+        options: dict[str, int] = {}
+        for j, k in enumerate(sk_names):
             target = resolve(k)
-            expr = f"_sk[{k!r}]"
             if target in params:
-                source[target] = expr
+                source[target] = ("kwarg", j)
                 if target not in keyword_order:
                     keyword_order.append(target)
             else:
-                options[target] = expr
+                options[target] = j
         # One variant whatever the order the options come in: Triton's Config.all_kwargs order first.
         options = dict(sorted(options.items(), key=lambda kv: _OPTION_RANK.get(kv[0], len(_OPTION_RANK))))
         defaults: dict[str, Any] = {}
-        positional: list[str] | None = []
+        positional: list[tuple] | None = []
         for i, p in enumerate(params):
             if p in source:
                 positional.append(source[p])
             elif p in self.param_defaults:
                 defaults[f"_d{i}"] = self.param_defaults[p]
-                positional.append(f"_d{i}")
+                positional.append(("default", f"_d{i}"))
             else:
                 positional = None
                 break
-        opt_kw = "".join(f", {opt}={expr}" for opt, expr in options.items())
-        inputs = "".join(f", _i{i}" for i in range(len(self.input_index)))
-        run = [f"def _zj_run(_run, _grid, _warmup, _sk{inputs}):"]
-        args = [f"def _zj_args(_sk{inputs}):"]
-        args += [f"    _o{j} = {expr}" for j, expr in enumerate(options.values())]
-        opts = "{" + ", ".join(f"{opt!r}: _o{j}" for j, opt in enumerate(options)) + "}" if options else "_NO_OPTIONS"
-        token = "(" + "".join(f"{opt!r}, _o{j}.__class__, _o{j}, " for j, opt in enumerate(options)) + ")"
+        plan = Plan()
+        plan.names, plan.positional, plan.defaults = sk_names, positional, defaults
+        plan.options = {o: sk_names[j] for o, j in options.items()}
+        plan.option_names = tuple(plan.options.values())
+        plan.num_inputs, plan.fast = len(self.input_index), None
+        inputs = "".join(f", _i{i}" for i in range(plan.num_inputs))
+        retry = f"_resolve(_grid, _warmup, _sk{inputs})"
+        render = lambda src: f"_i{src[1]}" if src[0] == "input" else f"_s{src[1]}" if src[0] == "kwarg" else src[1]  # noqa: E731
+        opt_kw = "".join(f", {o}=_s{j}" for o, j in options.items())
+        run = [f"def _zj_run(_grid, _warmup, _sk{inputs}):", _names_check(plan, retry).rstrip("\n")]
+        args = [f"def _zj_args(_sk{inputs}):"] + [f"    _s{j} = _sk[{k!r}]" for j, k in enumerate(sk_names)]
+        opts = "{" + ", ".join(f"{o!r}: _s{j}" for o, j in options.items()) + "}" if options else "_NO_OPTIONS"
+        token = plan.option_token_of([f"_s{j}" for j in options.values()])
         if positional is not None:
-            values = "".join(f"{e}, " for e in positional)
+            values = plan.values("_s")
             n = self.num_positional  # keyword-only parameters go by name
-            by_name = "".join(f"{params[i]}={e}, " for i, e in enumerate(positional[n:], start=n))
-            call = "".join(f"{e}, " for e in positional[:n]) + by_name
+            call = "".join(f"{e}, " for e in values[:n]) + "".join(f"{params[i]}={e}, " for i, e in enumerate(values[n:], start=n))
             run.append(f"    return _run({call}grid=_grid, warmup=_warmup{opt_kw})")
-            args.append(f"    return ({values}), {opts}, {token}")
+            args.append(f"    return ({''.join(f'{e}, ' for e in values)}), {opts}, {token}")
         else:
-            kw = "".join(f", {p}={source[p]}" for p in keyword_order)
+            kw = "".join(f", {p}={render(source[p])}" for p in keyword_order)
             run.append(f"    return _run(grid=_grid, warmup=_warmup{kw}{opt_kw})")
-            args.append("    _kw = {" + ", ".join(f"{p!r}: {source[p]}" for p in keyword_order) + "}")
+            args.append("    _kw = {" + ", ".join(f"{p!r}: {render(source[p])}" for p in keyword_order) + "}")
             if options:
                 args.append(f"    _kw.update({opts})")
             args.append("    return None, _kw, None")
         src = "\n".join(run) + "\n\n" + "\n".join(args) + "\n"
-        namespace: dict[str, Any] = {"_NO_OPTIONS": _NO_OPTIONS, **defaults}
+        namespace: dict[str, Any] = {"_NO_OPTIONS": _NO_OPTIONS, "_run": self.run, "_resolve": self.resolve_run,
+                                     **defaults}
         exec(compile(src, f"<zerojit plan of {self.cls.__name__}>", "exec"), namespace)
-        plan = Plan()
-        plan.names, plan.run, plan.args = sk_names, namespace["_zj_run"], namespace["_zj_args"]
+        plan.run, plan.args = namespace["_zj_run"], namespace["_zj_args"]
         plan.run.source = plan.args.source = src
-        plan.positional, plan.options, plan.option_token = positional, options, token
-        plan.defaults, plan.num_inputs, plan.fast = defaults, len(self.input_index), None
         return self.plans.setdefault(sk_names, plan)
 
     # -- the fast path ---------------------------------------------------------------------------
@@ -577,7 +673,7 @@ class LaunchState:
         )
         with _FAST_LOCK:
             if self.fast is None:
-                self.fast = _FastTables(jit, self.plans)
+                self.fast = _FastTables(self)
         self.fast.record(device, args, otoken, variant)
 
 

@@ -39,6 +39,7 @@ import inspect
 import os
 import sys
 import threading
+import types
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Generic, Hashable, Mapping, TypeVar
@@ -47,7 +48,7 @@ from . import autotune as _at
 from . import context
 from . import lint
 from . import triton_compat as _tc
-from ._launch import FastVariant, LaunchState, Plan
+from ._launch import SELECT, FastVariant, LaunchState, Plan
 from .compile_only import CompileOnlyDriver
 from .specialization import LAUNCH_OPTIONS, SpecClass, bind, spec_classes
 
@@ -67,6 +68,8 @@ __all__ = [
     "kernel_launcher",
     "set_launch_observer",
     "launch_observer",
+    "set_hook_pins",
+    "check_hook_pins",
 ]
 
 KeyT = TypeVar("KeyT", bound=Hashable)
@@ -259,22 +262,24 @@ def _make_entry(method: Callable, inputs: tuple[tuple[str, Any], ...]) -> Callab
     For ``def __call__(self, *, a, b=2)`` it is, in outline::
 
         def __call__(self, *, a, b=2):
-            spec = method(self, a=a, b=b)
-            plan = <the class's Plan for spec.kwargs' names>
+            spec = method(self, a, b)  # the method with its inputs made positional (_positional)
+            state = <the class's LaunchState>; <its autotune/heuristics wrapping applied, if any>
             if 0 in spec.grid: return spec.returns
             if <a driver seen before, no warm-up in progress>:
-                if <fast path on and recorded>:
-                    entry = <the plan's fast launcher>(driver, dry, spec.grid, spec.kwargs, a, b)
-                    if entry: <observer>(self, entry.compiled); return spec.returns
-                compiled = plan.run(<kernel>.run, spec.grid, dry, spec.kwargs, a, b)
+                if <fast path on> and state.fast_call(dry, driver, spec.grid, spec.kwargs, a, b):
+                    <observer>(self, entry.compiled); return spec.returns
+                <the monitor's hooks still in Triton's slots, else repaired: this launch may compile>
+                compiled = state.run_call(spec.grid, dry, spec.kwargs, a, b)
                 <observer>(self, compiled); return spec.returns
             return self._zerojit_launch(spec, (a, b), plan)  # warm-up, first launch on a driver
 
+    ``state.run_call`` / ``fast_call`` are the plan used last (:class:`~zerojit._launch.LaunchState`).
     The inputs bind once, into locals, and reach the plan without a dict or a tuple.
     """
+    body = _positional(method, inputs)
     namespace: dict[str, Any] = {
-        "_zj_method": method, "_zj_sink": _WARMUP_SINK, "_zj_driver": _triton_driver, "_zj_dry": _DRY_DRIVERS,
-        "_zj_kmod": sys.modules[__name__],
+        "_zj_method": method if body is None else body, "_zj_sink": _WARMUP_SINK, "_zj_driver": _triton_driver,
+        "_zj_dry": _DRY_DRIVERS, "_zj_kmod": sys.modules[__name__], **_tc.KEY_KNOBS_NAMESPACE,
     }
     sig = []
     for i, (name, default) in enumerate(inputs):
@@ -284,41 +289,81 @@ def _make_entry(method: Callable, inputs: tuple[tuple[str, Any], ...]) -> Callab
             namespace[f"_zj_d{i}"] = default
             sig.append(f"{name}=_zj_d{i}")
     head = f"def __call__(self, *, {', '.join(sig)}):" if inputs else "def __call__(self):"
-    call = "".join(f", {n}={n}" for n, _ in inputs)
+    call = "".join(f", {n}" for n, _ in inputs) if body is not None else "".join(f", {n}={n}" for n, _ in inputs)
     values = "".join(f", {n}" for n, _ in inputs)
+    as_tuple = f"({values[2:]}{',' if len(inputs) == 1 else ''})"
     src = f"""{head}
     _zj_spec = _zj_method(self{call})
-    if self._wrapping is not None:
-        _zj_spec = self._wrapped_spec(_zj_spec, ({values[2:]}{',' if len(inputs) == 1 else ''}))
-    _zj_sk = _zj_spec.kwargs
     _zj_state = self._launch_state
-    _zj_names = tuple(_zj_sk)
-    _zj_plan = _zj_state.plans.get(_zj_names) or _zj_state.plan(_zj_names)
+    if _zj_state.wrapping is not None:
+        _zj_spec = self._wrapped_spec(_zj_spec, {as_tuple})
     _zj_grid = _zj_spec.grid
     if 0 in _zj_grid:  # launches (and compiles) nothing, in warm-up as at run time
+        _zj_state.plan(tuple(_zj_spec.kwargs))  # its kwargs names still checked
         return _zj_spec.returns
     _zj_drv = _zj_driver._active
     _zj_warmup = _zj_dry.get(_zj_drv.__class__)
     if _zj_warmup is not None and _zj_sink.get() is None:
         if self.fast_path:
-            _zj_launcher = _zj_plan.fast or _zj_state.fast_launcher(_zj_plan)
-            _zj_entry = _zj_launcher and _zj_launcher(_zj_drv, _zj_warmup, _zj_grid, _zj_sk{values})
+            _zj_entry = _zj_state.fast_call(_zj_warmup, _zj_drv, _zj_grid, _zj_spec.kwargs{values})
             if _zj_entry is not None:
                 _zj_observer = _zj_kmod._launch_observer
                 if _zj_observer is not None:
                     _zj_observer(self, _zj_entry.compiled)
                 return _zj_spec.returns
-        _zj_compiled = _zj_plan.run(_zj_state.run, _zj_grid, _zj_warmup, _zj_sk{values})
+        _zj_pins = _zj_kmod._hook_pins
+        if _zj_pins is not None and ({_tc.CACHE_HOOK_SOURCE} is not _zj_pins[0] or {_tc.LISTENER_SOURCE} is not _zj_pins[1]):
+            _zj_pins[2]()
+        _zj_compiled = _zj_state.run_call(_zj_grid, _zj_warmup, _zj_spec.kwargs{values})
         _zj_observer = _zj_kmod._launch_observer
         if _zj_observer is not None:
             _zj_observer(self, _zj_compiled)
         return _zj_spec.returns
-    return self._zerojit_launch(_zj_spec, ({values[2:]}{',' if len(inputs) == 1 else ''}), _zj_plan)
+    _zj_names = tuple(_zj_spec.kwargs)
+    return self._zerojit_launch(_zj_spec, {as_tuple}, _zj_state.plans.get(_zj_names) or _zj_state.plan(_zj_names))
 """
     exec(compile(src, f"<zerojit launch entry of {method.__qualname__}>", "exec"), namespace)
     entry = namespace["__call__"]
     entry._zerojit_source = src
     return entry
+
+
+def _positional(method: Callable, inputs: tuple[tuple[str, Any], ...]) -> Callable | None:
+    """``method`` with its keyword-only inputs made positional (same code, same order of locals),
+    which the entry calls with the values it already bound (binding keywords a second time
+    costs more than the rest of the call); None where its code is not the plain
+    ``(self, *, inputs...)`` (e.g. a decorator's ``*args, **kwargs``): the entry passes keywords."""
+    code = getattr(method, "__code__", None)
+    names = tuple(n for n, _ in inputs)
+    if (code is None or code.co_argcount != 1 or code.co_posonlyargcount or code.co_kwonlyargcount != len(names)
+            or code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+            or code.co_varnames[1:1 + len(names)] != names):
+        return None
+    clone = types.FunctionType(code.replace(co_argcount=1 + len(names), co_kwonlyargcount=0), method.__globals__,
+                               method.__name__, None, method.__closure__)
+    clone.__qualname__ = method.__qualname__
+    return clone
+
+
+# What Triton's two compile-hook slots must hold while a JIT monitor is installed, and what to call
+# when they do not: (jit_cache_hook, compile listener, repair) or None. The normal path checks it
+# before Triton runs (a launch that may compile); the fast path cannot compile and does not.
+_hook_pins: tuple[Any, Any, Callable[[], None]] | None = None
+
+
+def set_hook_pins(pins: tuple[Any, Any, Callable[[], None]] | None) -> None:
+    """Set what the launch path checks Triton's ``jit_cache_hook`` and compile listener against
+    before a launch that may compile (the monitor's links), and the repair to call when another
+    party wrote past them: ``(cache_hook, listener, repair)``, or None to check nothing."""
+    global _hook_pins
+    _hook_pins = pins
+
+
+def check_hook_pins() -> None:
+    """The entry's check, for launch paths outside it that may compile (:func:`zerojit.recording`)."""
+    pins = _hook_pins
+    if pins is not None and (_tc.get_cache_hook() is not pins[0] or _tc.get_compile_listener() is not pins[1]):
+        pins[2]()
 
 
 class TritonJitKernel(JitKernel[KeyT]):
@@ -718,13 +763,14 @@ class TritonJitKernel(JitKernel[KeyT]):
                 dry = _DRY_DRIVERS.setdefault(drv.__class__, isinstance(drv, CompileOnlyDriver))
             launcher = state.fast_launcher(plan) if self.fast_path else None
             if launcher is not None:
-                entry = launcher(drv, dry, grid, sk, *inputs)
+                entry = launcher(dry, drv, grid, sk, *inputs)
                 if entry is not None:
                     observer = _launch_observer
                     if observer is not None:
                         observer(self, entry.compiled)
                     return spec.returns
-        compiled = plan.run(state.run, grid, dry, sk, *inputs)
+        check_hook_pins()
+        compiled = plan.run(grid, dry, sk, *inputs)
         observer = _launch_observer
         if observer is not None:
             observer(self, compiled)
@@ -777,7 +823,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         if (0 in spec.grid or state.fast is None or drv is None or not self.fast_path
                 or _WARMUP_SINK.get() is not None):
             return None
-        found = state.fast_launcher(plan)(drv, True, spec.grid, sk, *values)
+        found = state.fast_launcher(plan)(SELECT, drv, spec.grid, sk, *values)
         return None if found is None else found.variant
 
     def fast_variants(self, device: Any = None) -> tuple[FastVariant, ...]:
@@ -852,6 +898,8 @@ def _library_run(kernel: TritonJitKernel, wrapping: _at.Wrapping, tuner: Any,
                     i = kernel._choose_config(wrapping.canonical_key(nargs, kwargs),
                                               lambda: wrapping.survivors(nargs, kwargs))
                     _tc.fill_autotuner_cache(tuner, key, configs[i])
+            if observe:
+                check_hook_pins()  # the monitor still in Triton's slots before a launch that may compile
             compiled = original(*args, **kwargs)
             if observe and compiled is not None and not kwargs.get("warmup"):
                 observer = _launch_observer

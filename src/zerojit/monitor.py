@@ -42,8 +42,11 @@ Error mode never degrades silently: another party that assigns Triton's ``jit_ca
 compile listener after install (a profiler, a tracer) does not take the monitor out; the
 assignment goes through a guard (:func:`zerojit.triton_compat.guard_hook_assignments`) that keeps
 the monitor on top, calling the new hook first, and warn/error mode log once that it happened. A
-write past the guard (into ``knobs.runtime.__dict__``) is found at the next launch or compile,
-which puts the monitor back on top; :attr:`JitMonitor.installed` says False until then.
+write past the guard (into ``knobs.runtime.__dict__``) is found before the next zerojit launch
+that may compile (the normal path checks that Triton's two slots hold what the monitor left
+there, :func:`zerojit.kernel.set_hook_pins`; a fast-path launch cannot compile and checks
+nothing), or at the next compile, which puts the monitor back on top; :attr:`JitMonitor.installed`
+says False until then.
 
 Each of the three is *chained*: the monitor keeps the hook, listener or observer that was set before
 it and calls it first (a user ``jit_cache_hook`` that returns True makes Triton skip the compile;
@@ -75,6 +78,7 @@ import ast
 import contextlib
 import contextvars
 import dataclasses
+import itertools
 import logging
 import os
 import threading
@@ -544,6 +548,24 @@ class _Launches:
     triton_key: str | None  # found when first seen, for a variant that was not warmed
 
 
+class _LaunchCounter:
+    """One compiled kernel's launches: ``next(counter)`` per launch (atomic in CPython, so the
+    launch path counts without a lock), its value read back from the counter's repr."""
+
+    __slots__ = ("kernel", "compiled", "counter", "triton_key")
+
+    def __init__(self, kernel: Any, compiled: Any, triton_key: str | None) -> None:
+        self.kernel, self.compiled, self.triton_key = kernel, compiled, triton_key
+        self.counter = itertools.count()
+
+    @property
+    def count(self) -> int:
+        return int(repr(self.counter)[6:-1])  # "count(N)": N launches counted so far
+
+    def frozen(self) -> _Launches:
+        return _Launches(self.kernel, self.compiled, self.count, self.triton_key)
+
+
 @dataclass(frozen=True)
 class MonitorSnapshot:
     """A consistent copy of what a monitor saw, for :mod:`zerojit.audit`."""
@@ -609,16 +631,31 @@ class _Link:
 
 
 class _ObserverLink(_Link):
-    """The launch observer's link: called on every zerojit launch, so no ``*args`` packing."""
+    """The launch observer's link. Called on every zerojit launch, so what Triton-free code holds
+    as the observer is :attr:`observe` (a bound method: no instance-call dispatch), which counts a
+    launch of a compiled kernel seen before with one dict lookup and one ``next``; ``handler``
+    sees the first launch of each (``counters``: compiled kernel -> its counter)."""
 
-    __slots__ = ()
+    __slots__ = ("counters", "observe")
+
+    def __init__(self, handler: Callable[..., Any], previous: Callable[..., Any] | None, owner: "JitMonitor") -> None:
+        super().__init__(handler, previous, owner)
+        self.counters: dict[Any, Any] = {}
+        self.observe = self._observe
 
     def __call__(self, kernel: Any, compiled: Any) -> Any:
+        return self._observe(kernel, compiled)
+
+    def _observe(self, kernel: Any, compiled: Any) -> None:
         previous = self.previous
-        result = previous(kernel, compiled) if previous is not None else None
+        if previous is not None:
+            (previous.observe if previous.__class__ is _ObserverLink else previous)(kernel, compiled)
         if self.enabled:
-            self.handler(result, kernel, compiled)
-        return result
+            counter = self.counters.get(compiled)
+            if counter is None:
+                self.handler(None, kernel, compiled)
+            else:
+                next(counter)
 
 
 def _unlink(link: _Link, get: Callable[[], Any], set_: Callable[[Any], Any]) -> None:
@@ -642,11 +679,28 @@ def _unlink(link: _Link, get: Callable[[], Any], set_: Callable[[Any], Any]) -> 
 
 
 def _get_observer():
-    return _kernel._launch_observer
+    observer = _kernel.launch_observer()
+    link = getattr(observer, "__self__", None)  # a link is installed as its bound ``observe``
+    return link if link.__class__ is _ObserverLink and link.observe is observer else observer
 
 
 def _set_observer(observer):
-    _kernel.set_launch_observer(observer)
+    _kernel.set_launch_observer(observer.observe if observer.__class__ is _ObserverLink else observer)
+
+
+def _repin() -> None:
+    """Tell the launch path what Triton's two compile-hook slots hold while a monitor is
+    installed (:func:`zerojit.kernel.set_hook_pins`), so it notices a write past the guard."""
+    with _CHAIN_LOCK:
+        _kernel.set_hook_pins((_get_cache_hook(), _get_listener(), _repair_installed) if _INSTALLED else None)
+
+
+def _repair_installed() -> None:
+    """Every installed monitor back on top of Triton's slots (in install order), then pinned anew."""
+    with _CHAIN_LOCK:
+        for monitor in list(_INSTALLED):
+            monitor._repair()
+        _repin()
 
 
 #: The attribute by which a ``jit_cache_hook`` that is no monitor's link but calls the hook it
@@ -748,8 +802,7 @@ class JitMonitor:
         self._misses: dict[tuple[int, str], _Stats] = {}
         self._direct: dict[Any, _Stats] = {}
         self._pending: dict[int, tuple[Any, _Stats]] = {}  # id(signature dict) -> (dict, stats)
-        self._launches: dict[int, _Launches] = {}
-        self._launch_total = 0
+        self._launches: dict[int, _LaunchCounter] = {}
         self._benchmarks: dict[tuple[int, tuple], list] = {}  # (id(autotuner), tuning key) -> [record, count]
         self._bench_runs: dict[int, int] = {}  # id(autotuner) -> the run last counted
         self._replaced_slots: set[str] = set()
@@ -770,6 +823,9 @@ class JitMonitor:
     @mode.setter
     def mode(self, mode: str) -> None:
         self._mode = _check_mode(mode)
+        links = self._links
+        if links is not None and self._mode == "off":  # counted no more: launches go to _on_launch
+            links[2].counters.clear()
 
     @property
     def installed(self) -> bool:
@@ -832,6 +888,7 @@ class JitMonitor:
             _tc.add_bench_listener(self._on_bench)
             _INSTALLED.append(self)
             guard_hook_assignments(_guard("jit_cache_hook"), _guard("compile listener"))
+            _repin()
         return self
 
     def _note_replaced(self, slot: str, new: Any) -> None:
@@ -861,6 +918,8 @@ class JitMonitor:
                     set_(link)
                     repaired.add(slot)
                     self._note_replaced(slot, top)
+            if repaired:
+                _repin()
         return repaired
 
     def uninstall(self) -> None:
@@ -876,6 +935,7 @@ class JitMonitor:
             _tc.remove_bench_listener(self._on_bench)
             if self in _INSTALLED:
                 _INSTALLED.remove(self)
+            _repin()
 
     def __enter__(self) -> "JitMonitor":
         return self.install()
@@ -916,7 +976,7 @@ class JitMonitor:
                 distinct=len(misses),
                 direct_compiles=sum(s.compiled for s in direct),
                 direct_disk_loads=sum(s.disk_loads for s in direct),
-                launches=self._launch_total,
+                launches=sum(e.count for e in self._launches.values()),
                 benchmarks=sum(c for _, c in self._benchmarks.values()),
             )
 
@@ -933,7 +993,7 @@ class JitMonitor:
                 misses=tuple(s.frozen() for s in self._misses.values()),
                 miss_fns=tuple(s.jit_fn for s in self._misses.values()),
                 direct=tuple(s.frozen() for s in self._direct.values()),
-                launches=tuple(_Launches(e.kernel, e.compiled, e.count, e.triton_key) for e in self._launches.values()),
+                launches=tuple(e.frozen() for e in self._launches.values()),
                 benchmarks=tuple((r, c) for r, c in self._benchmarks.values()),
                 growing=self._growth.growing(),
             )
@@ -950,7 +1010,8 @@ class JitMonitor:
             self._direct.clear()
             self._pending.clear()
             self._launches.clear()
-            self._launch_total = 0
+            if self._links is not None:
+                self._links[2].counters.clear()
             self._benchmarks.clear()
             self._bench_runs.clear()
             self._growth.reset()
@@ -1121,30 +1182,26 @@ class JitMonitor:
             raise RuntimeJitError(stats.record)
 
     def _on_launch(self, previous_result: Any, kernel: Any, compiled: Any) -> None:
-        if compiled is None or self._mode == "off":
-            return
+        """The first launch of ``compiled`` (each later one is a ``next`` of its counter in the
+        observer link): its record, found Triton key and counter."""
         links = self._links
-        if links is not None and (_get_cache_hook() is not links[0] or _get_listener() is not links[1]):
-            self._repair()  # (a no-op where another monitor is on top with this one below it)
-        ident = id(compiled)
+        if compiled is None or self._mode == "off" or links is None:
+            return
+        counters = links[2].counters
         with self._lock:
-            self._launch_total += 1
-            entry = self._launches.get(ident)
-            if entry is not None:
-                entry.count += 1
-                return
-        jit_fn = getattr(kernel, "kernel", None)
-        triton_key = None
-        if ident not in self._variant_ids and jit_fn is not None:  # once per variant: find its Triton key
-            triton_key = find_in_process_key(jit_fn, compiled)
+            entry = self._launches.get(id(compiled))
+        if entry is None:
+            jit_fn = getattr(kernel, "kernel", None)
+            triton_key = None
+            if id(compiled) not in self._variant_ids and jit_fn is not None:  # once per variant: its Triton key
+                triton_key = find_in_process_key(jit_fn, compiled)
+            with self._lock:
+                if jit_fn is not None:
+                    self._names.setdefault(id(jit_fn), kernel.name)
+                entry = self._launches.setdefault(id(compiled), _LaunchCounter(kernel, compiled, triton_key))
         with self._lock:
-            if jit_fn is not None:
-                self._names.setdefault(id(jit_fn), kernel.name)
-            entry = self._launches.get(ident)
-            if entry is None:
-                self._launches[ident] = _Launches(kernel, compiled, 1, triton_key)
-            else:
-                entry.count += 1
+            counters.setdefault(compiled, entry.counter)
+        next(entry.counter)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 from . import triton_compat as _tc
 from .compile_only import active_compile_only, compile_only, current_target_name
 from .context import in_warmup
-from .kernel import launch_observer
+from .kernel import check_hook_pins, launch_observer
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, encode_specialization,
                        encode_value, write_manifest)
 from .specialization import bind, scalar_rep
@@ -264,6 +264,7 @@ def _counting(kernel: RecordedKernel) -> Callable[[Callable[..., Any]], Callable
         def run(*args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
             if warmup or in_warmup():
                 return original(*args, grid=grid, warmup=warmup, **kwargs)
+            check_hook_pins()  # the monitor still in Triton's slots before a launch that may compile
             compiled = original(*args, grid=grid, warmup=active_compile_only() is not None, **kwargs)
             observer = launch_observer()
             if observer is not None and compiled is not None:

@@ -84,7 +84,8 @@ from triton.runtime.jit import JITFunction, compute_cache_key
 __all__ = [
     # versions and the facts generated code binds
     "UnsupportedTritonError", "TRITON_VERSION", "VERSION", "BUILDS_LAUNCHERS", "KEYWORD_ONLY_PARAMETERS", "DRIVER",
-    "KEY_KNOBS_SOURCE", "KEY_KNOBS_NAMESPACE", "RUN_OPTIONS", "COMPILED_RUN_CALL", "DIRECT_LAUNCH_CALL", "HookChain",
+    "KEY_KNOBS_SOURCE", "KEY_KNOBS_NAMESPACE", "CACHE_HOOK_SOURCE", "LISTENER_SOURCE", "RUN_OPTIONS",
+    "COMPILED_RUN_CALL", "DIRECT_LAUNCH_CALL", "DEVICE_POINTER_TEST", "HookChain",
     "JITFunction", "GPUTarget", "DriverBase", "AsmDict",
     # knobs and the driver
     "interpreting", "cache_dir", "set_cache_dir", "triton_home", "active_driver", "peek_driver", "set_driver",
@@ -390,6 +391,10 @@ if VERSION >= (3, 7):  # 3.7: a stages-inspection hook adds ("custom_pipeline", 
 if VERSION >= (3, 9):  # 3.9: run adds fpsan_homomorphic_casts to the options in the key
     KEY_KNOBS_SOURCE += ", _KC.fpsan_homomorphic_casts"
 KEY_KNOBS_NAMESPACE = {"_KR": knobs.runtime, "_KC": knobs.compilation}
+#: Source of the reads of Triton's ``jit_cache_hook`` and compilation listener (:func:`get_cache_hook`,
+#: :func:`get_compile_listener`) for generated code, over :data:`KEY_KNOBS_NAMESPACE` (3.6-3.9).
+CACHE_HOOK_SOURCE = "_KR.jit_cache_hook"
+LISTENER_SOURCE = "_KC.listener"
 
 
 #: The options ``JITFunction.run`` adds to a launch's before binding (part of the in-process key,
@@ -682,26 +687,49 @@ except ImportError:  # pragma: no cover - a Triton without the NVIDIA backend
 #: ``{args}``, the kernel arguments in parameter order, constexprs included.
 COMPILED_RUN_CALL = "_c.run(_gx, _gy, _gz, _stream, _c.function, _c.packed_metadata, None, None, None{args})"
 
-#: The call the fast path makes instead of ``CudaLauncher.__call__`` (3.6), in generated code:
-#: ``_d`` is :func:`direct_launch`'s tuple, ``_gx/_gy/_gz`` the grid, ``_stream`` the stream and
-#: ``{args}`` the kernel arguments (each preceded by a comma). The C entry takes the grid, the
-#: stream, the function, the cooperative-grid and PDL flags, the two scratch buffers (None: the
-#: kernel has none), the packed metadata, the launch metadata and the two launch hooks (None).
-DIRECT_LAUNCH_CALL = "_d[0](_gx, _gy, _gz, _stream, _d[1], _d[2], _d[3], None, None, _d[4], None, None, None{args})"
+#: The call the fast path makes instead of ``CudaLauncher.__call__``, in generated code (two lines):
+#: ``_d`` is :func:`direct_launch`'s tuple, ``_gx/_gy/_gz`` the grid, ``_stream`` the stream,
+#: ``{args}`` the kernel arguments (each preceded by a comma) and ``{arg_tuple}`` them as a tuple.
+#: 3.6 (the kernel's own C entry): the grid, the stream, the function, the cooperative-grid and
+#: PDL flags, the two scratch buffers (None: the kernel has none), the packed metadata, the launch
+#: metadata and the two launch hooks (None), then the arguments. 3.7 (the shared C entry
+#: ``utils.launch``): the same up to the PDL flag, the packed metadata, the launch metadata and
+#: hooks, the two scratch buffers, the argument annotations and the signature, then the
+#: arguments as one tuple.
+if VERSION < (3, 7):
+    DIRECT_LAUNCH_CALL = ("_launch, _function, _cooperative, _pdl, _metadata = _d\n"
+                          "_launch(_gx, _gy, _gz, _stream, _function, _cooperative, _pdl, None, None, _metadata, "
+                          "None, None, None{args})")
+else:
+    DIRECT_LAUNCH_CALL = ("_launch, _function, _cooperative, _pdl, _metadata, _annotations, _signature = _d\n"
+                          "_launch(_gx, _gy, _gz, _stream, _function, _cooperative, _pdl, _metadata, None, None, "
+                          "None, None, None, _annotations, _signature, {arg_tuple})")
+
+#: The test, in generated code, that lets the fast path pass the tensor ``{tensor}`` as its address
+#: (its ``data_ptr()``, already read for its alignment class). Every launcher of 3.6-3.9 takes an
+#: int pointer as is; given a tensor it calls ``data_ptr()`` and asks the driver whether the
+#: address is device-accessible (``cuPointerGetAttribute``: a driver call per pointer per launch),
+#: which for a CUDA tensor it always is, at the same address (unified addressing). A launch with
+#: any other tensor (CPU, pinned, meta) passes its tensors as they are, so the launcher accepts or
+#: refuses them as it does for Triton.
+DEVICE_POINTER_TEST = "{tensor}.is_cuda"
 
 
 def direct_launch(compiled: Any) -> tuple | None:
-    """``(launch, function, cooperative_grid, pdl, packed_metadata)`` when ``compiled``'s launcher
-    is a 3.6 ``CudaLauncher`` whose ``__call__`` only forwards to its C entry (no scratch memory
-    to allocate), for :data:`DIRECT_LAUNCH_CALL`; else None (call ``compiled.run``). Loads the
-    module and builds the launcher if that has not happened. 3.7: the shared launcher's
-    ``__call__`` passes argument annotations and the signature too: no shortcut."""
+    """:data:`DIRECT_LAUNCH_CALL`'s tuple when ``compiled``'s launcher is a ``CudaLauncher`` whose
+    ``__call__`` only forwards to its C entry: no scratch memory to allocate (3.8: and no GSan
+    instrumentation); else None (call ``compiled.run``). 3.6: ``(launch, function,
+    cooperative_grid, pdl, packed_metadata)``; 3.7: also ``arg_annotations`` and
+    ``kernel_signature``. Loads the module and builds the launcher if that has not happened."""
     launcher = compiled.run
-    if (VERSION != (3, 6) or _CudaLauncher is None or type(launcher) is not _CudaLauncher
-            or launcher.global_scratch_size != 0 or launcher.profile_scratch_size != 0):
+    if (_CudaLauncher is None or type(launcher) is not _CudaLauncher or launcher.global_scratch_size != 0
+            or launcher.profile_scratch_size != 0 or getattr(launcher, "gsan_enabled", False)):
         return None
-    return (launcher.launch, compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
-            compiled.packed_metadata)
+    found = (launcher.launch, compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl,
+             compiled.packed_metadata)
+    if VERSION >= (3, 7):
+        found += (launcher.arg_annotations, launcher.kernel_signature)
+    return found
 
 
 def cuda_launchers_in_use() -> bool:
