@@ -385,7 +385,10 @@ def test_runner_recorded_then_executed_matches_its_contract_audit(tmp_path):
     """The manifest of `zerojit run` holds exactly the contract keys its trace hit (its audit's
     non-dead keys), with the same launch counts but the primer's; its dead contract keys are the
     difference."""
-    from zerojit.runner.engine import PRIMER_ROUNDS
+    from zerojit.runner.config import load_config
+    from zerojit.runner.engine import PRIMER_ROUNDS, primer_batches
+
+    primer = len(primer_batches(load_config("dsv4-like"))) * PRIMER_ROUNDS  # steps
 
     cache = tmp_path / "cache"
     rec = _zerojit(["record", "-o", "m.json", "--", "zerojit", "run", "--requests", "4", "--no-progress",
@@ -399,9 +402,9 @@ def test_runner_recorded_then_executed_matches_its_contract_audit(tmp_path):
         name = k.qualname.strip("_").removesuffix("_kernel")  # the contract kernel's default name
         hit = [w for w in contract[name]["warmed"] if w["hits"]]
         assert len(k.specializations) == len(hit), name
-        # The recording also sees the runner's primer (engine.primer_steps: its 3 steps, each
+        # The recording also sees the runner's primer (engine.primer_steps: its batches, each
         # round, before the trace, left out of the run's own counts): 1-3 launches a step.
-        assert PRIMER_ROUNDS <= k.launches - contract[name]["hits"] <= 3 * 3 * PRIMER_ROUNDS, name
+        assert PRIMER_ROUNDS <= k.launches - contract[name]["hits"] <= 3 * primer, name
     assert manifest.num_specializations + audit["dead_warmups"] == sum(len(k["warmed"]) for k in contract.values())
 
     run = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "zerojit", "run", "--requests", "4",
