@@ -578,7 +578,9 @@ class WarmupSession:
                                 pool.set_triton_key(known)
                             _tc.import_launch_path_modules()  # (this process's sweep needs them too)
                             _tc.import_compiler_modules()
-                        pool.prestart(min(self.workers, triton_jobs))
+                        # A fork is a few ms of this thread: one worker now, the others as the sweep hands
+                        # out requests (each then starts compiling at once instead of after every fork).
+                        pool.prestart(1 if pool.start_method == "fork" else min(self.workers, triton_jobs))
                         if pool.start_method == "fork" or pool._fork_seconds:
                             self.counts.add_phase("fork", time.perf_counter() - t0)
             if prestarted is not None:
