@@ -1,7 +1,9 @@
 """A compile worker process: compiles Triton kernels into the shared disk cache for a warm-up.
 
-:mod:`zerojit.precompile` starts it as ``python <this file>`` (a plain script, so that importing
-it does not import the ``zerojit`` package first). It imports only what compiling needs: Triton
+:mod:`zerojit.precompile` forks it from the warm-up's process (:func:`fork_worker`, Linux: a copy
+with everything imported, see its docstring), or starts it as ``python <this file>`` (a plain
+script, so that importing it does not import the ``zerojit`` package first); what follows is
+about the latter, and the protocol is both's. It imports only what compiling needs: Triton
 and the modules that define the ``@triton.jit`` functions. ``torch`` is replaced by a stand-in
 module that imports the real one on first attribute use, so kernel modules that merely
 ``import torch`` (and use it inside functions) do not pay its 1.5 s import; one that really uses

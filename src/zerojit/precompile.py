@@ -26,13 +26,18 @@ serial warm-up uses (``kernel.compile(key)``: a fake launch through the kernel's
    finds the entry on disk, exactly as a serial warm-up does over a warm disk cache.
 
 The results equal a serial warm-up's: the same Triton keys, specializations and compiled
-kernels, field for field (tests compare them). Worker processes (``_compile_worker.py``) import
-only Triton and the kernels' modules (no torch, no CUDA context) and compile for the parent's
-exact target with zerojit's compile-only driver, into the parent's cache folder. They start with
+kernels, field for field (tests compare them). Worker processes (``_compile_worker.py``) compile
+for the parent's exact target with zerojit's compile-only driver (never touching a GPU), into the
+parent's cache folder. On Linux they are forked from this process (:func:`worker_start_method`):
+ready in milliseconds, with Triton and the kernels' modules imported; else (or with
+``ZEROJIT_WORKER_START=spawn``, or once forking got slow: a large process) new interpreters that
+import only Triton and the kernels' modules (no torch unless a module needs it). They start with
 the warm-up unless a marker file says this key space was warmed into this cache folder before (a
-warm start then starts none), and boot while this process hashes Triton's build for its cache
-keys (:func:`_prepare_while_hashing`); or earlier, by :func:`start_worker_pool`
+warm start then starts none): the first before the sweep, forked ones then as the sweep hands out
+requests, spawned ones all at once, booting while this process hashes Triton's build for its
+cache keys (:func:`_prepare_while_hashing`); or earlier, by :func:`start_worker_pool`
 (:meth:`~zerojit.registry.JitWarmupRegistry.start_workers`), while the engine does other work.
+Requests go out launchers first, then longest kernel first (:class:`_TaskQueue`).
 ``WarmupStats.timeline`` records each worker's boot and requests.
 
 Across processes: every compile of a missing entry (in a worker or in-process) holds the entry's
