@@ -522,10 +522,16 @@ def fork_worker(setup: dict, stderr_fd: int) -> ForkedProcess:
     Raises:
         OSError: the fork or the pipes failed (the caller spawns a worker instead).
     """
+    import warnings
+
     requests_r, requests_w = os.pipe()
     replies_r, replies_w = os.pipe()
     try:
-        pid = os.fork()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns at every fork of a process with threads; the paragraph above is
+            # why this child is safe (the warning is about children that need those threads' locks)
+            warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+            pid = os.fork()
     except OSError:
         for fd in (requests_r, requests_w, replies_r, replies_w):
             os.close(fd)
