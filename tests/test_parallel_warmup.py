@@ -771,6 +771,15 @@ def test_forked_workers_leave_no_process_or_pipe_behind(monkeypatch, tmp_path):
 
     monkeypatch.delenv(precompile.WORKER_START_ENV, raising=False)
     use_cache(monkeypatch, tmp_path)
+    forked: list = []
+    fork_worker = _compile_worker.fork_worker
+
+    def recording_fork(*args):
+        proc = fork_worker(*args)
+        forked.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(_compile_worker, "fork_worker", recording_fork)
     before = set(os.listdir("/proc/self/fd"))
     ramp = Ramp()
     ramp.kernel.device_caches.clear()
@@ -778,17 +787,12 @@ def test_forked_workers_leave_no_process_or_pipe_behind(monkeypatch, tmp_path):
     with registry.activate():
         ramp.register_warmup(blocks=(16, 32))
     report = registry.warmup(workers=2, progress=False)
-    assert report.stats.worker_compiled == 2 and report.stats.workers == 2
+    assert report.stats.worker_compiled == 2 and report.stats.workers == 2 and len(forked) == 2
     assert _compile_worker._PARENT_ENDS == set()  # every pipe closed, none left for a later fork to close
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # reaped in the background once their answers are in
-        try:
-            os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            break
+    while any(os.path.exists(f"/proc/{pid}") for pid in forked):  # reaped in the background
+        assert time.monotonic() < deadline, "a forked worker is still running (or was never reaped)"
         time.sleep(0.05)
-    else:
-        pytest.fail("a forked worker is still running")
     assert set(os.listdir("/proc/self/fd")) <= before
 
 
