@@ -80,6 +80,7 @@ def serial_and_parallel(tmp_path_factory):
         with pytest.MonkeyPatch.context() as mp, compile_only("cuda:90"):
             if name == "spawn":
                 mp.setenv(precompile.WORKER_START_ENV, "spawn")
+                mp.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)  # every key to the workers, however slow their boot
             mp.setattr(knobs.cache, "dir", str(folder))
             registry, config = dsv4_registry()
             forget_in_process(registry, config)
@@ -395,7 +396,10 @@ def test_workers_started_at_the_first_miss_compile_it(monkeypatch, tmp_path):
     assert all(o.error is None for o in outcomes) and counts.worker_compiled == 2 and counts.compiled == 0
 
 
-def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path):
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path, mode):
+    monkeypatch.setenv(precompile.WORKER_START_ENV, mode)
+    monkeypatch.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)  # the failing key goes to a worker
     use_cache(monkeypatch, tmp_path / "serial")
     serial, serial_failures = failures_of(1, Ramp())
     use_cache(monkeypatch, tmp_path / "parallel")
@@ -453,6 +457,7 @@ def ramp_from_module(monkeypatch, tmp_path, name: str, prelude: str) -> type:
 
 def test_a_module_workers_cannot_import_is_tried_once_per_worker_and_reported_once(monkeypatch, tmp_path):
     monkeypatch.setenv(precompile.WORKER_START_ENV, "spawn")  # a forked worker has this process's modules
+    monkeypatch.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)
     use_cache(monkeypatch, tmp_path / "cache")
     attempts = tmp_path / "attempts"
     monkeypatch.setenv("ATTEMPTS", str(attempts))
@@ -478,6 +483,7 @@ def test_a_module_workers_cannot_import_is_tried_once_per_worker_and_reported_on
 def test_a_kernel_module_that_needs_torch_at_import_is_reported(monkeypatch, tmp_path, mode):
     """A spawned worker must import torch for such a module (said once); a forked one has it."""
     monkeypatch.setenv(precompile.WORKER_START_ENV, mode)
+    monkeypatch.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)
     use_cache(monkeypatch, tmp_path / "cache")
     torchy = ramp_from_module(monkeypatch, tmp_path, f"torchy_kernels_{mode}", (
         "import torch\n\n\n"
@@ -814,3 +820,30 @@ def test_requests_go_launchers_first_then_every_kernel_once_then_longest_first()
     q.took("c", 0.6)  # c's mean: 0.5
     assert [q.get()["name"] for _ in range(4)] == ["b2", "c2", "a2", "a3"]  # longest first
     assert q.get() is None and q.drain() == []  # the stop signal after every request
+
+
+def test_while_spawned_workers_boot_this_process_compiles_the_waiting_keys(monkeypatch, tmp_path):
+    """Spawned workers that take long to boot (a kernels' module importing torch takes seconds)
+    leave the waiting keys to this process meanwhile: no key waits for a boot, none is compiled
+    twice, and the result is the serial one."""
+    monkeypatch.setenv(precompile.WORKER_START_ENV, "spawn")
+    use_cache(monkeypatch, tmp_path / "cache")
+    slow = ramp_from_module(monkeypatch, tmp_path, "slow_boot_kernels", (
+        "import sys, time\n"
+        "if sys.flags.no_site:  # a spawned compile worker (python -S): a slow import, here only\n"
+        "    time.sleep(60)\n"))
+    blocks = (16, 32, 64, 128)
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        slow().register_warmup(blocks=blocks)
+    slow.kernel.device_caches.clear()
+    events: list = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
+    started = time.monotonic()
+    report = registry.warmup(workers=2, progress=False)
+    assert time.monotonic() - started < 50  # never waited for a boot (the workers were stopped still booting)
+    s = report.stats
+    assert report.ok and [k.block for k in report.keys_by_kernel()["module"]] == list(blocks)
+    assert (s.compiled, s.worker_compiled) == (4, 0) and events == [False] * 4  # each key compiled once, here
+    assert "4 keys compiled in this process while no worker had finished its boot" in s.recovered
+    assert "compile" in dict(s.phases)

@@ -610,12 +610,24 @@ class WarmupSession:
                 bar.set_postfix_str(f"{pool.started} compile workers")
                 needs = {i: entries.get(i, []) for i in waiting}
                 loader = _ShippedLoader(self)
+                while_booting = 0
                 with loader:
                     while needs:
                         t2 = time.perf_counter()
                         ready = pool.wait_ready(needs)
                         t3 = time.perf_counter()
                         self.counts.add_phase("workers", t3 - t2)
+                        if not ready:  # no worker has booted yet: compile a waiting key here meanwhile
+                            task = pool.take_while_booting()
+                            if task is not None:
+                                mine = [i for i, names in needs.items() if task["name"] in names]
+                                for i in mine:
+                                    del needs[i]
+                                self._sweep(jobs, mine, done)
+                                pool._finished(task["name"])
+                                while_booting += len(mine)
+                                self.counts.add_phase("compile", time.perf_counter() - t3)
+                            continue
                         rest = []
                         for i in ready:
                             del needs[i]
@@ -629,6 +641,9 @@ class WarmupSession:
                         self._sweep(jobs, rest, done)
                         self.counts.add_phase("load", time.perf_counter() - t3)
                 waiting = []
+                if while_booting:
+                    self._note(f"{count(while_booting, 'key')} compiled in this process while no worker had finished "
+                               "its boot")
                 t2 = time.perf_counter()
                 self.counts.worker_seconds += sum(self._finish(pool).values())  # stops the workers
                 self.counts.add_phase("workers", time.perf_counter() - t2)
@@ -790,6 +805,7 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], st
 #: ``ZEROJIT_WORKER_START``: how compile workers start, ``fork`` (the default on Linux) or ``spawn``.
 WORKER_START_ENV = "ZEROJIT_WORKER_START"
 _FORK_BUDGET = 0.25  # seconds of fork() calls after which the remaining workers are spawned
+_COMPILE_WHILE_BOOTING = True  # this process compiles waiting keys while no worker has booted (tests turn it off)
 
 
 def worker_start_method() -> str:
@@ -875,6 +891,29 @@ class _TaskQueue:
                     return task
                 self._cond.wait()
 
+    def _pick_compile(self) -> dict:
+        unknown = [f for f in self._compiles if f not in self._seconds]
+        if unknown:
+            function = min(unknown, key=lambda f: self._handed[f])  # first-seen order breaks ties
+        else:
+            function = max(self._compiles, key=lambda f: self._seconds[f][0] / self._seconds[f][1])
+        waiting = self._compiles[function]
+        task = waiting.popleft()
+        if not waiting:
+            del self._compiles[function]
+        self._handed[function] += 1
+        return task
+
+    def compiles_waiting(self) -> bool:
+        with self._cond:
+            return bool(self._compiles)
+
+    def take_compile(self) -> dict | None:
+        """The next compile request by the same order as :meth:`get` (launchers and stop signals
+        stay), or None."""
+        with self._cond:
+            return self._pick_compile() if self._compiles else None
+
     def drain(self) -> list[dict]:
         """Take every waiting request out (the stop signals stay)."""
         with self._cond:
@@ -890,17 +929,7 @@ class _TaskQueue:
         if self._launchers:
             return True, self._launchers.popleft()
         if self._compiles:
-            unknown = [f for f in self._compiles if f not in self._seconds]
-            if unknown:
-                function = min(unknown, key=lambda f: self._handed[f])  # first-seen order breaks ties
-            else:
-                function = max(self._compiles, key=lambda f: self._seconds[f][0] / self._seconds[f][1])
-            waiting = self._compiles[function]
-            task = waiting.popleft()
-            if not waiting:
-                del self._compiles[function]
-            self._handed[function] += 1
-            return True, task
+            return True, self._pick_compile()
         if self._stops:
             self._stops -= 1
             return True, None
@@ -928,6 +957,9 @@ class _WorkerPool:
         self.threads: list[threading.Thread] = []
         self.seconds: dict[str, float] = {}
         self.started = 0
+        self.ready_workers = 0  # workers that finished their boot
+        self._forked = 0  # workers forked
+        self._stopping = False  # finish() was called: a worker still booting is not waited for
         self._spawned = 0  # worker indices handed out (the timeline's worker numbers)
         self.setup = {
             "sys_path": [p if p else os.getcwd() for p in sys.path],
@@ -1040,6 +1072,7 @@ class _WorkerPool:
                 self.counts.recovered.append(f"cannot fork a compile worker ({e}); spawned instead")
             return None
         took = time.perf_counter() - t0
+        self._forked += 1
         self._fork_seconds += took
         self.counts.timeline.append(("fork", index, t0, t0 + took))
         if self._fork_seconds > _FORK_BUDGET:
@@ -1073,13 +1106,30 @@ class _WorkerPool:
     def wait_ready(self, needs: dict[int, list[str]]) -> list[int]:
         """Block until some key of ``needs`` (key -> the requests it waits for) has every request
         answered; returns those keys. Returns every key once no worker is left to answer (the
-        parent then does what is missing itself)."""
+        parent then does what is missing itself), and none while no worker has finished its boot
+        but a compile request waits (the parent can take it: :meth:`take_while_booting`)."""
         with self._progress:
             while True:
                 ready = [i for i, names in needs.items() if self.done.issuperset(names)]
                 if ready or not any(t.is_alive() for t in self.threads):
                     return ready or list(needs)
+                if self._booting_only() and self.tasks.compiles_waiting():
+                    return []
                 self._progress.wait(0.05)
+
+    def take_while_booting(self) -> dict | None:
+        """A waiting compile request, taken out of the queue for this process to compile itself,
+        while no worker has finished its boot yet (spawned workers importing a kernels' module
+        that imports torch take seconds); None once one has, or when none waits."""
+        with self.lock:
+            if not self._booting_only():
+                return None
+        return self.tasks.take_compile()
+
+    def _booting_only(self) -> bool:
+        """(Under ``self.lock``.) True while every worker is a spawned one still booting (a forked
+        one is ready within milliseconds: nothing to take from it)."""
+        return _COMPILE_WHILE_BOOTING and not self.ready_workers and not self._forked
 
     def submit_compile(self, request: _Request, lock_path: str) -> None:
         self._submit(request.entry, {"kind": "compile", "name": request.entry, "function": request.function,
@@ -1137,7 +1187,23 @@ class _WorkerPool:
                     _wire.write_message(proc.stdin, self.setup)  # the worker boots with it
             with self.lock:
                 self._links.append(link)
-            self._send_key(link)  # now, if known; else set_triton_key sends it
+            self._send_key(link)  # now, if known; else set_triton_key sends it (its boot then skips the throwaway)
+            # Ready first, then a request: one taken now would wait out this worker's boot while a
+            # ready worker (or this process) could run it.
+            status = self._await_ready(proc)
+            if status is None:  # the warm-up ended first
+                return
+            if not status.get("ok"):
+                self._recovered(status.get("error", "compile worker set-up failed"))
+                return
+            ready = True
+            self._boot_timeline(started, status)
+            with self.lock:
+                self.ready_workers += 1
+            if status.get("torch_imported") and not started.forked:
+                self._note_once("a compile worker had to import torch: a kernels' module uses it at import time "
+                                "(e.g. subclasses torch.Tensor), which adds torch's import (~1.5 s) to every "
+                                "worker's boot")
             while True:
                 task = self.tasks.get()
                 if task is None:
@@ -1150,23 +1216,8 @@ class _WorkerPool:
                         task = None
                         return
                     self._send_key(link)
-                # sent before the worker is ready: it sees a request waiting and skips its throwaway compile
                 with link.lock:
                     _wire.write_message(proc.stdin, task)
-                if not ready:
-                    status = _wire.read_message(proc.stdout)
-                    if not status.get("ok"):
-                        with self.lock:
-                            self._put(task)  # another worker may take it; else the parent does
-                        task = None
-                        self._recovered(status.get("error", "compile worker set-up failed"))
-                        return
-                    ready = True
-                    self._boot_timeline(started, status)
-                    if status.get("torch_imported") and not started.forked:
-                        self._note_once("a compile worker had to import torch: a kernels' module uses it at import time "
-                                        "(e.g. subclasses torch.Tensor), which adds torch's import (~1.5 s) to every "
-                                        "worker's boot")
                 sent = time.perf_counter()
                 reply = _wire.read_message(proc.stdout)
                 self._timed(f"{_outcome(task, reply)} {task.get('function') or task['name']}", index, sent,
@@ -1199,6 +1250,15 @@ class _WorkerPool:
             stderr.close()
             # Every answer is in: its exit (~0.1 s of interpreter teardown) is not the warm-up's to wait for.
             threading.Thread(target=_reap, args=(proc,), name="zerojit-compile-reaper", daemon=True).start()
+
+    def _await_ready(self, proc: Any) -> dict | None:
+        """The worker's ready message, or None once the pool stops first (the worker still booting)."""
+        import select
+
+        while not self._stopping:
+            if select.select([proc.stdout], [], [], 0.05)[0]:
+                return _wire.read_message(proc.stdout)
+        return None
 
     def _boot_timeline(self, started: "_Started", status: dict) -> None:
         """Put a worker's boot on the timeline, from the wall-clock times its ready message gives:
@@ -1248,6 +1308,7 @@ class _WorkerPool:
 
     def finish(self) -> dict[str, float]:
         """Wait for every request, stop the workers; returns worker seconds per entry."""
+        self._stopping = True
         if not self._key_ready.is_set():  # never got the build key (still hashing): nothing to wait for
             self.set_triton_key(None, RuntimeError("zerojit: the workers were stopped"))
         with self.lock:
