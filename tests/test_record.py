@@ -184,12 +184,13 @@ def test_a_manifest_warm_up_with_workers_compiles_each_key_once_and_loads_it(ker
     serial warm-up fills."""
     from triton import knobs
 
-    from zerojit.precompile import WORKER_START_ENV
+    from zerojit import precompile
 
     fn = kernels.add_one_kernel
     path = tmp_path / "m.json"
     write_manifest(_record(fn, LAUNCHES + [(1, {})]), path)
-    monkeypatch.setenv(WORKER_START_ENV, mode)
+    monkeypatch.setenv(precompile.WORKER_START_ENV, mode)
+    monkeypatch.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)  # spawned: every key to a worker all the same
     results = {}
     for workers in (1, 2):
         monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / f"cache-{workers}"))
