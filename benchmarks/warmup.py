@@ -26,7 +26,10 @@ listed, with one fresh ``TRITON_HOME`` per repeat:
   (``zerojit.cache.remembered_launcher``) and copied, not built again. This is the cold start of
   a server whose configs changed on an image it ran before (a brand-new image without those
   files is ``zerojit-new-install``; a changed kernel signature builds its launcher again);
-* ``zerojit-prestarted``: the same, with the workers started by ``registry.start_workers()``
+* ``zerojit-spawn``: the same as ``zerojit`` with ``ZEROJIT_WORKER_START=spawn``: workers
+  started as new interpreters (each imports Triton and the kernels' modules) instead of forked
+  from the warm-up's process (the default on Linux, ``zerojit.precompile.worker_start_method``);
+* ``zerojit-prestarted``: the same as ``zerojit``, with the workers started by ``registry.start_workers()``
   ``--overlap`` seconds (default 1) before the timed call: the driver's start, then a sleep
   standing for the rest of an engine's start-up (loading its weights), none of it timed; the
   workers boot meanwhile. Not a cold warm-up on its own: it shows what an engine that starts its
@@ -69,7 +72,7 @@ import sys
 import tempfile
 import time
 
-COLD = ("triton-serial", "triton-threads", "zerojit-new-install", "zerojit", "zerojit-prestarted")
+COLD = ("triton-serial", "triton-threads", "zerojit-new-install", "zerojit", "zerojit-spawn", "zerojit-prestarted")
 WARM = ("triton-warm", "zerojit-warm")
 
 MATRIX_BASES = ("dsv4-like", "deepseek-v3.2")
@@ -220,6 +223,8 @@ def child(mode: str, args: argparse.Namespace) -> dict:
 
 def run_child(mode: str, cache: str, home: str, args: argparse.Namespace) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_HOME=home)
+    if mode == "zerojit-spawn":
+        env["ZEROJIT_WORKER_START"] = "spawn"
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--workers", str(args.workers),
            "--space", args.space, "--overlap", str(args.overlap)] + (["--target", args.target] if args.target else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -301,17 +306,31 @@ def timeline_summary(stats: dict, seconds: float) -> str:
         return "no worker timeline"
     boot = {}
     for what, _, start, end in events:
-        if what in ("python", "imports", "preload", "set-up"):
+        if what in ("fork", "python", "imports", "preload", "set-up"):
             boot[what] = boot.get(what, 0.0) + end - start
     first, last = min(s for _, s, _ in work), max(e for _, _, e in work)
     busy = sum(e - s for _, s, e in work)
     launchers = [e - s for what, s, e in work if what.startswith("launcher ")]
-    per_worker = ", ".join(f"{what} {seconds / len(ready):.2f} s" for what, seconds in boot.items())
+    per_worker = ", ".join(f"{what} {seconds / len(ready):.3f} s" for what, seconds in boot.items())
+    cpu = stats.get("worker_cpu_seconds")
     return (f"{len(ready)} workers ready at {ready[0]:.2f} to {ready[-1]:.2f} s (a worker's boot: {per_worker}); "
-            f"requests {first:.2f} to {last:.2f} s kept them {100 * busy / (len(ready) * (last - first)):.0f}% busy "
+            f"first request at {first:.2f} s, last reply at {last:.2f} s; from first to last they were "
+            f"{100 * busy / (len(ready) * (last - first)):.0f}% busy "
             f"({busy:.1f} s: {sum(w.startswith('compile ') for w, _, _ in work)} compiles"
             + (f", {len(launchers)} launchers of {statistics.median(launchers):.2f} s median" if launchers else "")
+            + (f"; CPU {cpu:.1f} s of it, {100 * cpu / busy:.0f}%: below 100% a request waited for a core"
+               if cpu else "")
             + f"); call returned {seconds:.2f} s")
+
+
+def efficiency(stats: dict, seconds: float) -> str:
+    """Parallel efficiency: the workers' request seconds over (workers x the call's seconds)."""
+    workers = stats["workers"]
+    if not workers:
+        return "no workers"
+    ideal = stats["worker_seconds"] / workers
+    return (f"{stats['worker_seconds']:.2f} s of worker requests on {workers} workers: ideal {ideal:.2f} s, took "
+            f"{seconds:.2f} s, parallel efficiency {100 * ideal / seconds:.0f}%")
 
 
 def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None:
@@ -342,7 +361,7 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
     if "zerojit-prestarted" in cold and args.workers > 1:
         print(f"zerojit-prestarted: its workers were started {args.overlap:g} s before the timed call "
               "(registry.start_workers) and booted meanwhile, untimed: not a cold warm-up on its own")
-    for m in ("zerojit-new-install", "zerojit"):
+    for m in ("zerojit-new-install", "zerojit", "zerojit-spawn"):
         z = next((r["stats"] for r in reversed(rows) if r["mode"] == m), None)
         if z:
             launchers = (f"; {z['worker_launchers']} launchers built by workers, {z['launchers_remembered']} copied "
@@ -350,7 +369,7 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
             print(f"{m} cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in "
                   f"the parent{launchers} ({z['worker_seconds']:.2f} s of worker time)"
                   + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
-    for m in ("zerojit-new-install", "zerojit", "zerojit-prestarted", "zerojit-warm"):
+    for m in ("zerojit-new-install", "zerojit", "zerojit-spawn", "zerojit-prestarted", "zerojit-warm"):
         last = next((r for r in reversed(rows) if r["mode"] == m), None)
         if last and last["stats"]:
             stats = last["stats"]
@@ -358,6 +377,8 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
                   + (f"; {stats['restored']} keys restored by the restore index" if stats["restored"] else ""))
             if stats.get("timeline"):
                 print(f"{m} timeline: {timeline_summary(stats, last['seconds'])}")
+                effs = [efficiency(r["stats"], r["seconds"]).rsplit(" ", 1)[-1] for r in rows if r["mode"] == m]
+                print(f"{m} efficiency (last run): {efficiency(stats, last['seconds'])}; every run: {', '.join(effs)}")
                 print(f"{m} compile stages (worker seconds): "
                       + ", ".join(f"{stage} {s:.1f}" for stage, s in stats["worker_stages"]))
     warm_runs = [r for r in rows if r["mode"] == "zerojit-warm"]

@@ -809,6 +809,10 @@ class Refused(TritonJitKernel["Refused.CompileKey"]):
 
 
 def test_a_kernel_no_worker_can_take_is_reported_once_naming_it(tmp_path, monkeypatch):
+    from zerojit import precompile
+
+    monkeypatch.setenv(precompile.WORKER_START_ENV, "spawn")  # a forked worker has the module this process imported
+    monkeypatch.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)  # each key goes to a worker
     (tmp_path / "zj_refused_lib.py").write_text(WORKER_REFUSED_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     from zj_refused_lib import Refused

@@ -67,26 +67,34 @@ def variants(report):
     return [(v.kernel, v.key, v.triton_key, v.specialization, v.param_names) for v in report.variants]
 
 
+PARALLEL = (2, "spawn")  # the fixture's keys: two forked workers (the default on Linux), two spawned ones
+
+
 @pytest.fixture(scope="module")
 def serial_and_parallel(tmp_path_factory):
-    """The DSv4-like key space warmed cold, serially and with two worker processes."""
+    """The DSv4-like key space warmed cold: serially (key 1), with two forked worker processes
+    (key 2) and with two spawned ones (key "spawn")."""
     out = {}
-    for workers in (1, 2):
-        folder = tmp_path_factory.mktemp(f"cache-w{workers}")
+    for name, workers in ((1, 1), (2, 2), ("spawn", 2)):
+        folder = tmp_path_factory.mktemp(f"cache-w{name}")
         with pytest.MonkeyPatch.context() as mp, compile_only("cuda:90"):
+            if name == "spawn":
+                mp.setenv(precompile.WORKER_START_ENV, "spawn")
+                mp.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)  # every key to the workers, however slow their boot
             mp.setattr(knobs.cache, "dir", str(folder))
             registry, config = dsv4_registry()
             forget_in_process(registry, config)
             events = []
             mp.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
             report = registry.warmup(config, workers=workers, progress=False, target="cuda:90")
-            out[workers] = (report, list(events), entries(folder), str(folder))
+            out[name] = (report, list(events), entries(folder), str(folder))
     return out
 
 
-def test_workers_give_exactly_the_serial_result(serial_and_parallel):
+@pytest.mark.parametrize("mode", PARALLEL)
+def test_workers_give_exactly_the_serial_result(serial_and_parallel, mode):
     serial, s_events, s_entries, _ = serial_and_parallel[1]
-    parallel, p_events, p_entries, _ = serial_and_parallel[2]
+    parallel, p_events, p_entries, _ = serial_and_parallel[mode]
     assert serial.ok and parallel.ok and serial.num_keys == parallel.num_keys == 21
     assert serial.keys_by_kernel() == parallel.keys_by_kernel()
     assert variants(serial) == variants(parallel)  # Triton keys and specializations, in order
@@ -98,9 +106,10 @@ def test_workers_give_exactly_the_serial_result(serial_and_parallel):
         assert (a.src.signature, a.src.constants, a.src.attrs) == (b.src.signature, b.src.constants, b.src.attrs)
 
 
-def test_workers_compile_and_the_parent_only_loads(serial_and_parallel):
+@pytest.mark.parametrize("mode", PARALLEL)
+def test_workers_compile_and_the_parent_only_loads(serial_and_parallel, mode):
     serial, s_events, _, _ = serial_and_parallel[1]
-    parallel, p_events, _, _ = serial_and_parallel[2]
+    parallel, p_events, _, _ = serial_and_parallel[mode]
     assert s_events == [False] * 21  # Triton's listener: 21 compiles in-process
     # the parent neither compiles nor runs Triton's lookup: it loads the workers' entries into the
     # keys Triton's hook asked for (zerojit.precompile._ShippedLoader)
@@ -111,8 +120,9 @@ def test_workers_compile_and_the_parent_only_loads(serial_and_parallel):
     assert "worker processes' included" in parallel.summary() and "worker processes'" not in serial.summary()
 
 
-def test_the_timeline_shows_each_workers_boot_then_its_requests(serial_and_parallel):
-    parallel = serial_and_parallel[2][0]
+@pytest.mark.parametrize("mode", PARALLEL)
+def test_the_timeline_shows_each_workers_boot_then_its_requests(serial_and_parallel, mode):
+    parallel = serial_and_parallel[mode][0]
     s, seconds = parallel.stats, parallel.seconds
     by_worker: dict[int, list] = {}
     for what, worker, start, end in s.timeline:
@@ -126,16 +136,24 @@ def test_the_timeline_shows_each_workers_boot_then_its_requests(serial_and_paral
     for spans in by_worker.values():
         names = [what for _, what in sorted(spans)]
         boot = [n for n in names if not n.startswith(("compile ", "launcher "))]
-        assert boot[:2] == ["python", "imports"] and boot[-1] == "set-up"  # "preload" only while it waited
+        if mode == "spawn":
+            assert boot[:2] == ["python", "imports"] and boot[-1] == "set-up"  # "preload" only while it waited
+        else:  # a copy of this process: nothing to import, no throwaway compile
+            assert boot == ["fork", "set-up"]
         assert names[:len(boot)] == boot  # requests only once the worker is ready
+    phases = dict(s.phases)
+    assert list(phases)[:3] == ["restore", "fork", "start"] if mode == 2 else list(phases)[:2] == ["restore", "start"]
+    assert 0 < s.worker_cpu_seconds  # the requests' CPU time (ptxas included)
 
 
-def test_a_known_build_key_reaches_the_workers_before_any_request(monkeypatch, tmp_path):
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_a_known_build_key_reaches_the_workers_before_any_request(monkeypatch, tmp_path, mode):
     """The key goes to every worker as soon as this process has it, not with the first compile
-    request: a worker that has it when its imports end compiles no throwaway kernel, even when
-    the sweep is slow to hand out work (here: held back 2 s)."""
+    request (a forked worker: with its fork): a worker that has it when its imports end compiles
+    no throwaway kernel, even when the sweep is slow to hand out work (here: held back 2 s)."""
     from zerojit.cache import use_fast_triton_key
 
+    monkeypatch.setenv(precompile.WORKER_START_ENV, mode)
     use_cache(monkeypatch, tmp_path)
     use_fast_triton_key()  # a known install: the key is there at once
     registry, config = dsv4_registry()
@@ -148,8 +166,8 @@ def test_a_known_build_key_reaches_the_workers_before_any_request(monkeypatch, t
 
     monkeypatch.setattr(precompile.WarmupSession, "_sweep", slow_sweep)
     report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
-    boot = [what for what, *_ in report.stats.timeline if what in ("python", "imports", "preload", "set-up")]
-    assert report.stats.worker_compiled == 21 and boot.count("imports") == 2
+    boot = [what for what, *_ in report.stats.timeline if what in ("python", "imports", "preload", "set-up", "fork")]
+    assert report.stats.worker_compiled == 21 and boot.count("imports" if mode == "spawn" else "fork") == 2
     assert "preload" not in boot
 
 
@@ -378,7 +396,10 @@ def test_workers_started_at_the_first_miss_compile_it(monkeypatch, tmp_path):
     assert all(o.error is None for o in outcomes) and counts.worker_compiled == 2 and counts.compiled == 0
 
 
-def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path):
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path, mode):
+    monkeypatch.setenv(precompile.WORKER_START_ENV, mode)
+    monkeypatch.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)  # the failing key goes to a worker
     use_cache(monkeypatch, tmp_path / "serial")
     serial, serial_failures = failures_of(1, Ramp())
     use_cache(monkeypatch, tmp_path / "parallel")
@@ -435,6 +456,8 @@ def ramp_from_module(monkeypatch, tmp_path, name: str, prelude: str) -> type:
 
 
 def test_a_module_workers_cannot_import_is_tried_once_per_worker_and_reported_once(monkeypatch, tmp_path):
+    monkeypatch.setenv(precompile.WORKER_START_ENV, "spawn")  # a forked worker has this process's modules
+    monkeypatch.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)
     use_cache(monkeypatch, tmp_path / "cache")
     attempts = tmp_path / "attempts"
     monkeypatch.setenv("ATTEMPTS", str(attempts))
@@ -456,9 +479,13 @@ def test_a_module_workers_cannot_import_is_tried_once_per_worker_and_reported_on
     assert len(attempts.read_text()) <= 1 + 2 * 3
 
 
-def test_a_kernel_module_that_needs_torch_at_import_is_reported(monkeypatch, tmp_path):
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_a_kernel_module_that_needs_torch_at_import_is_reported(monkeypatch, tmp_path, mode):
+    """A spawned worker must import torch for such a module (said once); a forked one has it."""
+    monkeypatch.setenv(precompile.WORKER_START_ENV, mode)
+    monkeypatch.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)
     use_cache(monkeypatch, tmp_path / "cache")
-    torchy = ramp_from_module(monkeypatch, tmp_path, "torchy_kernels", (
+    torchy = ramp_from_module(monkeypatch, tmp_path, f"torchy_kernels_{mode}", (
         "import torch\n\n\n"
         "class Marked(torch.Tensor):  # uses torch at import time: a worker must import the real one\n"
         "    pass\n"))
@@ -466,10 +493,10 @@ def test_a_kernel_module_that_needs_torch_at_import_is_reported(monkeypatch, tmp
     with registry.activate():
         torchy().register_warmup(blocks=(16, 32))
     report = registry.warmup(workers=2, progress=False)
-    assert report.ok and report.stats.worker_compiled == 2  # still compiled by the workers, only later
-    assert [r for r in report.stats.recovered if "torch" in r] == [
+    assert report.ok and report.stats.worker_compiled == 2  # still compiled by the workers
+    assert [r for r in report.stats.recovered if "torch" in r] == ([
         "a compile worker had to import torch: a kernels' module uses it at import time (e.g. subclasses "
-        "torch.Tensor), which adds torch's import (~1.5 s) to every worker's boot"]
+        "torch.Tensor), which adds torch's import (~1.5 s) to every worker's boot"] if mode == "spawn" else [])
 
 
 def test_a_kernel_defined_in_a_function_compiles_in_process(monkeypatch, tmp_path):
@@ -497,13 +524,20 @@ def test_a_kernel_defined_in_a_function_compiles_in_process(monkeypatch, tmp_pat
 
 @pytest.mark.parametrize("death, said", [("import sys; sys.exit(3)", "(exit status 3)"),
                                          ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", "(killed by SIGKILL)")])
-def test_dead_workers_are_recovered_from(monkeypatch, tmp_path, death, said):
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_dead_workers_are_recovered_from(monkeypatch, tmp_path, death, said, mode):
     """Workers that die at once: the parent compiles everything itself, same keys as serial; how
     they died is in the notes, which the report's summary shows."""
+    monkeypatch.setenv(precompile.WORKER_START_ENV, mode)
     use_cache(monkeypatch, tmp_path / "cache")
-    script = tmp_path / "dies.py"
-    script.write_text(death + "\n")
-    monkeypatch.setattr(precompile, "_WORKER_SCRIPT", str(script))
+    if mode == "spawn":
+        script = tmp_path / "dies.py"
+        script.write_text(death + "\n")
+        monkeypatch.setattr(precompile, "_WORKER_SCRIPT", str(script))
+    else:  # the forked copy runs this process's serve(): make it die there
+        from zerojit import _compile_worker
+
+        monkeypatch.setattr(_compile_worker, "serve", lambda *a, **k: exec(death))
     registry = JitWarmupRegistry()
     with registry.activate():
         Ramp().register_warmup(blocks=(16, 32))
@@ -702,3 +736,114 @@ def test_on_a_gpu_workers_compile_and_build_launchers_and_the_result_is_serial(t
     launchers = sorted(p.read_bytes() for p in (tmp_path / "parallel").rglob("__triton_launcher*"))
     copied = sorted(p.read_bytes() for p in (tmp_path / "again").rglob("__triton_launcher*"))
     assert len(launchers) == built and copied == launchers  # the very files, byte for byte
+
+
+# --- how workers start, and in which order they get requests ----------------------------------
+
+
+def test_worker_start_method_is_fork_on_linux_unless_spawn_is_asked_for(monkeypatch):
+    import sys
+
+    monkeypatch.delenv(precompile.WORKER_START_ENV, raising=False)
+    assert precompile.worker_start_method() == ("fork" if sys.platform.startswith("linux") else "spawn")
+    monkeypatch.setenv(precompile.WORKER_START_ENV, "spawn")
+    assert precompile.worker_start_method() == "spawn"
+    monkeypatch.setenv(precompile.WORKER_START_ENV, "forkserver")
+    with pytest.raises(ValueError, match="ZEROJIT_WORKER_START='forkserver': use 'fork' or 'spawn'"):
+        precompile.worker_start_method()
+
+
+def test_forking_past_its_budget_spawns_the_other_workers(serial_and_parallel, monkeypatch, tmp_path):
+    """A large process forks slowly (fork copies its page tables): once the forks took
+    ``_FORK_BUDGET`` seconds, the other workers are spawned. Same result; one note says so."""
+    monkeypatch.delenv(precompile.WORKER_START_ENV, raising=False)
+    monkeypatch.setattr(precompile, "_FORK_BUDGET", 0.0)  # every fork is over it
+    use_cache(monkeypatch, tmp_path)
+    registry, config = dsv4_registry()
+    forget_in_process(registry, config)
+    report = registry.warmup(config, workers=2, progress=False, target="cuda:90")
+    s = report.stats
+    assert variants(report) == variants(serial_and_parallel[1][0]) and s.worker_compiled == 21
+    boots = {worker: [what for what, w, *_ in s.timeline if w == worker and not what.startswith("compile ")]
+             for worker in range(s.workers)}
+    assert boots[0] == ["fork", "set-up"] and boots[1][:2] == ["python", "imports"]
+    (note,) = [r for r in s.recovered if "fork" in r]
+    assert note.startswith("forking this process took ") and note.endswith(
+        " ms for 1 worker (a large process: fork copies its page tables); the other workers are spawned")
+
+
+def test_forked_workers_leave_no_process_or_pipe_behind(monkeypatch, tmp_path):
+    from zerojit import _compile_worker
+
+    monkeypatch.delenv(precompile.WORKER_START_ENV, raising=False)
+    use_cache(monkeypatch, tmp_path)
+    forked: list = []
+    fork_worker = _compile_worker.fork_worker
+
+    def recording_fork(*args):
+        proc = fork_worker(*args)
+        forked.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(_compile_worker, "fork_worker", recording_fork)
+    before = set(os.listdir("/proc/self/fd"))
+    ramp = Ramp()
+    ramp.kernel.device_caches.clear()
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        ramp.register_warmup(blocks=(16, 32))
+    report = registry.warmup(workers=2, progress=False)
+    assert report.stats.worker_compiled == 2 and report.stats.workers == 2 and len(forked) == 2
+    assert _compile_worker._PARENT_ENDS == set()  # every pipe closed, none left for a later fork to close
+    deadline = time.monotonic() + 30
+    while any(os.path.exists(f"/proc/{pid}") for pid in forked):  # reaped in the background
+        assert time.monotonic() < deadline, "a forked worker is still running (or was never reaped)"
+        time.sleep(0.05)
+    assert set(os.listdir("/proc/self/fd")) <= before
+
+
+def test_requests_go_launchers_first_then_every_kernel_once_then_longest_first():
+    q = precompile._TaskQueue()
+    put = lambda fn, n: q.put({"kind": "compile", "function": fn, "name": n})  # noqa: E731
+    for fn, n in (("a", "a1"), ("a", "a2"), ("b", "b1"), ("a", "a3"), ("c", "c1"), ("b", "b2"), ("c", "c2")):
+        put(fn, n)
+    q.put({"kind": "launcher", "name": "L"})
+    q.put_stop()
+    q.put_stop(first=True)
+    assert q.get() is None  # a surplus worker's stop goes before every request
+    assert q.get()["name"] == "L"
+    # no compile time known yet: one request of each kernel in turn, first come first served
+    assert [q.get()["name"] for _ in range(3)] == ["a1", "b1", "c1"]
+    q.took("a", 0.1)
+    q.took("b", 0.9)
+    q.took("c", 0.4)
+    q.took("c", 0.6)  # c's mean: 0.5
+    assert [q.get()["name"] for _ in range(4)] == ["b2", "c2", "a2", "a3"]  # longest first
+    assert q.get() is None and q.drain() == []  # the stop signal after every request
+
+
+def test_while_spawned_workers_boot_this_process_compiles_the_waiting_keys(monkeypatch, tmp_path):
+    """Spawned workers that take long to boot (a kernels' module importing torch takes seconds)
+    leave the waiting keys to this process meanwhile: no key waits for a boot, none is compiled
+    twice, and the result is the serial one."""
+    monkeypatch.setenv(precompile.WORKER_START_ENV, "spawn")
+    use_cache(monkeypatch, tmp_path / "cache")
+    slow = ramp_from_module(monkeypatch, tmp_path, "slow_boot_kernels", (
+        "import sys, time\n"
+        "if sys.flags.no_site:  # a spawned compile worker (python -S): a slow import, here only\n"
+        "    time.sleep(60)\n"))
+    blocks = (16, 32, 64, 128)
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        slow().register_warmup(blocks=blocks)
+    slow.kernel.device_caches.clear()
+    events: list = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
+    started = time.monotonic()
+    report = registry.warmup(workers=2, progress=False)
+    assert time.monotonic() - started < 50  # never waited for a boot (the workers were stopped still booting)
+    s = report.stats
+    assert report.ok and [k.block for k in report.keys_by_kernel()["module"]] == list(blocks)
+    assert (s.compiled, s.worker_compiled) == (4, 0) and events == [False] * 4  # each key compiled once, here
+    assert "4 keys compiled in this process while no worker had finished its boot" in s.recovered
+    assert "compile" in dict(s.phases)

@@ -176,6 +176,64 @@ def test_warmup_from_manifest_reproduces_every_key_and_counts_raw_hits(kernels, 
     assert "registration" not in message
 
 
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+def test_a_manifest_warm_up_with_workers_compiles_each_key_once_and_loads_it(kernels, compile_only_target, tmp_path,
+                                                                            monkeypatch, mode):
+    """Workers compile each recorded key once; this process compiles nothing and runs no second
+    lookup (Triton's listener hears nothing here): it loads their entries into the very keys a
+    serial warm-up fills."""
+    from triton import knobs
+
+    from zerojit import precompile
+
+    fn = kernels.add_one_kernel
+    path = tmp_path / "m.json"
+    write_manifest(_record(fn, LAUNCHES + [(1, {})]), path)
+    monkeypatch.setenv(precompile.WORKER_START_ENV, mode)
+    monkeypatch.setattr(precompile, "_COMPILE_WHILE_BOOTING", False)  # spawned: every key to a worker all the same
+    results = {}
+    for workers in (1, 2):
+        monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / f"cache-{workers}"))
+        with compile_only("cuda:80") as drv:
+            fn.device_caches.pop(drv.device, None)
+            events: list = []
+            monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
+            report = JitWarmupRegistry().warmup(manifest=path, workers=workers, progress=False)
+            monkeypatch.setattr(knobs.compilation, "listener", None)
+            results[workers] = (report, events, set(kernel_cache(fn, drv.device)))
+    (serial, s_events, s_keys), (parallel, p_events, p_keys) = results[1], results[2]
+    assert serial.ok and parallel.ok and serial.num_keys == parallel.num_keys == 4
+    assert s_events == [False] * 4 and serial.stats.compiled == 4
+    s = parallel.stats
+    assert (s.worker_compiled, s.compiled, s.disk_loads, s.workers) == (4, 0, 4, 2) and p_events == []
+    assert p_keys == s_keys and len(p_keys) == 4  # Triton's in-process keys, as serial filed them
+    compiles = [what for what, *_ in s.timeline if what.startswith("compile ")]
+    assert len(compiles) == 4 and all(what.endswith(":add_one_kernel") for what in compiles)
+    phases = [name for name, _ in s.phases]
+    assert phases[:2] == ["manifest", "restore"] and ("fork" in phases) == (mode == "fork")
+    assert dict(s.phases)["manifest"] > 0
+
+
+def test_the_raw_primer_launch_hits_the_variant_zerojits_launch_compiled(compile_only_target):
+    """loading.prime_raw_launch_path (a GPU manifest warm-up's last step) launches the primer as a
+    raw kernel[grid](...): it must find the variant the warm-up compiled through zerojit's launch
+    path (here a dry launch: Triton's lookup), never compile at warm-up's end."""
+    from triton import knobs
+
+    from zerojit._primer import _primer_kernel, primer
+    from zerojit.context import allow_compiles
+
+    with allow_compiles():
+        variant = primer.compile(type(primer).CompileKey())
+    events: list = []
+    previous, knobs.compilation.listener = knobs.compilation.listener, lambda *, cache_hit, **_: events.append(cache_hit)
+    try:
+        found = _primer_kernel[(1,)](torch.empty(1, dtype=torch.int32))
+    finally:
+        knobs.compilation.listener = previous
+    assert events == [] and found is variant.compiled
+
+
 def test_autotune_and_heuristics_launches_are_recorded_and_warmed(kernels, compile_only_target, tmp_path):
     x, out = torch.zeros(128), torch.zeros(128)
 
@@ -359,11 +417,17 @@ def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(
     assert warned.returncode == 1 and "ran" in warned.stdout  # it ran, compiling: a runtime compile is exit 1
     assert "2 monitored launches, 2 runtime compiles" in warned.stderr
 
-    workers = _zerojit(["warmup", "--manifest", "m.json", "--workers", "2", "--no-progress"], tmp_path / "cache-w",
-                       tmp_path)  # the target: the manifest's (no GPU here)
+    workers = _zerojit(["warmup", "--manifest", "m.json", "--workers", "2", "--no-progress", "--json", "w.json"],
+                       tmp_path / "cache-w", tmp_path)  # the target: the manifest's (no GPU here)
     assert workers.returncode == 0, workers.stderr
     assert "2 keys over 1 kernel" in workers.stdout and "target cuda:90" in workers.stdout
     assert "2 compiled by 2 worker processes" in workers.stdout
+    stats = json.loads((tmp_path / "w.json").read_text())["stats"]
+    assert (stats["worker_compiled"], stats["compiled"], stats["disk_loads"]) == (2, 0, 2)  # each key once, loaded here
+    assert [p["phase"] for p in stats["phases"]][:3] == ["manifest", "restore", "fork"]
+    # forked from this process, which imported Liger (and torch) for the manifest: no worker imports them again
+    assert {t["what"] for t in stats["timeline"] if not t["what"].startswith("compile ")} == {"fork", "set-up"}
+    assert stats["recovered"] == []
 
     bundle = _zerojit(["bundle", "export", "--manifest", "m.json", "-o", "b.tar.gz", "--workers", "1",
                        "--no-progress"], fresh, tmp_path)

@@ -63,6 +63,7 @@ __all__ = [
     "entry_lock",
     "launcher_lock",
     "use_fast_triton_key",
+    "known_triton_key",
     "triton_build_hash",
     "current_target_name",
     "target_name",
@@ -213,14 +214,17 @@ def _write_memo(signature: str, values: dict, path: str) -> None:
         pass  # a read-only folder: the memo is only an optimisation
 
 
-def _remembered(name: str, compute) -> str:
+def _remembered(name: str, compute) -> str | None:
     """``compute()``, remembered under the stat signature of Triton's build (any change to its
-    files computes it afresh); a value found in one memo is copied to the others."""
+    files computes it afresh); a value found in one memo is copied to the others. ``compute``
+    None: only what is remembered (None if nothing is)."""
     signature = _build_stat_signature(_triton_root())
     paths = _memo_paths()
     memos = [_read_memo(signature, p) for p in paths]
     value = next((m[name] for m in memos if name in m), None)
     if value is None:
+        if compute is None:
+            return None
         value = compute()
     for path, memo in zip(paths, memos):
         if memo.get(name) != value:
@@ -239,27 +243,33 @@ def use_fast_triton_key() -> str:
     (any change to Triton's files changes the digest, and the value is computed afresh; a memo
     of another Triton version is never used). Returns the key.
     """
+    known = known_triton_key()
+    if known is not None:
+        return known
+    current = _tc.build_key_function()
+    return _remembered("triton_key", current)  # Triton's own, now cached by its lru_cache for this process
+
+
+def known_triton_key() -> str | None:
+    """Triton's build key when it costs no hash: computed in this process already, or remembered
+    for this build (:func:`use_fast_triton_key`, which it then sets up as that function does);
+    None on a new Triton install (a compile worker forked now would have to wait for it)."""
     current = _tc.build_key_function()
     if getattr(current, "_zerojit_memo", False):
         return current()
     if hasattr(current, "cache_info") and current.cache_info().currsize:
         return current()  # already computed in this process
-    computed: list[bool] = []
+    value = _remembered("triton_key", None)
+    if value is None:
+        return None
 
-    def compute() -> str:
-        computed.append(True)
-        return current()  # Triton's own, now cached by its lru_cache for this process
+    def triton_key() -> str:
+        return value
 
-    value = _remembered("triton_key", compute)
-    if not computed:  # remembered: install it, Triton's own function is never called
-
-        def triton_key() -> str:
-            return value
-
-        triton_key._zerojit_memo = True  # type: ignore[attr-defined]
-        triton_key.__wrapped__ = current  # type: ignore[attr-defined]
-        triton_key.cache_clear = lambda: _tc.set_build_key_function(current)  # type: ignore[attr-defined]
-        _tc.set_build_key_function(triton_key)
+    triton_key._zerojit_memo = True  # type: ignore[attr-defined]
+    triton_key.__wrapped__ = current  # type: ignore[attr-defined]
+    triton_key.cache_clear = lambda: _tc.set_build_key_function(current)  # type: ignore[attr-defined]
+    _tc.set_build_key_function(triton_key)
     return value
 
 

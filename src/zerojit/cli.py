@@ -552,6 +552,8 @@ def warmup_command(
                                           help="compile worker processes (default: chosen from the cores and the keys "
                                           "to compile, none when the cache is warm; 1: in this process)"),
     no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE",
+                                           help="also write the report as JSON to this file (phases, workers' timeline)"),
 ) -> None:
     """Compile (and on a GPU load) every specialization a manifest recorded, and print the report.
 
@@ -566,14 +568,26 @@ def warmup_command(
 
     from zerojit.compile_only import compile_only
     from zerojit.manifest import read_manifest
-    from zerojit.registry import JitWarmupRegistry
+    from zerojit.registry import JitWarmupRegistry, WarmupError
 
     _check_input_file("warmup", "manifest", manifest)
+    _check_output_file("warmup", "--json", json_out)
     chosen = _manifest_target("warmup", target, read_manifest(manifest))
+    def write_json(report: Any) -> None:
+        if json_out:
+            import json
+
+            _write_output("warmup", "--json", json_out, json.dumps(report.to_dict(), indent=2))
+
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
-        report = JitWarmupRegistry().warmup(manifest=manifest, workers=_capped_workers("warmup", workers),
-                                            progress=not no_progress, target=chosen or "device")
+        try:
+            report = JitWarmupRegistry().warmup(manifest=manifest, workers=_capped_workers("warmup", workers),
+                                                progress=not no_progress, target=chosen or "device")
+        except WarmupError as e:  # a failed key: reported (exit 1) by _user_errors, its report written first
+            write_json(e.report)
+            raise
     typer.echo(report.summary())
+    write_json(report)
 
 
 @app.command("exec", cls=_Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

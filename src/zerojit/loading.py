@@ -3,12 +3,13 @@ later ones do (loading each compiled kernel is :func:`zerojit.triton_compat.load
 
 from __future__ import annotations
 
-from ._primer import primer
+from ._primer import _primer_kernel, primer
 from .context import allow_compiles
 
-__all__ = ["prime_launch_path", "primed"]
+__all__ = ["prime_launch_path", "prime_raw_launch_path", "primed"]
 
 _primed: set[int] = set()
+_raw_primed: set[int] = set()
 
 
 def primed(device: int) -> bool:
@@ -33,3 +34,25 @@ def prime_launch_path() -> None:
         primer(buf=buf)
     torch.cuda.synchronize(device)
     _primed.add(device)
+
+
+def prime_raw_launch_path() -> None:
+    """Launch the primer once more as a raw ``kernel[grid](...)``, once per process and device.
+
+    A raw launch (an unmodified program's, warmed from a manifest) runs code zerojit's own launch
+    path skips: Triton's ``JITFunction.run`` with a CUDA tensor (its binder, the stream lookup,
+    the launch metadata) and the launcher's Python entry. Their first run in a process costs more
+    than later ones (first-use costs: imports, lookups, caches); a manifest warm-up pays them here
+    instead of the program's first request. Call after :func:`prime_launch_path` (which compiled
+    and loaded the primer; the raw launch is a hit of the same variant).
+    """
+    import torch
+
+    device = torch.cuda.current_device()
+    if device in _raw_primed:
+        return
+    buf = torch.empty(1, dtype=torch.int32, device=f"cuda:{device}")
+    with allow_compiles():
+        _primer_kernel[(1,)](buf)
+    torch.cuda.synchronize(device)
+    _raw_primed.add(device)

@@ -26,13 +26,18 @@ serial warm-up uses (``kernel.compile(key)``: a fake launch through the kernel's
    finds the entry on disk, exactly as a serial warm-up does over a warm disk cache.
 
 The results equal a serial warm-up's: the same Triton keys, specializations and compiled
-kernels, field for field (tests compare them). Worker processes (``_compile_worker.py``) import
-only Triton and the kernels' modules (no torch, no CUDA context) and compile for the parent's
-exact target with zerojit's compile-only driver, into the parent's cache folder. They start with
+kernels, field for field (tests compare them). Worker processes (``_compile_worker.py``) compile
+for the parent's exact target with zerojit's compile-only driver (never touching a GPU), into the
+parent's cache folder. On Linux they are forked from this process (:func:`worker_start_method`):
+ready in milliseconds, with Triton and the kernels' modules imported; else (or with
+``ZEROJIT_WORKER_START=spawn``, or once forking got slow: a large process) new interpreters that
+import only Triton and the kernels' modules (no torch unless a module needs it). They start with
 the warm-up unless a marker file says this key space was warmed into this cache folder before (a
-warm start then starts none), and boot while this process hashes Triton's build for its cache
-keys (:func:`_prepare_while_hashing`); or earlier, by :func:`start_worker_pool`
+warm start then starts none): the first before the sweep, forked ones then as the sweep hands out
+requests, spawned ones all at once, booting while this process hashes Triton's build for its
+cache keys (:func:`_prepare_while_hashing`); or earlier, by :func:`start_worker_pool`
 (:meth:`~zerojit.registry.JitWarmupRegistry.start_workers`), while the engine does other work.
+Requests go out launchers first, then longest kernel first (:class:`_TaskQueue`).
 ``WarmupStats.timeline`` records each worker's boot and requests.
 
 Across processes: every compile of a missing entry (in a worker or in-process) holds the entry's
@@ -49,6 +54,7 @@ what happened.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import dataclasses
@@ -56,7 +62,6 @@ import hashlib
 import json
 import os
 import pickle
-import queue
 import subprocess
 import sys
 import tempfile
@@ -68,8 +73,8 @@ from typing import Any, Callable, Sequence
 
 from . import _compile_worker as _wire
 from . import triton_compat as _tc
-from .cache import (cache_dir, entry_lock, install_remembered_launcher, launcher_lock, remember_launcher,
-                    use_fast_triton_key)
+from .cache import (cache_dir, entry_lock, install_remembered_launcher, known_triton_key, launcher_lock,
+                    remember_launcher, use_fast_triton_key)
 from .compile_only import active_compile_only, warm_target
 from .kernel import _DEVICE_CACHE_LOCK, _WARMUP_SINK, CompiledVariant, TritonJitKernel
 from .reports import WarmupStats, count
@@ -197,6 +202,7 @@ class _Counts:
     restored: int = 0  # restored from other ranks' records (zerojit.distributed)
     phases: dict = field(default_factory=dict)  # phase -> seconds (summed over runs)
     worker_seconds: float = 0.0
+    worker_cpu_seconds: float = 0.0
     worker_stages: dict = field(default_factory=dict)  # Triton's compile stage -> seconds, over the workers
     timeline: list = field(default_factory=list)  # (what, worker, start, end), perf_counter seconds
     origin: float = field(default_factory=time.perf_counter)  # the timeline's zero: the session's start
@@ -570,7 +576,18 @@ class WarmupSession:
                         self._pool.resize(self.workers)
                     pool = self._ensure_pool(target, key_later=True)
                     if pool is not None:
-                        pool.prestart(min(self.workers, triton_jobs))
+                        t0 = time.perf_counter()
+                        if pool.start_method == "fork":  # what each forked worker would otherwise do itself
+                            known = known_triton_key() if pool.triton_key is None else None
+                            if known is not None:  # a known install: they start with it
+                                pool.set_triton_key(known)
+                            _tc.import_launch_path_modules()  # (this process's sweep needs them too)
+                            _tc.import_compiler_modules()
+                        # A fork is a few ms of this thread: one worker now, the others as the sweep hands
+                        # out requests (each then starts compiling at once instead of after every fork).
+                        pool.prestart(1 if pool.start_method == "fork" else min(self.workers, triton_jobs))
+                        if pool.start_method == "fork" or pool._fork_seconds:
+                            self.counts.add_phase("fork", time.perf_counter() - t0)
             if prestarted is not None:
                 self._drop(prestarted)
             t0 = time.perf_counter()
@@ -593,12 +610,24 @@ class WarmupSession:
                 bar.set_postfix_str(f"{pool.started} compile workers")
                 needs = {i: entries.get(i, []) for i in waiting}
                 loader = _ShippedLoader(self)
+                while_booting = 0
                 with loader:
                     while needs:
                         t2 = time.perf_counter()
                         ready = pool.wait_ready(needs)
                         t3 = time.perf_counter()
                         self.counts.add_phase("workers", t3 - t2)
+                        if not ready:  # no worker has booted yet: compile a waiting key here meanwhile
+                            task = pool.take_while_booting()
+                            if task is not None:
+                                mine = [i for i, names in needs.items() if task["name"] in names]
+                                for i in mine:
+                                    del needs[i]
+                                self._sweep(jobs, mine, done)
+                                pool._finished(task["name"])
+                                while_booting += len(mine)
+                                self.counts.add_phase("compile", time.perf_counter() - t3)
+                            continue
                         rest = []
                         for i in ready:
                             del needs[i]
@@ -612,6 +641,9 @@ class WarmupSession:
                         self._sweep(jobs, rest, done)
                         self.counts.add_phase("load", time.perf_counter() - t3)
                 waiting = []
+                if while_booting:
+                    self._note(f"{count(while_booting, 'key')} compiled in this process while no worker had finished "
+                               "its boot")
                 t2 = time.perf_counter()
                 self.counts.worker_seconds += sum(self._finish(pool).values())  # stops the workers
                 self.counts.add_phase("workers", time.perf_counter() - t2)
@@ -686,16 +718,29 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
     if os.path.exists(_marker(jobs, target)) or os.path.exists(index_path(plan_digest(jobs), target)):
         return None  # warmed into this cache folder before (by workers, or serially: its restore index)
     pool = _WorkerPool(workers, target, _Counts(), threading.Lock(), modules)
-    pool.hash_in_background()
+    known = known_triton_key()
+    if known is not None:  # a known install: every worker starts with it
+        pool.set_triton_key(known)
+    else:
+        pool.hash_in_background()
+    if pool.start_method == "fork":  # what each forked worker would otherwise do itself
+        _tc.import_launch_path_modules()
+        _tc.import_compiler_modules()
     pool.prestart(min(workers, triton_jobs))
     return pool
 
 
 def _writable_cache() -> bool:
-    """True when this process may write into the cache folder (a read-only one, e.g. a warm cache
-    shipped in an image, gets no workers: they could write no entry, and what it lacks fails in
-    this process with the folder named)."""
-    return os.access(cache_dir(), os.W_OK)
+    """True when this process may write into the cache folder, which is created if missing
+    (Triton would at its first entry; a warm-up's workers start before that). A read-only one,
+    e.g. a warm cache shipped in an image, gets no workers: they could write no entry, and what
+    it lacks fails in this process with the folder named."""
+    folder = cache_dir()
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(folder, os.W_OK)
 
 
 def _kernel_modules(jobs: Sequence[tuple[Any, Any]]) -> list[str]:
@@ -757,6 +802,140 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], st
     return result["key"]
 
 
+#: ``ZEROJIT_WORKER_START``: how compile workers start, ``fork`` (the default on Linux) or ``spawn``.
+WORKER_START_ENV = "ZEROJIT_WORKER_START"
+_FORK_BUDGET = 0.25  # seconds of fork() calls after which the remaining workers are spawned
+_COMPILE_WHILE_BOOTING = True  # this process compiles waiting keys while no worker has booted (tests turn it off)
+
+
+def worker_start_method() -> str:
+    """How this process starts compile workers: ``"fork"`` on Linux (a copy of this process,
+    booted in milliseconds: :func:`zerojit._compile_worker.fork_worker`), else ``"spawn"`` (a new
+    interpreter importing Triton and the kernels' modules: 0.3-0.5 s on the H200 host, seconds when
+    a kernels' module imports torch). ``ZEROJIT_WORKER_START=spawn`` chooses spawn anywhere; ``fork``
+    where the platform cannot fork (not Linux) is spawn too.
+
+    Raises:
+        ValueError: ``ZEROJIT_WORKER_START`` is set to something else.
+    """
+    chosen = os.environ.get(WORKER_START_ENV, "").strip().lower()
+    if chosen not in ("", "fork", "spawn"):
+        raise ValueError(f"{WORKER_START_ENV}={os.environ[WORKER_START_ENV]!r}: use 'fork' or 'spawn'")
+    can_fork = sys.platform.startswith("linux") and hasattr(os, "fork")
+    return "fork" if can_fork and chosen != "spawn" else "spawn"
+
+
+@dataclass
+class _Started:
+    """A worker process just started: its handle, its stderr file, its timeline number, and when
+    (``perf_counter`` and ``time.time``) it was started."""
+    proc: Any  # subprocess.Popen, or _compile_worker.ForkedProcess
+    stderr: Any
+    index: int
+    at: float
+    wall: float
+    forked: bool
+    key_sent: bool = False  # the build key went with its set-up (forked with it)
+
+
+class _TaskQueue:
+    """The pool's waiting requests, handed out longest first.
+
+    Launcher builds go first (a C compile each, needed by every key of their signature). Then
+    compiles: while some kernels' compile times are unknown, one of those kernels in turn (the one
+    with fewest requests handed out so far), so every kernel's first compile runs early and
+    measures it; then the kernel whose compiles took longest on average (longest-processing-time
+    first: the last requests to start are the short ones, so the workers finish together).
+    Within a kernel, first come first served. Stop signals: ``first`` ones before any request
+    (surplus workers), the others after all of them.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._stops_first = 0
+        self._stops = 0
+        self._launchers: collections.deque = collections.deque()
+        self._compiles: dict[str, collections.deque] = {}  # function -> its waiting requests
+        self._handed: collections.Counter = collections.Counter()  # function -> requests handed out
+        self._seconds: dict[str, list] = {}  # function -> [total seconds, compiles] measured
+
+    def put(self, task: dict) -> None:
+        with self._cond:
+            if task["kind"] == "launcher":
+                self._launchers.append(task)
+            else:
+                self._compiles.setdefault(task.get("function", ""), collections.deque()).append(task)
+            self._cond.notify()
+
+    def put_stop(self, *, first: bool = False) -> None:
+        with self._cond:
+            if first:
+                self._stops_first += 1
+            else:
+                self._stops += 1
+            self._cond.notify()
+
+    def took(self, function: str, seconds: float) -> None:
+        """A worker compiled one of ``function``'s requests in ``seconds``."""
+        with self._cond:
+            total = self._seconds.setdefault(function, [0.0, 0])
+            total[0] += seconds
+            total[1] += 1
+
+    def get(self) -> dict | None:
+        """The next request (blocking); None: stop."""
+        with self._cond:
+            while True:
+                found, task = self._pick()
+                if found:
+                    return task
+                self._cond.wait()
+
+    def _pick_compile(self) -> dict:
+        unknown = [f for f in self._compiles if f not in self._seconds]
+        if unknown:
+            function = min(unknown, key=lambda f: self._handed[f])  # first-seen order breaks ties
+        else:
+            function = max(self._compiles, key=lambda f: self._seconds[f][0] / self._seconds[f][1])
+        waiting = self._compiles[function]
+        task = waiting.popleft()
+        if not waiting:
+            del self._compiles[function]
+        self._handed[function] += 1
+        return task
+
+    def compiles_waiting(self) -> bool:
+        with self._cond:
+            return bool(self._compiles)
+
+    def take_compile(self) -> dict | None:
+        """The next compile request by the same order as :meth:`get` (launchers and stop signals
+        stay), or None."""
+        with self._cond:
+            return self._pick_compile() if self._compiles else None
+
+    def drain(self) -> list[dict]:
+        """Take every waiting request out (the stop signals stay)."""
+        with self._cond:
+            tasks = list(self._launchers) + [t for q in self._compiles.values() for t in q]
+            self._launchers.clear()
+            self._compiles.clear()
+            return tasks
+
+    def _pick(self) -> tuple[bool, dict | None]:
+        if self._stops_first:
+            self._stops_first -= 1
+            return True, None
+        if self._launchers:
+            return True, self._launchers.popleft()
+        if self._compiles:
+            return True, self._pick_compile()
+        if self._stops:
+            self._stops -= 1
+            return True, None
+        return False, None
+
+
 class _WorkerPool:
     """Up to ``size`` worker processes, started as requests arrive, fed from one queue.
 
@@ -769,15 +948,18 @@ class _WorkerPool:
         self.target = target
         self.counts = counts
         self.lock = lock
-        # launcher builds first: the longest requests (a C compile each), needed by many keys
-        self.tasks: queue.PriorityQueue = queue.PriorityQueue()
-        self._order = 0
+        self.tasks = _TaskQueue()
+        self.start_method = worker_start_method()
+        self._fork_seconds = 0.0  # spent in fork() so far (this thread waits for each)
         self.seen: set[str] = set()
         self.done: set[str] = set()  # requests answered (or given up on)
         self._progress = threading.Condition(lock)
         self.threads: list[threading.Thread] = []
         self.seconds: dict[str, float] = {}
         self.started = 0
+        self.ready_workers = 0  # workers that finished their boot
+        self._forked = 0  # workers forked
+        self._stopping = False  # finish() was called: a worker still booting is not waited for
         self._spawned = 0  # worker indices handed out (the timeline's worker numbers)
         self.setup = {
             "sys_path": [p if p else os.getcwd() for p in sys.path],
@@ -847,8 +1029,7 @@ class _WorkerPool:
             surplus = len(self.threads) - size
             self.size = size
             for _ in range(max(surplus, 0)):
-                self._order += 1
-                self.tasks.put((-1, self._order, None))
+                self.tasks.put_stop(first=True)
 
     def serves(self, target: Any) -> bool:
         """True when these workers compile for ``target`` into the current cache folder."""
@@ -861,9 +1042,45 @@ class _WorkerPool:
                 self._start_thread()
 
     def _start_thread(self) -> None:
-        t = threading.Thread(target=self._serve, name=f"zerojit-compile-{len(self.threads)}", daemon=True)
+        """Start one worker and the thread that feeds it. A forked worker is forked here, in the
+        caller's thread (the warm-up's: it runs no compile at this moment), a spawned one by the
+        feeding thread."""
+        started = self._fork() if self.start_method == "fork" else None
+        t = threading.Thread(target=self._serve, args=(started,), name=f"zerojit-compile-{len(self.threads)}",
+                             daemon=True)
         self.threads.append(t)
         t.start()
+
+    def _next_index(self) -> int:
+        index = self._spawned
+        self._spawned += 1
+        return index
+
+    def _fork(self) -> "_Started | None":
+        """(Called holding ``self.lock``.) Fork a worker (:func:`zerojit._compile_worker.fork_worker`); None when the fork failed
+        (the feeding thread spawns one instead). Once the forks took :data:`_FORK_BUDGET` seconds
+        in all (a large process: each fork copies its page tables), the other workers are spawned."""
+        stderr = tempfile.TemporaryFile()
+        index = self._next_index()
+        t0, wall = time.perf_counter(), time.time()
+        key = self.triton_key
+        try:
+            proc = _wire.fork_worker(dict(self.setup, triton_key=key), stderr.fileno())
+        except OSError as e:
+            stderr.close()
+            if not any(m.startswith("cannot fork") for m in self.counts.recovered):
+                self.counts.recovered.append(f"cannot fork a compile worker ({e}); spawned instead")
+            return None
+        took = time.perf_counter() - t0
+        self._forked += 1
+        self._fork_seconds += took
+        self.counts.timeline.append(("fork", index, t0, t0 + took))
+        if self._fork_seconds > _FORK_BUDGET:
+            self.start_method = "spawn"
+            self.counts.recovered.append(
+                f"forking this process took {1e3 * self._fork_seconds:.0f} ms for {count(index + 1, 'worker')} (a "
+                f"large process: fork copies its page tables); the other workers are spawned")
+        return _Started(proc, stderr, index, t0, wall, forked=True, key_sent=key is not None)
 
     def _submit(self, name: str, task: dict) -> None:
         with self.lock:
@@ -876,8 +1093,10 @@ class _WorkerPool:
 
     def _put(self, task: dict | None) -> None:
         """Queue ``task`` (None: a stop signal, after every request)."""
-        self._order += 1
-        self.tasks.put((2 if task is None else 0 if task["kind"] == "launcher" else 1, self._order, task))
+        if task is None:
+            self.tasks.put_stop()
+        else:
+            self.tasks.put(task)
 
     def _finished(self, name: str) -> None:
         with self._progress:
@@ -887,13 +1106,30 @@ class _WorkerPool:
     def wait_ready(self, needs: dict[int, list[str]]) -> list[int]:
         """Block until some key of ``needs`` (key -> the requests it waits for) has every request
         answered; returns those keys. Returns every key once no worker is left to answer (the
-        parent then does what is missing itself)."""
+        parent then does what is missing itself), and none while no worker has finished its boot
+        but a compile request waits (the parent can take it: :meth:`take_while_booting`)."""
         with self._progress:
             while True:
                 ready = [i for i, names in needs.items() if self.done.issuperset(names)]
                 if ready or not any(t.is_alive() for t in self.threads):
                     return ready or list(needs)
+                if self._booting_only() and self.tasks.compiles_waiting():
+                    return []
                 self._progress.wait(0.05)
+
+    def take_while_booting(self) -> dict | None:
+        """A waiting compile request, taken out of the queue for this process to compile itself,
+        while no worker has finished its boot yet (spawned workers importing a kernels' module
+        that imports torch take seconds); None once one has, or when none waits."""
+        with self.lock:
+            if not self._booting_only():
+                return None
+        return self.tasks.take_compile()
+
+    def _booting_only(self) -> bool:
+        """(Under ``self.lock``.) True while every worker is a spawned one still booting (a forked
+        one is ready within milliseconds: nothing to take from it)."""
+        return _COMPILE_WHILE_BOOTING and not self.ready_workers and not self._forked
 
     def submit_compile(self, request: _Request, lock_path: str) -> None:
         self._submit(request.entry, {"kind": "compile", "name": request.entry, "function": request.function,
@@ -913,7 +1149,9 @@ class _WorkerPool:
             if message not in self.counts.recovered:
                 self.counts.recovered.append(message)
 
-    def _serve(self) -> None:
+    def _spawn(self) -> "_Started | None":
+        """Start a worker as a new interpreter (``python -S _compile_worker.py``); None when that
+        failed (noted in ``recovered``)."""
         env = dict(os.environ, TRITON_CACHE_DIR=self.setup["cache_dir"], CUDA_VISIBLE_DEVICES="")
         # Triton's own switch: skip scanning every installed package's entry points (~50-80 ms a
         # worker in a large environment) when it finds the same backends
@@ -921,8 +1159,7 @@ class _WorkerPool:
             env.setdefault("TRITON_BACKENDS_IN_TREE", "1")
         stderr = tempfile.TemporaryFile()
         with self.lock:
-            index = self._spawned
-            self._spawned += 1
+            index = self._next_index()
         popened, popened_wall = time.perf_counter(), time.time()
         try:
             # -S: no site (see _compile_worker.preload)
@@ -931,18 +1168,44 @@ class _WorkerPool:
         except OSError as e:
             self._recovered(f"cannot start a compile worker: {e}")
             stderr.close()
-            return
+            return None
+        return _Started(proc, stderr, index, popened, popened_wall, forked=False)
+
+    def _serve(self, started: "_Started | None") -> None:
+        if started is None:
+            started = self._spawn()
+            if started is None:
+                return
+        proc, stderr, index = started.proc, started.stderr, started.index
         with self.lock:
             self.started += 1
         task, ready, link = None, False, _Link(proc.stdin)
+        link.key_sent = started.key_sent
         try:
-            with link.lock:
-                _wire.write_message(proc.stdin, self.setup)  # the worker boots with it
+            if not started.forked:  # a forked worker has it in its memory
+                with link.lock:
+                    _wire.write_message(proc.stdin, self.setup)  # the worker boots with it
             with self.lock:
                 self._links.append(link)
-            self._send_key(link)  # now, if known; else set_triton_key sends it
+            self._send_key(link)  # now, if known; else set_triton_key sends it (its boot then skips the throwaway)
+            # Ready first, then a request: one taken now would wait out this worker's boot while a
+            # ready worker (or this process) could run it.
+            status = self._await_ready(proc)
+            if status is None:  # the warm-up ended first
+                return
+            if not status.get("ok"):
+                self._recovered(status.get("error", "compile worker set-up failed"))
+                return
+            ready = True
+            self._boot_timeline(started, status)
+            with self.lock:
+                self.ready_workers += 1
+            if status.get("torch_imported") and not started.forked:
+                self._note_once("a compile worker had to import torch: a kernels' module uses it at import time "
+                                "(e.g. subclasses torch.Tensor), which adds torch's import (~1.5 s) to every "
+                                "worker's boot")
             while True:
-                task = self.tasks.get()[2]
+                task = self.tasks.get()
                 if task is None:
                     break
                 if task["kind"] == "compile" and not link.key_sent:  # launchers need no key; compiles do
@@ -953,23 +1216,8 @@ class _WorkerPool:
                         task = None
                         return
                     self._send_key(link)
-                # sent before the worker is ready: it sees a request waiting and skips its throwaway compile
                 with link.lock:
                     _wire.write_message(proc.stdin, task)
-                if not ready:
-                    status = _wire.read_message(proc.stdout)
-                    if not status.get("ok"):
-                        with self.lock:
-                            self._put(task)  # another worker may take it; else the parent does
-                        task = None
-                        self._recovered(status.get("error", "compile worker set-up failed"))
-                        return
-                    ready = True
-                    self._boot_timeline(index, popened, popened_wall, status)
-                    if status.get("torch_imported"):
-                        self._note_once("a compile worker had to import torch: a kernels' module uses it at import time "
-                                        "(e.g. subclasses torch.Tensor), which adds torch's import (~1.5 s) to every "
-                                        "worker's boot")
                 sent = time.perf_counter()
                 reply = _wire.read_message(proc.stdout)
                 self._timed(f"{_outcome(task, reply)} {task.get('function') or task['name']}", index, sent,
@@ -989,25 +1237,41 @@ class _WorkerPool:
                 self._finished(task["name"])
         finally:
             with link.lock:
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
+                if started.forked:
+                    proc.close()  # also off the list of pipes later children close
+                else:
+                    for stream in (proc.stdin, proc.stdout):
+                        try:
+                            stream.close()
+                        except OSError:
+                            pass
             if not ready:  # never used: do not wait for it to finish booting
                 proc.kill()
             stderr.close()
             # Every answer is in: its exit (~0.1 s of interpreter teardown) is not the warm-up's to wait for.
             threading.Thread(target=_reap, args=(proc,), name="zerojit-compile-reaper", daemon=True).start()
 
-    def _boot_timeline(self, index: int, popened: float, popened_wall: float, status: dict) -> None:
-        """Put a worker's boot on the timeline, from the wall-clock times its ready message gives."""
-        at = {k: popened + max(status[k] - popened_wall, 0.0) for k in
+    def _await_ready(self, proc: Any) -> dict | None:
+        """The worker's ready message, or None once the pool stops first (the worker still booting)."""
+        import select
+
+        while not self._stopping:
+            if select.select([proc.stdout], [], [], 0.05)[0]:
+                return _wire.read_message(proc.stdout)
+        return None
+
+    def _boot_timeline(self, started: "_Started", status: dict) -> None:
+        """Put a worker's boot on the timeline, from the wall-clock times its ready message gives:
+        a spawned worker's ``python``, ``imports``, [``preload``], ``set-up``; a forked one's
+        ``set-up`` (its ``fork`` span is the parent's own)."""
+        at = {k: started.at + max(status[k] - started.wall, 0.0) for k in
               ("started_at", "imported_at", "preloaded_at", "ready_at") if isinstance(status.get(k), float)}
-        previous = popened
-        for what, k in (("python", "started_at"), ("imports", "imported_at"), ("preload", "preloaded_at"),
-                        ("set-up", "ready_at")):
+        steps = (("set-up", "ready_at"),) if started.forked else (
+            ("python", "started_at"), ("imports", "imported_at"), ("preload", "preloaded_at"), ("set-up", "ready_at"))
+        previous = at.get("started_at", started.at) if started.forked else started.at
+        for what, k in steps:
             if k in at:
-                self._timed(what, index, previous, at[k])
+                self._timed(what, started.index, previous, at[k])
                 previous = at[k]
 
     def _timed(self, what: str, worker: int, start: float, end: float) -> None:
@@ -1017,6 +1281,7 @@ class _WorkerPool:
     def _record(self, task: dict, reply: dict) -> None:
         with self._progress:
             self.seconds[task["name"]] = reply.get("seconds", 0.0)
+            self.counts.worker_cpu_seconds += reply.get("cpu", 0.0)
             self.done.add(task["name"])
             self._progress.notify_all()
             for stage, seconds in reply.get("stages", ()):
@@ -1024,6 +1289,7 @@ class _WorkerPool:
             if reply.get("ok"):
                 if task["kind"] == "compile" and reply.get("compiled"):
                     self.counts.worker_compiled += 1
+                    self.tasks.took(task["function"], reply.get("seconds", 0.0))
                 elif task["kind"] == "compile":  # missing at this warm-up's lookup: another process compiled it meanwhile
                     self.counts.lock_waits += 1
                 elif task["kind"] == "launcher":
@@ -1042,6 +1308,7 @@ class _WorkerPool:
 
     def finish(self) -> dict[str, float]:
         """Wait for every request, stop the workers; returns worker seconds per entry."""
+        self._stopping = True
         if not self._key_ready.is_set():  # never got the build key (still hashing): nothing to wait for
             self.set_triton_key(None, RuntimeError("zerojit: the workers were stopped"))
         with self.lock:
@@ -1051,13 +1318,8 @@ class _WorkerPool:
                 self._put(None)
         for t in threads:
             t.join()
-        while True:  # requests no worker took (every worker died): the second sweep does them
-            try:
-                task = self.tasks.get_nowait()[2]
-            except queue.Empty:
-                break
-            if task is not None:
-                self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
+        for task in self.tasks.drain():  # requests no worker took (every worker died): the second sweep does them
+            self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
         return dict(self.seconds)
 
 

@@ -37,7 +37,7 @@ from .triton_compat import import_launch_path_modules
 from . import loading
 from .cache import cache_dir, check_cache_folder, import_bundle
 from .kernel import TritonJitKernel
-from .manifest import read_manifest, warmup_plan
+from .manifest import RecordedKernel, read_manifest, warmup_plan
 from .reports import (KernelWarmup, NoTargetError, WarmupError, WarmupFailure, WarmupReport, WarmupStats,
                       count as count)
 
@@ -446,10 +446,13 @@ class JitWarmupRegistry:
                              ">= 1 (or None: chosen from the cores and the keys)")
         start = time.perf_counter()
         skipped: list = []
-        if manifest is not None:
+        manifest_seconds = None
+        if manifest is not None:  # reading it imports the recorded functions' modules (torch, a library...)
+            t0 = time.perf_counter()
             recorded, skipped = warmup_plan(read_manifest(manifest))
             for kernel in recorded:
                 self.register(kernel)
+            manifest_seconds = time.perf_counter() - t0
         compiles = any(isinstance(k, TritonJitKernel) for k in self._kernels.values())
         _check_target(target, compiles=compiles)
         imported = None
@@ -524,11 +527,13 @@ class JitWarmupRegistry:
             )
             for kernel, done in per_kernel.items()
         )
-        phases = {"restore": restore_seconds, **({"imports": imports_seconds} if imports_seconds is not None else {}),
-                  **session.counts.phases}
+        phases = {**({"manifest": manifest_seconds} if manifest_seconds is not None else {}), "restore": restore_seconds,
+                  **({"imports": imports_seconds} if imports_seconds is not None else {}), **session.counts.phases}
         if any(getattr(v, "loaded", False) for k in kernels for v in k.variants):
             t0 = time.perf_counter()
             loading.prime_launch_path()
+            if any(isinstance(k, RecordedKernel) for k in plan):  # its program launches raw: prime that path too
+                loading.prime_raw_launch_path()
             phases["prime"] = time.perf_counter() - t0
         stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0, restored=len(restored) + session.counts.restored,
                                      phases=phases)

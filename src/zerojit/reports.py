@@ -79,16 +79,22 @@ class WarmupStats:
         bundle_entries: cache entries installed from a bundle.
         restored: variants put straight into the in-process caches from zerojit's restore index
             (a warm start: no Triton lookup; see :mod:`zerojit.restore`).
-        phases: wall-clock seconds per phase, in order, as ``(name, seconds)``: ``restore`` (the
-            restore index), ``start`` (Triton's build key, hashed once per Triton install; with
-            workers booting, also the first launch's one-time costs), ``sweep`` (every other
-            key's warm-up launch; with workers, those that miss the disk cache are handed to
-            them), ``workers`` (waiting for the workers' results), ``load`` (loading them, as
-            they arrive), ``prime`` (the launch path's first launch, on a GPU). Absent phases
-            did not run. ``imports`` (after a restore: the launch path's lazy imports, which no
+        phases: wall-clock seconds per phase, in order, as ``(name, seconds)``: ``manifest``
+            (a manifest warm-up: reading it and importing the recorded functions' modules),
+            ``restore`` (the restore index), ``fork`` (forked workers: this process forking
+            them, after the imports each of them would repeat), ``start`` (Triton's build key,
+            hashed once per Triton install; with workers, also the first launch's one-time
+            costs), ``sweep`` (every other key's warm-up launch; with workers, those that miss
+            the disk cache are handed to them), ``workers`` (waiting for the workers' results),
+            ``compile`` (spawned workers: keys this process compiled itself while none had
+            booted yet), ``load`` (loading the workers' results, as they arrive), ``prime`` (the
+            launch path's first launch, on a GPU). Absent phases did not run. ``imports`` (after a restore: the launch path's lazy imports, which no
             warm-up launch paid; once per process) comes right after ``restore``.
         worker_seconds: seconds the worker processes spent on their requests (kernel compiles,
             launcher builds, waiting for another process's lock), summed over workers.
+        worker_cpu_seconds: the CPU time of those requests (the workers' own and their
+            compiler subprocesses', ``ptxas``); much less than ``worker_seconds`` means the
+            workers waited for a core (more workers than free cores).
         worker_stages: Triton's compile stages (``ir``: the front end's IR; then one per
             lowering stage, e.g. ``ttir``, ``ttgir``, ``llir``, ``ptx``, ``cubin`` (``ptxas``);
             ``store``: writing the cache entry) as ``(stage, seconds)``, summed over the workers'
@@ -99,11 +105,13 @@ class WarmupStats:
             many started.
         timeline: what the worker processes did, as ``(what, worker, start, end)`` in seconds since
             the warm-up session began (negative: workers :meth:`JitWarmupRegistry.start_workers`
-            started before it), by start. A worker's boot: ``"python"`` (from its start
-            to its script's first line), ``"imports"`` (Triton's compiler, zerojit's compile-only
+            started before it), by start. A forked worker's boot (the default on Linux,
+            :func:`zerojit.precompile.worker_start_method`): ``"fork"`` (this process's
+            ``fork()``), ``"set-up"``; a spawned one's: ``"python"`` (from its start to its
+            script's first line), ``"imports"`` (Triton's compiler, zerojit's compile-only
             driver, the kernels' modules), ``"preload"`` (a throwaway compile, only when
             neither Triton's build key nor a launcher request was waiting once its imports
-            ended; see ``zerojit._compile_worker.preload``), ``"set-up"`` (the worker's set-up);
+            ended; see ``zerojit._compile_worker.preload``), ``"set-up"``;
             then one span per request (from when the worker was ready for it), by
             what came of it: ``"compile module:function"`` (the worker compiled it), ``"cached
             ..."`` (on disk once the worker held its lock: another process compiled it),
@@ -123,6 +131,7 @@ class WarmupStats:
     restored: int = 0
     phases: tuple[tuple[str, float], ...] = ()
     worker_seconds: float = 0.0
+    worker_cpu_seconds: float = 0.0
     worker_stages: tuple[tuple[str, float], ...] = ()
     timeline: tuple[tuple[str, int, float, float], ...] = ()
     worker_choice: str = ""

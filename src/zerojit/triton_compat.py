@@ -104,7 +104,7 @@ __all__ = [
     "patch_run_everywhere", "parameter_names", "ordered_constexpr_parameters", "wrapped_config_kwargs",
     # compiled kernels
     "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
-    "compile_source", "load_compiled", "import_launch_path_modules",
+    "compile_source", "load_compiled", "import_launch_path_modules", "import_compiler_modules",
     # launchers
     "cuda_launchers_in_use", "launcher_key", "launcher_file", "build_launcher", "direct_launch", "launcher_class",
     "set_launcher_class", "launcher_share_key",
@@ -651,6 +651,21 @@ _SPECIALIZER_MODULES = (
 )
 if VERSION >= (3, 8):  # 3.8: gluon's Rubin layouts join them
     _SPECIALIZER_MODULES += ("triton.experimental.gluon.language.nvidia.rubin",)
+
+
+# What Triton's compile front end imports at a process's first compile (its code generator and
+# the language's semantic layer, ~20-40 ms on the CI machine): a forked compile worker inherits them.
+_COMPILER_MODULES = ("triton.compiler.code_generator", "triton.language.semantic")
+
+
+def import_compiler_modules() -> None:
+    """Import what Triton's compiler imports lazily at a process's first compile (a module this
+    Triton lacks is skipped), so that worker processes forked afterwards do not each import them."""
+    for name in _COMPILER_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
 
 
 def import_launch_path_modules() -> None:
