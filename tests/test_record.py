@@ -412,6 +412,8 @@ def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(
     assert refused.returncode == 1
     assert "kernel 'liger_kernel.ops.rms_norm._rms_norm_forward_kernel' would compile" in refused.stderr
     assert "called as *bf16" in refused.stderr and "Traceback" not in refused.stderr
+    assert "zerojit exec: zerojit:" not in refused.stderr  # one prefix
+    assert "add the dtype to the kernel's key space" not in refused.stderr and "record the program again" in refused.stderr
     warned = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--jit-monitor-mode", "warn", "--", "python",
                        "app.py", "bfloat16"], fresh, tmp_path)
     assert warned.returncode == 1 and "ran" in warned.stdout  # it ran, compiling: a runtime compile is exit 1

@@ -104,7 +104,8 @@ def _user_errors(command: str) -> Callable[[Callable[..., Any]], Callable[..., A
                 status = _exit_status(e)
                 if status is None:
                     raise
-                typer.echo(f"zerojit {command}: {e}", err=True)
+                message = str(e).removeprefix("zerojit: ")  # (the monitor's messages name zerojit already)
+                typer.echo(f"zerojit {command}: {message}", err=True)
                 raise typer.Exit(status) from None
 
         return run

@@ -441,7 +441,8 @@ class RuntimeCompile:
                 lines.append(f"  differs in {n} argument{'s' if n != 1 else ''}:")
                 for d in self.differences:
                     lines.append(f"    {d}")
-                    lines.append(f"      -> {d.hint}")
+                    if not self.recorded:  # a recorded kernel's fix is the record hint below, not its key space
+                        lines.append(f"      -> {d.hint}")
                 if self.option_difference:
                     lines.append(f"    {self.option_difference}")
                     lines.append("      -> Triton keys on the launch options passed; pass the same ones at warm-up")
