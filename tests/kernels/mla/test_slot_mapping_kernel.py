@@ -1,5 +1,6 @@
-"""K2 compressed_slot_mapping: equivalence with the reference (interpreter), the key space
-against dry launches (compile-only: zero runtime compiles, no dead key), bad inputs."""
+"""K2 compressed_slot_mapping: equivalence with the reference (interpreter), at the launcher's
+grid and at forced splits of the requests, the grid policy, the key space against dry launches
+(compile-only: zero runtime compiles, no dead key), bad inputs."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from hypothesis import strategies as st
 from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference
 from zerojit.kernels.mla.config import ModelConfig
-from zerojit.kernels.mla.slot_mapping import CompressedSlotMapping, compressed_slot_mapping
+from zerojit.kernels.mla import slot_mapping
+from zerojit.kernels.mla.slot_mapping import (MAX_SPLITS, TILE, CompressedSlotMapping, compressed_slot_mapping,
+                                              split_grid)
 from zerojit.registry import JitWarmupRegistry
 
 from _support import to_cuda
@@ -125,6 +128,62 @@ def test_edge_cases(what, kw, ratio, block_size, stride, S, rank, I):
                                       I=I, **kw))
 
 
+def forced_splits(monkeypatch, splits: int) -> None:
+    """Make the launcher use grid ``(R, splits)`` whatever its policy would pick."""
+    monkeypatch.setattr(slot_mapping, "split_grid", lambda R, T: (R, splits) if R else (0, 1))
+
+
+# Several unequal requests (one empty, one a single token, lengths on and off tile bounds), a
+# head before request 0 and a padding tail longer than a tile.
+UNEQUAL = dict(qlens=[700, 0, 1, 300, 129, 128], contexts=[0, 5, 64, 1000, 3, 250], head=37, pad=450)
+LAYOUTS = [(4, 64, 16, 1, 0, 1), (4, 256, 200, 4, 3, 8), (8, 16, 2, 2, 0, 1)]  # ratio, block_size, stride, S, r, I
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("ratio, block_size, stride, S, rank, I", LAYOUTS)
+def test_launcher_splits_unequal_requests(ratio, block_size, stride, S, rank, I):
+    case = make_case(seed=5, ratio=ratio, block_size=block_size, stride=stride, S=S, rank=rank, I=I, **UNEQUAL)
+    assert split_grid(6, case["num_tokens"])[1] > 1  # the policy's own grid splits the requests
+    check_against_reference(case)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("splits", [1, 2, 3, 6, 64])
+@pytest.mark.parametrize("ratio, block_size, stride, S, rank, I", LAYOUTS)
+def test_forced_splits_unequal_requests(monkeypatch, splits, ratio, block_size, stride, S, rank, I):
+    """Any split of the requests writes the same outputs: programs looping over several tiles
+    (splits < a request's tiles), programs with no tile (splits > them), the padding spread."""
+    forced_splits(monkeypatch, splits)
+    check_against_reference(make_case(seed=6, ratio=ratio, block_size=block_size, stride=stride, S=S, rank=rank,
+                                      I=I, **UNEQUAL))
+
+
+@pytest.mark.interpreter
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(case=k2_cases(), splits=st.integers(1, 9))
+def test_matches_reference_at_any_split(monkeypatch, case, splits):
+    forced_splits(monkeypatch, splits)
+    check_against_reference(case)
+
+
+@pytest.mark.parametrize(
+    "R, T, want",
+    [
+        (0, 0, (0, 1)), (0, 50, (0, 1)),  # nothing launched
+        (3, 0, (3, 1)), (1, 1, (1, 1)), (1, TILE, (1, 1)), (1, TILE + 1, (1, 2)),
+        (256, 256, (256, 1)),  # decode: one program per request, as before
+        (64, 128, (64, 1)),
+        (2, 8192, (2, 32)), (1, 8192, (1, 64)),  # long prefills: about one tile per program
+        (3, 8192, (3, 22)),
+        (1, 2**31 - 1, (1, MAX_SPLITS)),  # the cap
+    ],
+)
+def test_split_grid(R, T, want):
+    assert split_grid(R, T) == want
+    assert want[1] <= 65535  # CUDA's grid axis-1 limit
+
+
 # ----------------------------------------------------------------------------- key space (compile-only)
 CONFIGS = {
     "v32": ModelConfig(name="v32", block_size=64, compress_ratios=(4,), index_topk=2048),
@@ -145,7 +204,7 @@ def runtime_steps(config: ModelConfig):
     """Steps shaped like serving: decode batches, chunked prefills, padding, every rank."""
     strides = dict(packed_strides(config))
     shapes = [([1], [0]), ([1] * 7, [5, 9, 100, 3, 4, 77, 1000]), ([2048, 1], [0, 511]), ([], []),
-              ([300, 0, 17], [1, 2, 3])]
+              ([300, 0, 17], [1, 2, 3]), ([70000], [5])]  # the last at MAX_SPLITS: same key, any grid
     for ratio in config.compressed_ratios:
         stride = strides.get(ratio, config.block_size // ratio)
         for i, (qlens, contexts) in enumerate(shapes):

