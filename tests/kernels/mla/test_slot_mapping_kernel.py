@@ -314,3 +314,14 @@ def test_gpu_serving_size(S, I):
     case = make_case(seed=3, qlens=qlens, contexts=contexts, ratio=4, block_size=256, stride=64 * 30, S=S,
                      rank=S - 1, I=I, pad=64)
     check_against_reference({k: to_cuda(v) for k, v in case.items()})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("S, I", [(1, 1), (4, 8)])
+@pytest.mark.parametrize("qlens, contexts", [([7930, 262], [0, 0]), ([70000, 3], [1000, 9])])
+def test_gpu_long_prefill_splits(S, I, qlens, contexts):
+    """A few long requests: the policy splits them (up to MAX_SPLITS), padding at both ends."""
+    case = make_case(seed=4, qlens=qlens, contexts=contexts, ratio=4, block_size=256, stride=64 * 3, S=S, rank=S - 1,
+                     I=I, head=11, pad=300)
+    assert split_grid(len(qlens), case["num_tokens"])[1] > 1
+    check_against_reference({k: to_cuda(v) for k, v in case.items()})
