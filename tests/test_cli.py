@@ -545,3 +545,44 @@ def test_audit_of_a_script_killed_by_a_signal_says_so_and_exits_128_plus_n():
     result = invoke("audit", "--", "sh", "-c", "kill -9 $$")
     assert result.exit_code == 128 + 9, (result.exit_code, result.output)
     assert result.output.strip() == "zerojit audit: the script was killed by SIGKILL before it wrote its audit"
+
+
+# ------------------------------------------------------------------------------ fresh user: Ctrl-C at start-up
+@pytest.mark.parametrize("how", ["python -m zerojit", "console script"])
+def test_ctrl_c_during_the_start_up_imports_ends_in_one_line_with_status_130(how, tmp_path):
+    """SIGINT 0.3 s after the start lands in `import zerojit` (torch, Triton: a second or more);
+    a run that finished first (its listing printed) is tried again, signalled sooner."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src}
+    start = ["-m", "zerojit"] if how == "python -m zerojit" else ["-c", "import _zerojit_entry; _zerojit_entry.main()"]
+    delay = 0.3
+    for _ in range(4):
+        proc = subprocess.Popen([sys.executable, *start, "--help"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        if not out:
+            break
+        delay /= 2  # it finished before the signal: a fast machine
+    assert out == "", "every run finished before its signal"
+    assert proc.returncode == 130 and err == "zerojit: interrupted\n", (proc.returncode, err)
+
+
+def test_an_ignored_sigint_stays_ignored():
+    import signal
+
+    import _zerojit_entry
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as nohup or a background job leave it
+    try:
+        _zerojit_entry.exit_on_interrupt()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -776,5 +776,6 @@ def bundle_inspect(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Run the command line (what the ``zerojit`` console script and ``python -m zerojit`` run,
+    through :mod:`_zerojit_entry`)."""
     app()
