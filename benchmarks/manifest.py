@@ -23,8 +23,8 @@ The benchmark, each step in a fresh process and, where it compiles, an empty Tri
 
 Printed: per mode and per shape the first request's latency and its ratio to steady state (the
 median and range over shapes), and per warm-up mode the process's seconds and the report's
-phases (``manifest``: reading the manifest and importing Liger, torch included; ``fork``;
-``sweep``; ``workers``; ...), medians over rounds, with the workers' boot and busy share.
+phases (``manifest``: reading the manifest; ``modules``: importing Liger, torch included;
+``fork``; ``sweep``; ``workers``; ...), medians over rounds, with the workers' boot and busy share.
 
 Without a GPU, ``--target cuda:90`` runs it compile-only: every launch is a dry launch (binder
 and lookup, nothing executed; outputs not computed) on CPU tensors, so the first-request figures

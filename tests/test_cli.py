@@ -545,3 +545,114 @@ def test_audit_of_a_script_killed_by_a_signal_says_so_and_exits_128_plus_n():
     result = invoke("audit", "--", "sh", "-c", "kill -9 $$")
     assert result.exit_code == 128 + 9, (result.exit_code, result.output)
     assert result.output.strip() == "zerojit audit: the script was killed by SIGKILL before it wrote its audit"
+
+
+# ------------------------------------------------------------------------------ fresh user: click's own checks
+@pytest.mark.parametrize("args, line", [
+    (["warmup", "--manifest", "m.json", "--workers", "0"], "zerojit warmup: Invalid value for '--workers': "),
+    (["run", "--workers", "x"], "zerojit run: Invalid value for '--workers': "),
+    (["run", "--bogus"], "zerojit run: No such option: --bogus"),
+    (["run", "--jit-monitor-mode", "loud"], "zerojit run: Invalid value for '--jit-monitor-mode'"),
+    (["warmup"], "zerojit warmup: Missing option '--manifest'."),
+    (["exec", "--manifest", "m.json"], "zerojit exec: Missing argument 'COMMAND...'."),
+    (["record", "--target"], "zerojit record: Option '--target' requires an argument."),
+    (["demo", "extra"], "zerojit demo: Got unexpected extra argument"),
+    (["bundle", "import"], "zerojit bundle import: Missing argument 'FILE'."),
+    (["bundle", "export", "--workers", "0"], "zerojit bundle export: Invalid value for '--workers': "),
+    (["bundle", "--bogus"], "zerojit bundle: No such option: --bogus"),
+    (["bundle", "bogus"], "zerojit bundle: No such command 'bogus'."),
+    (["bogus"], "zerojit: No such command 'bogus'."),
+    (["--bogus"], "zerojit: No such option: --bogus"),
+])
+def test_a_usage_error_click_finds_is_one_line_naming_the_command(args, line):
+    result = invoke(*args)
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    assert len(result.output.splitlines()) == 1 and result.output.startswith(line), result.output
+
+
+def test_help_is_still_the_full_listing():
+    for args in (["warmup", "--help"], ["bundle", "export", "--help"], ["--help"]):
+        result = invoke(*args)
+        assert result.exit_code == 0 and "Usage:" in result.output and "╭─ Options" in result.output, result.output
+    assert "--workers" in invoke("warmup", "--help").output
+    bare = invoke("bundle")  # a group alone: its listing, as before
+    assert "Usage:" in bare.output and "export" in bare.output and "zerojit bundle:" not in bare.output
+
+
+def test_an_interrupted_command_ends_in_one_line_with_status_130(monkeypatch):
+    from zerojit.runner import engine
+
+    def interrupted(options):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine, "run", interrupted)
+    result = run_cli()
+    assert result.exit_code == 130 and result.output == "zerojit: interrupted\n", (result.exit_code, result.output)
+
+
+# ------------------------------------------------------------------------------ fresh user: progress bars
+def test_progress_bars_are_off_where_stderr_is_no_terminal(monkeypatch):
+    from zerojit.runner import engine
+
+    seen = []
+    monkeypatch.setattr(engine, "run", lambda options: seen.append(options.progress) or _Report())
+    for flags in ([], ["--no-progress"]):
+        result = invoke("run", "--device", "cpu", "--requests", "5", *flags)  # CliRunner's stderr is no terminal
+        assert result.exit_code == 0, result.output
+    assert seen == [False, False]
+
+
+def test_progress_bars_are_on_by_default_where_stderr_is_a_terminal(monkeypatch):
+    import sys
+
+    from zerojit.cli import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    assert _progress(False) is True and _progress(True) is False
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    assert _progress(False) is False
+
+
+# ------------------------------------------------------------------------------ fresh user: Ctrl-C at start-up
+@pytest.mark.parametrize("how", ["python -m zerojit", "console script"])
+def test_ctrl_c_during_the_start_up_imports_ends_in_one_line_with_status_130(how, tmp_path):
+    """SIGINT 0.3 s after the start lands in `import zerojit` (torch, Triton: a second or more);
+    a run that finished first (its listing printed) is tried again, signalled sooner."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src}
+    start = ["-m", "zerojit"] if how == "python -m zerojit" else ["-c", "import _zerojit_entry; _zerojit_entry.main()"]
+    delay = 0.3
+    for _ in range(4):
+        proc = subprocess.Popen([sys.executable, *start, "--help"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+        if not out:
+            break
+        delay /= 2  # it finished before the signal: a fast machine
+    assert out == "", "every run finished before its signal"
+    assert proc.returncode == 130 and err == "zerojit: interrupted\n", (proc.returncode, err)
+
+
+def test_an_ignored_sigint_stays_ignored():
+    import signal
+
+    import _zerojit_entry
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as nohup or a background job leave it
+    try:
+        _zerojit_entry.exit_on_interrupt()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -176,6 +176,28 @@ def test_warmup_from_manifest_reproduces_every_key_and_counts_raw_hits(kernels, 
     assert "registration" not in message
 
 
+def test_a_manifest_warm_up_reports_the_import_of_its_kernels_modules_apart(compile_only_target, tmp_path, monkeypatch):
+    """The warm-up imports each recorded function's module (a library's: torch with it, about a
+    second): its own phase, and in the report's first line (``zerojit warmup``'s and ``exec``'s),
+    apart from compiling and loading. Reference: a module that sleeps 0.3 s when imported."""
+    name = f"zj_slow_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text("import time\ntime.sleep(0.3)\n" + KERNELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "m.json"
+    try:
+        write_manifest(_record(importlib.import_module(name).add_one_kernel), path)
+        sys.modules.pop(name)  # the warm-up imports it again, as a new process's does
+        report = JitWarmupRegistry().warmup(manifest=path, progress=False)
+    finally:
+        sys.modules.pop(name, None)
+    phases = dict(report.stats.phases)
+    assert report.ok and report.num_keys == 3
+    assert 0.3 <= phases["modules"] < report.seconds and phases["manifest"] < phases["modules"]
+    first = report.summary().splitlines()[0]
+    assert f"in {report.seconds:.2f} s ({phases['modules']:.2f} s of it importing the recorded kernels' modules; " \
+           "target cuda:90), 0 failures" in first, first
+
+
 @pytest.mark.parametrize("mode", ["fork", "spawn"])
 def test_a_manifest_warm_up_with_workers_compiles_each_key_once_and_loads_it(kernels, compile_only_target, tmp_path,
                                                                             monkeypatch, mode):
@@ -210,7 +232,7 @@ def test_a_manifest_warm_up_with_workers_compiles_each_key_once_and_loads_it(ker
     compiles = [what for what, *_ in s.timeline if what.startswith("compile ")]
     assert len(compiles) == 4 and all(what.endswith(":add_one_kernel") for what in compiles)
     phases = [name for name, _ in s.phases]
-    assert phases[:2] == ["manifest", "restore"] and ("fork" in phases) == (mode == "fork")
+    assert phases[:3] == ["manifest", "modules", "restore"] and ("fork" in phases) == (mode == "fork")
     assert dict(s.phases)["manifest"] > 0
 
 
@@ -406,6 +428,7 @@ def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(
     assert run.returncode == 0, run.stderr
     assert "ran" in run.stdout
     assert "2 keys over 1 kernel" in run.stderr and "2 monitored launches, 0 runtime compiles" in run.stderr
+    assert "s of it importing the recorded kernels' modules; target cuda:90)" in run.stderr  # Liger's, torch's
 
     refused = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "python", "app.py", "bfloat16"],
                        fresh, tmp_path)
@@ -426,7 +449,7 @@ def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(
     assert "2 compiled by 2 worker processes" in workers.stdout
     stats = json.loads((tmp_path / "w.json").read_text())["stats"]
     assert (stats["worker_compiled"], stats["compiled"], stats["disk_loads"]) == (2, 0, 2)  # each key once, loaded here
-    assert [p["phase"] for p in stats["phases"]][:3] == ["manifest", "restore", "fork"]
+    assert [p["phase"] for p in stats["phases"]][:4] == ["manifest", "modules", "restore", "fork"]
     # forked from this process, which imported Liger (and torch) for the manifest: no worker imports them again
     assert {t["what"] for t in stats["timeline"] if not t["what"].startswith("compile ")} == {"fork", "set-up"}
     assert stats["recovered"] == []

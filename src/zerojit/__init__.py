@@ -7,6 +7,12 @@ a registry compiles all of it at start-up and loads every module and launcher
 named target and turns launches into dry launches.
 """
 
+import _zerojit_entry
+
+if _zerojit_entry.launched_as_module():  # `python -m zerojit`: a Ctrl-C in the imports below ends it in one line
+    _zerojit_entry.exit_on_interrupt()
+del _zerojit_entry
+
 from . import audit  # listens for warm-ups: `zerojit audit`'s child writes its audit at exit
 from . import compile_only  # the module: zerojit.compile_only.compile_only("cuda:90")
 from ._version import __version__

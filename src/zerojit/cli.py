@@ -11,18 +11,20 @@ Commands:
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
 cache folder that cannot serve, flags that conflict), 1 for a refused artefact (a bundle for
-another build or target, a corrupted one, a warm-up that failed) or a runtime compile, 0
-otherwise (``audit`` passes the script's own status on). A user error ends the command with one
-line ``zerojit COMMAND: what is wrong and what to change`` on stderr, never a traceback
-(:func:`_user_errors`); a traceback means a bug in zerojit.
+another build or target, a corrupted one, a warm-up that failed) or a runtime compile, 130 for
+Ctrl-C, 0 otherwise (``audit`` passes the script's own status on). A user error ends the command
+with one line ``zerojit COMMAND: what is wrong and what to change`` on stderr, never a traceback
+(:func:`_user_errors`; the parser's own errors: :func:`_one_line_usage_errors`); a traceback means
+a bug in zerojit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
@@ -52,8 +54,47 @@ class _Command(_HelpWithoutType, TyperCommand):
                 param.display_type_rich = lambda ctx: None  # the metavar says it all
 
 
+# click's UsageError, the base of every usage error click detects (an unknown option or command, a
+# missing or bad value): typer 0.26+ vendors click and exports only its subclass BadParameter.
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+@contextlib.contextmanager
+def _one_line_usage_errors(ctx: Any) -> Iterator[None]:
+    """End a usage error click detects as zerojit's own errors end (one line ``zerojit COMMAND:
+    message`` on stderr, exit 2), not in typer's boxed usage block. ``ctx``: the group's context,
+    for an error that names none. ``zerojit`` or ``zerojit bundle`` alone still prints its help."""
+    try:
+        yield
+    except _UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":  # typer prints the help for it
+            raise
+        names = []
+        if e.ctx is None and ctx is not None and ctx.invoked_subcommand:  # the parser's errors name no context:
+            names.append(ctx.invoked_subcommand)  # it is the command being set up's
+        where = e.ctx or ctx
+        while where is not None and where.parent is not None:  # the root's name is how it was started
+            names.insert(0, where.info_name)
+            where = where.parent
+        message = " ".join(e.format_message().splitlines())
+        typer.echo(f"{' '.join(['zerojit', *names])}: {message}", err=True)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:  # typer would exit 130 silently
+        typer.echo("zerojit: interrupted", err=True)
+        raise typer.Exit(130) from None
+
+
 class _Group(_HelpWithoutType, TyperGroup):
-    """A command group whose ``--help`` is listed without a type."""
+    """A command group whose ``--help`` is listed without a type and whose usage errors, its
+    commands' included, end in one line (:func:`_one_line_usage_errors`)."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:  # parses the group's own options
+        with _one_line_usage_errors(kwargs.get("parent")):
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: Any) -> Any:  # finds the command, parses its options and runs it
+        with _one_line_usage_errors(ctx):
+            return super().invoke(ctx)
 
 
 app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
@@ -218,6 +259,21 @@ def _capped_workers(command: str, workers: Optional[int]) -> Optional[int]:
     return cores
 
 
+def _no_progress_option(what: str) -> Any:
+    """``--no-progress``: no ``what``, which is otherwise drawn on stderr only where it is a terminal."""
+    return typer.Option(False, "--no-progress", metavar="",
+                        help=f"no {what} (default: drawn only where stderr is a terminal)")
+
+
+def _progress(no_progress: bool) -> bool:
+    """Whether to draw progress bars: not with ``--no-progress``, else only where stderr is a
+    terminal, as tqdm's ``disable=None`` does: a redirected stderr is a log, which a bar's redraws
+    fill with carriage returns."""
+    import sys
+
+    return not no_progress and sys.stderr.isatty()
+
+
 def _check_jit_monitor_mode(value: Optional[str]) -> Optional[str]:
     if value is not None and value.lower() not in JIT_MONITOR_MODES:
         raise typer.BadParameter(f"must be one of {', '.join(JIT_MONITOR_MODES)}, not {value!r}")
@@ -319,7 +375,7 @@ def run_command(
     backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
     seed: int = typer.Option(0, "--seed", metavar="N", help="seeds the top-k draws and the check sampling"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="also write the report as JSON to this file"),
-    no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bars"),
+    no_progress: bool = _no_progress_option("progress bars"),
 ) -> None:
     """Replay a request trace through the sparse-MLA kernels with zero runtime JIT (the main job).
 
@@ -350,7 +406,7 @@ def run_command(
     options = RunOptions(
         config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
         jit_monitor_mode=jit_monitor_mode, check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
-        num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=not no_progress,
+        num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=_progress(no_progress),
         workers=_capped_workers("run", workers),
     )
     report = run(options)
@@ -552,7 +608,7 @@ def warmup_command(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
                                           help="compile worker processes (default: chosen from the cores and the keys "
                                           "to compile, none when the cache is warm; 1: in this process)"),
-    no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
+    no_progress: bool = _no_progress_option("progress bar"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE",
                                            help="also write the report as JSON to this file (phases, workers' timeline)"),
 ) -> None:
@@ -565,8 +621,6 @@ def warmup_command(
     manifest, or a key failed to compile; 2 invalid input (no such MANIFEST, a TARGET this Triton
     cannot compile for, no GPU and no target).
     """
-    import contextlib
-
     from zerojit.compile_only import compile_only
     from zerojit.manifest import read_manifest
     from zerojit.registry import JitWarmupRegistry, WarmupError
@@ -583,7 +637,7 @@ def warmup_command(
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
         try:
             report = JitWarmupRegistry().warmup(manifest=manifest, workers=_capped_workers("warmup", workers),
-                                                progress=not no_progress, target=chosen or "device")
+                                                progress=_progress(no_progress), target=chosen or "device")
         except WarmupError as e:  # a failed key: reported (exit 1) by _user_errors, its report written first
             write_json(e.report)
             raise
@@ -604,7 +658,7 @@ def exec_command(
                                           help="compile worker processes for the warm-up (default: chosen from the "
                                           "cores and the keys to compile; 1: in this process)"),
     jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error"),
-    no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
+    no_progress: bool = _no_progress_option("progress bar"),
 ) -> None:
     """Warm a manifest, install the JIT monitor, then run the unmodified program in this process.
 
@@ -615,8 +669,6 @@ def exec_command(
     when anything compiled at run time (or a corrupted manifest), else the program's own; 2 when
     the program cannot be run or an option is invalid.
     """
-    import contextlib
-
     from zerojit import monitor as _monitor
     from zerojit.compile_only import compile_only
     from zerojit.manifest import RecordedKernel, read_manifest
@@ -630,7 +682,7 @@ def exec_command(
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
         registry = JitWarmupRegistry()
         report = registry.warmup(manifest=manifest, workers=_capped_workers("exec", workers),
-                                 progress=not no_progress, target=chosen or "device")
+                                 progress=_progress(no_progress), target=chosen or "device")
         typer.echo(report.summary(), err=True)
         restore = count_raw_launches([k for k in registry.kernels if isinstance(k, RecordedKernel)])
         try:
@@ -668,7 +720,7 @@ def bundle_export(
     dcp_interleave: Optional[int] = typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
     num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", metavar="N",
                                                          help="draft tokens per decode step"),
-    no_progress: bool = typer.Option(False, "--no-progress", metavar="", help="no progress bar"),
+    no_progress: bool = _no_progress_option("progress bar"),
     manifest: Optional[str] = typer.Option(None, "--manifest", metavar="MANIFEST",
                                            help="bundle a recording's specializations (zerojit record) instead of a "
                                            "model's key space; the model flags are then refused"),
@@ -681,8 +733,6 @@ def bundle_export(
     kernels and keys. Exit status: 0 written; 1 warm-up failed; 2 invalid input (config, TARGET,
     output path, a cache folder that cannot serve, a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1).
     """
-    import contextlib
-
     from zerojit.cache import current_target_name, export_bundle
     from zerojit.compile_only import compile_only
     from zerojit.registry import JitWarmupRegistry, count
@@ -715,7 +765,7 @@ def bundle_export(
             cfg = load_config(config, given_as=given_as, **overrides)
             registry = register_model(cfg, backend)
         report = registry.warmup(cfg, manifest=manifest, workers=_capped_workers("bundle export", workers) or usable_cores(),
-                                 progress=not no_progress, target=target)
+                                 progress=_progress(no_progress), target=target)
         manifest = export_bundle(report, output)
     origin = report.stats.origin(len({id(getattr(v, "compiled", v)) for v in report.variants}))
     typer.echo(f"wrote {output}: {count(report.num_keys, 'key')} ({origin}) in {report.seconds:.1f} s")
@@ -776,5 +826,6 @@ def bundle_inspect(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Run the command line (what the ``zerojit`` console script and ``python -m zerojit`` run,
+    through :mod:`_zerojit_entry`)."""
     app()

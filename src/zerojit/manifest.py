@@ -29,6 +29,7 @@ import importlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -426,9 +427,10 @@ def _import_function(record: KernelRecord) -> Any:
     return jit_fn
 
 
-def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[ManifestSkip]]:
-    """One :class:`RecordedKernel` per recorded function that can be warmed here, and a
-    :class:`ManifestSkip` for each kernel (or specialization) that cannot.
+def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[ManifestSkip], float]:
+    """One :class:`RecordedKernel` per recorded function that can be warmed here, a
+    :class:`ManifestSkip` for each kernel (or specialization) that cannot, and the seconds spent
+    importing the recorded functions' modules (most of the time, when they import torch).
 
     A kernel is skipped when its function does not import any more, is defined in ``__main__``,
     or its source hash differs from the recorded one (its source or a dependency changed, or it
@@ -438,12 +440,16 @@ def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[Manifest
     kernels: list[RecordedKernel] = []
     skipped: list[ManifestSkip] = []
     other_triton = manifest.triton_version != _tc.TRITON_VERSION
+    import_seconds = 0.0
     for record in manifest.kernels:
+        t0 = time.perf_counter()
         try:
             jit_fn = _import_function(record)
         except LookupError as e:
             skipped.append(ManifestSkip(record.name, str(e)))
             continue
+        finally:
+            import_seconds += time.perf_counter() - t0
         now = _tc.source_hash(jit_fn)
         if now != record.source_hash:
             why = (f"recorded with Triton {manifest.triton_version}, this is Triton {_tc.TRITON_VERSION}"
@@ -480,4 +486,4 @@ def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[Manifest
             skipped.append(ManifestSkip(record.name, str(e)))
             continue
         kernels.append(cls())
-    return kernels, skipped
+    return kernels, skipped, import_seconds

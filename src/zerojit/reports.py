@@ -80,7 +80,9 @@ class WarmupStats:
         restored: variants put straight into the in-process caches from zerojit's restore index
             (a warm start: no Triton lookup; see :mod:`zerojit.restore`).
         phases: wall-clock seconds per phase, in order, as ``(name, seconds)``: ``manifest``
-            (a manifest warm-up: reading it and importing the recorded functions' modules),
+            (a manifest warm-up: reading it and checking each recorded function against it),
+            ``modules`` (importing the recorded functions' modules, and what they import:
+            torch for most libraries; in the summary's first line),
             ``restore`` (the restore index), ``fork`` (forked workers: this process forking
             them, after the imports each of them would repeat), ``start`` (Triton's build key,
             hashed once per Triton install; with workers, also the first launch's one-time
@@ -246,8 +248,10 @@ class WarmupReport:
         failed_keys = sum(f.key is not None for f in self.failures)
         if failed_keys:  # the failed keys are not among the kernels' keys
             keys = f"{self.num_keys} of {count(self.num_keys + failed_keys, 'key')}"
+        modules = dict(self.stats.phases).get("modules") if self.stats is not None else None
+        imports = f"{modules:.2f} s of it importing the recorded kernels' modules; " if modules is not None else ""
         lines = [f"warm-up: {keys} over {count(len(self.kernels), 'kernel')} in "
-                 f"{self.seconds:.2f} s (target {self.target}), {count(len(self.failures), 'failure')}"]
+                 f"{self.seconds:.2f} s ({imports}target {self.target}), {count(len(self.failures), 'failure')}"]
         if self.stats is not None:
             lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
             if self.stats.worker_choice:
