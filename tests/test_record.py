@@ -210,8 +210,8 @@ def test_a_manifest_warm_up_with_workers_compiles_each_key_once_and_loads_it(ker
     compiles = [what for what, *_ in s.timeline if what.startswith("compile ")]
     assert len(compiles) == 4 and all(what.endswith(":add_one_kernel") for what in compiles)
     phases = [name for name, _ in s.phases]
-    assert phases[:2] == ["manifest", "restore"] and ("fork" in phases) == (mode == "fork")
-    assert dict(s.phases)["manifest"] > 0
+    assert phases[:3] == ["manifest-read", "manifest-import", "restore"] and ("fork" in phases) == (mode == "fork")
+    assert dict(s.phases)["manifest-read"] > 0 and dict(s.phases)["manifest-import"] > 0
 
 
 def test_the_raw_primer_launch_hits_the_variant_zerojits_launch_compiled(compile_only_target):
@@ -426,7 +426,7 @@ def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(
     assert "2 compiled by 2 worker processes" in workers.stdout
     stats = json.loads((tmp_path / "w.json").read_text())["stats"]
     assert (stats["worker_compiled"], stats["compiled"], stats["disk_loads"]) == (2, 0, 2)  # each key once, loaded here
-    assert [p["phase"] for p in stats["phases"]][:3] == ["manifest", "restore", "fork"]
+    assert [p["phase"] for p in stats["phases"]][:4] == ["manifest-read", "manifest-import", "restore", "fork"]
     # forked from this process, which imported Liger (and torch) for the manifest: no worker imports them again
     assert {t["what"] for t in stats["timeline"] if not t["what"].startswith("compile ")} == {"fork", "set-up"}
     assert stats["recovered"] == []

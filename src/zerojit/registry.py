@@ -446,13 +446,15 @@ class JitWarmupRegistry:
                              ">= 1 (or None: chosen from the cores and the keys)")
         start = time.perf_counter()
         skipped: list = []
-        manifest_seconds = None
-        if manifest is not None:  # reading it imports the recorded functions' modules (torch, a library...)
+        manifest_phases: dict[str, float] = {}
+        if manifest is not None:
             t0 = time.perf_counter()
-            recorded, skipped = warmup_plan(read_manifest(manifest))
+            recording = read_manifest(manifest)
+            t1 = time.perf_counter()
+            recorded, skipped = warmup_plan(recording)  # imports the recorded functions' modules (torch, a library...)
             for kernel in recorded:
                 self.register(kernel)
-            manifest_seconds = time.perf_counter() - t0
+            manifest_phases = {"manifest-read": t1 - t0, "manifest-import": time.perf_counter() - t1}
         compiles = any(isinstance(k, TritonJitKernel) for k in self._kernels.values())
         _check_target(target, compiles=compiles)
         imported = None
@@ -527,7 +529,7 @@ class JitWarmupRegistry:
             )
             for kernel, done in per_kernel.items()
         )
-        phases = {**({"manifest": manifest_seconds} if manifest_seconds is not None else {}), "restore": restore_seconds,
+        phases = {**manifest_phases, "restore": restore_seconds,
                   **({"imports": imports_seconds} if imports_seconds is not None else {}), **session.counts.phases}
         if any(getattr(v, "loaded", False) for k in kernels for v in k.variants):
             t0 = time.perf_counter()

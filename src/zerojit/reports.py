@@ -79,8 +79,9 @@ class WarmupStats:
         bundle_entries: cache entries installed from a bundle.
         restored: variants put straight into the in-process caches from zerojit's restore index
             (a warm start: no Triton lookup; see :mod:`zerojit.restore`).
-        phases: wall-clock seconds per phase, in order, as ``(name, seconds)``: ``manifest``
-            (a manifest warm-up: reading it and importing the recorded functions' modules),
+        phases: wall-clock seconds per phase, in order, as ``(name, seconds)``: ``manifest-read``
+            and ``manifest-import`` (a manifest warm-up: reading and checking the file; importing
+            each recorded function's module, with what it imports, and checking its source hash),
             ``restore`` (the restore index), ``fork`` (forked workers: this process forking
             them, after the imports each of them would repeat), ``start`` (Triton's build key,
             hashed once per Triton install; with workers, also the first launch's one-time
