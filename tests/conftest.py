@@ -74,3 +74,17 @@ def compile_only_target(tmp_path, monkeypatch):
     monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "triton-cache"))
     with compile_only("cuda:90") as drv:
         yield drv
+
+
+@pytest.fixture(scope="module")
+def module_compile_only_target(tmp_path_factory):
+    """Compile-only mode for ``cuda:90`` for a whole test module, with a fresh Triton cache
+    directory for the module (its tests share what they compile)."""
+    from triton import knobs
+
+    from zerojit.compile_only import compile_only
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(knobs.cache, "dir", str(tmp_path_factory.mktemp("triton-cache")))
+        with compile_only("cuda:90") as drv:
+            yield drv

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 from typer.testing import CliRunner
 
+from _kernels import StoreN
 from zerojit import JitWarmupRegistry, monitor
 from zerojit.audit import CoverageAudit, build_audit
 from zerojit.cli import app
@@ -57,42 +58,16 @@ class AuditScale(TritonJitKernel["AuditScale.CompileKey"]):
         return LaunchSpec(grid=(triton.cdiv(x.numel(), block),), kwargs=dict(n=x.numel(), BLOCK=block), returns=out)
 
 
-@triton.jit
-def _audit_unregistered_kernel(x_ptr, n):
-    tl.store(x_ptr + tl.program_id(0), n)
-
-
-class AuditUnregistered(TritonJitKernel["AuditUnregistered.CompileKey"]):
-    kernel = _audit_unregistered_kernel
-
-    @dataclass(frozen=True)
-    class CompileKey:
-        pass
-
-    def dispatch(self):
-        return self.CompileKey()
-
-    def get_warmup_keys(self):
-        return [self.CompileKey()]
-
-    def warmup_inputs(self, key):
-        return dict(x=WarmupTensor(torch.int32, (4,)), n=16)
-
-    @kernel_launcher
-    def __call__(self, *, x, n: int) -> LaunchSpec:
-        return LaunchSpec(grid=(x.numel(),), returns=x)
-
-
-scale, unregistered = AuditScale(), AuditUnregistered()
+scale, unregistered = AuditScale(), StoreN()
 
 
 @pytest.fixture
 def dry(compile_only_target):
-    for fn in (_audit_scale_kernel, _audit_unregistered_kernel):
+    for fn in (_audit_scale_kernel, StoreN.kernel):
         fn.device_caches.clear()
     yield compile_only_target
     monitor.shutdown()
-    for fn in (_audit_scale_kernel, _audit_unregistered_kernel):
+    for fn in (_audit_scale_kernel, StoreN.kernel):
         fn.device_caches.clear()
 
 
@@ -124,7 +99,7 @@ def test_audit_of_a_monitored_run(dry):
     assert "BLOCK: constexpr 256" in miss.arguments
     assert miss.nearest_key == "AuditScale.CompileKey(block=64)"
     assert miss.differences == ("BLOCK: warmed as constexpr 64, called as constexpr 256",)
-    u = audit.kernel("audit_unregistered")
+    u = audit.kernel("store_n")
     assert u.warmed == () and u.misses[0].nearest_key is None and u.misses[0].hits == 1
 
     # a plain value: JSON round trip, same report passed or taken from the monitor
@@ -138,7 +113,7 @@ def test_audit_of_a_monitored_run(dry):
     lines = table.splitlines()
     assert lines[1].split() == ["kernel", "warmed", "hit", "dead", "hits", "misses", "compiled", "disk", "blocked"]
     assert lines[2].split() == ["audit_scale", "2", "1", "1", "3", "1", "1", "0", "0"]
-    assert lines[3].split() == ["audit_unregistered", "0", "0", "0", "0", "1", "1", "0", "0"]
+    assert lines[3].split() == ["store_n", "0", "0", "0", "0", "1", "1", "0", "0"]
     # issue 20: a dead key shows what warming it cost
     assert re.search(r"dead  AuditScale\.CompileKey\(block=128\)  \(0 launches; \d+\.\d\d s of warm-up\)", table)
     assert "no key of this kernel was warmed" in table

@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from _kernels import SingleKey
 from zerojit import kernel as _kernel
 from zerojit import triton_compat as _tc
 from zerojit.autotune import (TunedKey, TuningError, TuningFileError, TuningPolicy, TuningTable, load_tuning_file,
@@ -352,21 +353,11 @@ def test_tuning_key_follows_the_call_as_triton_autotuner_does():
     assert [key(dict(zip(names, a)), {"grid": grid, "warmup": False, **kw}) for a, kw in calls] == looked_up
 
 
-class Cast(TritonJitKernel["Cast.CompileKey"]):
+class Cast(SingleKey):
     """out (float32) = x (float16), n elements."""
 
     kernel = _cast_tuner()
     tuning = TuningPolicy("nearest", config={"BLOCK": 32})
-
-    @dataclass(frozen=True)
-    class CompileKey:
-        pass
-
-    def dispatch(self):
-        return self.CompileKey()
-
-    def get_warmup_keys(self):
-        return [self.CompileKey()]
 
     def warmup_inputs(self, key):
         return dict(x=WarmupTensor(torch.float16, (64,)), out=WarmupTensor(torch.float32, (64,)))
@@ -519,43 +510,6 @@ def test_plain_autotuner_benchmark_is_counted_and_blocked_before_it_runs():
     assert record.tuning_key == (8, "torch.float32", "torch.float32") and record.configs == 2 and count == 1
 
 
-# -- launch options in any order ----------------------------------------------------------------
-
-@triton.jit
-def _copy_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs))
-
-
-class Copy(TritonJitKernel["Copy.CompileKey"]):
-    kernel = _copy_kernel
-
-    @dataclass(frozen=True)
-    class CompileKey:
-        order: int
-
-    def dispatch(self, **_):
-        return self.CompileKey(0)
-
-    def get_warmup_keys(self):
-        return [self.CompileKey(0)]
-
-    def warmup_inputs(self, key):
-        return dict(x=WarmupTensor(torch.float32), out=WarmupTensor(torch.float32), order=key.order)
-
-    @kernel_launcher(host_only=("order",))
-    def __call__(self, *, x, out, order=0) -> LaunchSpec:
-        opts = {"num_warps": 2, "num_stages": 2} if order == 0 else {"num_stages": 2, "num_warps": 2}
-        return LaunchSpec((1,), dict(BLOCK=16, **opts), out)
-
-
-def test_launch_options_in_any_order_are_one_variant():
-    k = Copy()
-    k.compile(Copy.CompileKey(0))
-    k.compile(Copy.CompileKey(1))
-    assert len(_tc.kernel_cache(_copy_kernel, _tc.current_device())) == 1
-
-
 # -- compile workers ------------------------------------------------------------------------------
 
 def test_workers_compile_a_wrapped_kernel_of_a_library_style_module():
@@ -662,11 +616,9 @@ def _inner_heuristics():
     return triton.autotune(INNER_CONFIGS, key=["n"])(even)
 
 
-class Even(TritonJitKernel["Even.CompileKey"]):
-    """out = x (n float32 elements), masked unless n is a multiple of the chosen BLOCK."""
-
-    kernel = _inner_heuristics()
-    tuning = TuningPolicy("default", config=0)
+class _EvenKeys(TritonJitKernel["_EvenKeys.CompileKey"]):
+    """The key space of the kernels over ``_even_jit``: two row lengths, one a multiple of BLOCK
+    (64) and one not (40). Subclasses set ``kernel`` and the launcher."""
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -680,6 +632,13 @@ class Even(TritonJitKernel["Even.CompileKey"]):
 
     def warmup_inputs(self, key):
         return dict(x=WarmupTensor(torch.float32, (key.n,)), out=WarmupTensor(torch.float32, (key.n,)), n=key.n)
+
+
+class Even(_EvenKeys):
+    """out = x (n float32 elements), masked unless n is a multiple of the chosen BLOCK."""
+
+    kernel = _inner_heuristics()
+    tuning = TuningPolicy("default", config=0)
 
     @kernel_launcher
     def __call__(self, *, x, out, n) -> LaunchSpec:
@@ -722,23 +681,10 @@ def test_heuristics_alone_as_triton():
 
     wrapped = triton.heuristics({"EVEN": lambda a: a["n"] % a["BLOCK"] == 0})(_even_jit)
 
-    class EvenOnly(TritonJitKernel["EvenOnly.CompileKey"]):
+    class EvenOnly(_EvenKeys):
         """out = x, BLOCK 32, masked unless n is a multiple of 32 (no autotuner: no policy needed)."""
 
         kernel = wrapped
-
-        @dataclass(frozen=True)
-        class CompileKey:
-            n: int
-
-        def dispatch(self, *, n):
-            return self.CompileKey(n)
-
-        def get_warmup_keys(self):
-            return [self.CompileKey(64), self.CompileKey(40)]
-
-        def warmup_inputs(self, key):
-            return dict(x=WarmupTensor(torch.float32, (key.n,)), out=WarmupTensor(torch.float32, (key.n,)), n=key.n)
 
         @kernel_launcher
         def __call__(self, *, x, out, n) -> LaunchSpec:

@@ -33,11 +33,8 @@ EM_CUDA = 190  # ELF e_machine of a CUDA cubin
 
 
 @pytest.fixture(scope="module", autouse=True)
-def co(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(knobs.cache, "dir", str(tmp_path_factory.mktemp("triton-cache-compile-only")))
-        with compile_only("cuda:90") as drv:
-            yield drv
+def co(module_compile_only_target):
+    return module_compile_only_target
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,6 @@ import triton.language as tl
 from triton import knobs
 from triton.runtime.jit import compute_cache_key
 
-from zerojit.compile_only import compile_only
 from zerojit.kernel import (
     CompiledVariant,
     JitKernel,
@@ -38,11 +37,8 @@ from zerojit.specialization import SpecClass, WarmupTensor, bind, param_classes
 
 
 @pytest.fixture(scope="module", autouse=True)
-def co(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(knobs.cache, "dir", str(tmp_path_factory.mktemp("triton-cache-kernel")))
-        with compile_only("cuda:90") as drv:
-            yield drv
+def co(module_compile_only_target):
+    return module_compile_only_target
 
 
 @pytest.fixture

@@ -134,20 +134,10 @@ def test_compile_key_must_be_hashable_by_value():
 
 # --------------------------------------------------------------------------- 2. warm-up checks itself
 import torch  # noqa: E402
-from triton import knobs  # noqa: E402
 
-from zerojit.compile_only import compile_only  # noqa: E402
 from zerojit.keyspace import KeySpaceError, choices, int_range, trace_dispatch  # noqa: E402
 from zerojit.registry import JitWarmupRegistry  # noqa: E402
 from zerojit.specialization import WarmupTensor, scalar_rep  # noqa: E402
-
-
-@pytest.fixture
-def co(tmp_path):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(knobs.cache, "dir", str(tmp_path / "triton-cache"))
-        with compile_only("cuda:90") as drv:
-            yield drv
 
 
 @triton.jit
@@ -181,7 +171,7 @@ class Tile(TritonJitKernel["Tile.CompileKey"]):
         return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=key.tile))
 
 
-def test_warmup_launch_that_dispatches_another_key_fails_that_key(co):
+def test_warmup_launch_that_dispatches_another_key_fails_that_key(compile_only_target):
     slip = Tile()
     slip.rep_slip = True
     with pytest.raises(KernelDefinitionError) as e:
@@ -203,7 +193,7 @@ def test_warmup_launch_that_dispatches_another_key_fails_that_key(co):
     assert [v.key for v in report.variants] == [Tile.CompileKey(16)]
 
 
-def test_a_warmup_whose_inputs_dispatch_the_key_compiles(co):
+def test_a_warmup_whose_inputs_dispatch_the_key_compiles(compile_only_target):
     assert Tile().compile(Tile.CompileKey(32)).key == Tile.CompileKey(32)
 
 
@@ -227,44 +217,15 @@ def test_key_space_over_the_budget_is_refused_with_each_axis_size():
 # --------------------------------------------------------------------------- 3. unbounded growth
 import logging  # noqa: E402
 
+from _kernels import LastBlock  # noqa: E402  the bug report's kernel: its block-table width is a constexpr
 from zerojit import monitor  # noqa: E402
 from zerojit.audit import CoverageAudit, build_audit  # noqa: E402
 from zerojit.monitor import JitMonitor, RuntimeJitError  # noqa: E402
 
 
-@triton.jit(do_not_specialize=["num_seqs"])
-def _last_block_kernel(block_table_ptr, out_ptr, num_seqs, MAX_BLOCKS: tl.constexpr):
-    pid = tl.program_id(0)
-    tl.store(out_ptr + pid, tl.load(block_table_ptr + pid * MAX_BLOCKS + MAX_BLOCKS - 1))
-
-
-class LastBlock(TritonJitKernel["LastBlock.CompileKey"]):
-    """The bug report's kernel: the block-table width, a per-request bound, left as a constexpr."""
-
-    kernel = _last_block_kernel
-
-    @dataclass(frozen=True)
-    class CompileKey:
-        max_blocks: int
-
-    def dispatch(self, *, max_blocks: int) -> "LastBlock.CompileKey":
-        return self.CompileKey(max_blocks)
-
-    def get_warmup_keys(self, *, max_blocks: int) -> list:
-        return [self.dispatch(max_blocks=max_blocks)]
-
-    def warmup_inputs(self, key) -> dict:
-        return dict(block_table=WarmupTensor(torch.int32, (4, key.max_blocks)), out=WarmupTensor(torch.int32, (4,)))
-
-    @kernel_launcher
-    def __call__(self, *, block_table, out) -> LaunchSpec:
-        seqs, width = block_table.shape
-        return LaunchSpec(grid=(seqs,), kwargs=dict(num_seqs=seqs, MAX_BLOCKS=width), returns=out)
-
-
 @pytest.fixture
 def warmed_last_block(compile_only_target):
-    _last_block_kernel.device_caches.clear()
+    LastBlock.kernel.device_caches.clear()
     reg = JitWarmupRegistry()
     with reg.activate():
         LastBlock().register_warmup(max_blocks=16)
@@ -273,7 +234,7 @@ def warmed_last_block(compile_only_target):
     monitor.shutdown()
     for m in monitor.installed_monitors():
         m.uninstall()
-    _last_block_kernel.device_caches.clear()
+    LastBlock.kernel.device_caches.clear()
 
 
 def _monitor_lines(caplog) -> list[str]:
@@ -358,13 +319,13 @@ def test_hook_replaced_after_install_still_blocks_before_compiling(warmed_last_b
 
             _knobs.runtime.jit_cache_hook = tracer
             assert mon.installed
-            before = _cached(_last_block_kernel)
+            before = _cached(LastBlock.kernel)
             with pytest.raises(RuntimeJitError) as err:
                 LastBlock()(**_width(24))
             assert "would compile at run time, after warm-up; the JIT monitor is in error mode, so nothing was " \
                    "compiled" in str(err.value)
             assert "direct triton.compile" not in str(err.value)
-            assert traced == ["_last_block_kernel"] and _cached(_last_block_kernel) == before
+            assert traced == ["_last_block_kernel"] and _cached(LastBlock.kernel) == before
             assert mon.counts().blocked == 1 and mon.counts().direct_compiles == 0
         assert _knobs.runtime.jit_cache_hook is tracer  # uninstalled: the tracer's hook is back on top
     finally:
@@ -439,10 +400,10 @@ def test_monitors_around_a_chaining_hook_find_each_other_when_it_names_what_it_c
                 assert inner.installed and (outer.installed or not named)
             LastBlock()(**_width(16))
             assert outer.counts().launches == 2 and inner.counts().launches == 1
-            assert _cached(_last_block_kernel) == 1
+            assert _cached(LastBlock.kernel) == 1
             with pytest.raises(RuntimeJitError):  # the hooks are checked before a launch that may compile
                 LastBlock()(**_width(24))
-            assert _cached(_last_block_kernel) == 1
+            assert _cached(LastBlock.kernel) == 1
     finally:
         tc.set_cache_hook(before)
     lines = [line for line in _monitor_lines(caplog) if "was replaced" in line]
@@ -454,11 +415,11 @@ def test_a_zerojit_launch_after_a_write_past_the_guard_is_blocked_before_it_comp
     try:
         with JitMonitor("error", report=warmed_last_block) as mon:
             _knobs.runtime.__dict__["jit_cache_hook"] = None
-            before = _cached(_last_block_kernel)
+            before = _cached(LastBlock.kernel)
             with pytest.raises(RuntimeJitError) as err:  # the launch path repairs the chain before Triton runs
                 LastBlock()(**_width(24))
             assert "so nothing was compiled" in str(err.value)
-            assert _cached(_last_block_kernel) == before and mon.installed
+            assert _cached(LastBlock.kernel) == before and mon.installed
             assert mon.counts().blocked == 1 and mon.counts().compiled == 0
     finally:
         _knobs.runtime.__dict__.pop("jit_cache_hook", None)
@@ -470,7 +431,7 @@ def test_a_compile_past_a_replaced_hook_is_named_so_and_repairs_the_chain(warmed
             _knobs.runtime.__dict__["jit_cache_hook"] = None
             table, out = torch.zeros(4, 24, dtype=torch.int32), torch.zeros(4, dtype=torch.int32)
             with pytest.raises(RuntimeJitError) as err:  # a raw launch: compiled first (nothing could stop it), then named
-                _last_block_kernel[(4,)](table, out, 4, MAX_BLOCKS=24)
+                LastBlock.kernel[(4,)](table, out, 4, MAX_BLOCKS=24)
             msg = str(err.value)
             assert "while another party had replaced Triton's jit_cache_hook past the monitor, which could not block " \
                    "it; the monitor has put itself back on top" in msg

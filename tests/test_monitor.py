@@ -4,7 +4,10 @@ Three kernels carry the three bugs the monitor must catch and explain:
 
 * ``PagedScale``: warm-up passes the literal 1 for ``block_size``; the run passes 64.
 * ``LastBlock``: the block-table width is a constexpr bound; every new width recompiles.
-* ``Orphan``: its registration was dropped; it is launched at run time without a warm-up.
+* ``orphan`` (a ``StoreN``): its registration was dropped; it is launched at run time without a
+  warm-up.
+
+The kernels are shared with other test files (``tests/_kernels.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass
 
 import pytest
 
@@ -24,103 +26,13 @@ import triton
 import triton.language as tl
 from triton import knobs
 
+from _kernels import LastBlock, PagedScale, StoreN
 from zerojit import JitWarmupRegistry, monitor
-from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.monitor import JitMonitor, RuntimeJitError, allow_compiles
-from zerojit.specialization import SpecClass, WarmupTensor, bind
+from zerojit.specialization import SpecClass, bind
 
-
-@triton.jit(do_not_specialize=["n"])
-def _paged_scale_kernel(x_ptr, out_ptr, n, block_size, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * block_size, mask=mask)
-
-
-class PagedScale(TritonJitKernel["PagedScale.CompileKey"]):
-    """Bug 1: ``warmup_inputs`` passes the literal 1 for ``block_size`` (the equal-to-one class)."""
-
-    kernel = _paged_scale_kernel
-
-    @dataclass(frozen=True)
-    class CompileKey:
-        block: int = 64
-
-    def dispatch(self, *, block: int = 64) -> "PagedScale.CompileKey":
-        return self.CompileKey(block)
-
-    def get_warmup_keys(self, *, block: int = 64) -> list:
-        return [self.dispatch(block=block)]
-
-    def warmup_inputs(self, key) -> dict:
-        return dict(x=WarmupTensor(torch.float32, (64,)), out=WarmupTensor(torch.float32, (64,)),
-                    block_size=1, block=key.block)  # the bug: 1, not scalar_rep(block_size)
-
-    @kernel_launcher(host_only=("block",))
-    def __call__(self, *, x, out, block_size: int, block: int = 64) -> LaunchSpec:
-        return LaunchSpec(grid=(triton.cdiv(x.numel(), block),), kwargs=dict(n=x.numel(), BLOCK=block), returns=out)
-
-
-@triton.jit(do_not_specialize=["num_seqs"])
-def _last_block_kernel(block_table_ptr, out_ptr, num_seqs, MAX_BLOCKS: tl.constexpr):
-    pid = tl.program_id(0)
-    tl.store(out_ptr + pid, tl.load(block_table_ptr + pid * MAX_BLOCKS + MAX_BLOCKS - 1))
-
-
-class LastBlock(TritonJitKernel["LastBlock.CompileKey"]):
-    """Bug 2: the block-table width (a per-request bound) is a constexpr."""
-
-    kernel = _last_block_kernel
-
-    @dataclass(frozen=True)
-    class CompileKey:
-        max_blocks: int
-
-    def dispatch(self, *, max_blocks: int) -> "LastBlock.CompileKey":
-        return self.CompileKey(max_blocks)
-
-    def get_warmup_keys(self, *, max_blocks: int) -> list:
-        return [self.dispatch(max_blocks=max_blocks)]
-
-    def warmup_inputs(self, key) -> dict:
-        return dict(block_table=WarmupTensor(torch.int32, (4, key.max_blocks)), out=WarmupTensor(torch.int32, (4,)))
-
-    @kernel_launcher
-    def __call__(self, *, block_table, out) -> LaunchSpec:
-        seqs, width = block_table.shape
-        return LaunchSpec(grid=(seqs,), kwargs=dict(num_seqs=seqs, MAX_BLOCKS=width), returns=out)
-
-
-@triton.jit
-def _orphan_kernel(x_ptr, n):
-    tl.store(x_ptr + tl.program_id(0), n)
-
-
-class Orphan(TritonJitKernel["Orphan.CompileKey"]):
-    """Bug 3: its ``register_warmup`` call was dropped from the model build."""
-
-    kernel = _orphan_kernel
-
-    @dataclass(frozen=True)
-    class CompileKey:
-        pass
-
-    def dispatch(self) -> "Orphan.CompileKey":
-        return self.CompileKey()
-
-    def get_warmup_keys(self) -> list:
-        return [self.CompileKey()]
-
-    def warmup_inputs(self, key) -> dict:
-        return dict(x=WarmupTensor(torch.int32, (4,)), n=16)
-
-    @kernel_launcher
-    def __call__(self, *, x, n: int) -> LaunchSpec:
-        return LaunchSpec(grid=(x.numel(),), returns=x)
-
-
-paged_scale, last_block, orphan = PagedScale(), LastBlock(), Orphan()
-JIT_FNS = (_paged_scale_kernel, _last_block_kernel, _orphan_kernel)
+paged_scale, last_block, orphan = PagedScale(), LastBlock(), StoreN()
+JIT_FNS = (PagedScale.kernel, LastBlock.kernel, StoreN.kernel)
 
 
 def build_model(registry: JitWarmupRegistry, *, max_blocks: int = 16) -> None:
@@ -169,7 +81,7 @@ def test_literal_one_is_blocked_before_compiling_and_explained(dry):
     try:
         _, report = warm("error")
         assert monitor.current().mode == "error" and monitor.current().installed
-        n_cached, n_compiles = cached(_paged_scale_kernel), len(compiles)
+        n_cached, n_compiles = cached(PagedScale.kernel), len(compiles)
 
         with pytest.raises(RuntimeJitError) as err:
             paged_scale(*(), x=torch.zeros(64), out=torch.zeros(64), block_size=64)
@@ -186,7 +98,7 @@ def test_literal_one_is_blocked_before_compiling_and_explained(dry):
         rec = err.value.compile
         assert [str(d) for d in rec.differences] == ["block_size: warmed as equal-to-one, called as divisible-by-16"]
         # blocked before compiling: nothing compiled, nothing cached
-        assert len(compiles) == n_compiles and cached(_paged_scale_kernel) == n_cached
+        assert len(compiles) == n_compiles and cached(PagedScale.kernel) == n_cached
         c = monitor.current().counts()
         assert (c.runtime_compiles, c.blocked, c.compiled, c.disk_loads) == (1, 1, 0, 0)
     finally:
@@ -247,8 +159,8 @@ def test_dropped_registration_is_named(dry):
     with pytest.raises(RuntimeJitError) as err:
         orphan(x=torch.zeros(4, dtype=torch.int32), n=16)
     msg = str(err.value)
-    assert "kernel 'orphan' would compile at run time" in msg
-    assert "no key of 'orphan' was warmed: its registration was never reached" in msg
+    assert "kernel 'store_n' would compile at run time" in msg
+    assert "no key of 'store_n' was warmed: its registration was never reached" in msg
     assert "register_warmup" in msg and "x_ptr: *i32 16-byte-aligned" in msg and "n: i32 divisible-by-16" in msg
     assert err.value.compile.nearest_key is None and err.value.compile.warmed_count == 0
 
@@ -262,7 +174,7 @@ def test_disk_cache_load_is_a_runtime_compile_counted_apart(dry, caplog):
     mon = monitor.current()
     x, out = x64()
     paged_scale(x=x, out=out, block_size=64)  # compiled at run time
-    _paged_scale_kernel.device_caches.clear()  # drop the in-process cache; the disk cache is warm
+    PagedScale.kernel.device_caches.clear()  # drop the in-process cache; the disk cache is warm
     paged_scale(x=x, out=out, block_size=64)  # an in-process miss, loaded from disk
     c = mon.counts()
     assert (c.runtime_compiles, c.compiled, c.disk_loads, c.distinct) == (2, 1, 1, 1)
@@ -286,7 +198,7 @@ def test_later_warmup_is_not_counted_and_its_keys_join(dry):
     orphan(x=torch.zeros(4, dtype=torch.int32), n=16)
     last_block(block_table=torch.zeros(4, 24, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
     assert mon.counts().runtime_compiles == 0 and mon.counts().launches == 2
-    assert [v.kernel for v in mon.warmed_variants] == ["paged_scale", "last_block", "orphan", "last_block"]
+    assert [v.kernel for v in mon.warmed_variants] == ["paged_scale", "last_block", "store_n", "last_block"]
 
 
 # --- direct triton.compile --------------------------------------------------------------------------
@@ -295,7 +207,7 @@ def test_later_warmup_is_not_counted_and_its_keys_join(dry):
 def _direct_source():
     from triton.compiler import ASTSource
 
-    return ASTSource(_orphan_kernel, {"x_ptr": "*i32", "n": "i32"}, {}, {(0,): [["tt.divisibility", 16]], (1,): []})
+    return ASTSource(StoreN.kernel, {"x_ptr": "*i32", "n": "i32"}, {}, {(0,): [["tt.divisibility", 16]], (1,): []})
 
 
 def test_direct_triton_compile_is_seen(dry):
@@ -307,10 +219,10 @@ def test_direct_triton_compile_is_seen(dry):
     c = mon.counts()
     assert (c.runtime_compiles, c.direct_compiles, c.direct_disk_loads) == (0, 1, 0)
     (d,) = mon.direct_compiles()
-    assert d.compile.direct and d.compile.kernel == "orphan"
+    assert d.compile.direct and d.compile.kernel == "store_n"
     assert "n: i32 not-divisible-by-16" in d.compile.arguments
     mon.mode = "error"  # Triton reports a direct compile only after it: error mode raises then
-    with pytest.raises(RuntimeJitError, match="direct triton.compile of 'orphan'"):
+    with pytest.raises(RuntimeJitError, match="direct triton.compile of 'store_n'"):
         triton.compile(_direct_source(), target=parse_target("cuda:90"))
     assert mon.counts().direct_disk_loads == 1
 
@@ -339,7 +251,7 @@ def test_chains_onto_user_hooks_and_restores_them(dry):
         assert knobs.runtime.jit_cache_hook is not user_hook
         with pytest.raises(RuntimeJitError):
             orphan(x=torch.zeros(4, dtype=torch.int32), n=16)
-        assert seen_hook[-1] is _orphan_kernel and len(seen_listener) == warmed  # user hook ran, nothing compiled
+        assert seen_hook[-1] is StoreN.kernel and len(seen_listener) == warmed  # user hook ran, nothing compiled
         with allow_compiles():  # the user's listener still hears compiles the monitor ignores
             orphan(x=torch.zeros(4, dtype=torch.int32), n=16)
         assert len(seen_listener) == warmed + 1 and mon.counts().runtime_compiles == 1
@@ -356,7 +268,7 @@ def test_chains_onto_user_hooks_and_restores_them(dry):
         mon.uninstall()
         assert knobs.runtime.jit_cache_hook is top and knobs.compilation.listener is user_listener
         orphan(x=torch.zeros(4, dtype=torch.int32), n=17)  # a new class: compiles, nobody raises
-        assert top_calls and seen_hook[-1] is _orphan_kernel and mon.counts().runtime_compiles == 1
+        assert top_calls and seen_hook[-1] is StoreN.kernel and mon.counts().runtime_compiles == 1
         knobs.runtime.jit_cache_hook = user_hook
 
         # two monitors uninstalled out of order: each unlinks itself, the user's hook comes back

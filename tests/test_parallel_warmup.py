@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 from triton import knobs
 
+from _kernels import ramp_kernel
 from zerojit import precompile, triton_compat
 from zerojit.compile_only import compile_only
 from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
@@ -301,14 +302,10 @@ def test_a_read_only_warm_cache_without_zerojits_files_starts_no_worker(serial_a
 # --- failures, and what workers cannot do -----------------------------------------------------
 
 
-@triton.jit
-def _ramp_kernel(out_ptr, value, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)  # a non-power-of-two BLOCK fails to compile
-    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
-
-
 class Ramp(TritonJitKernel["Ramp.CompileKey"]):
-    kernel = _ramp_kernel
+    """Over the shared ``ramp_kernel`` (module ``_kernels``, which workers import): BLOCK 48 fails."""
+
+    kernel = ramp_kernel
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -411,7 +408,7 @@ def test_a_failing_key_fails_the_same_way_with_workers(monkeypatch, tmp_path, mo
     assert variants(serial) == variants(parallel)
     assert parallel.stats.worker_compiled == 2
     (line,) = [r for r in parallel.stats.recovered if "failed in a worker" in r]  # one line, one key
-    assert line.startswith(f"kernel 'ramp' ({_ramp_kernel.fn.__module__}:_ramp_kernel) failed in a worker (")
+    assert line.startswith(f"kernel 'ramp' ({ramp_kernel.fn.__module__}:ramp_kernel) failed in a worker (")
     assert line.endswith("); compiled again in this process") and "power of 2" in line
 
 

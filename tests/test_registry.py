@@ -20,11 +20,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import torch
-import triton
-import triton.language as tl
 from triton import knobs
 
-from zerojit.compile_only import compile_only
+from _kernels import ramp_kernel
 from zerojit.kernel import JitKernel, LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.keyspace import choices, trace_dispatch
 from zerojit.registry import JitWarmupRegistry, WarmupError, WarmupReport, active_registry
@@ -32,23 +30,16 @@ from zerojit.specialization import SpecClass, WarmupTensor, bind, is_aligned, pa
 
 
 @pytest.fixture(scope="module", autouse=True)
-def co(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(knobs.cache, "dir", str(tmp_path_factory.mktemp("triton-cache-registry")))
-        with compile_only("cuda:90") as drv:
-            yield drv
-
-
-@triton.jit
-def _fill_kernel(out_ptr, value, BLOCK: tl.constexpr):
-    offs = tl.arange(0, BLOCK)  # a non-power-of-two BLOCK fails to compile
-    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
+def co(module_compile_only_target):
+    return module_compile_only_target
 
 
 class Fill(TritonJitKernel["Fill.CompileKey"]):
-    """A kernel whose keys depend on the registered output tensor (its dtype and alignment)."""
+    """A kernel whose keys depend on the registered output tensor (its dtype and alignment); a
+    BLOCK of 48 fails to compile."""
 
-    kernel = _fill_kernel
+    kernel = ramp_kernel
+    name = "fill"
 
     @dataclass(frozen=True)
     class CompileKey:
@@ -80,13 +71,13 @@ class FillF32(Fill):
 
 @pytest.fixture
 def compiles(monkeypatch, co):
-    """Triton compiles of _fill_kernel in this test (in-process cache emptied first)."""
-    cache = _fill_kernel.device_caches[co.device][0]
+    """Triton compiles of ramp_kernel in this test (in-process cache emptied first)."""
+    cache = ramp_kernel.device_caches[co.device][0]
     cache.clear()
     seen = []
 
     def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
-        if fn.jit_function is _fill_kernel:
+        if fn.jit_function is ramp_kernel:
             seen.append(key)
 
     monkeypatch.setattr(knobs.runtime, "jit_post_compile_hook", hook)
@@ -94,7 +85,7 @@ def compiles(monkeypatch, co):
 
 
 def fill_cache(co):
-    return _fill_kernel.device_caches[co.device][0]
+    return ramp_kernel.device_caches[co.device][0]
 
 
 @dataclass(frozen=True)
@@ -251,8 +242,8 @@ def test_key_depends_on_registration_argument(compiles, co):
     assert report.kernels[0].keys == (Fill.CompileKey("float16", True, 16), Fill.CompileKey("float32", False, 16))
     assert len(compiles) == 2
     for tensor, variant in zip((half, odd), report.variants):
-        _, spec, _ = bind(_fill_kernel, tensor, 0.5, 16)  # Triton's binder on the registered tensor
-        assert variant.specialization[0] == param_classes(_fill_kernel, spec)["out_ptr"]
+        _, spec, _ = bind(ramp_kernel, tensor, 0.5, 16)  # Triton's binder on the registered tensor
+        assert variant.specialization[0] == param_classes(ramp_kernel, spec)["out_ptr"]
     assert [v.specialization[0] for v in report.variants] == [SpecClass("*fp16", "D"), SpecClass("*fp32", "")]
     Fill()(out=half, value=2.0)
     Fill()(out=odd, value=3.0)  # dry launches with the registered tensors: all warm
@@ -347,9 +338,9 @@ def test_parallel_warmup_of_a_cold_kernel_loses_no_variant(compiles, co, monkeyp
     is), two warm-up threads would each create one and one thread's variants would be lost."""
     def slow_binder():
         time.sleep(0.2)
-        return _fill_kernel.create_binder()
+        return ramp_kernel.create_binder()
 
-    monkeypatch.setattr(_fill_kernel, "device_caches", defaultdict(slow_binder))  # a cold kernel
+    monkeypatch.setattr(ramp_kernel, "device_caches", defaultdict(slow_binder))  # a cold kernel
     monkeypatch.setenv("ZEROJIT_RESTORE", "0")  # through Triton's lookup, as the first warm-up of a process
     reg = JitWarmupRegistry()
     with reg.activate():

@@ -26,20 +26,13 @@ import triton.language as tl
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from zerojit.compile_only import compile_only
 from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.specialization import SpecClass, WarmupTensor, bind, classify, param_classes, scalar_rep
 
 
 @pytest.fixture(scope="module", autouse=True)
-def co(tmp_path_factory):
-    """Compile-only cuda:90 for the whole module, with a fresh Triton cache directory."""
-    from triton import knobs
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(knobs.cache, "dir", str(tmp_path_factory.mktemp("triton-cache-spec")))
-        with compile_only("cuda:90") as drv:
-            yield drv
+def co(module_compile_only_target):
+    return module_compile_only_target
 
 
 # The probe: one parameter per declaration Triton distinguishes. Never compiled, only bound.
@@ -304,25 +297,30 @@ def _copy_kernel(src_ptr, dst_ptr, BLOCK: tl.constexpr):
 
 
 class _Copy(TritonJitKernel["_Copy.CompileKey"]):
+    """dst = src (16 float32 elements). Its launch options are the key: ``num_warps``, and the
+    order the options reach Triton in (``stages_first``: ``num_stages`` before ``num_warps``)."""
+
     kernel = _copy_kernel
 
     @dataclass(frozen=True)
     class CompileKey:
         num_warps: int
+        stages_first: bool = False
 
-    def dispatch(self, *, num_warps: int) -> "_Copy.CompileKey":
-        return self.CompileKey(num_warps)
+    def dispatch(self, *, num_warps: int, stages_first: bool = False) -> "_Copy.CompileKey":
+        return self.CompileKey(num_warps, stages_first)
 
     def get_warmup_keys(self) -> list:
         return [self.CompileKey(4)]
 
     def warmup_inputs(self, key) -> dict:
         return dict(src=WarmupTensor(torch.float32, (16,)), dst=WarmupTensor(torch.float32, (16,)),
-                    num_warps=key.num_warps)
+                    num_warps=key.num_warps, stages_first=key.stages_first)
 
-    @kernel_launcher(host_only=("num_warps",))
-    def __call__(self, *, src, dst, num_warps: int = 4) -> LaunchSpec:
-        return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=16, num_warps=num_warps), returns=dst)
+    @kernel_launcher(host_only=("num_warps", "stages_first"))
+    def __call__(self, *, src, dst, num_warps: int = 4, stages_first: bool = False) -> LaunchSpec:
+        options = dict(num_stages=2, num_warps=num_warps) if stages_first else dict(num_warps=num_warps, num_stages=2)
+        return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=16, **options), returns=dst)
 
 
 def test_num_warps_is_part_of_tritons_key(co):
@@ -340,3 +338,12 @@ def test_num_warps_is_part_of_tritons_key(co):
     assert spec4 == spec8 and opts4["num_warps"] == 4 and opts8["num_warps"] == 8
     assert sorted(v.metadata.num_warps for v in cache.values()) == [4, 8]
     assert sorted(k.count("'num_warps': 8") for k in cache) == [0, 1]
+
+
+def test_launch_options_in_any_order_are_one_variant(co):
+    cache = _copy_kernel.device_caches[co.device][0]
+    cache.clear()
+    copy = _Copy()
+    copy.compile(_Copy.CompileKey(2))
+    copy.compile(_Copy.CompileKey(2, stages_first=True))
+    assert [(v.metadata.num_warps, v.metadata.num_stages) for v in cache.values()] == [(2, 2)]

@@ -94,6 +94,16 @@ def co(tmp_path, monkeypatch):
         yield drv
 
 
+@pytest.fixture
+def on_fast_path(co):
+    """A warmed :class:`Twice` and inputs of its warmed key, for which the fast path selects a variant."""
+    kernel = Twice()
+    warmed(kernel)
+    x, out = torch.zeros(100), torch.zeros(100)
+    assert kernel.select_variant(x=x, out=out, n=100) is not None
+    return kernel, x, out
+
+
 def _args():
     x, out = torch.zeros(100), torch.zeros(100)
     return (x, out, 100), {"BLOCK": 32}
@@ -125,11 +135,8 @@ def test_bind_gives_the_key_tritons_run_files_its_compile_under(co):
 
 
 @pytest.mark.skipif(tc.VERSION < (3, 7), reason="Triton 3.7's custom pipeline key")
-def test_a_stages_inspection_hook_joins_the_key_and_turns_the_fast_path_off(co, monkeypatch):
-    kernel = Twice()
-    warmed(kernel)
-    x, out = torch.zeros(100), torch.zeros(100)
-    assert kernel.select_variant(x=x, out=out, n=100) is not None
+def test_a_stages_inspection_hook_joins_the_key_and_turns_the_fast_path_off(on_fast_path, monkeypatch):
+    kernel, x, out = on_fast_path
 
     def hook(*args):  # 3.7: no arguments -> (key, hash) for the keys; else the stages
         return ("zerojit-test-pipeline", 1234) if not args else None
@@ -143,11 +150,8 @@ def test_a_stages_inspection_hook_joins_the_key_and_turns_the_fast_path_off(co, 
 
 
 @pytest.mark.skipif(tc.VERSION < (3, 9), reason="Triton 3.9's fpsan_homomorphic_casts option")
-def test_the_fast_path_key_follows_tritons_fpsan_option(co, monkeypatch):
-    kernel = Twice()
-    warmed(kernel)
-    x, out = torch.zeros(100), torch.zeros(100)
-    assert kernel.select_variant(x=x, out=out, n=100) is not None
+def test_the_fast_path_key_follows_tritons_fpsan_option(on_fast_path, monkeypatch):
+    kernel, x, out = on_fast_path
     monkeypatch.setattr(knobs.compilation, "fpsan_homomorphic_casts", True)  # another in-process key
     assert kernel.select_variant(x=x, out=out, n=100) is None
 

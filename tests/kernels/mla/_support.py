@@ -1,8 +1,9 @@
 """Helpers shared by the MLA kernel tests: launch recording, the warm-up coverage check of the
-compile-only tests, and copying inputs to a GPU.
+compile-only tests, comparing outputs, checking a bad input's error, the property tests'
+Hypothesis settings, and copying inputs to a GPU.
 
 The compile-only helpers reach the tests as fixtures of this folder's ``conftest.py``, bound to
-the test's ``compile_only_target``; ``to_cuda`` is imported as a sibling module
+the test's ``compile_only_target``; the others are imported from this sibling module
 (``from _support import to_cuda``: this folder has no ``__init__.py``, so pytest's default
 ``prepend`` import mode puts it on ``sys.path``).
 """
@@ -10,13 +11,16 @@ the test's ``compile_only_target``; ``to_cuda`` is imported as a sibling module
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
-from zerojit.kernel import set_launch_observer
+from zerojit.kernel import KernelInputError, set_launch_observer
 
-__all__ = ["LaunchRecorder", "assert_warmup_covers", "dry_launches", "to_cuda"]
+__all__ = ["LaunchRecorder", "assert_equal_outputs", "assert_warmup_covers", "dry_launches", "gpu_examples",
+           "input_error", "on_cuda", "slow_examples", "to_cuda"]
 
 
 class LaunchRecorder:
@@ -72,9 +76,46 @@ def assert_warmup_covers(kernel, report, *, drv) -> Iterator[LaunchRecorder]:
     assert not dead, f"{kernel.name}: warmed keys no runtime call reached: {dead}"
 
 
+def assert_equal_outputs(got, want) -> None:
+    """``got`` and ``want``, sequences of tensors, are as long and equal pair by pair: dtype, shape
+    and every value (both shown on a mismatch)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        assert torch.equal(g, w), f"\n got {g.tolist()}\nwant {w.tolist()}"
+
+
+def input_error(launch: Callable, inputs: dict, *, kernel: str, argument: str) -> KernelInputError:
+    """Assert that ``launch(**inputs)`` raises a :class:`KernelInputError` whose ``kernel`` and
+    ``argument`` are these, its message naming both; return the error (for more checks)."""
+    with pytest.raises(KernelInputError) as e:
+        launch(**inputs)
+    assert e.value.kernel == kernel and e.value.argument == argument
+    assert kernel in str(e.value) and repr(argument) in str(e.value)
+    return e.value
+
+
 def to_cuda(value):
     """``value`` on the GPU with the same strides and storage offset (views stay views)."""
     if not isinstance(value, torch.Tensor):
         return value
     flat = torch.tensor([], dtype=value.dtype).set_(value.untyped_storage())
     return flat.cuda().as_strided(value.size(), value.stride(), value.storage_offset())
+
+
+def on_cuda(inputs: dict) -> dict:
+    """``inputs`` with each tensor copied to the GPU by :func:`to_cuda`, other values as they are."""
+    return {k: to_cuda(v) for k, v in inputs.items()}
+
+
+def slow_examples(max_examples: int, *suppress: HealthCheck) -> settings:
+    """Hypothesis settings of a kernel property test: ``max_examples`` cases, no deadline, and the
+    too-slow health check (and ``suppress``) off, since each case builds tensors and launches."""
+    return settings(max_examples=max_examples, deadline=None, suppress_health_check=[HealthCheck.too_slow, *suppress])
+
+
+def gpu_examples(max_examples: int) -> Callable:
+    """Decorator of a GPU property test, over its ``@given``: ``pytest.mark.gpu`` and
+    :func:`slow_examples` of ``max_examples`` cases."""
+    examples = slow_examples(max_examples)
+    return lambda test: pytest.mark.gpu(examples(test))

@@ -9,10 +9,11 @@
 from __future__ import annotations
 
 import random
+from itertools import accumulate
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from zerojit.kernel import KernelInputError
@@ -22,10 +23,10 @@ from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.shapes import cdiv, padded_width
 from zerojit.registry import JitWarmupRegistry
 
-from _support import to_cuda
+from _support import assert_equal_outputs, gpu_examples, input_error, on_cuda, slow_examples
 
 I32 = torch.int32
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = slow_examples(40)
 
 
 def _chunk(qlens, prefixes, *, ratio, top_k, sliding_window, rng: random.Random, q0=0, pad=0, extra_stride=0,
@@ -33,9 +34,7 @@ def _chunk(qlens, prefixes, *, ratio, top_k, sliding_window, rng: random.Random,
     """Runtime-shaped K7 inputs for one prefill chunk (gather_lens from the K5 reference)."""
     n = len(qlens)
     seqs = [q + p for q, p in zip(qlens, prefixes)]
-    qsl = [q0]
-    for q in qlens:
-        qsl.append(qsl[-1] + q)
+    qsl = list(accumulate(qlens, initial=q0))
     T = qsl[-1] + pad
     seq_lens = torch.tensor(seqs, dtype=I32)
     gather_lens, _ = ref.compute_prefill_metadata(seq_lens, torch.tensor(qsl, dtype=I32), num_decodes=0,
@@ -78,10 +77,7 @@ def _reference(inputs: dict):
 
 def _check(inputs: dict):
     got = combine_topk_swa_indices(**inputs)
-    want = _reference(inputs)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        assert torch.equal(g, w), f"\n got {g.tolist()}\nwant {w.tolist()}"
+    assert_equal_outputs(got, _reference(inputs))
     return got
 
 
@@ -137,11 +133,10 @@ def test_k7_topk_minus_one_padding_stays_minus_one():
 
 
 # ------------------------------------------------------------------------------------ on a GPU
-@pytest.mark.gpu
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@gpu_examples(30)
 @given(k7_cases())
 def test_k7_gpu_matches_reference(inputs):
-    _check({k: to_cuda(v) for k, v in inputs.items()})
+    _check(on_cuda(inputs))
 
 
 @pytest.mark.gpu
@@ -157,7 +152,7 @@ def test_k7_gpu_serving_size(ratio, top_k):
         inputs.update(topk=wide, top_k=top_k)
     elif ratio == 128:
         inputs.update(topk=torch.arange(top_k, dtype=I32).expand(inputs["num_tokens"], top_k), top_k=top_k)
-    _check({k: to_cuda(v) for k, v in inputs.items()})
+    _check(on_cuda(inputs))
 
 
 # ------------------------------------------------------------------------------------ compile-only coverage
@@ -220,11 +215,7 @@ def _good(**change):
 
 
 def _raises(argument: str, **change) -> KernelInputError:
-    with pytest.raises(KernelInputError) as e:
-        combine_topk_swa_indices(**_good(**change))
-    assert e.value.kernel == "combine_topk_swa_indices" and e.value.argument == argument
-    assert "combine_topk_swa_indices" in str(e.value) and repr(argument) in str(e.value)
-    return e.value
+    return input_error(combine_topk_swa_indices, _good(**change), kernel="combine_topk_swa_indices", argument=argument)
 
 
 def test_k7_row_stride_too_small():

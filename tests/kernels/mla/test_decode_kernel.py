@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.decode import TILE, PrepareUniformDecode, prepare_uniform_decode
 from zerojit.registry import JitWarmupRegistry
 
-from _support import to_cuda
+from _support import gpu_examples, input_error, on_cuda, slow_examples
 
 I32 = torch.int32
 SENTINEL = -12345
@@ -95,7 +94,7 @@ def k3_cases(draw):
 
 
 @pytest.mark.interpreter
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@slow_examples(40)
 @given(k3_cases())
 def test_matches_reference(case):
     check_against_reference(case)
@@ -220,19 +219,14 @@ def good(**over) -> dict:
     ],
 )
 def test_bad_inputs_name_kernel_and_argument(arg, over):
-    with pytest.raises(KernelInputError) as info:
-        prepare_uniform_decode(**good(**over))
-    assert info.value.kernel == "prepare_uniform_decode"
-    assert info.value.argument == arg
-    assert "prepare_uniform_decode" in str(info.value) and repr(arg) in str(info.value)
+    input_error(prepare_uniform_decode, good(**over), kernel="prepare_uniform_decode", argument=arg)
 
 
 # ----------------------------------------------------------------------------- GPU
-@pytest.mark.gpu
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@gpu_examples(40)
 @given(k3_cases())
 def test_gpu_matches_reference(case):
-    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+    check_against_reference(on_cuda(case))
 
 
 @pytest.mark.gpu
@@ -240,4 +234,4 @@ def test_gpu_serving_size():
     """256 decodes with 2 query tokens each over a 1,024-wide block table, sentinels around."""
     case = make_case(seed=5, num_decodes=256, query_len=2, width=1024, Nd=512, extra_reqs=2, extra_rows=8,
                      extra_cols=16)
-    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+    check_against_reference(on_cuda(case))

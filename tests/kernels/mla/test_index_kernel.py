@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.index import (
@@ -18,7 +17,7 @@ from zerojit.kernels.mla.index import (
 )
 from zerojit.registry import JitWarmupRegistry
 
-from _support import to_cuda
+from _support import gpu_examples, input_error, on_cuda, slow_examples
 
 I32 = torch.int32
 
@@ -133,7 +132,7 @@ def k1_cases(draw):
 
 
 @pytest.mark.interpreter
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@slow_examples(40)
 @given(k1_cases())
 def test_matches_reference(case):
     check_against_reference(case)
@@ -320,11 +319,7 @@ def good(**over) -> dict:
     ],
 )
 def test_bad_inputs_name_kernel_and_argument(arg, over):
-    with pytest.raises(KernelInputError) as info:
-        convert_req_index_to_global_index(**good(**over))
-    assert info.value.kernel == "convert_req_index_to_global_index"
-    assert info.value.argument == arg
-    assert "convert_req_index_to_global_index" in str(info.value) and repr(arg) in str(info.value)
+    input_error(convert_req_index_to_global_index, good(**over), kernel="convert_req_index_to_global_index", argument=arg)
 
 
 def test_validation_reads_metadata_only():
@@ -335,11 +330,10 @@ def test_validation_reads_metadata_only():
 
 
 # ----------------------------------------------------------------------------- GPU
-@pytest.mark.gpu
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@gpu_examples(40)
 @given(k1_cases())
 def test_gpu_matches_reference(case):
-    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+    check_against_reference(on_cuda(case))
 
 
 @pytest.mark.gpu
@@ -351,4 +345,4 @@ def test_gpu_matches_reference(case):
 def test_gpu_serving_size(kw):
     """T = 8,192 tokens, top-k 2,048, a packed stride: the size the kernel benchmark times."""
     case = make_case(seed=7, T=8192, K=2048, R=64, W=1024, max_blocks=1024, block_size=64, stride=64 * 30, **kw)
-    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+    check_against_reference(on_cuda(case))

@@ -9,22 +9,22 @@
 from __future__ import annotations
 
 import random
+from itertools import accumulate
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
-from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference as ref
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla.prefill import build_prefill_chunk_metadata, compute_prefill_metadata
 from zerojit.registry import JitWarmupRegistry
 
-from _support import to_cuda
+from _support import assert_equal_outputs, gpu_examples, input_error, on_cuda, slow_examples, to_cuda
 
 I32 = torch.int32
-SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = slow_examples(30)
 
 
 def _view(values: list[int], offset: int) -> torch.Tensor:
@@ -33,17 +33,7 @@ def _view(values: list[int], offset: int) -> torch.Tensor:
 
 
 def _cumsum(start: int, counts: list[int]) -> list[int]:
-    out = [start]
-    for c in counts:
-        out.append(out[-1] + c)
-    return out
-
-
-def _assert_equal(got, want) -> None:
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
-        assert torch.equal(g, w), f"\n got {g.tolist()}\nwant {w.tolist()}"
+    return list(accumulate(counts, initial=start))
 
 
 # ------------------------------------------------------------------------------------ K4 equivalence
@@ -70,7 +60,7 @@ def _check_k4(inputs: dict) -> None:
     args = dict(inputs)
     want = ref.build_prefill_chunk_metadata(args.pop("query_start_loc"), args.pop("seq_lens"),
                                             args.pop("cu_compressed"), **args)
-    _assert_equal(got, want)
+    assert_equal_outputs(got, want)
 
 
 @st.composite
@@ -119,7 +109,7 @@ def test_k4_edge_cases():
 # ------------------------------------------------------------------------------------ K5 equivalence
 def _check_k5(seq_lens, qsl, **kw) -> None:
     got = compute_prefill_metadata(seq_lens=seq_lens, query_start_loc=qsl, **kw)
-    _assert_equal(got, ref.compute_prefill_metadata(seq_lens, qsl, **kw))
+    assert_equal_outputs(got, ref.compute_prefill_metadata(seq_lens, qsl, **kw))
 
 
 @st.composite
@@ -161,15 +151,13 @@ def test_k5_edge_cases():
 
 
 # ------------------------------------------------------------------------------------ on a GPU
-@pytest.mark.gpu
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@gpu_examples(25)
 @given(k4_cases())
 def test_k4_gpu_matches_reference(inputs):
-    _check_k4({k: to_cuda(v) for k, v in inputs.items()})
+    _check_k4(on_cuda(inputs))
 
 
-@pytest.mark.gpu
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@gpu_examples(25)
 @given(k5_cases())
 def test_k5_gpu_matches_reference(case):
     seq_lens, qsl, kw = case
@@ -185,7 +173,7 @@ def test_k4_gpu_serving_size():
         counts = [(q + p) // 4 // S + I for q, p in zip(qlens, prefixes)]
         inputs = _k4_inputs(qlens, prefixes, counts, seq_offset=1, ratio=4, S=S, r=r, I=I,
                             slice_=(100, sum(qlens) - 7))
-        _check_k4({k: to_cuda(v) for k, v in inputs.items()})
+        _check_k4(on_cuda(inputs))
 
 
 # ------------------------------------------------------------------------------------ compile-only coverage
@@ -284,10 +272,8 @@ def _k4_good() -> dict:
     ],
 )
 def test_k4_bad_inputs(change, argument):
-    with pytest.raises(KernelInputError) as e:
-        build_prefill_chunk_metadata(**{**_k4_good(), **change})
-    assert e.value.kernel == "build_prefill_chunk_metadata" and e.value.argument == argument
-    assert "build_prefill_chunk_metadata" in str(e.value) and repr(argument) in str(e.value)
+    input_error(build_prefill_chunk_metadata, {**_k4_good(), **change}, kernel="build_prefill_chunk_metadata",
+                argument=argument)
 
 
 @pytest.mark.parametrize(
@@ -303,6 +289,4 @@ def test_k4_bad_inputs(change, argument):
 def test_k5_bad_inputs(change, argument):
     good = dict(seq_lens=torch.tensor([4, 5], dtype=I32), query_start_loc=torch.tensor([0, 1, 3], dtype=I32),
                 num_decodes=1, num_prefills=1, sliding_window=128)
-    with pytest.raises(KernelInputError) as e:
-        compute_prefill_metadata(**{**good, **change})
-    assert e.value.kernel == "compute_prefill_metadata" and e.value.argument == argument
+    input_error(compute_prefill_metadata, {**good, **change}, kernel="compute_prefill_metadata", argument=argument)

@@ -4,12 +4,13 @@ grid and at forced splits of the requests, the grid policy, the key space agains
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
-from zerojit.kernel import KernelInputError
 from zerojit.kernels.mla import reference
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.kernels.mla import slot_mapping
@@ -17,7 +18,7 @@ from zerojit.kernels.mla.slot_mapping import (MAX_SPLITS, TILE, CompressedSlotMa
                                               split_grid)
 from zerojit.registry import JitWarmupRegistry
 
-from _support import to_cuda
+from _support import gpu_examples, input_error, on_cuda, slow_examples
 
 I32 = torch.int32
 
@@ -44,9 +45,7 @@ def make_case(
     g = torch.Generator().manual_seed(seed)
     R = len(qlens)
     seq = [q + c for q, c in zip(qlens, contexts)]
-    qsl = [head]
-    for q in qlens:
-        qsl.append(qsl[-1] + q)
+    qsl = list(accumulate(qlens, initial=head))
     cbs = block_size // ratio
     width = max([1] + [(s // ratio - 1) // (cbs * S) + 1 for s in seq if s >= ratio])  # last entry: s//c - 1
     block_table = torch.randint(0, 2000, (R + extra_rows, width + extra_cols), generator=g, dtype=I32)[:, :width]
@@ -100,7 +99,7 @@ def k2_cases(draw):
 
 
 @pytest.mark.interpreter
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@slow_examples(40)
 @given(k2_cases())
 def test_matches_reference(case):
     check_against_reference(case)
@@ -159,8 +158,7 @@ def test_forced_splits_unequal_requests(monkeypatch, splits, ratio, block_size, 
 
 
 @pytest.mark.interpreter
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                  HealthCheck.function_scoped_fixture])
+@slow_examples(30, HealthCheck.function_scoped_fixture)
 @given(case=k2_cases(), splits=st.integers(1, 9))
 def test_matches_reference_at_any_split(monkeypatch, case, splits):
     forced_splits(monkeypatch, splits)
@@ -290,19 +288,14 @@ def good(**over) -> dict:
     ],
 )
 def test_bad_inputs_name_kernel_and_argument(arg, over):
-    with pytest.raises(KernelInputError) as info:
-        compressed_slot_mapping(**good(**over))
-    assert info.value.kernel == "compressed_slot_mapping" == CompressedSlotMapping.name
-    assert info.value.argument == arg
-    assert "compressed_slot_mapping" in str(info.value) and repr(arg) in str(info.value)
+    assert input_error(compressed_slot_mapping, good(**over), kernel="compressed_slot_mapping", argument=arg).kernel == CompressedSlotMapping.name
 
 
 # ----------------------------------------------------------------------------- GPU
-@pytest.mark.gpu
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@gpu_examples(40)
 @given(k2_cases())
 def test_gpu_matches_reference(case):
-    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+    check_against_reference(on_cuda(case))
 
 
 @pytest.mark.gpu
@@ -313,7 +306,7 @@ def test_gpu_serving_size(S, I):
     contexts = [0, 5000, 60000] + [30000 + 97 * i for i in range(192)]
     case = make_case(seed=3, qlens=qlens, contexts=contexts, ratio=4, block_size=256, stride=64 * 30, S=S,
                      rank=S - 1, I=I, pad=64)
-    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+    check_against_reference(on_cuda(case))
 
 
 @pytest.mark.gpu
@@ -324,4 +317,4 @@ def test_gpu_long_prefill_splits(S, I, qlens, contexts):
     case = make_case(seed=4, qlens=qlens, contexts=contexts, ratio=4, block_size=256, stride=64 * 3, S=S, rank=S - 1,
                      I=I, head=11, pad=300)
     assert split_grid(len(qlens), case["num_tokens"])[1] > 1
-    check_against_reference({k: to_cuda(v) for k, v in case.items()})
+    check_against_reference(on_cuda(case))

@@ -10,10 +10,11 @@
 from __future__ import annotations
 
 import random
+from itertools import accumulate
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from zerojit.kernel import KernelInputError
@@ -24,10 +25,10 @@ from zerojit.kernels.mla.shapes import cdiv
 from zerojit.kernels.mla.swa import compute_swa_indices_and_lens
 from zerojit.registry import JitWarmupRegistry
 
-from _support import to_cuda
+from _support import assert_equal_outputs, gpu_examples, input_error, on_cuda, slow_examples
 
 I32, I64 = torch.int32, torch.int64
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = slow_examples(40)
 
 
 def _batch(qlens, prefixes, *, block_size, rng: random.Random, q0=0, pad=0, pad_prob=0.0, extra_cols=0,
@@ -37,9 +38,7 @@ def _batch(qlens, prefixes, *, block_size, rng: random.Random, q0=0, pad=0, pad_
     width)."""
     R = len(qlens)
     seqs = [q + p for q, p in zip(qlens, prefixes)]
-    qsl = [q0]
-    for q in qlens:
-        qsl.append(qsl[-1] + q)
+    qsl = list(accumulate(qlens, initial=q0))
     total = qsl[-1] + pad
     token_to_req = [rng.randrange(max(R, 1)) for _ in range(total)]  # garbage for padding rows
     slot_mapping = [-1] * total
@@ -67,10 +66,7 @@ def _reference(inputs: dict):
 
 def _check(inputs: dict):
     got = compute_swa_indices_and_lens(**inputs)
-    want = _reference(inputs)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape
-        assert torch.equal(g, w), f"\n got {g.tolist()}\nwant {w.tolist()}"
+    assert_equal_outputs(got, _reference(inputs))
     return got
 
 
@@ -142,11 +138,10 @@ def test_k6_never_leaves_stale_values(causal, monkeypatch):
 
 
 # ------------------------------------------------------------------------------------ on a GPU
-@pytest.mark.gpu
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@gpu_examples(30)
 @given(k6_cases())
 def test_k6_gpu_matches_reference(inputs):
-    _check({k: to_cuda(v) for k, v in inputs.items()})
+    _check(on_cuda(inputs))
 
 
 @pytest.mark.gpu
@@ -156,9 +151,8 @@ def test_k6_gpu_serving_size(causal):
     qlens = [4] * 200 if not causal else [4] * 100 + [rng.randint(1, 2000) for _ in range(8)]
     inputs, total = _batch(qlens, [rng.randint(0, 100_000) for _ in qlens], block_size=64, rng=rng, pad=33,
                            extra_cols=5, num_blocks=100_000)
-    _check({k: to_cuda(v) for k, v in dict(inputs, num_tokens=total, token_offset=0, sliding_window=128,
-                                           block_size=64, block_stride_rows=192, causal=causal,
-                                           num_speculative_tokens=3, max_query_len=4).items()})
+    _check(on_cuda(dict(inputs, num_tokens=total, token_offset=0, sliding_window=128, block_size=64,
+                        block_stride_rows=192, causal=causal, num_speculative_tokens=3, max_query_len=4)))
 
 
 # ------------------------------------------------------------------------------------ compile-only coverage
@@ -255,7 +249,5 @@ def test_k6_non_causal_row_too_long():
     ],
 )
 def test_k6_bad_inputs(change, argument):
-    with pytest.raises(KernelInputError) as e:
-        compute_swa_indices_and_lens(**_good(**{"causal": True, **change}))
-    assert e.value.kernel == "compute_swa_indices_and_lens" and e.value.argument == argument
-    assert "compute_swa_indices_and_lens" in str(e.value) and repr(argument) in str(e.value)
+    input_error(compute_swa_indices_and_lens, _good(**{"causal": True, **change}), kernel="compute_swa_indices_and_lens",
+                argument=argument)
