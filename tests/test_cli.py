@@ -656,3 +656,43 @@ def test_an_ignored_sigint_stays_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ------------------------------------------------------------------------------ fresh user, second trial
+NOT_UTF8 = b"{\n  \xb0\xff" + bytes(range(256)) * 8  # binary from byte 4 on (0xb0 starts no UTF-8 character)
+
+
+@pytest.mark.parametrize("command", [["warmup", "--target", "cuda:90"], ["exec", "--", "python", "SCRIPT"],
+                                     ["bundle", "export", "-o", "OUT"]])
+def test_a_manifest_that_is_not_utf8_is_refused_in_one_line_as_a_corrupted_one(command, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # exec puts the script's folder first
+    garbage = tmp_path / "garbage.json"
+    garbage.write_bytes(NOT_UTF8)
+    (tmp_path / "x.py").write_text("")
+    args = [str(tmp_path / "x.py") if a == "SCRIPT" else str(tmp_path / "b.tar.gz") if a == "OUT" else a
+            for a in command]
+    at = args.index("--") if "--" in args else len(args)
+    name = " ".join(command[:2]) if command[0] == "bundle" else command[0]
+    one_line(invoke(*args[:at], "--manifest", str(garbage), *args[at:]), 1,  # docs/cli.md: a corrupted manifest is 1
+             f"zerojit {name}: {garbage}: not a readable manifest (not UTF-8 text: byte 4 is b'\\xb0'); record it again")
+
+
+@pytest.mark.parametrize("command, where", [(["record", "-o", "OUT"], "a child Python process"),
+                                            (["exec", "--manifest", "OUT"], "this process")])
+def test_a_program_that_cannot_be_run_is_refused_saying_where_it_would_run(command, where, tmp_path):
+    out = tmp_path / "m.json"
+    out.write_text("{}")  # an older manifest: record neither reads nor reports it
+    args = [str(out) if a == "OUT" else a for a in command]
+    name = command[0]
+    line = one_line(invoke(*args, "--", "nosuchbinary"), 2, f"zerojit {name}: 'nosuchbinary' is not a Python program: "
+                    "pass 'python SCRIPT', 'python -m MODULE', 'python -c CODE', a .py file or 'zerojit ...'",
+                    f"in {where})")
+    assert "wrote" not in invoke(*args, "--", "nosuchbinary").output, line
+    one_line(invoke(*args, "--", "python", "-u", "app.py"), 2,
+             f"zerojit {name}: python option '-u' is not supported (zerojit starts the program itself, in {where}): "
+             "pass 'python SCRIPT', 'python -m MODULE' or 'python -c CODE'")
+    one_line(invoke(*args, "--", "python", "-c"), 2, f"zerojit {name}: python -c needs the code")
+    assert out.read_text() == "{}"
+
