@@ -274,9 +274,11 @@ def _progress(no_progress: bool) -> bool:
     return not no_progress and sys.stderr.isatty()
 
 
-def _check_jit_monitor_mode(value: Optional[str]) -> Optional[str]:
+def _check_jit_monitor_mode(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
     if value is not None and value.lower() not in JIT_MONITOR_MODES:
-        raise typer.BadParameter(f"must be one of {', '.join(JIT_MONITOR_MODES)}, not {value!r}")
+        source = ctx.get_parameter_source(param.name)  # name what the value came from: the flag or the variable
+        hint = param.envvar if source is not None and source.name == "ENVIRONMENT" else f"'{param.opts[0]}'"
+        raise typer.BadParameter(f"must be one of {', '.join(JIT_MONITOR_MODES)}, not {value!r}", param_hint=hint)
     return value.lower() if value is not None else None
 
 
@@ -389,9 +391,12 @@ def run_command(
     import json
 
     from zerojit.runner.config import load_config
-    from zerojit.runner.engine import RunOptions, option_conflicts, run
+    from zerojit.runner.engine import WARMUP_MODES, RunOptions, option_conflicts, run
 
     _check_output_file("run", "--json", json_out)
+    if warmup not in WARMUP_MODES:
+        _refuse("run", f"--warmup {warmup!r}: must be one of {', '.join(WARMUP_MODES)}")
+    _check_target("run", target)
     paired = dict(warmup=warmup, jit_monitor_mode=jit_monitor_mode, workers=workers)
     for a, b, why in option_conflicts(**paired):
         _refuse("run", f"{_given(ctx, a, paired[a])} and {_given(ctx, b, paired[b])} conflict: {why}")
@@ -437,7 +442,8 @@ def _given(ctx: typer.Context, name: str, value: Any) -> str:
 @app.command(cls=_Command)
 @_reflowed
 @_user_errors("demo")
-def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-only target used when no GPU is present")) -> None:
+def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-only target used when no GPU is present"),
+         no_progress: bool = _no_progress_option("progress bar")) -> None:
     """Warm up the example kernel's key space and print the warm-up report.
 
     Exit status: 0 warmed up; 1 a key failed to compile; 2 invalid input (a TARGET this Triton
@@ -455,10 +461,10 @@ def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-o
     with registry.activate():
         scale_add.register_warmup(periods=(16, 7), aligned=(True, False))
     if torch.cuda.is_available():
-        report = registry.warmup()
+        report = registry.warmup(progress=_progress(no_progress))
     else:
         with compile_only(target):
-            report = registry.warmup(target=target)
+            report = registry.warmup(target=target, progress=_progress(no_progress))
     typer.echo(report.summary())
 
 
