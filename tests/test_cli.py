@@ -113,7 +113,7 @@ def test_unknown_hip_arch_exits_2_before_any_work(tmp_path):
 
 # ------------------------------------------------------------------------------ 6: --config
 def test_config_directory_is_named_a_directory(tmp_path):
-    text = refused(run_cli("--config", str(tmp_path)), f"config path '{tmp_path}' is a directory")
+    text = refused(run_cli("--config", str(tmp_path)), f"zerojit run: invalid config path: '{tmp_path}' is a directory")
     assert "does not exist" not in text
 
 
@@ -508,9 +508,9 @@ def test_a_bad_flag_value_is_named_as_the_flag_not_blamed_on_the_config(command,
     name = " ".join(command[:2]) if command[0] == "bundle" else command[0]
     result = invoke(*args, *flags)
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    flag = problem.split()[0]
-    assert f"zerojit {name}: invalid {flag} for config dsv4-like.json (1 problem):" in result.output, result.output
-    assert f"  - {problem}" in result.output and "dsv4-like.json (1 problem): dcp" not in result.output
+    flag = problem.split()[0]  # one problem: one line, naming the flag and the config as given
+    assert result.output.startswith(f"zerojit {name}: invalid {flag} for config dsv4-like: {problem}"), result.output
+    assert len(result.output.splitlines()) == 1, result.output
 
 
 def test_a_config_file_problem_is_still_the_files(tmp_path):
@@ -656,3 +656,86 @@ def test_an_ignored_sigint_stays_ignored():
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+# ------------------------------------------------------------------------------ fresh user, second trial
+NOT_UTF8 = b"{\n  \xb0\xff" + bytes(range(256)) * 8  # binary from byte 4 on (0xb0 starts no UTF-8 character)
+
+
+@pytest.mark.parametrize("command", [["warmup", "--target", "cuda:90"], ["exec", "--", "python", "SCRIPT"],
+                                     ["bundle", "export", "-o", "OUT"]])
+def test_a_manifest_that_is_not_utf8_is_refused_in_one_line_as_a_corrupted_one(command, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # exec puts the script's folder first
+    garbage = tmp_path / "garbage.json"
+    garbage.write_bytes(NOT_UTF8)
+    (tmp_path / "x.py").write_text("")
+    args = [str(tmp_path / "x.py") if a == "SCRIPT" else str(tmp_path / "b.tar.gz") if a == "OUT" else a
+            for a in command]
+    at = args.index("--") if "--" in args else len(args)
+    name = " ".join(command[:2]) if command[0] == "bundle" else command[0]
+    one_line(invoke(*args[:at], "--manifest", str(garbage), *args[at:]), 1,  # docs/cli.md: a corrupted manifest is 1
+             f"zerojit {name}: {garbage}: not a readable manifest (not UTF-8 text: byte 4 is b'\\xb0'); record it again")
+
+
+def test_a_single_problem_is_one_line_naming_what_the_user_gave():
+    from zerojit.runner.engine import RunError, RunOptions
+
+    one_line(run_cli("--config", "/nonexistent.json"), 2, "zerojit run: invalid config path: '/nonexistent.json' "
+             "does not exist")
+    assert len(run_cli("--config", "/nonexistent.json").output.splitlines()) == 1
+    line = one_line(run_cli("--warmup", "bogus"), 2, "zerojit run: --warmup 'bogus': must be one of zerojit, triton, none")
+    assert len(run_cli("--warmup", "bogus").output.splitlines()) == 1, line
+    with pytest.raises(RunError) as info:
+        RunOptions(warmup="bogus")
+    assert str(info.value) == "invalid run options: warmup='bogus': must be one of zerojit, triton, none"
+    with pytest.raises(RunError, match=r"invalid run options:\n  - warmup='bogus'.*\n  - device='tpu'"):
+        RunOptions(warmup="bogus", device="tpu")  # several: still a list
+    # run lists the supported targets as warmup and demo do
+    for command in (["run", "--device", "cpu", "--no-progress"], ["demo"]):
+        refused(invoke(*command, "--target", "cuda:bogus"), "compile-only target 'cuda:bogus' is not of the form",
+                "supported: cuda:70", "cuda:90")
+
+
+def test_a_bad_monitor_mode_names_the_flag_or_the_variable_it_came_from(tmp_path):
+    flag = one_line(invoke("exec", "--jit-monitor-mode", "loud", "--manifest", "m.json", "--", "python", "x.py"), 2,
+                    "zerojit exec: Invalid value for '--jit-monitor-mode': must be one of off, warn, error, not 'loud'")
+    assert "ZEROJIT_JIT_MONITOR" not in flag
+    one_line(invoke("exec", "--manifest", "m.json", "--", "python", "x.py", env={"ZEROJIT_JIT_MONITOR": "loud"}), 2,
+             "zerojit exec: Invalid value for ZEROJIT_JIT_MONITOR: must be one of off, warn, error, not 'loud'")
+
+
+def test_demo_draws_progress_bars_only_where_stderr_is_a_terminal(monkeypatch):
+    from zerojit import registry as registry_module
+
+    seen = []
+    monkeypatch.setattr(registry_module.JitWarmupRegistry, "warmup",
+                        lambda self, *a, progress=True, **k: seen.append(progress) or _Report())
+    for flags in ([], ["--no-progress"]):
+        result = invoke("demo", *flags)  # CliRunner's stderr is no terminal
+        assert result.exit_code == 0 and result.output == "the run's summary\n", result.output
+    assert seen == [False, False]
+
+
+def test_a_bare_zerojit_prints_the_listing_and_exits_2():
+    result = invoke()
+    assert result.exit_code == 2 and "Usage:" in result.output and "record" in result.output, result.output
+
+
+@pytest.mark.parametrize("command, where", [(["record", "-o", "OUT"], "a child Python process"),
+                                            (["exec", "--manifest", "OUT"], "this process")])
+def test_a_program_that_cannot_be_run_is_refused_saying_where_it_would_run(command, where, tmp_path):
+    out = tmp_path / "m.json"
+    out.write_text("{}")  # an older manifest: record neither reads nor reports it
+    args = [str(out) if a == "OUT" else a for a in command]
+    name = command[0]
+    line = one_line(invoke(*args, "--", "nosuchbinary"), 2, f"zerojit {name}: 'nosuchbinary' is not a Python program: "
+                    "pass 'python SCRIPT', 'python -m MODULE', 'python -c CODE', a .py file or 'zerojit ...'",
+                    f"in {where})")
+    assert "wrote" not in invoke(*args, "--", "nosuchbinary").output, line
+    one_line(invoke(*args, "--", "python", "-u", "app.py"), 2,
+             f"zerojit {name}: python option '-u' is not supported (zerojit starts the program itself, in {where}): "
+             "pass 'python SCRIPT', 'python -m MODULE' or 'python -c CODE'")
+    one_line(invoke(*args, "--", "python", "-c"), 2, f"zerojit {name}: python -c needs the code")
+    assert out.read_text() == "{}"

@@ -500,3 +500,117 @@ def test_runner_recorded_then_executed_matches_its_contract_audit(tmp_path):
                     "--no-progress"], tmp_path / "cache-exec", tmp_path)
     assert run.returncode == 0, run.stderr
     assert "zero runtime compiles" in run.stdout and "0 runtime compiles" in run.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# Fresh user, second trial: the program's own errors, Ctrl-C, python -c, __main__ kernels
+# ---------------------------------------------------------------------------------------------
+
+C_CODE = ("import sys, __main__\nx = 5\nprint(sys.argv, __name__, __main__.x, hasattr(__main__, '__file__'))\n"
+          "sys.exit(3)")
+
+
+def test_python_c_runs_its_code_as_main_with_its_argv_as_python_does(monkeypatch, capfd):
+    from zerojit.recording import Program
+
+    python = subprocess.run([sys.executable, "-c", C_CODE, "a", "b"], capture_output=True, text=True)  # the reference
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    main = sys.modules["__main__"]
+    assert Program(["python", "-c", C_CODE, "a", "b"]).run() == python.returncode == 3
+    assert capfd.readouterr().out == python.stdout == "['-c', 'a', 'b'] __main__ 5 False\n"
+    assert sys.modules["__main__"] is main
+    failing = subprocess.run([sys.executable, "-c", "1 / 0"], capture_output=True, text=True)
+    assert Program(["python", "-c", "1 / 0"]).run() == failing.returncode == 1
+    assert capfd.readouterr().err == failing.stderr  # its frames only, as python prints them
+
+
+BOOM = '''
+def fail():
+    raise ValueError("the program's own error")
+
+
+fail()
+'''
+
+
+def test_a_programs_exception_reads_as_python_prints_it_and_zerojits_summary_follows(tmp_path):
+    script = tmp_path / "boom.py"
+    script.write_text(BOOM)
+    python = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)  # the reference
+    assert python.returncode == 1 and python.stderr.startswith("Traceback (most recent call last):\n")
+    write_manifest(Manifest(TRITON_VERSION, "cuda:90", ("python", "boom.py"), ()), tmp_path / "m.json")
+    run = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "python", str(script)], tmp_path / "c", tmp_path)
+    assert run.returncode == 1, run.stderr
+    report, traceback = run.stderr.split("Traceback", 1)
+    assert "warm-up: 0 keys" in report
+    assert "Traceback" + traceback == python.stderr + "zerojit exec: 0 monitored launches, 0 runtime compiles\n"
+    rec = _zerojit(["record", "-o", "r.json", "--", "python", str(script)], tmp_path / "c", tmp_path)
+    assert rec.returncode == 1 and rec.stderr == python.stderr + "zerojit record: the program exited with status 1\n"
+    assert read_manifest(tmp_path / "r.json").command == ("python", str(script))
+
+
+def test_ctrl_c_during_record_ends_in_one_line_after_the_manifest_is_written(tmp_path):
+    import signal
+
+    (tmp_path / "slow.py").write_text('import time\nprint("started", flush=True)\ntime.sleep(120)\n')
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "c"), "PYTHONPATH": str(SRC)}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.Popen([sys.executable, "-m", "zerojit", "record", "-o", "m.json", "--", "python", "slow.py"],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout.readline() == "started\n"
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the whole process group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and err == "zerojit: interrupted\n", (proc.returncode, err)
+    assert read_manifest(tmp_path / "m.json").command == ("python", "slow.py")
+
+
+def test_a_program_that_launches_nothing_needs_no_target_to_warm(tmp_path):
+    from zerojit.compile_only import current_target_name
+
+    assert Recorder().manifest(["python", "-c", "pass"], target="cuda:80").target == "cuda:80"  # what it ran under
+    rec = _zerojit(["record", "-o", "e.json", "--", "python", "-c", "print('no kernel')"], tmp_path / "c", tmp_path)
+    assert rec.returncode == 0 and rec.stdout.startswith("no kernel\n"), rec.stderr
+    manifest = read_manifest(tmp_path / "e.json")
+    assert manifest.kernels == () and manifest.target == (current_target_name() or "device")
+    out = _zerojit(["warmup", "--manifest", "e.json", "--no-progress"], tmp_path / "c", tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ("zerojit warmup: note: the manifest holds no kernel (its program launched none): there is "
+                          "nothing to warm\n")
+    assert out.stdout.startswith("warm-up: 0 keys over 0 kernels")
+
+
+MAIN_KERNEL = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def main_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+main_kernel[(1,)](torch.zeros(64), 64, BLOCK=64)
+print("ran")
+'''
+
+
+def test_a_kernel_of_the_programs_main_is_named_when_recorded_and_its_miss_says_why(tmp_path):
+    (tmp_path / "app.py").write_text(MAIN_KERNEL)
+    why = ("defined in the program's __main__ (the script itself), which cannot be imported before the program runs: "
+           "move the kernel into a module the script imports, then record the program again")
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], tmp_path / "c", tmp_path)
+    assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr
+    assert [line for line in rec.stderr.splitlines() if line.startswith("zerojit record:")] == [
+        f"zerojit record: warning: a manifest cannot warm __main__.main_kernel (warmup and exec skip it): {why}"]
+    run = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "python", "app.py"], tmp_path / "c", tmp_path)
+    assert run.returncode == 1 and "ran" not in run.stdout and "Traceback" not in run.stderr, run.stderr
+    assert f"  SKIPPED __main__.main_kernel: {why}\n" in run.stderr
+    assert f"'main_kernel' is in the manifest, but its warm-up skipped it: {why}" in run.stderr
+    assert "no manifest warmed it" not in run.stderr

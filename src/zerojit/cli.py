@@ -274,9 +274,11 @@ def _progress(no_progress: bool) -> bool:
     return not no_progress and sys.stderr.isatty()
 
 
-def _check_jit_monitor_mode(value: Optional[str]) -> Optional[str]:
+def _check_jit_monitor_mode(ctx: typer.Context, param: typer.CallbackParam, value: Optional[str]) -> Optional[str]:
     if value is not None and value.lower() not in JIT_MONITOR_MODES:
-        raise typer.BadParameter(f"must be one of {', '.join(JIT_MONITOR_MODES)}, not {value!r}")
+        source = ctx.get_parameter_source(param.name)  # name what the value came from: the flag or the variable
+        hint = param.envvar if source is not None and source.name == "ENVIRONMENT" else f"'{param.opts[0]}'"
+        raise typer.BadParameter(f"must be one of {', '.join(JIT_MONITOR_MODES)}, not {value!r}", param_hint=hint)
     return value.lower() if value is not None else None
 
 
@@ -389,9 +391,12 @@ def run_command(
     import json
 
     from zerojit.runner.config import load_config
-    from zerojit.runner.engine import RunOptions, option_conflicts, run
+    from zerojit.runner.engine import WARMUP_MODES, RunOptions, option_conflicts, run
 
     _check_output_file("run", "--json", json_out)
+    if warmup not in WARMUP_MODES:
+        _refuse("run", f"--warmup {warmup!r}: must be one of {', '.join(WARMUP_MODES)}")
+    _check_target("run", target)
     paired = dict(warmup=warmup, jit_monitor_mode=jit_monitor_mode, workers=workers)
     for a, b, why in option_conflicts(**paired):
         _refuse("run", f"{_given(ctx, a, paired[a])} and {_given(ctx, b, paired[b])} conflict: {why}")
@@ -437,7 +442,8 @@ def _given(ctx: typer.Context, name: str, value: Any) -> str:
 @app.command(cls=_Command)
 @_reflowed
 @_user_errors("demo")
-def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-only target used when no GPU is present")) -> None:
+def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-only target used when no GPU is present"),
+         no_progress: bool = _no_progress_option("progress bar")) -> None:
     """Warm up the example kernel's key space and print the warm-up report.
 
     Exit status: 0 warmed up; 1 a key failed to compile; 2 invalid input (a TARGET this Triton
@@ -455,10 +461,10 @@ def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-o
     with registry.activate():
         scale_add.register_warmup(periods=(16, 7), aligned=(True, False))
     if torch.cuda.is_available():
-        report = registry.warmup()
+        report = registry.warmup(progress=_progress(no_progress))
     else:
         with compile_only(target):
-            report = registry.warmup(target=target)
+            report = registry.warmup(target=target, progress=_progress(no_progress))
     typer.echo(report.summary())
 
 
@@ -522,15 +528,20 @@ def audit(
         typer.echo(f"zerojit audit: {killed or f'the script exited with status {rc}'}", err=True)
     raise typer.Exit(1 if not result.ok else rc)
 
-_PROGRAM_HELP = "the program, after '--': python SCRIPT ARGS, python -m MODULE ARGS, SCRIPT.py ARGS or zerojit ARGS"
+_PROGRAM_HELP = ("the program, after '--': python SCRIPT ARGS, python -m MODULE ARGS, python -c CODE ARGS, SCRIPT.py ARGS "
+                 "or zerojit ARGS")
 
 
 def _manifest_target(command: str, target: Optional[str], manifest: Any) -> Optional[str]:
     """The compile-only target to warm ``manifest`` for: ``--target`` (checked); else None (the
-    GPU here) where there is one; else the target the manifest was recorded for. Refuses (exit 2)
-    when there is neither a GPU nor a target to take."""
+    GPU here) where there is one; else the target the manifest was recorded for; else, for a
+    manifest of no kernel (the program launched none, which a note says), None: there is nothing
+    to compile. Refuses (exit 2) when there is neither a GPU nor a target to take."""
     from zerojit.compile_only import current_target_name, is_target_name
 
+    if not manifest.kernels:
+        typer.echo(f"zerojit {command}: note: the manifest holds no kernel (its program launched none): there is "
+                   "nothing to warm", err=True)
     if target is not None:
         if target == "device":
             return None
@@ -540,6 +551,8 @@ def _manifest_target(command: str, target: Optional[str], manifest: Any) -> Opti
         return None
     if is_target_name(manifest.target):
         return manifest.target
+    if not manifest.kernels:  # the program launched nothing: nothing to compile, for no target
+        return None
     _refuse(command, "no GPU is visible here and the manifest was recorded on a GPU: pass the compile-only target "
             "to warm for (e.g. --target cuda:90)")
     return None
@@ -573,24 +586,42 @@ def record(
     import sys
     from pathlib import Path
 
-    from zerojit.manifest import read_manifest
-    from zerojit.recording import growth_report
+    from zerojit.manifest import read_manifest, unimportable
+    from zerojit.recording import Program, growth_report
 
     _check_output_file("record", "--output", output)
     if target is not None:
         _check_target("record", target)
+    Program(command, where="a child Python process")  # refused here (exit 2), before a child starts
     src_root = str(Path(__file__).resolve().parent.parent)  # the child imports this same zerojit
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
     child = ("import sys\nfrom zerojit.recording import ProgramError, record_child\ntry:\n"
              "    sys.exit(record_child(sys.argv[1], sys.argv[2] or None, sys.argv[3:]))\n"
              "except ProgramError as e:\n    print(f'zerojit record: {e}', file=sys.stderr)\n    sys.exit(2)\n")
-    rc = subprocess.call([sys.executable, "-c", child, os.path.abspath(output), target or "", *command], env=env)
+    proc = subprocess.Popen([sys.executable, "-c", child, os.path.abspath(output), target or "", *command], env=env)
+    try:
+        rc = proc.wait()
+    except KeyboardInterrupt:  # the child had the same Ctrl-C (one process group): let it write the manifest
+        try:
+            proc.wait(timeout=10)
+        except (KeyboardInterrupt, subprocess.TimeoutExpired):  # a second Ctrl-C, or a child that ignores it
+            proc.kill()
+            proc.wait()
+        raise
     if not os.path.exists(output):
         raise typer.Exit(rc or 1)
     manifest = read_manifest(output)
     typer.echo(f"wrote {output}")
     typer.echo(manifest.summary())
+    unwarmable: dict[str, list[str]] = {}
+    for kernel in manifest.kernels:
+        why = unimportable(kernel)
+        if why is not None:
+            unwarmable.setdefault(why, []).append(kernel.name)
+    for why, names in unwarmable.items():
+        typer.echo(f"zerojit record: warning: a manifest cannot warm {', '.join(names)} (warmup and exec skip "
+                   f"{'it' if len(names) == 1 else 'them'}): {why}", err=True)
     if report:
         typer.echo(growth_report(manifest))
     if rc != 0:
@@ -665,19 +696,21 @@ def exec_command(
     The warm-up report goes to stderr. The program's raw launches of recorded kernels are counted
     as hits (and are dry launches under a compile-only target: outputs are not computed). In error
     mode a specialization the manifest lacks raises RuntimeJitError before compiling, naming the
-    kernel and each argument whose class differs from the nearest recorded one. Exit status: 1
-    when anything compiled at run time (or a corrupted manifest), else the program's own; 2 when
-    the program cannot be run or an option is invalid.
+    kernel and each argument whose class differs from the nearest recorded one. An exception the
+    program raises is printed as python prints it. Exit status: 1 when anything compiled at run
+    time (or a corrupted manifest), else the program's own (1 for an exception, as python's); 2
+    when the program cannot be run or an option is invalid.
     """
     from zerojit import monitor as _monitor
     from zerojit.compile_only import compile_only
     from zerojit.manifest import RecordedKernel, read_manifest
+    from zerojit.monitor import RuntimeJitError
     from zerojit.recording import Program, count_raw_launches
     from zerojit.registry import JitWarmupRegistry, count
 
     _check_input_file("exec", "manifest", manifest)
-    chosen = _manifest_target("exec", target, read_manifest(manifest))
     program = Program(command)
+    chosen = _manifest_target("exec", target, read_manifest(manifest))
     apply_jit_monitor_mode(jit_monitor_mode or "error")
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
         registry = JitWarmupRegistry()
@@ -686,7 +719,7 @@ def exec_command(
         typer.echo(report.summary(), err=True)
         restore = count_raw_launches([k for k in registry.kernels if isinstance(k, RecordedKernel)])
         try:
-            rc = program.run()
+            rc = program.run(propagate=(RuntimeJitError,))  # its own exceptions: its traceback, status 1
         finally:
             restore()
     watching = _monitor.current()

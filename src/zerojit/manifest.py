@@ -42,7 +42,7 @@ from .specialization import WarmupTensor, bind
 
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
-           "encode_value", "decode_value", "encode_specialization"]
+           "encode_value", "decode_value", "encode_specialization", "unimportable"]
 
 #: The ``format`` field of every manifest.
 FORMAT = "zerojit-manifest"
@@ -65,8 +65,8 @@ class ManifestSkip:
     kernel: str
     reason: str
 
-    def __str__(self) -> str:
-        return f"{self.kernel}: skipped: {self.reason}"
+    def __str__(self) -> str:  # (the report's line reads "SKIPPED kernel: reason")
+        return f"{self.kernel}: {self.reason}"
 
 
 def encode_value(value: Any) -> Any:
@@ -268,17 +268,19 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
     Raises:
         FileNotFoundError, IsADirectoryError, PermissionError: the file cannot be opened.
-        ManifestError: not JSON (a truncated or corrupted file), not a zerojit manifest, another
-            schema version, or a field missing or of the wrong type (each named).
+        ManifestError: not UTF-8 text or not JSON (a truncated or corrupted file), not a zerojit
+            manifest, another schema version, or a field missing or of the wrong type (each named).
     """
     path = os.fspath(path)
     with open(path, encoding="utf-8") as f:
-        text = f.read()
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        raise ManifestError(f"{path}: not a readable manifest (truncated or corrupted JSON: {e}); "
-                            "record it again") from None
+        try:
+            data = json.loads(f.read())
+        except UnicodeDecodeError as e:  # (a ValueError too) a binary file, or text in another encoding
+            raise ManifestError(f"{path}: not a readable manifest (not UTF-8 text: byte {e.start} is "
+                                f"{e.object[e.start:e.start + 1]!r}); record it again") from None
+        except ValueError as e:
+            raise ManifestError(f"{path}: not a readable manifest (truncated or corrupted JSON: {e}); "
+                                "record it again") from None
     return _manifest_from(data, path)
 
 
@@ -408,11 +410,24 @@ def _launcher(parameters: tuple[str, ...]):
     return kernel_launcher(namespace["__call__"], host_only=_LAUNCHER_NAMES[:2])
 
 
+def unimportable(record: KernelRecord) -> str | None:
+    """Why no warm-up can import ``record``'s function, wherever it runs, or None: it is defined
+    in the program's ``__main__`` (the script itself) or inside a function, which do not exist
+    before the program runs. The reason says what to change."""
+    if record.module == "__main__":
+        return ("defined in the program's __main__ (the script itself), which cannot be imported before the program "
+                "runs: move the kernel into a module the script imports, then record the program again")
+    if "<locals>" in record.qualname:
+        return ("defined inside a function, which cannot be imported before the program runs: move the kernel to a "
+                "module's top level, then record the program again")
+    return None
+
+
 def _import_function(record: KernelRecord) -> Any:
     """The recorded ``triton.jit`` function, imported again; raises LookupError naming what failed."""
-    if record.module == "__main__" or "<locals>" in record.qualname:
-        raise LookupError("defined in the program's __main__ or inside a function, which cannot be imported before "
-                          "the program runs: move it into a module")
+    why = unimportable(record)
+    if why is not None:
+        raise LookupError(why)
     try:
         obj = importlib.import_module(record.module)
     except Exception as e:

@@ -36,7 +36,8 @@ How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
   warm-up (:meth:`~zerojit.kernel.TritonJitKernel.serve_library_path`). Raw launches of the
   functions a manifest warmed report there too under ``zerojit exec``
   (:func:`zerojit.recording.count_raw_launches`); a raw launch no manifest warmed is explained as
-  such (record the program), not as a dropped registration.
+  such (record the program, or, when a manifest warm-up skipped its function, why it did), not
+  as a dropped registration.
 
 Error mode never degrades silently: another party that assigns Triton's ``jit_cache_hook`` or
 compile listener after install (a profiler, a tracer) does not take the monitor out; the
@@ -320,6 +321,9 @@ class RuntimeCompile:
         unmigrated: the Triton function is launched raw (no zerojit kernel class wraps it) and
             no manifest warmed it: the fix is to record the program, not a registration.
         recorded: the nearest warmed key came from a manifest (``zerojit record``).
+        skipped: for a raw launch no manifest warmed, why the manifest warm-up that recorded its
+            function skipped it (``ManifestSkip.reason``, which says what to change); None when
+            no warm-up skipped it.
         constexprs / alignment_unspecialized: the kernel's ``tl.constexpr`` parameters and those in
             ``do_not_specialize_on_alignment`` (for the words: "constexpr 1", "alignment not
             specialized").
@@ -343,10 +347,13 @@ class RuntimeCompile:
     no_warmup: str | None = None
     unmigrated: bool = False
     recorded: bool = False
+    skipped: str | None = None
 
     @property
     def unwarmed_reason(self) -> str:
         """Why no key of this kernel was warmed, and what to do (for a miss without a nearest key)."""
+        if self.unmigrated and self.skipped is not None:
+            return f"{self.kernel!r} is in the manifest, but its warm-up skipped it: {self.skipped}"
         if self.unmigrated:
             return (f"{self.kernel!r} is launched raw (not a zerojit kernel) and no manifest warmed it: record the "
                     "program (zerojit record -- CMD) and run it with zerojit exec --manifest, or migrate the kernel")
@@ -1076,7 +1083,8 @@ class JitMonitor:
                                          differences=diffs, option_difference=opt_diff,
                                          recorded=isinstance(v.key, RecordedKey))
         elif jit_fn is not None and not direct and not _is_contract_function(jit_fn):
-            record = dataclasses.replace(record, unmigrated=True)
+            skips = [skip.reason for r in self._reports for skip in getattr(r, "skipped", ()) if skip.kernel == function]
+            record = dataclasses.replace(record, unmigrated=True, skipped=skips[-1] if skips else None)
         return record
 
     # -- the three handlers ----------------------------------------------------------------------

@@ -23,16 +23,18 @@
   pointer whose 16-byte alignment varied), the Triton setting that bounds it
   (``do_not_specialize``, ``do_not_specialize_on_alignment``: Triton's int and pointer
   specialization, :mod:`zerojit.specialization`) and how many variants that saves.
-* :class:`Program`: a ``python SCRIPT ...`` / ``python -m MODULE ...`` / ``zerojit ...`` command
-  run in this process, as ``python`` would (``runpy``).
+* :class:`Program`: a ``python SCRIPT ...`` / ``python -m MODULE ...`` / ``python -c CODE ...`` /
+  ``zerojit ...`` command run in this process, as ``python`` would (``runpy``).
 """
 
 from __future__ import annotations
 
+import builtins
 import os
 import runpy
 import sys
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -51,25 +53,28 @@ _INT_TYPES = ("i32", "i64", "u64")
 
 
 class ProgramError(ValueError):
-    """A command that cannot be run in-process (no program, an unknown interpreter option, a
-    script that does not exist); the message says what to pass instead."""
+    """A command that cannot be run as a Python program (no program, an unknown interpreter
+    option, a script that does not exist); the message says what to pass instead."""
 
 
 class Program:
     """A Python program to run in this process, from a command line.
 
-    Accepted: ``python SCRIPT ARGS...`` and ``python -m MODULE ARGS...`` (any ``python*``
-    executable name), ``SCRIPT.py ARGS...``, and ``zerojit ARGS...`` (``python -m zerojit``). A
-    script's folder goes first on ``sys.path`` as ``python SCRIPT`` puts it, already in
-    ``__init__``, so that a warm-up before :meth:`run` imports the program's kernel modules.
+    Accepted: ``python SCRIPT ARGS...``, ``python -m MODULE ARGS...`` and ``python -c CODE
+    ARGS...`` (any ``python*`` executable name), ``SCRIPT.py ARGS...``, and ``zerojit ARGS...``
+    (``python -m zerojit``). ``sys.path[0]`` is what ``python`` puts there (the script's folder,
+    else the current folder), already in ``__init__``, so that a warm-up before :meth:`run`
+    imports the program's kernel modules. ``where``: where it runs, for the messages
+    (``zerojit exec``: this process; ``zerojit record``: a child Python process).
 
     Raises:
-        ProgramError: an empty command, a ``python`` option other than ``-m``, a script that does
-            not exist, or another executable (which cannot run in-process).
+        ProgramError: an empty command, another ``python`` option, a script that does not exist,
+            or another executable (zerojit runs the program in a Python process it patches).
     """
 
-    def __init__(self, command: Sequence[str]) -> None:
+    def __init__(self, command: Sequence[str], *, where: str = "this process") -> None:
         argv = list(command)
+        accepted = "'python SCRIPT', 'python -m MODULE' or 'python -c CODE'"
         if not argv:
             raise ProgramError("no program given: pass it after '--' (e.g. -- python app.py)")
         head = os.path.basename(argv[0])
@@ -79,32 +84,42 @@ class Program:
             argv = ["-m", "zerojit", *argv[1:]]
         elif not argv[0].endswith(".py"):
             raise ProgramError(f"{argv[0]!r} is not a Python program: pass 'python SCRIPT', 'python -m MODULE', "
-                               "a .py file or 'zerojit ...' (the program runs in this process)")
+                               f"'python -c CODE', a .py file or 'zerojit ...' (zerojit runs the program as Python "
+                               f"code, in {where})")
         if not argv:
-            raise ProgramError("python without a script: pass 'python SCRIPT' or 'python -m MODULE'")
+            raise ProgramError(f"python without a script: pass {accepted}")
         self.module: str | None = None
         self.script: str | None = None
-        if argv[0] == "-m":
+        self.code: str | None = None
+        if argv[0] in ("-m", "-c"):
             if len(argv) < 2:
-                raise ProgramError("python -m needs a module name")
-            self.module, self.argv = argv[1], [argv[1], *argv[2:]]
+                raise ProgramError(f"python {argv[0]} needs {'a module name' if argv[0] == '-m' else 'the code'}")
+            if argv[0] == "-m":
+                self.module, self.argv = argv[1], [argv[1], *argv[2:]]
+            else:
+                self.code, self.argv = argv[1], ["-c", *argv[2:]]
+            sys.path.insert(0, os.getcwd())
         elif argv[0].startswith("-"):
-            raise ProgramError(f"python option {argv[0]!r} is not supported in-process: pass 'python SCRIPT' or "
-                               "'python -m MODULE'")
+            raise ProgramError(f"python option {argv[0]!r} is not supported (zerojit starts the program itself, in "
+                               f"{where}): pass {accepted}")
         else:
             if not os.path.isfile(argv[0]):
                 raise ProgramError(f"script {argv[0]!r} does not exist")
             self.script, self.argv = argv[0], argv
             sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
 
-    def run(self) -> int:
-        """Run the program as ``__main__`` with its ``sys.argv``; returns its exit status (0 when
-        it returned, else its ``SystemExit`` code: 1 for a message, as Python does). An exception
-        the program raises propagates."""
+    def run(self, *, propagate: tuple[type[BaseException], ...] = ()) -> int:
+        """Run the program as ``__main__`` with its ``sys.argv``, as ``python`` would; returns its
+        exit status: 0 when it returned, its ``SystemExit`` code (1 for a message), or 1 for an
+        exception it raised, whose traceback is printed as Python prints it (``sys.excepthook``),
+        from the program's first frame on. A ``KeyboardInterrupt`` and the classes in
+        ``propagate`` (errors zerojit reports itself) propagate."""
         sys.argv = list(self.argv)
         try:
             if self.module is not None:
                 runpy.run_module(self.module, run_name="__main__", alter_sys=True)
+            elif self.code is not None:
+                self._run_code(self.code)
             else:
                 runpy.run_path(self.script, run_name="__main__")
         except SystemExit as e:
@@ -112,7 +127,33 @@ class Program:
                 return e.code or 0
             print(e.code, file=sys.stderr)
             return 1
+        except propagate:
+            raise
+        except Exception as e:
+            tb = _program_frames(e.__traceback__)
+            sys.excepthook(type(e), e.with_traceback(tb), tb)  # (Python's hook prints e.__traceback__)
+            return 1
         return 0
+
+    @staticmethod
+    def _run_code(code: str) -> None:
+        """``python -c CODE``: the code as the ``__main__`` module, named ``<string>`` in tracebacks."""
+        main = types.ModuleType("__main__")
+        main.__dict__["__builtins__"] = builtins
+        saved = sys.modules["__main__"]
+        sys.modules["__main__"] = main
+        try:
+            exec(compile(code, "<string>", "exec"), main.__dict__)
+        finally:
+            sys.modules["__main__"] = saved
+
+
+def _program_frames(tb: Any) -> Any:
+    """A traceback without its first frames of this module and ``runpy`` (how the program was
+    started, which ``python`` does not show either)."""
+    while tb is not None and tb.tb_frame.f_globals.get("__name__") in (__name__, "runpy"):
+        tb = tb.tb_next
+    return tb
 
 
 class Recorder:
@@ -175,10 +216,11 @@ class Recorder:
             else:
                 entry[3] += 1
 
-    def manifest(self, command: Sequence[str]) -> Manifest:
+    def manifest(self, command: Sequence[str], *, target: str | None = None) -> Manifest:
         """What was recorded so far, as a :class:`~zerojit.manifest.Manifest` (functions in first-
         launch order), whose target is the one the first launch was keyed for (``"cuda:90"``: a
-        compile-only target or a GPU's capability; ``"device"`` when nothing was launched)."""
+        compile-only target or a GPU's capability); when nothing was launched, ``target`` (the
+        one the program ran under), else ``"device"``."""
         with self._lock:
             kernels = []
             for ident, jit_fn in self._functions.items():
@@ -189,7 +231,7 @@ class Recorder:
                               for spec, values, options, count in self._specs[ident].values())
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
                                             _tc.ordered_constexpr_parameters(jit_fn), specs))
-        return Manifest(_tc.TRITON_VERSION, self._target or "device", tuple(command), tuple(kernels))
+        return Manifest(_tc.TRITON_VERSION, self._target or target or "device", tuple(command), tuple(kernels))
 
 
 def _module_attribute(module: str, qualname: str) -> Any:
@@ -225,21 +267,24 @@ def _representative(ty: str, attr: Any, value: Any) -> Any:
 def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
     """The ``zerojit record`` child process: install a :class:`Recorder` before anything of the
     program is imported, run it (under ``compile_only(target)`` when given), write the manifest
-    to ``out`` even when the program fails, and return the program's exit status.
+    to ``out`` even when the program fails, and return the program's exit status (130 when
+    interrupted: Ctrl-C, whose traceback is not printed).
 
     Raises:
-        ProgramError: ``command`` cannot be run in-process.
+        ProgramError: ``command`` cannot be run as a Python program.
     """
     recorder = Recorder().install()
-    program = Program(command)
+    program = Program(command, where="a child Python process")
     try:
         if target is not None:
             with compile_only(target):
                 return program.run()
         return program.run()
+    except KeyboardInterrupt:  # Ctrl-C: zerojit record ends in one line, with no traceback of the program's
+        return 130
     finally:
         recorder.uninstall()
-        write_manifest(recorder.manifest(command), out)
+        write_manifest(recorder.manifest(command, target=target or current_target_name()), out)
 
 
 def count_raw_launches(kernels: Sequence[RecordedKernel]) -> Callable[[], None]:

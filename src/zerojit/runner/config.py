@@ -102,9 +102,9 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
     if _is_path(name_or_path):
         path = Path(name_or_path)
         if path.is_dir():
-            raise ConfigError([f"config path {str(path)!r} is a directory, not a JSON file"], what="config path")
+            raise ConfigError([f"{str(path)!r} is a directory, not a JSON file"], what="config path")
         if not path.is_file():
-            raise ConfigError([f"config file {str(path)!r} does not exist"], what="config path")
+            raise ConfigError([f"{str(path)!r} does not exist"], what="config path")
     else:
         path = CONFIG_DIR / f"{name_or_path}.json"
         if not path.is_file():
@@ -134,11 +134,12 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
         return ModelConfig.from_dict(fields, required=REQUIRED_FIELDS)
     except ConfigError as e:  # a problem with a value the file never set says where the value came from
         defaults = {f: v for f, v in file_defaults().items() if f not in fields}
-        problems = [_given_as(_with_defaults(p, defaults, path.name), overrides, given_as or {}) for p in e.problems]
+        label = path.name if _is_path(name_or_path) else os.fspath(name_or_path)  # a shipped one: the name given
+        problems = [_given_as(_with_defaults(p, defaults, label), overrides, given_as or {}) for p in e.problems]
         given = [g for g in (given_as or {}).values() if any(p.startswith(g) for p in problems)]
         from_caller = all(any(p.startswith(g) for g in given) for p in problems)  # the file is not to blame
         flags = ", ".join(g.split()[0] for g in given)
-        what = f"{flags} for config {path.name}" if from_caller else f"config {path.name}"
+        what = f"{flags} for config {label}" if from_caller else f"config {label}"
         raise ConfigError(problems, what=what) from None
 
 

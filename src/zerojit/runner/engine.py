@@ -187,6 +187,8 @@ class RunOptions:
             parse_target(self.target)  # a bad target is refused here, before any work
         except ValueError as e:
             problems.append(str(e))
+        if len(problems) == 1:
+            raise RunError(f"invalid run options: {problems[0]}")
         if problems:
             raise RunError("invalid run options:\n" + "\n".join(f"  - {p}" for p in problems))
 

@@ -40,7 +40,7 @@ MAX_NUM_SEQS = 2**20
 
 
 class ConfigError(ValueError):
-    """An invalid :class:`ModelConfig`; lists every problem at once.
+    """An invalid :class:`ModelConfig`; lists every problem at once (one problem: one line).
 
     Attributes:
         problems: one line per problem, each naming the field, its value and what to change.
@@ -53,8 +53,11 @@ class ConfigError(ValueError):
             return
         self.problems = list(problems)
         n = len(self.problems)
+        if n == 1:  # one line
+            super().__init__(f"invalid {what}: {self.problems[0]}")
+            return
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"invalid {what} ({n} problem{'s' if n != 1 else ''}):\n{lines}")
+        super().__init__(f"invalid {what} ({n} problems):\n{lines}")
 
 
 def _is_int(v: Any) -> bool:
