@@ -121,6 +121,9 @@ def test_manifest_round_trip_is_atomic(kernels, compile_only_target, tmp_path):
     write_manifest(manifest, path)
     assert read_manifest(path) == manifest
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".zerojit")) == []
+    fresh = tmp_path / "plain"
+    fresh.write_text("")
+    assert path.stat().st_mode & 0o777 == fresh.stat().st_mode & 0o777  # open()'s mode, not mkstemp's 0600
     data = json.loads(path.read_text())
     assert data["format"] == "zerojit-manifest" and data["version"] == 1
     assert data["kernels"][0]["specializations"][0]["specialization"][2] == ["i32", "D"]

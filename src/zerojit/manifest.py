@@ -28,8 +28,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -293,7 +293,9 @@ def write_manifest(manifest: Manifest, path: str | os.PathLike) -> None:
     """
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".zerojit-manifest-", suffix=".json", dir=folder)
+    # not mkstemp: its mode 0600 would hide the manifest from the serving user; this is open()'s mode
+    tmp = os.path.join(folder, f".zerojit-manifest-{os.getpid()}-{uuid.uuid4().hex[:12]}.json")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(manifest.to_dict(), f, indent=1)
