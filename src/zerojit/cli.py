@@ -26,6 +26,7 @@ import inspect
 import os
 from typing import Any, Callable, Iterator, Optional
 
+import _zerojit_entry as _entry  # the console script's interrupt line and status
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
@@ -80,8 +81,8 @@ def _one_line_usage_errors(ctx: Any) -> Iterator[None]:
         typer.echo(f"{' '.join(['zerojit', *names])}: {message}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:  # typer would exit 130 silently
-        typer.echo("zerojit: interrupted", err=True)
-        raise typer.Exit(130) from None
+        typer.echo(_entry.INTERRUPTED, err=True)
+        raise typer.Exit(_entry.STATUS) from None
 
 
 class _Group(_HelpWithoutType, TyperGroup):
