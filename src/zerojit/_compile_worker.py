@@ -1,6 +1,6 @@
 """A compile worker process: compiles Triton kernels into the shared disk cache for a warm-up.
 
-:mod:`zerojit.precompile` forks it from the warm-up's process (:func:`fork_worker`, Linux: a copy
+:mod:`zerojit.precompile` forks it from the warm-up's process (:func:`fork_workers`, Linux: a copy
 with everything imported, see its docstring), or starts it as ``python <this file>`` (a plain
 script, so that importing it does not import the ``zerojit`` package first); what follows is
 about the latter, and the protocol is both's. It imports only what compiling needs: Triton
@@ -396,7 +396,7 @@ def _compile_throwaway(backend: str, arch: int, warp_size: int) -> None:
 def serve(setup: dict, boot: dict, requests, replies, *, forked: bool = False) -> None:
     """Set the worker up, send the ready message (``boot``: when its boot steps ended), then
     answer requests until ``None`` or the end of ``requests``. ``forked``: this process is a copy
-    of the parent (:func:`fork_worker`), whose Triton state it first puts back to plain."""
+    of the parent (:func:`fork_workers`), whose Triton state it first puts back to plain."""
     try:
         if forked:
             _plain_triton_state()
@@ -452,17 +452,48 @@ _PARENT_ENDS: set = set()  # the parent's ends of every forked worker's pipes: a
 
 
 class ForkedProcess:
-    """The parent's handle on a worker made by :func:`fork_worker`: the parts of
-    ``subprocess.Popen`` the pool uses (``pid``, ``stdin``, ``stdout``, ``wait``, ``kill``)."""
+    """The parent's handle on a worker made by :func:`fork_workers`: the parts of
+    ``subprocess.Popen`` the pool uses (``pid``, ``stdin``, ``stdout``, ``wait``, ``kill``).
 
-    def __init__(self, pid: int, stdin, stdout) -> None:
+    Only the first worker of a tree is this process's child. The others are its descendants: their
+    ``pid`` is None until their ready message names it (:meth:`learn_pid`), ``poll`` tells only
+    whether they still run (their exit status goes to their own parent, which reaps them), and
+    ``kill`` signals them by pid."""
+
+    def __init__(self, pid: "int | None", stdin, stdout, *, child: bool = True) -> None:
         self.pid, self.stdin, self.stdout = pid, stdin, stdout
+        self.child = child
         self.returncode = None
         self._ends = (stdin.fileno(), stdout.fileno())
 
+    def read(self):
+        """The worker's next message. ``EOFError`` once it ended; a worker that ends with an error
+        says its exit status first (:func:`_forked_tree`), which ``poll`` then returns: a
+        descendant's status would otherwise go to its own parent only."""
+        message = read_message(self.stdout)
+        if isinstance(message, dict) and message.keys() == {"exit", "pid"}:
+            self.learn_pid(message["pid"])
+            self.returncode = message["exit"]
+            raise EOFError("stream closed")
+        return message
+
+    def learn_pid(self, pid: int) -> None:
+        """The pid a descendant's ready message gave (a child's own is known from its fork)."""
+        if self.pid is None:
+            self.pid = pid
+
     def poll(self):
-        """The exit code (negative: the signal that ended it) once it ended, else None."""
-        if self.returncode is None:
+        """The exit code (negative: the signal that ended it) once it ended, else None; 0 for an
+        ended descendant (its status is its own parent's)."""
+        if self.returncode is None and self.pid is not None:
+            if not self.child:
+                try:
+                    os.kill(self.pid, 0)
+                except ProcessLookupError:
+                    self.returncode = 0
+                except PermissionError:  # the pid went to another user's process: ours ended
+                    self.returncode = 0
+                return self.returncode
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:  # reaped elsewhere: its status is lost
@@ -486,7 +517,7 @@ class ForkedProcess:
         return self.returncode
 
     def kill(self) -> None:
-        if self.poll() is None:
+        if self.poll() is None and self.pid is not None:
             try:
                 os.kill(self.pid, 9)
             except ProcessLookupError:
@@ -503,76 +534,108 @@ class ForkedProcess:
                 pass
 
 
-def fork_worker(setup: dict, stderr_fd: int) -> ForkedProcess:
-    """Fork this process into a compile worker (Linux; called by :mod:`zerojit.precompile`).
+def fork_workers(setup: dict, stderr_fds: "list[int]") -> "list[ForkedProcess]":
+    """Fork ``len(stderr_fds)`` compile workers (Linux; called by :mod:`zerojit.precompile`).
 
-    The child is a copy of this process, so Triton, zerojit and the kernels' modules are imported
-    already: it boots in milliseconds where a new interpreter takes 0.3-0.5 s (and a kernels'
-    module that imports torch, seconds). It serves the same protocol as a spawned worker over two
-    pipes (without the set-up message: ``setup`` is in its memory), writes what it prints to
-    ``stderr_fd``, and ends with ``os._exit`` (none of this process's exit handlers run). It
-    never touches a GPU: its Triton driver is the compile-only one, as in a spawned worker.
+    This process forks once; that child forks the others as a binary tree (each process forks
+    the upper half of the workers it stands for, then the upper half of the rest, and so on), so
+    16 workers take 4 rounds of forks, run in parallel on other cores, instead of 16 forks in a
+    row in this process. A fork of a large process costs 10-20 ms (it copies the page tables),
+    and every fork makes this process copy each page it writes next (copy-on-write): one fork
+    here instead of N keeps both off the warm-up's thread.
+
+    Each child is a copy of this process, so Triton, zerojit and the kernels' modules are
+    imported already: it boots in milliseconds where a new interpreter takes 0.3-0.5 s (and a
+    kernels' module that imports torch, seconds). It serves the same protocol as a spawned worker
+    over two pipes made here (without the set-up message: ``setup`` is in its memory), writes
+    what it prints to its ``stderr_fds`` entry, and ends with ``os._exit`` (none of this
+    process's exit handlers run). It never touches a GPU: its Triton driver is the compile-only
+    one, as in a spawned worker.
 
     Forking a process whose other threads hold locks is safe for what the child runs as long as
     the child never needs those locks: it uses none of this process's objects but Triton's
     compiler, and Python re-creates its own locks at a fork. A C library's lock held by another
     thread at that moment (a compile running on another thread, inside LLVM) would block the
-    child; the pool forks from the thread that runs the warm-up, before its compiles.
+    child; the pool forks from the thread that runs the warm-up, before its compiles. The
+    tree's other forks happen in a child, which has one thread.
+
+    Returns the workers' handles, in ``stderr_fds`` order (the first is this process's child).
 
     Raises:
-        OSError: the fork or the pipes failed (the caller spawns a worker instead).
+        OSError: the fork or the pipes failed (the caller spawns workers instead).
     """
     import warnings
 
-    requests_r, requests_w = os.pipe()
-    replies_r, replies_w = os.pipe()
+    pipes: list = []  # per worker: (requests_r, requests_w, replies_r, replies_w)
     try:
+        for _ in stderr_fds:
+            pipes.append(os.pipe() + os.pipe())
         with warnings.catch_warnings():
             # Python 3.12+ warns at every fork of a process with threads; the paragraph above is
             # why this child is safe (the warning is about children that need those threads' locks)
             warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
             pid = os.fork()
     except OSError:
-        for fd in (requests_r, requests_w, replies_r, replies_w):
-            os.close(fd)
+        _close(fd for p in pipes for fd in p)
         raise
     if pid == 0:
-        _forked_child(setup, requests_r, replies_w, stderr_fd, (requests_w, replies_r))
-    os.close(requests_r)
-    os.close(replies_w)
-    _PARENT_ENDS.update((requests_w, replies_r))
-    return ForkedProcess(pid, os.fdopen(requests_w, "wb"), os.fdopen(replies_r, "rb"))
+        _forked_tree(setup, pipes, list(stderr_fds))
+    procs = []
+    for i, (requests_r, requests_w, replies_r, replies_w) in enumerate(pipes):
+        os.close(requests_r)
+        os.close(replies_w)
+        _PARENT_ENDS.update((requests_w, replies_r))
+        procs.append(ForkedProcess(pid if i == 0 else None, os.fdopen(requests_w, "wb"), os.fdopen(replies_r, "rb"),
+                                   child=i == 0))
+    return procs
 
 
-def _forked_child(setup: dict, requests_fd: int, replies_fd: int, stderr_fd: int, own_ends: tuple) -> None:
-    """The forked child: never returns (``os._exit``)."""
-    code = 1
+def _close(fds) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _forked_tree(setup: dict, pipes: list, stderr_fds: list) -> None:
+    """A forked child standing for every worker of ``pipes``: forks the tree's other workers
+    (:func:`fork_workers`), then serves as the first. Never returns (``os._exit``)."""
+    code, replies_fd, reapers = 1, None, []
     try:
         started = time.time()
         import gc
 
         # The parent's objects move to the permanent generation: the collector never walks them
         # (walking them writes to each one, copying the pages the child shares with the parent;
-        # measured: +34% CPU time per compile without this).
+        # measured: +34% CPU time per compile without this). Done once: the tree's forks inherit it.
         gc.freeze()
-        for fd in set(_PARENT_ENDS).union(own_ends) - {requests_fd, replies_fd, stderr_fd}:
-            try:  # other workers' pipes (EOF must reach them when the parent ends) and its own ends
-                os.close(fd)
-            except OSError:
-                pass
-        os.dup2(stderr_fd, 1)  # stray output (ptxas, LLVM) goes where a spawned worker's stderr goes
-        os.dup2(stderr_fd, 2)
-        sys.stdout = sys.stderr = open(2, "w", closefd=False)
-        import signal
+        # the parent's ends: of earlier workers' pipes (EOF must reach them when the parent ends) and of these
+        _close(set(_PARENT_ENDS).union(fd for p in pipes for fd in (p[1], p[2])))
+        mine, children = list(range(len(pipes))), []
+        while len(mine) > 1:
+            keep, give = mine[:(len(mine) + 1) // 2], mine[(len(mine) + 1) // 2:]
+            try:
+                pid = os.fork()
+            except OSError:  # those workers' pipes close with this process's: the parent sees them die
+                pid = -1
+            if pid == 0:
+                started, mine, children = time.time(), give, []
+                _close(fd for i in keep for fd in (pipes[i][0], pipes[i][3]))
+            else:
+                if pid > 0:  # it serves as give[0]: where to say how it ended (its exit status is ours)
+                    children.append((pid, os.dup(pipes[give[0]][3])))
+                _close(fd for i in give for fd in (pipes[i][0], pipes[i][3]))
+                mine = keep
+        if children:  # each is this process's to reap (never the warm-up's: it is not their parent)
+            import threading
 
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # not the parent's handlers
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        try:
-            signal.set_wakeup_fd(-1)  # not into the parent's event loop
-        except ValueError:
-            pass
-        serve(setup, {"started_at": started}, io.FileIO(requests_fd, "rb", closefd=False),
-              os.fdopen(replies_fd, "wb"), forked=True)
+            reapers = [threading.Thread(target=_reap_child, args=child, daemon=True) for child in children]
+            for reaper in reapers:
+                reaper.start()
+        own = mine[0]
+        replies_fd = os.dup(pipes[own][3])  # its own: serve's stream may close the other on the way out
+        _serve_forked(setup, started, pipes[own][0], pipes[own][3], stderr_fds[own])
         code = 0
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
@@ -585,7 +648,52 @@ def _forked_child(setup: dict, requests_fd: int, replies_fd: int, stderr_fd: int
         except BaseException:
             pass
     finally:
+        if code and replies_fd is not None:
+            _say_exit(replies_fd, os.getpid(), code)
+        for reaper in reapers:  # the workers it forked end with it (stopped together): reaped, no zombie left
+            reaper.join(timeout=5)
         os._exit(code)
+
+
+def _say_exit(replies_fd: int, pid: int, code: int) -> None:
+    """A worker's last message: how it ended (read by :meth:`ForkedProcess.read`)."""
+    try:
+        body = pickle.dumps({"exit": code, "pid": pid})
+        os.write(replies_fd, _LEN.pack(len(body)) + body)
+    except BaseException:  # the parent stopped reading: nobody to tell
+        pass
+
+
+def _reap_child(pid: int, replies_fd: int) -> None:
+    """Reap a worker this tree process forked, and tell the warm-up if it ended badly (a signal,
+    too: it could not say so itself) on its reply stream, of which this holds a copy till then."""
+    try:
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code:
+            _say_exit(replies_fd, pid, code)
+    except ChildProcessError:
+        pass
+    finally:
+        _close((replies_fd,))
+
+
+def _serve_forked(setup: dict, started: float, requests_fd: int, replies_fd: int, stderr_fd: int) -> None:
+    """One forked worker's life once the tree is forked: its output to ``stderr_fd``, the
+    parent's signal handlers off, then the protocol on its two pipe ends."""
+    os.dup2(stderr_fd, 1)  # stray output (ptxas, LLVM) goes where a spawned worker's stderr goes
+    os.dup2(stderr_fd, 2)
+    sys.stdout = sys.stderr = open(2, "w", closefd=False)
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # not the parent's handlers
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        signal.set_wakeup_fd(-1)  # not into the parent's event loop
+    except ValueError:
+        pass
+    serve(setup, {"started_at": started}, io.FileIO(requests_fd, "rb", closefd=False),
+          os.fdopen(replies_fd, "wb"), forked=True)
 
 
 def _plain_triton_state() -> None:

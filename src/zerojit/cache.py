@@ -61,7 +61,9 @@ __all__ = [
     "cache_dir",
     "entry_name",
     "entry_lock",
+    "entry_lock_path",
     "launcher_lock",
+    "launcher_lock_path",
     "use_fast_triton_key",
     "known_triton_key",
     "triton_build_hash",
@@ -113,23 +115,41 @@ def entry_name(cache_hash: str) -> str:
     return base64.b32encode(bytes.fromhex(cache_hash)).decode("ascii").rstrip("=")
 
 
-def _lock(name: str, folder: str | None = None):
-    from filelock import FileLock
+_LOCK_ROOTS: set[str] = set()  # lock folders made by this process (a warm-up asks once per key)
 
+
+def _lock_path(name: str, folder: str | None = None) -> str:
     root = os.path.join(folder or cache_dir(), _LOCK_DIR)
-    os.makedirs(root, exist_ok=True)
-    return FileLock(os.path.join(root, f"{name}.lock"))
+    if root not in _LOCK_ROOTS or not os.path.isdir(root):
+        os.makedirs(root, exist_ok=True)
+        _LOCK_ROOTS.add(root)
+    return os.path.join(root, f"{name}.lock")
+
+
+def entry_lock_path(entry: str, folder: str | None = None) -> str:
+    """The lock file of cache entry ``entry`` (its folder name) in the cache folder (its lock folder
+    made if missing): what :func:`entry_lock` locks, and what a compile worker locks by path."""
+    return _lock_path(entry, folder)
 
 
 def entry_lock(entry: str, folder: str | None = None):
     """A ``filelock.FileLock`` for cache entry ``entry`` (its folder name), shared by every process
     using the cache folder. The OS releases it if its holder dies."""
-    return _lock(entry, folder)
+    from filelock import FileLock
+
+    return FileLock(_lock_path(entry, folder))
+
+
+def launcher_lock_path(launcher_key: str, folder: str | None = None) -> str:
+    """The lock file of the launcher module of cache key ``launcher_key`` (see :func:`launcher_lock`)."""
+    return _lock_path(f"launcher-{entry_name(launcher_key)}", folder)
 
 
 def launcher_lock(launcher_key: str, folder: str | None = None):
     """A ``filelock.FileLock`` for the launcher module of cache key ``launcher_key``."""
-    return _lock(f"launcher-{entry_name(launcher_key)}", folder)
+    from filelock import FileLock
+
+    return FileLock(launcher_lock_path(launcher_key, folder))
 
 
 # ---------------------------------------------------------------------------------------------

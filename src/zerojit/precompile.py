@@ -29,13 +29,13 @@ The results equal a serial warm-up's: the same Triton keys, specializations and 
 kernels, field for field (tests compare them). Worker processes (``_compile_worker.py``) compile
 for the parent's exact target with zerojit's compile-only driver (never touching a GPU), into the
 parent's cache folder. On Linux they are forked from this process (:func:`worker_start_method`):
-ready in milliseconds, with Triton and the kernels' modules imported; else (or with
-``ZEROJIT_WORKER_START=spawn``, or once forking got slow: a large process) new interpreters that
-import only Triton and the kernels' modules (no torch unless a module needs it). They start with
-the warm-up unless a marker file says this key space was warmed into this cache folder before (a
-warm start then starts none): the first before the sweep, forked ones then as the sweep hands out
-requests, spawned ones all at once, booting while this process hashes Triton's build for its
-cache keys (:func:`_prepare_while_hashing`); or earlier, by :func:`start_worker_pool`
+ready in milliseconds, with Triton and the kernels' modules imported, all of them at once as one
+tree (this process forks one, which forks the others: :func:`zerojit._compile_worker.fork_workers`);
+else (or with ``ZEROJIT_WORKER_START=spawn``, or once forking got slow: a large process) new
+interpreters that import only Triton and the kernels' modules (no torch unless a module needs
+it). They start with the warm-up, before its sweep, unless a marker file says this key space was
+warmed into this cache folder before (a warm start then starts none), booting while this process
+hashes Triton's build for its cache keys (:func:`_prepare_while_hashing`); or earlier, by :func:`start_worker_pool`
 (:meth:`~zerojit.registry.JitWarmupRegistry.start_workers`), while the engine does other work.
 Requests go out launchers first, then longest kernel first (:class:`_TaskQueue`).
 ``WarmupStats.timeline`` records each worker's boot and requests.
@@ -73,8 +73,8 @@ from typing import Any, Callable, Sequence
 
 from . import _compile_worker as _wire
 from . import triton_compat as _tc
-from .cache import (cache_dir, entry_lock, install_remembered_launcher, known_triton_key, launcher_lock,
-                    remember_launcher, use_fast_triton_key)
+from .cache import (cache_dir, entry_lock, entry_lock_path, install_remembered_launcher, known_triton_key,
+                    launcher_lock_path, remember_launcher, use_fast_triton_key)
 from .compile_only import active_compile_only, warm_target
 from .kernel import _DEVICE_CACHE_LOCK, _WARMUP_SINK, CompiledVariant, TritonJitKernel
 from .reports import WarmupStats, count
@@ -348,7 +348,7 @@ class WarmupSession:
             pool = self._ensure_pool(shippable.target) if shippable is not None else None
             if pool is not None:
                 if not present:
-                    pool.submit_compile(shippable, entry_lock(entry).lock_file)
+                    pool.submit_compile(shippable, entry_lock_path(entry))  # a path: no FileLock built per key
                     job.entries.append(entry)
                 if job.launcher is not None:
                     self._submit_launcher(pool, *job.launcher)
@@ -379,7 +379,7 @@ class WarmupSession:
     def _submit_launcher(self, pool: "_WorkerPool", types: tuple, key: str) -> None:
         """Have a worker build the launcher of signature ``types``; the keys with that signature
         then wait for it before they load."""
-        pool.submit_launcher(types, key, launcher_lock(key).lock_file)
+        pool.submit_launcher(types, key, launcher_lock_path(key))
         with self._lock:
             self._launchers[types] = (key, True)  # on disk once the pool drains
             self._launcher_tasks[types] = f"launcher:{key}"
@@ -583,9 +583,9 @@ class WarmupSession:
                                 pool.set_triton_key(known)
                             _tc.import_launch_path_modules()  # (this process's sweep needs them too)
                             _tc.import_compiler_modules()
-                        # A fork is a few ms of this thread: one worker now, the others as the sweep hands
-                        # out requests (each then starts compiling at once instead of after every fork).
-                        pool.prestart(1 if pool.start_method == "fork" else min(self.workers, triton_jobs))
+                        # Every worker now: forked ones as one tree (one fork of this thread's), booting
+                        # while this process hashes and sweeps.
+                        pool.prestart(min(self.workers, triton_jobs))
                         if pool.start_method == "fork" or pool._fork_seconds:
                             self.counts.add_phase("fork", time.perf_counter() - t0)
             if prestarted is not None:
@@ -810,7 +810,7 @@ _COMPILE_WHILE_BOOTING = True  # this process compiles waiting keys while no wor
 
 def worker_start_method() -> str:
     """How this process starts compile workers: ``"fork"`` on Linux (a copy of this process,
-    booted in milliseconds: :func:`zerojit._compile_worker.fork_worker`), else ``"spawn"`` (a new
+    booted in milliseconds: :func:`zerojit._compile_worker.fork_workers`), else ``"spawn"`` (a new
     interpreter importing Triton and the kernels' modules: 0.3-0.5 s on the H200 host, seconds when
     a kernels' module imports torch). ``ZEROJIT_WORKER_START=spawn`` chooses spawn anywhere; ``fork``
     where the platform cannot fork (not Linux) is spawn too.
@@ -1036,16 +1036,22 @@ class _WorkerPool:
         return self.target == target and self.setup["cache_dir"] == cache_dir()
 
     def prestart(self, n: int) -> None:
-        """Start ``n`` workers now (they boot while the parent goes on)."""
+        """Start ``n`` workers now (they boot while the parent goes on). Forked ones come as one
+        tree (:func:`zerojit._compile_worker.fork_workers`): one fork of this process's."""
         with self.lock:
+            want = min(n, self.size) - len(self.threads)
+            if want > 0 and self.start_method == "fork":
+                for started in self._fork(want):
+                    self._start_thread(started)
             while len(self.threads) < min(n, self.size):
                 self._start_thread()
 
-    def _start_thread(self) -> None:
-        """Start one worker and the thread that feeds it. A forked worker is forked here, in the
-        caller's thread (the warm-up's: it runs no compile at this moment), a spawned one by the
-        feeding thread."""
-        started = self._fork() if self.start_method == "fork" else None
+    def _start_thread(self, started: "_Started | None" = None) -> None:
+        """Start the thread that feeds a worker: ``started`` (forked), else one forked here, in the
+        caller's thread (the warm-up's: it runs no compile at this moment), or (spawn, or the fork
+        failed) one the feeding thread spawns."""
+        if started is None and self.start_method == "fork":
+            started = next(iter(self._fork(1)), None)
         t = threading.Thread(target=self._serve, args=(started,), name=f"zerojit-compile-{len(self.threads)}",
                              daemon=True)
         self.threads.append(t)
@@ -1056,31 +1062,34 @@ class _WorkerPool:
         self._spawned += 1
         return index
 
-    def _fork(self) -> "_Started | None":
-        """(Called holding ``self.lock``.) Fork a worker (:func:`zerojit._compile_worker.fork_worker`); None when the fork failed
-        (the feeding thread spawns one instead). Once the forks took :data:`_FORK_BUDGET` seconds
-        in all (a large process: each fork copies its page tables), the other workers are spawned."""
-        stderr = tempfile.TemporaryFile()
-        index = self._next_index()
+    def _fork(self, n: int) -> "list[_Started]":
+        """(Called holding ``self.lock``.) Fork ``n`` workers as one tree
+        (:func:`zerojit._compile_worker.fork_workers`); none when the fork failed (the feeding
+        threads spawn them instead). Once this process's forks took :data:`_FORK_BUDGET` seconds in
+        all (a large process: each fork copies its page tables), later workers are spawned."""
+        stderrs = [tempfile.TemporaryFile() for _ in range(n)]
+        indices = [self._next_index() for _ in range(n)]
         t0, wall = time.perf_counter(), time.time()
         key = self.triton_key
         try:
-            proc = _wire.fork_worker(dict(self.setup, triton_key=key), stderr.fileno())
+            procs = _wire.fork_workers(dict(self.setup, triton_key=key), [f.fileno() for f in stderrs])
         except OSError as e:
-            stderr.close()
+            for f in stderrs:
+                f.close()
             if not any(m.startswith("cannot fork") for m in self.counts.recovered):
                 self.counts.recovered.append(f"cannot fork a compile worker ({e}); spawned instead")
-            return None
+            return []
         took = time.perf_counter() - t0
-        self._forked += 1
+        self._forked += n
         self._fork_seconds += took
-        self.counts.timeline.append(("fork", index, t0, t0 + took))
+        self.counts.timeline.append(("fork", indices[0], t0, t0 + took))
         if self._fork_seconds > _FORK_BUDGET:
             self.start_method = "spawn"
             self.counts.recovered.append(
-                f"forking this process took {1e3 * self._fork_seconds:.0f} ms for {count(index + 1, 'worker')} (a "
+                f"forking this process took {1e3 * self._fork_seconds:.0f} ms for {count(self._forked, 'worker')} (a "
                 f"large process: fork copies its page tables); the other workers are spawned")
-        return _Started(proc, stderr, index, t0, wall, forked=True, key_sent=key is not None)
+        return [_Started(proc, stderr, index, t0, wall, forked=True, key_sent=key is not None)
+                for proc, stderr, index in zip(procs, stderrs, indices)]
 
     def _submit(self, name: str, task: dict) -> None:
         with self.lock:
@@ -1197,6 +1206,8 @@ class _WorkerPool:
                 self._recovered(status.get("error", "compile worker set-up failed"))
                 return
             ready = True
+            if started.forked:
+                proc.learn_pid(status.get("pid"))
             self._boot_timeline(started, status)
             with self.lock:
                 self.ready_workers += 1
@@ -1219,19 +1230,23 @@ class _WorkerPool:
                 with link.lock:
                     _wire.write_message(proc.stdin, task)
                 sent = time.perf_counter()
-                reply = _wire.read_message(proc.stdout)
+                reply = proc.read() if started.forked else _wire.read_message(proc.stdout)
                 self._timed(f"{_outcome(task, reply)} {task.get('function') or task['name']}", index, sent,
                             time.perf_counter())
                 self._record(task, reply)
                 task = None
         except (EOFError, OSError, pickle.PickleError) as e:
+            if not ready and self._stopping:  # stopped while it booted (a tree's worker: with the fork above it)
+                return
             stderr.seek(0)
             tail = stderr.read()[-2000:].decode(errors="replace").strip()
             if not ready:
                 what = " while starting, before its first request"
             else:
                 what = f" while compiling {task.get('function') or task['name']}" if task else ""
-            self._recovered(f"compile worker {proc.pid} died{_exit_status(proc)}{what}: {type(e).__name__}: {e}"
+            who = (f"compile worker {proc.pid} died{_exit_status(proc)}" if proc.pid is not None else
+                   "a compile worker died (forked by a worker that ended first: its pid and exit status are unknown)")
+            self._recovered(f"{who}{what}: {type(e).__name__}: {e}"
                             + (f"\n{tail}" if tail else ""))
             if task is not None:  # the parent compiles it in-process
                 self._finished(task["name"])
@@ -1257,18 +1272,21 @@ class _WorkerPool:
 
         while not self._stopping:
             if select.select([proc.stdout], [], [], 0.05)[0]:
-                return _wire.read_message(proc.stdout)
+                return proc.read() if isinstance(proc, _wire.ForkedProcess) else _wire.read_message(proc.stdout)
         return None
 
     def _boot_timeline(self, started: "_Started", status: dict) -> None:
         """Put a worker's boot on the timeline, from the wall-clock times its ready message gives:
         a spawned worker's ``python``, ``imports``, [``preload``], ``set-up``; a forked one's
-        ``set-up`` (its ``fork`` span is the parent's own)."""
+        ``set-up``, after its ``fork`` span: the parent's own fork for a tree's first worker, else
+        from that fork to the worker's start (the tree's forks above it included)."""
         at = {k: started.at + max(status[k] - started.wall, 0.0) for k in
               ("started_at", "imported_at", "preloaded_at", "ready_at") if isinstance(status.get(k), float)}
         steps = (("set-up", "ready_at"),) if started.forked else (
             ("python", "started_at"), ("imports", "imported_at"), ("preload", "preloaded_at"), ("set-up", "ready_at"))
         previous = at.get("started_at", started.at) if started.forked else started.at
+        if started.forked and not started.proc.child and "started_at" in at:  # forked by the tree, not here
+            self._timed("fork", started.index, started.at, at["started_at"])
         for what, k in steps:
             if k in at:
                 self._timed(what, started.index, previous, at[k])
