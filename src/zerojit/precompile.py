@@ -578,11 +578,7 @@ class WarmupSession:
                     if pool is not None:
                         t0 = time.perf_counter()
                         if pool.start_method == "fork":  # what each forked worker would otherwise do itself
-                            known = known_triton_key() if pool.triton_key is None else None
-                            if known is not None:  # a known install: they start with it
-                                pool.set_triton_key(known)
-                            _tc.import_launch_path_modules()  # (this process's sweep needs them too)
-                            _tc.import_compiler_modules()
+                            _prepare_fork(pool, target)
                         # Every worker now: forked ones as one tree (one fork of this thread's), booting
                         # while this process hashes and sweeps.
                         pool.prestart(min(self.workers, triton_jobs))
@@ -724,10 +720,25 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
     else:
         pool.hash_in_background()
     if pool.start_method == "fork":  # what each forked worker would otherwise do itself
-        _tc.import_launch_path_modules()
-        _tc.import_compiler_modules()
+        _prepare_fork(pool, target)
     pool.prestart(min(workers, triton_jobs))
     return pool
+
+
+def _prepare_fork(pool: "_WorkerPool", target: Any) -> None:
+    """Before the workers are forked, do here what each would otherwise do itself (this process's
+    sweep needs all of it too): Triton's build key when it costs no hash (a known install), the
+    modules Triton's launch path and compiler import lazily, and the backend's hash (``ptxas
+    --version``: a subprocess, run on a thread while the imports hold the GIL)."""
+    if pool.triton_key is None:
+        known = known_triton_key()
+        if known is not None:  # a known install: they start with it
+            pool.set_triton_key(known)
+    primer = threading.Thread(target=_tc.prime_backend_hash, args=(target,), name="zerojit-backend-hash", daemon=True)
+    primer.start()
+    _tc.import_launch_path_modules()
+    _tc.import_compiler_modules()
+    primer.join()  # before the fork: the children inherit its result, and no thread is inside subprocess
 
 
 def _writable_cache() -> bool:

@@ -668,6 +668,17 @@ def import_compiler_modules() -> None:
             pass
 
 
+def prime_backend_hash(target: Any) -> None:
+    """Compute the compiler backend's hash for ``target`` once, as the first compile of a process
+    does: part of every cache key; NVIDIA's runs ``ptxas --version`` (a subprocess, ~6-15 ms, kept
+    by Triton's ``lru_cache``), so workers forked afterwards inherit it. Errors are left to the
+    compile that needs it (a missing ``ptxas`` fails there, with Triton's message)."""
+    try:
+        make_backend(target).hash()
+    except Exception:
+        pass
+
+
 def import_launch_path_modules() -> None:
     """Import what Triton's launch path imports lazily on a process's first launch with a tensor
     argument (its native specializer's modules, ~50-120 ms in all). A warm-up whose variants
