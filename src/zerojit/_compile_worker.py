@@ -556,8 +556,9 @@ def fork_workers(setup: dict, stderr_fds: "list[int]") -> "list[ForkedProcess]":
     the child never needs those locks: it uses none of this process's objects but Triton's
     compiler, and Python re-creates its own locks at a fork. A C library's lock held by another
     thread at that moment (a compile running on another thread, inside LLVM) would block the
-    child; the pool forks from the thread that runs the warm-up, before its compiles. The
-    tree's other forks happen in a child, which has one thread.
+    child; the pool forks from the thread that runs the warm-up, before its compiles (a thread
+    of the pool's may be running ``ptxas --version`` then: a subprocess, no lock the child needs).
+    The tree's other forks happen in a child, which has one thread.
 
     Returns the workers' handles, in ``stderr_fds`` order (the first is this process's child).
 

@@ -577,11 +577,13 @@ class WarmupSession:
                     pool = self._ensure_pool(target, key_later=True)
                     if pool is not None:
                         t0 = time.perf_counter()
-                        if pool.start_method == "fork":  # what each forked worker would otherwise do itself
-                            _prepare_fork(pool, target)
+                        forking = pool.start_method == "fork"
+                        primer = _before_fork(pool, target) if forking else None
                         # Every worker now: forked ones as one tree (one fork of this thread's), booting
                         # while this process hashes and sweeps.
                         pool.prestart(min(self.workers, triton_jobs))
+                        if forking:
+                            _after_fork(primer)
                         if pool.start_method == "fork" or pool._fork_seconds:
                             self.counts.add_phase("fork", time.perf_counter() - t0)
             if prestarted is not None:
@@ -719,26 +721,36 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
         pool.set_triton_key(known)
     else:
         pool.hash_in_background()
-    if pool.start_method == "fork":  # what each forked worker would otherwise do itself
-        _prepare_fork(pool, target)
+    forking = pool.start_method == "fork"
+    primer = _before_fork(pool, target) if forking else None
     pool.prestart(min(workers, triton_jobs))
+    if forking:
+        _after_fork(primer)
     return pool
 
 
-def _prepare_fork(pool: "_WorkerPool", target: Any) -> None:
-    """Before the workers are forked, do here what each would otherwise do itself (this process's
-    sweep needs all of it too): Triton's build key when it costs no hash (a known install), the
-    modules Triton's launch path and compiler import lazily, and the backend's hash (``ptxas
-    --version``: a subprocess, run on a thread while the imports hold the GIL)."""
+def _before_fork(pool: "_WorkerPool", target: Any) -> threading.Thread:
+    """Before the workers are forked, do here what each would otherwise do itself: Triton's build
+    key when it costs no hash (a known install: they start with it) and the modules Triton's
+    compiler imports lazily. Returns the thread (started now, joined by :func:`_after_fork`) that
+    computes the backend's hash, which this process's first key needs: ``ptxas --version``, a
+    subprocess of 10-70 ms on the H200 host, run while the imports and the fork hold this thread."""
     if pool.triton_key is None:
         known = known_triton_key()
-        if known is not None:  # a known install: they start with it
+        if known is not None:
             pool.set_triton_key(known)
     primer = threading.Thread(target=_tc.prime_backend_hash, args=(target,), name="zerojit-backend-hash", daemon=True)
     primer.start()
-    _tc.import_launch_path_modules()
     _tc.import_compiler_modules()
-    primer.join()  # before the fork: the children inherit its result, and no thread is inside subprocess
+    return primer
+
+
+def _after_fork(primer: threading.Thread) -> None:
+    """After the fork, what only this process needs before its sweep: the modules Triton's launch
+    path imports lazily (the workers launch nothing) and the backend's hash (:func:`_before_fork`;
+    a forked worker computes its own at its first compile, as it always did)."""
+    _tc.import_launch_path_modules()
+    primer.join()
 
 
 def _writable_cache() -> bool:
