@@ -839,6 +839,38 @@ def test_requests_go_launchers_first_then_every_kernel_once_then_longest_first()
     assert q.get() is None and q.drain() == []  # the stop signal after every request
 
 
+def test_requests_go_longest_first_on_what_this_install_took_before():
+    """Entries compiled in an earlier warm-up on this install go out on what they took then,
+    longest first, ahead of a kernel's mean; an entry never seen goes by its kernel's mean."""
+    q = precompile._TaskQueue({"a1": 0.1, "a2": 0.7, "b1": 0.3})
+    for fn, n in (("a", "a1"), ("a", "a2"), ("b", "b1"), ("b", "b2"), ("a", "a3")):
+        q.put({"kind": "compile", "function": fn, "name": n})
+    q.took("b", 0.5)
+    q.put_stop()
+    assert [q.get()["name"] for _ in range(5)] == ["a2", "b2", "b1", "a1", "a3"] and q.get() is None
+
+
+def test_a_warm_up_with_workers_remembers_its_compile_seconds_for_the_next_one(monkeypatch, tmp_path):
+    from zerojit import cache
+
+    monkeypatch.delenv(precompile.WORKER_START_ENV, raising=False)
+    monkeypatch.setattr(cache, "_compile_seconds_path", lambda: str(tmp_path / "home" / "compile-seconds.json"))
+    use_cache(monkeypatch, tmp_path / "cache")
+    ramp = Ramp()
+    ramp.kernel.device_caches.clear()
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        ramp.register_warmup(blocks=(16, 32))
+    report = registry.warmup(workers=2, progress=False)
+    entries = sorted(e for e in os.listdir(tmp_path / "cache") if not e.startswith("."))
+    remembered = cache.remembered_compile_seconds()
+    assert report.stats.worker_compiled == 2 and sorted(remembered) == entries and len(entries) == 2
+    spans = {round(end - start, 4) for what, _, start, end in report.stats.timeline if what.startswith("compile ")}
+    assert all(0 < s <= max(spans) + 0.01 for s in remembered.values())  # a worker's own seconds, at most its span
+    (tmp_path / "home" / "compile-seconds.json").write_text("[1, 2")  # torn: nothing remembered, no error
+    assert cache.remembered_compile_seconds() == {}
+
+
 def test_while_spawned_workers_boot_this_process_compiles_the_waiting_keys(monkeypatch, tmp_path):
     """Spawned workers that take long to boot (a kernels' module importing torch takes seconds)
     leave the waiting keys to this process meanwhile: no key waits for a boot, none is compiled

@@ -47,7 +47,7 @@ import tarfile
 import tempfile
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from . import _version
 from . import autotune as _autotune
@@ -62,6 +62,8 @@ __all__ = [
     "entry_name",
     "entry_lock",
     "entry_lock_path",
+    "remembered_compile_seconds",
+    "remember_compile_seconds",
     "launcher_lock",
     "launcher_lock_path",
     "use_fast_triton_key",
@@ -339,6 +341,57 @@ def install_remembered_launcher(launcher_key: str) -> bool:
     except OSError:
         return False
     return True
+
+
+#: At most this many entries' compile seconds are remembered per install (the newest kept).
+COMPILE_SECONDS_KEPT = 20_000
+
+
+def _compile_seconds_path() -> str:
+    return _install_dir("compile-seconds") + ".json"
+
+
+def remembered_compile_seconds() -> dict[str, float]:
+    """How long a worker took to compile each cache entry in earlier warm-ups on this Triton
+    install: entry folder name -> seconds (:func:`remember_compile_seconds`); {} when none is
+    remembered, or the file is torn or foreign.
+
+    An entry's folder name is Triton's hash of the kernel's source, its specialization, the
+    options and Triton's build, so a new cache folder on the same install has the very same
+    names: a warm-up there hands out its longest compiles first on what they took before
+    (:class:`zerojit.precompile._TaskQueue`) instead of on a per-kernel guess."""
+    try:
+        with open(_compile_seconds_path()) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: float(v) for k, v in data.items() if isinstance(k, str) and isinstance(v, (int, float)) and v >= 0}
+
+
+def remember_compile_seconds(seconds: Mapping[str, float]) -> None:
+    """Add ``seconds`` (entry folder name -> a worker's compile seconds) to what this install
+    remembers (:func:`remembered_compile_seconds`), the newest :data:`COMPILE_SECONDS_KEPT`
+    kept, written whole (a temporary file, then a rename). A read-only home is not an error
+    (remembering is only an optimisation); of two warm-ups writing at once, one's figures win."""
+    if not seconds:
+        return
+    merged = remembered_compile_seconds()
+    for name, value in seconds.items():
+        merged.pop(name, None)  # re-inserted last: the newest
+        merged[name] = round(float(value), 4)
+    if len(merged) > COMPILE_SECONDS_KEPT:
+        merged = dict(list(merged.items())[-COMPILE_SECONDS_KEPT:])
+    path = _compile_seconds_path()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(merged, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def triton_build_hash() -> str:

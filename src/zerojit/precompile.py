@@ -37,7 +37,8 @@ it). They start with the warm-up, before its sweep, unless a marker file says th
 warmed into this cache folder before (a warm start then starts none), booting while this process
 hashes Triton's build for its cache keys (:func:`_prepare_while_hashing`); or earlier, by :func:`start_worker_pool`
 (:meth:`~zerojit.registry.JitWarmupRegistry.start_workers`), while the engine does other work.
-Requests go out launchers first, then longest kernel first (:class:`_TaskQueue`).
+Requests go out launchers first, then longest first (:class:`_TaskQueue`: on what each entry took
+in an earlier warm-up on this install, else on its kernel's mean so far).
 ``WarmupStats.timeline`` records each worker's boot and requests.
 
 Across processes: every compile of a missing entry (in a worker or in-process) holds the entry's
@@ -69,12 +70,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from . import _compile_worker as _wire
 from . import triton_compat as _tc
 from .cache import (cache_dir, entry_lock, entry_lock_path, install_remembered_launcher, known_triton_key,
-                    launcher_lock_path, remember_launcher, use_fast_triton_key)
+                    launcher_lock_path, remember_compile_seconds, remember_launcher, remembered_compile_seconds,
+                    use_fast_triton_key)
 from .compile_only import active_compile_only, warm_target
 from .kernel import _DEVICE_CACHE_LOCK, _WARMUP_SINK, CompiledVariant, TritonJitKernel
 from .reports import WarmupStats, count
@@ -865,15 +867,16 @@ class _TaskQueue:
     """The pool's waiting requests, handed out longest first.
 
     Launcher builds go first (a C compile each, needed by every key of their signature). Then
-    compiles: while some kernels' compile times are unknown, one of those kernels in turn (the one
+    compiles, longest first (longest-processing-time first: the last requests to start are the
+    short ones, so the workers finish together). A request's length is what this install took to
+    compile its entry before (``expected``: :func:`zerojit.cache.remembered_compile_seconds`), else
+    its kernel's mean so far. While some kernels have neither, one of those kernels in turn (the one
     with fewest requests handed out so far), so every kernel's first compile runs early and
-    measures it; then the kernel whose compiles took longest on average (longest-processing-time
-    first: the last requests to start are the short ones, so the workers finish together).
-    Within a kernel, first come first served. Stop signals: ``first`` ones before any request
+    measures it. Ties keep first come first served. Stop signals: ``first`` ones before any request
     (surplus workers), the others after all of them.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, expected: Mapping[str, float] | None = None) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._stops_first = 0
         self._stops = 0
@@ -881,6 +884,7 @@ class _TaskQueue:
         self._compiles: dict[str, collections.deque] = {}  # function -> its waiting requests
         self._handed: collections.Counter = collections.Counter()  # function -> requests handed out
         self._seconds: dict[str, list] = {}  # function -> [total seconds, compiles] measured
+        self._expected = dict(expected or {})  # entry name -> seconds it took before
 
     def put(self, task: dict) -> None:
         with self._cond:
@@ -914,14 +918,30 @@ class _TaskQueue:
                     return task
                 self._cond.wait()
 
+    def _length(self, function: str, task: dict) -> float | None:
+        seconds = self._expected.get(task["name"])
+        if seconds is None and function in self._seconds:
+            total, n = self._seconds[function]
+            seconds = total / n
+        return seconds
+
     def _pick_compile(self) -> dict:
-        unknown = [f for f in self._compiles if f not in self._seconds]
+        unknown = [f for f, waiting in self._compiles.items()
+                   if f not in self._seconds and not any(t["name"] in self._expected for t in waiting)]
         if unknown:
             function = min(unknown, key=lambda f: self._handed[f])  # first-seen order breaks ties
+            index = 0
         else:
-            function = max(self._compiles, key=lambda f: self._seconds[f][0] / self._seconds[f][1])
+            function, index, longest = "", 0, -1.0
+            for f, waiting in self._compiles.items():
+                for i, task in enumerate(waiting):
+                    length = self._length(f, task)
+                    length = -0.5 if length is None else length  # in a measured kernel, never measured
+                    if length > longest:
+                        function, index, longest = f, i, length
         waiting = self._compiles[function]
-        task = waiting.popleft()
+        task = waiting[index]
+        del waiting[index]
         if not waiting:
             del self._compiles[function]
         self._handed[function] += 1
@@ -971,7 +991,7 @@ class _WorkerPool:
         self.target = target
         self.counts = counts
         self.lock = lock
-        self.tasks = _TaskQueue()
+        self.tasks = _TaskQueue(remembered_compile_seconds())
         self.start_method = worker_start_method()
         self._fork_seconds = 0.0  # spent in fork() so far (this thread waits for each)
         self.seen: set[str] = set()
@@ -979,6 +999,7 @@ class _WorkerPool:
         self._progress = threading.Condition(lock)
         self.threads: list[threading.Thread] = []
         self.seconds: dict[str, float] = {}
+        self.compiled_seconds: dict[str, float] = {}  # entry -> a worker's compile (not a wait for another process's)
         self.started = 0
         self.ready_workers = 0  # workers that finished their boot
         self._forked = 0  # workers forked
@@ -1331,6 +1352,7 @@ class _WorkerPool:
                 if task["kind"] == "compile" and reply.get("compiled"):
                     self.counts.worker_compiled += 1
                     self.tasks.took(task["function"], reply.get("seconds", 0.0))
+                    self.compiled_seconds[task["name"]] = reply.get("seconds", 0.0)
                 elif task["kind"] == "compile":  # missing at this warm-up's lookup: another process compiled it meanwhile
                     self.counts.lock_waits += 1
                 elif task["kind"] == "launcher":
@@ -1361,6 +1383,7 @@ class _WorkerPool:
             t.join()
         for task in self.tasks.drain():  # requests no worker took (every worker died): the second sweep does them
             self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
+        remember_compile_seconds(self.compiled_seconds)  # the next cold warm-up on this install hands them out longest first
         return dict(self.seconds)
 
 
