@@ -216,8 +216,8 @@ class Worker:
         triton_compat.set_cache_dir(setup["cache_dir"])
         self.same_triton = os.path.abspath(triton.__file__) == setup.get("triton_file")
         self.target = triton_compat.gpu_target(*setup["target"])
-        drv = CompileOnlyDriver(f"{self.target.backend}:{self.target.arch}")
-        drv.target = self.target  # the parent's exact target (warp size included)
+        # the parent's exact target (warp size included), checked there: not asked of ptxas again
+        drv = CompileOnlyDriver(f"{self.target.backend}:{self.target.arch}", gpu_target=self.target)
         triton_compat.set_driver(drv)
         self.functions: dict = {}
         self.hit: list = []  # the current compile's cache hits, from Triton's listener

@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import tempfile
-from typing import Iterator
+from typing import Any, Iterator
 
 import triton
 import triton.language as tl
@@ -190,10 +190,15 @@ class CompileOnlyDriver(_tc.DriverBase):  # type: ignore[misc]
     never mix compile-only variants with a real GPU's.
     """
 
-    def __init__(self, target: str = "cuda:90") -> None:
+    def __init__(self, target: str = "cuda:90", *, gpu_target: Any = None) -> None:
+        """``target``: a name :func:`parse_target` checks (``ValueError`` for one this Triton
+        cannot compile for). ``gpu_target``: Triton's ``GPUTarget`` itself, taken as it is (a
+        compile worker's: its parent's exact target, checked there); ``target`` then only names
+        it. The check runs ``ptxas --help`` (two subprocesses, 20-80 ms in a forked worker of a
+        large process), which a worker need not repeat."""
         super().__init__()
         self.target_name = target
-        self.target = parse_target(target)
+        self.target = parse_target(target) if gpu_target is None else gpu_target
         self.device = f"compile-only:{target}"
 
     @classmethod
