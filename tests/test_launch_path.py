@@ -517,6 +517,95 @@ def test_monitor_counts_follow_its_mode_and_reset(warmed):
         assert mon.counts().launches == 1
 
 
+def fast_entry(**inp):
+    """The fast-path table entry a launch with these inputs uses (found as select_variant finds it)."""
+    from zerojit._launch import SELECT
+
+    method = Probe.__call__
+    spec = method._zerojit_method(probe, **inp)
+    values = tuple(inp.get(name, default) for name, default in method._zerojit_inputs)
+    state = Probe._launch_state
+    return state.fast_launcher(state.plan(tuple(spec.kwargs)))(SELECT, driver._active, spec.grid, spec.kwargs, *values)
+
+
+def test_fast_launches_count_by_the_monitor_s_own_counter(warmed):
+    """After the first fast launch of a variant under one monitor, later ones call the counter the
+    monitor returned instead of the observer; the counts stay exact through reset, a mode switch
+    to off and back, uninstall and a second install."""
+    _, report = warmed
+    entry = fast_entry(**inputs())
+    mon = JitMonitor("error", report=report)
+    with mon:
+        probe(**inputs())
+        assert entry.counter is not None  # the monitor's counter of that CompiledKernel
+        for n in (64, 250, 1000, 4096):
+            probe(**inputs(n=n))
+        assert mon.counts().launches == 5
+        mon.reset()
+        assert entry.counter is None  # (the next launch asks the monitor again)
+        probe(**inputs())
+        probe(**inputs())
+        assert mon.counts().launches == 2
+        mon.mode = "off"
+        assert entry.counter is None
+        probe(**inputs())  # not counted
+        mon.mode = "warn"
+        probe(**inputs())
+        probe(**inputs())
+        assert mon.counts().launches == 4 and [e.count for e in mon.snapshot().launches] == [4]
+    assert entry.counter is None
+    probe(**inputs())  # uninstalled: not counted
+    assert mon.counts().launches == 4
+    with mon:
+        probe(**inputs())
+        probe(**inputs())
+    assert mon.counts().launches == 6
+
+
+def test_fast_launches_are_counted_exactly_under_two_monitors_and_foreign_observers(warmed):
+    """Every observer in the chain sees every fast launch: two monitors count each one (neither
+    hands the fast path a counter while the other is below it), a foreign observer above or below
+    a monitor sees each launch and the monitor counts it."""
+    _, report = warmed
+    entry = fast_entry(**inputs())
+    first, second = JitMonitor("error", report=report), JitMonitor("warn", report=report)
+    seen = []
+    with first:
+        probe(**inputs())
+        with second:
+            for _ in range(3):
+                probe(**inputs())
+            assert entry.counter is None
+        probe(**inputs())  # the second one uninstalled: the first alone again
+        assert entry.counter is not None
+        below = set_launch_observer(lambda kernel, compiled: (seen.append(compiled), below(kernel, compiled))[1])
+        try:  # a foreign observer above it (it returns the monitor's counter, which is not kept)
+            probe(**inputs())
+            probe(**inputs())
+            assert entry.counter is None
+        finally:
+            set_launch_observer(below)
+        probe(**inputs())
+        probe(**inputs())
+        assert entry.counter is not None  # the monitor is the observer again
+        with second:  # the second monitor installed, the first taken out below it
+            probe(**inputs())
+            first.uninstall()
+            probe(**inputs())
+            probe(**inputs())
+            assert entry.counter is not None  # alone in the chain again
+    assert (first.counts().launches, second.counts().launches, len(seen)) == (10, 6, 2)
+    previous = set_launch_observer(lambda kernel, compiled: seen.append(compiled))
+    try:  # a foreign observer below a monitor
+        with first:
+            probe(**inputs())
+            probe(**inputs())
+            assert entry.counter is None
+    finally:
+        set_launch_observer(previous)
+    assert first.counts().launches == 12 and len(seen) == 4 and all(c is entry.compiled for c in seen)
+
+
 def test_only_a_launch_that_may_compile_repairs_a_write_past_the_guard(warmed):
     """A write into ``knobs.runtime.__dict__`` takes the monitor out of Triton's slot; a fast-path
     launch cannot compile and does not look; the next normal-path launch puts it back before Triton runs."""

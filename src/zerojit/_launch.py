@@ -131,14 +131,16 @@ class FastVariant:
 
 
 class _Entry:
-    """A table entry: the variant and, once first launched, how to call its launcher."""
+    """A table entry: the variant and, once first launched, how to call its launcher and the
+    launch observer's counter of it (:func:`zerojit.kernel.set_launch_observer`; None: call the observer)."""
 
-    __slots__ = ("variant", "compiled", "direct")
+    __slots__ = ("variant", "compiled", "direct", "counter", "__weakref__")
 
     def __init__(self, variant: FastVariant) -> None:
         self.variant = variant
         self.compiled = variant.compiled
         self.direct: Any = None  # None: not resolved; False: compiled.run(...); else see resolve()
+        self.counter: Any = None
 
     def resolve(self) -> Any:
         """:func:`zerojit.triton_compat.direct_launch`'s tuple (the launcher's C entry is called
