@@ -768,8 +768,11 @@ def test_a_call_site_alternating_kwargs_names_gets_each_its_own_plan(warmed, lau
 
 def test_the_device_comes_from_torch_s_c_function_once_cuda_is_initialized(monkeypatch):
     """For Triton's CUDA driver (``get_current_device`` is ``torch.cuda.current_device``) the launch
-    path asks ``torch._C._cuda_getDevice`` itself once CUDA is initialized, guarded by torch's
-    bad-fork check; before that, and in a bad fork, it asks torch (which initializes or raises)."""
+    path asks ``torch._C._cuda_getDevice`` itself once CUDA is initialized and the process is no bad
+    fork; before that, and in a forked child (which forgets the C route at the fork), it asks torch
+    (which initializes, or raises torch's bad-fork error)."""
+    import os
+
     from zerojit import _launch
 
     class Driver:
@@ -777,9 +780,9 @@ def test_the_device_comes_from_torch_s_c_function_once_cuda_is_initialized(monke
 
     asked = []
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: asked.append("c") or 3, raising=False)
-    forked = [False]  # torch's check is one C function whose answer changes in a forked child
+    forked = [False]  # torch's check: a C function that a forked child's at-fork handler makes True
     monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: forked[0])
-    monkeypatch.setattr(_launch, "_last_device_getter", (None, bool, bool))
+    monkeypatch.setattr(_launch, "_last_device_getter", (None, bool))
     drv = Driver()
     monkeypatch.setattr(torch.cuda, "_initialized", False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: asked.append("torch") or 3)
@@ -788,9 +791,22 @@ def test_the_device_comes_from_torch_s_c_function_once_cuda_is_initialized(monke
     monkeypatch.setattr(torch.cuda, "_initialized", True)
     asked.clear()
     assert [_launch.current_device(drv) for _ in range(3)] == [3, 3, 3] and asked == ["c", "c", "c"]
-    forked[0] = True
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        code = 1
+        try:
+            forked[0] = True
+            asked.clear()
+            code = 0 if _launch.current_device(drv) == 3 and asked == ["torch"] else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the forked child did not ask torch"
     asked.clear()
-    assert _launch.current_device(drv) == 3 and asked == ["torch"]  # a bad fork: torch raises its own error
+    assert _launch.current_device(drv) == 3 and asked == ["c"]  # the parent keeps its route
+    forked[0] = True
+    monkeypatch.setattr(_launch, "_last_device_getter", (None, bool))
+    assert _launch.current_device(drv) == 3 and asked == ["c", "torch"]  # a bad fork, not yet asked: torch
 
 
 def test_a_decorated_launcher_method_still_gets_its_inputs_by_name(co):

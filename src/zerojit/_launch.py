@@ -76,9 +76,8 @@ _OPTION_RANK = {o: i for i, o in enumerate(dict.fromkeys(_tc.CONFIG_OPTIONS + LA
 
 
 _torch_cuda = torch.cuda
-# (driver, device getter, fork check) of the last driver asked: the getter is called while the
-# fork check (a C function) returns False; ``bool`` (``bool()`` is False) where there is none.
-_last_device_getter: tuple[Any, Callable, Callable] = (None, bool, bool)
+# (driver, device getter) of the last driver asked; forgotten in a forked child (below).
+_last_device_getter: tuple[Any, Callable] = (None, bool)
 
 
 def current_device(drv: Any) -> Any:
@@ -87,21 +86,33 @@ def current_device(drv: Any) -> Any:
     Triton's CUDA driver asks ``torch.cuda.current_device()``: two Python frames that end in
     ``torch._C._cuda_getDevice()`` once CUDA is initialized and the process is not a child forked
     after that (torch's "bad fork", where ``current_device`` raises). Once both hold, the launch
-    path calls the C function itself, guarded by torch's own fork check (a C function too).
+    path calls the C function itself. A forked child forgets it (:func:`os.register_at_fork`), so
+    its first launch asks torch's fork check again: torch marks a child forked after CUDA was
+    initialized in its own at-fork handler (``pthread_atfork``), which runs inside ``fork()``,
+    before any Python code of the child.
     """
     global _last_device_getter
     last = _last_device_getter
-    if last[0] is drv and not last[2]():
+    if last[0] is drv:
         return last[1]()
-    get, fork = drv.get_current_device, bool
+    get = drv.get_current_device
     if get is getattr(_torch_cuda, "current_device", None):
         bad_fork = getattr(_torch_cuda, "_is_in_bad_fork", None)
         c_get = getattr(torch._C, "_cuda_getDevice", None)
         if not (getattr(_torch_cuda, "_initialized", False) and callable(bad_fork) and callable(c_get)) or bad_fork():
             return get()  # not initialized yet (it initializes), or a bad fork (it raises): torch's own way
-        get, fork = c_get, bad_fork
-    _last_device_getter = (drv, get, fork)
+        get = c_get
+    _last_device_getter = (drv, get)
     return get()
+
+
+def _forget_device_getter() -> None:
+    global _last_device_getter
+    _last_device_getter = (None, bool)
+
+
+if hasattr(os, "register_at_fork"):  # (no fork, nothing to forget: Windows)
+    os.register_at_fork(after_in_child=_forget_device_getter)
 
 
 def _fast_path_disabled() -> bool:
@@ -313,7 +324,7 @@ def _no_fast(*_: Any) -> None:
 
 _FAST_TEMPLATE = """def _zj_fast(_dry, _drv, _grid, _sk{inputs}):
 {names}{guard}    _last = _zj_mod._last_device_getter
-    _dev = _last[1]() if _last[0] is _drv and not _last[2]() else _current_device(_drv)
+    _dev = _last[1]() if _last[0] is _drv else _current_device(_drv)
     _table = _tables.get(_dev)
     if _table is None:
         return None
