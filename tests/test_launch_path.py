@@ -674,14 +674,24 @@ def test_launch_entry_keeps_the_signature_and_errors():
 
 
 def test_launchspec_is_still_a_frozen_value():
+    import copy
     import dataclasses
+    import pickle
 
     spec = LaunchSpec((1,))
     assert spec.kwargs == {} and spec.returns is None
-    assert spec == LaunchSpec(grid=(1,), kwargs={}, returns=None)
+    assert spec == LaunchSpec(grid=(1,), kwargs={}, returns=None) and spec != LaunchSpec((1,), returns=0)
+    assert LaunchSpec((4, 2), {"BLOCK": 64}, "out") == LaunchSpec(grid=(4, 2), kwargs={"BLOCK": 64}, returns="out")
     assert dataclasses.replace(spec, grid=(2,)).grid == (2,)
+    assert [f.name for f in dataclasses.fields(LaunchSpec)] == ["grid", "kwargs", "returns"]
+    for name in ("grid", "other"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(spec, name, (3,))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        spec.grid = (3,)
+        del spec.grid
+    full = LaunchSpec((4,), {"BLOCK": 64}, [1, 2])
+    assert copy.copy(full) == full == pickle.loads(pickle.dumps(full)) and copy.deepcopy(full).returns == [1, 2]
+    assert repr(full) == "LaunchSpec(grid=(4,), kwargs={'BLOCK': 64}, returns=[1, 2])"
 
 
 def test_fast_launches_from_threads_are_all_counted(warmed):

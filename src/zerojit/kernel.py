@@ -99,7 +99,7 @@ class NoDeviceError(RuntimeError):
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(init=False, slots=True)  # frozen by its own __setattr__ (below)
 class LaunchSpec:
     """What a declarative ``__call__`` returns.
 
@@ -118,11 +118,24 @@ class LaunchSpec:
     returns: Any = None
 
     def __init__(self, grid: Any, kwargs: Mapping[str, Any] = _NO_KWARGS, returns: Any = None) -> None:
-        # Built on every launch: plain stores instead of three frozen __setattr__ calls (half the cost).
-        d = self.__dict__
-        d["grid"] = grid
-        d["kwargs"] = kwargs
-        d["returns"] = returns
+        # Built on every launch: each slot written by its descriptor. (A frozen dataclass's own
+        # __init__ pays object.__setattr__ per field, a __dict__ its creation; and Python 3.11's
+        # frozen dataclass with slots raises TypeError, not FrozenInstanceError, for other names.)
+        _set_grid(self, grid)
+        _set_kwargs(self, kwargs)
+        _set_returns(self, returns)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple:
+        return LaunchSpec, (self.grid, self.kwargs, self.returns)
+
+
+_set_grid, _set_kwargs, _set_returns = (LaunchSpec.__dict__[f].__set__ for f in ("grid", "kwargs", "returns"))
 
 
 @dataclass(frozen=True)
