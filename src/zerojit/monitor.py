@@ -641,12 +641,12 @@ class _Link:
 class _ObserverLink(_Link):
     """The launch observer's link. Called on every zerojit launch, so what Triton-free code holds
     as the observer is :attr:`observe` (a bound method: no instance-call dispatch), which counts a
-    launch of a compiled kernel seen before with one dict lookup and one ``next``; ``handler``
-    sees the first launch of each (``counters``: compiled kernel -> its counter).
+    launch of a compiled kernel seen before with one dict lookup and one C call; ``handler``
+    sees the first launch of each (``counters``: compiled kernel -> its counter's ``__next__``).
 
-    With nothing below it in the chain, :attr:`observe` returns that counter's ``__next__`` (a
-    launch counter, :func:`zerojit.kernel.set_launch_observer`), which the fast path then calls
-    instead of the observer. A reset and a switch to mode off forget the counters handed out
+    With nothing below it in the chain, :attr:`observe` returns that ``__next__`` (a launch
+    counter, :func:`zerojit.kernel.set_launch_observer`), which the fast path then calls instead
+    of the observer. A reset and a switch to mode off forget the counters handed out
     (:func:`zerojit.kernel.reset_launch_counters`, after this link's are cleared), as does every
     change of the observer; a link with another observer below it hands out none, so taking that
     one out needs no reset."""
@@ -666,14 +666,14 @@ class _ObserverLink(_Link):
         if previous is not None:  # (what is below must see every launch: no counter is returned)
             (previous.observe if previous.__class__ is _ObserverLink else previous)(kernel, compiled)
         if self.enabled:
-            counter = self.counters.get(compiled)
-            if counter is None:
+            count = self.counters.get(compiled)
+            if count is None:
                 self.handler(None, kernel, compiled)
-                counter = self.counters.get(compiled)  # None where it did not count (mode off)
+                count = self.counters.get(compiled)  # None where it did not count (mode off)
             else:
-                next(counter)
-            if previous is None and counter is not None:
-                return counter.__next__
+                count()
+            if previous is None:
+                return count
         return None
 
     setattr(_observe, _kernel.RETURNS_LAUNCH_COUNTERS, True)
@@ -1206,8 +1206,8 @@ class JitMonitor:
             raise RuntimeJitError(stats.record)
 
     def _on_launch(self, previous_result: Any, kernel: Any, compiled: Any) -> None:
-        """The first launch of ``compiled`` (each later one is a ``next`` of its counter in the
-        observer link): its record, found Triton key and counter."""
+        """The first launch of ``compiled`` (each later one is a call of its counter's ``__next__``
+        in the observer link, or on the fast path): its record, found Triton key and counter."""
         links = self._links
         if compiled is None or self._mode == "off" or links is None:
             return
@@ -1224,7 +1224,7 @@ class JitMonitor:
                     self._names.setdefault(id(jit_fn), kernel.name)
                 entry = self._launches.setdefault(id(compiled), _LaunchCounter(kernel, compiled, triton_key))
         with self._lock:
-            counters.setdefault(compiled, entry.counter)
+            counters.setdefault(compiled, entry.counter.__next__)
         next(entry.counter)
 
 
