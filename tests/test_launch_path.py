@@ -247,6 +247,32 @@ def test_changed_global_raises_through_the_normal_path(co, monkeypatch):
         probe(**inputs())
 
 
+def test_a_variant_recorded_again_replaces_the_last_hit(warmed):
+    """A fast launcher keeps its last hit (no hash for a repeated key); a record of the same key
+    with another CompiledKernel (a warm-up after Triton's cache was cleared) is the one selected
+    next, not the remembered one."""
+    import dataclasses
+
+    class Again(TritonJitKernel):  # its own tables (a subclass of Probe would share Probe's)
+        kernel = _probe_kernel
+        fast_path = True
+        __call__ = Probe.__call__
+
+    from zerojit._launch import _FastTables
+
+    again = Again()
+    device, args, otoken, first = Probe._launch_state.fast.records[0]  # CompileKey(): inputs()' classes
+    tables = Again._launch_state.fast = _FastTables(Again._launch_state)
+    tables.record(device, args, otoken, first)
+    assert again.select_variant(**inputs()) is first
+    assert again.select_variant(**inputs(n=1000)) is first  # the remembered hit
+    second = dataclasses.replace(first, compiled=object())
+    tables.record(device, args, otoken, second)
+    assert again.select_variant(**inputs(n=64)) is second
+    assert again.select_variant(**inputs(stride=1)) is None  # another key: the table, not the hit
+    assert again.select_variant(**inputs()) is second
+
+
 def test_optional_argument_warmed_both_ways_selects_both(warmed):
     _, report = warmed
     none = probe.select_variant(**inputs())

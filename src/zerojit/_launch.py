@@ -46,6 +46,12 @@ pointer, any other tensor as is.
 each checks that ``LaunchSpec.kwargs`` has its names (their number, then each name) and hands a
 launch with other names to the plan of those names, which then becomes the one called. So a call
 site's plan costs one length test, not a tuple of names and a dict lookup per launch.
+
+**The last hit.** A fast launcher remembers its last hit, ``(table, key, entry)`` as one value,
+and compares the next key with it before it looks in the table: a repeated key costs a tuple
+comparison instead of its hash and a lookup (a launch whose key differs from the last one pays
+that comparison on top). A record that gives a key another ``CompiledKernel`` replaces the
+device's table instead of changing it, so a remembered hit of the old one is never used again.
 """
 
 from __future__ import annotations
@@ -323,16 +329,24 @@ def _no_fast(*_: Any) -> None:
     """:attr:`LaunchState.fast_call` before any warm-up recorded a variant: the normal path."""
 
 _FAST_TEMPLATE = """def _zj_fast(_dry, _drv, _grid, _sk{inputs}):
-{names}{guard}    _last = _zj_mod._last_device_getter
-    _dev = _last[1]() if _last[0] is _drv else _current_device(_drv)
+{names}{guard}    _getter = _zj_mod._last_device_getter
+    _dev = _getter[1]() if _getter[0] is _drv else _current_device(_drv)
     _table = _tables.get(_dev)
     if _table is None:
         return None
+    _key = {key}
+    _hit = _last_hit[0]
     try:
-        _e = _table.get({key})
+        if _hit[0] is _table and _hit[1] == _key:  # the key of the last hit: no hash to compute
+            _e = _hit[2]
+        else:
+            _e = _table.get(_key)
+            if _e is None:
+                return None
+            _last_hit[0] = (_table, _key, _e)  # one value: a reader sees a consistent triple
     except TypeError:  # an unhashable constexpr or option value
         return None
-    if _e is None or _J.pre_run_hooks:
+    if _J.pre_run_hooks:
         return None
     _used = _J.used_global_vals
     if _used and not _globals_unchanged(_used):
@@ -416,7 +430,7 @@ def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict, res
                                     key=_key_expr(slots, plan.option_token_of(options)),
                                     launch=_launch_source(values, pointers))
     namespace = _namespace(jit_fn)
-    namespace.update(plan.defaults, _tables=tables, _resolve=resolve)
+    namespace.update(plan.defaults, _tables=tables, _resolve=resolve, _last_hit=[(None, None, None)])
     exec(compile(src, f"<zerojit fast path of {jit_fn.fn.__name__}>", "exec"), namespace)
     fn = namespace["_zj_fast"]
     fn.source = src
@@ -461,11 +475,19 @@ class _FastTables:
 
     def _put(self, tables: dict, device: Any, args: tuple, otoken: tuple, variant: FastVariant) -> None:
         key = self.key_fn(args, otoken)
-        if _provable(key):
-            try:
-                tables.setdefault(device, {})[key] = _Entry(variant)
-            except TypeError:  # an unhashable option value: never fast
-                pass
+        if not _provable(key):
+            return
+        table = tables.setdefault(device, {})
+        try:
+            found = table.get(key)
+        except TypeError:  # an unhashable option value: never fast
+            return
+        if found is None:
+            table[key] = _Entry(variant)  # (no fast launcher can remember a key the table lacks)
+        elif found.compiled is variant.compiled:
+            found.variant = variant
+        else:  # a new table: a fast launcher's last hit of this key is of the table it replaces
+            tables[device] = {**table, key: _Entry(variant)}
 
     def launcher(self, plan: "Plan") -> Callable:
         """The fast launcher of ``plan`` for the current tables (generated once per plan, and kept
