@@ -236,14 +236,6 @@ def _merge_kind(a: str | None, b: str) -> str:
     return "const*" if b.startswith("const") else "any"
 
 
-def _globals_unchanged(used: dict) -> bool:
-    """Triton's check before every launch: each global the kernel read still has its value."""
-    for (name, _), (val, globals_dict) in used.items():
-        if globals_dict.get(name, _NOT_PRESENT) != val:
-            return False
-    return True
-
-
 def _guards_and_slots(jit_fn: Any, kinds: list[str], values: list[str],
                       pointers: Mapping[int, str] | None = None) -> tuple[list[str], list[str]]:
     """Per parameter ``i`` (its value in the expression ``values[i]``, a local or a constant's
@@ -301,7 +293,7 @@ def _namespace(jit_fn: Any) -> dict[str, Any]:
     return dict(
         _Tensor=torch.Tensor, _int=int, _bool=bool, _float=float, _wide=_wide,
         _UNPROVABLE=_UNPROVABLE, _const_token=_const_token, _value_token=_value_token, _J=jit_fn,
-        _HookChain=_tc.HookChain, _globals_unchanged=_globals_unchanged, _zj_mod=sys.modules[__name__],
+        _HookChain=_tc.HookChain, _NOT_PRESENT=_NOT_PRESENT, _zj_mod=sys.modules[__name__],
         _current_device=current_device, **_tc.KEY_KNOBS_NAMESPACE,
     )
 
@@ -349,8 +341,10 @@ _FAST_TEMPLATE = """def _zj_fast(_dry, _drv, _grid, _sk{inputs}):
     if _J.pre_run_hooks:
         return None
     _used = _J.used_global_vals
-    if _used and not _globals_unchanged(_used):
-        return None  # Triton raises "Global variable ... has changed": the normal path lets it
+    if _used:  # Triton's check of the globals the kernel read, inline
+        for (_name, _), (_value, _globals) in _used.items():
+            if _globals.get(_name, _NOT_PRESENT) != _value:
+                return None  # Triton raises "Global variable ... has changed": the normal path lets it
     _enter = _KR.launch_enter_hook
     _exit = _KR.launch_exit_hook
     if ((_enter is not None and (_enter.__class__ is not _HookChain or _enter.calls))
