@@ -247,6 +247,32 @@ def test_changed_global_raises_through_the_normal_path(co, monkeypatch):
         probe(**inputs())
 
 
+def test_a_variant_recorded_again_replaces_the_last_hit(warmed):
+    """A fast launcher keeps its last hit (no hash for a repeated key); a record of the same key
+    with another CompiledKernel (a warm-up after Triton's cache was cleared) is the one selected
+    next, not the remembered one."""
+    import dataclasses
+
+    class Again(TritonJitKernel):  # its own tables (a subclass of Probe would share Probe's)
+        kernel = _probe_kernel
+        fast_path = True
+        __call__ = Probe.__call__
+
+    from zerojit._launch import _FastTables
+
+    again = Again()
+    device, args, otoken, first = Probe._launch_state.fast.records[0]  # CompileKey(): inputs()' classes
+    tables = Again._launch_state.fast = _FastTables(Again._launch_state)
+    tables.record(device, args, otoken, first)
+    assert again.select_variant(**inputs()) is first
+    assert again.select_variant(**inputs(n=1000)) is first  # the remembered hit
+    second = dataclasses.replace(first, compiled=object())
+    tables.record(device, args, otoken, second)
+    assert again.select_variant(**inputs(n=64)) is second
+    assert again.select_variant(**inputs(stride=1)) is None  # another key: the table, not the hit
+    assert again.select_variant(**inputs()) is second
+
+
 def test_optional_argument_warmed_both_ways_selects_both(warmed):
     _, report = warmed
     none = probe.select_variant(**inputs())
@@ -517,6 +543,95 @@ def test_monitor_counts_follow_its_mode_and_reset(warmed):
         assert mon.counts().launches == 1
 
 
+def fast_entry(**inp):
+    """The fast-path table entry a launch with these inputs uses (found as select_variant finds it)."""
+    from zerojit._launch import SELECT
+
+    method = Probe.__call__
+    spec = method._zerojit_method(probe, **inp)
+    values = tuple(inp.get(name, default) for name, default in method._zerojit_inputs)
+    state = Probe._launch_state
+    return state.fast_launcher(state.plan(tuple(spec.kwargs)))(SELECT, driver._active, spec.grid, spec.kwargs, *values)
+
+
+def test_fast_launches_count_by_the_monitor_s_own_counter(warmed):
+    """After the first fast launch of a variant under one monitor, later ones call the counter the
+    monitor returned instead of the observer; the counts stay exact through reset, a mode switch
+    to off and back, uninstall and a second install."""
+    _, report = warmed
+    entry = fast_entry(**inputs())
+    mon = JitMonitor("error", report=report)
+    with mon:
+        probe(**inputs())
+        assert entry.counter is not None  # the monitor's counter of that CompiledKernel
+        for n in (64, 250, 1000, 4096):
+            probe(**inputs(n=n))
+        assert mon.counts().launches == 5
+        mon.reset()
+        assert entry.counter is None  # (the next launch asks the monitor again)
+        probe(**inputs())
+        probe(**inputs())
+        assert mon.counts().launches == 2
+        mon.mode = "off"
+        assert entry.counter is None
+        probe(**inputs())  # not counted
+        mon.mode = "warn"
+        probe(**inputs())
+        probe(**inputs())
+        assert mon.counts().launches == 4 and [e.count for e in mon.snapshot().launches] == [4]
+    assert entry.counter is None
+    probe(**inputs())  # uninstalled: not counted
+    assert mon.counts().launches == 4
+    with mon:
+        probe(**inputs())
+        probe(**inputs())
+    assert mon.counts().launches == 6
+
+
+def test_fast_launches_are_counted_exactly_under_two_monitors_and_foreign_observers(warmed):
+    """Every observer in the chain sees every fast launch: two monitors count each one (neither
+    hands the fast path a counter while the other is below it), a foreign observer above or below
+    a monitor sees each launch and the monitor counts it."""
+    _, report = warmed
+    entry = fast_entry(**inputs())
+    first, second = JitMonitor("error", report=report), JitMonitor("warn", report=report)
+    seen = []
+    with first:
+        probe(**inputs())
+        with second:
+            for _ in range(3):
+                probe(**inputs())
+            assert entry.counter is None
+        probe(**inputs())  # the second one uninstalled: the first alone again
+        assert entry.counter is not None
+        below = set_launch_observer(lambda kernel, compiled: (seen.append(compiled), below(kernel, compiled))[1])
+        try:  # a foreign observer above it (it returns the monitor's counter, which is not kept)
+            probe(**inputs())
+            probe(**inputs())
+            assert entry.counter is None
+        finally:
+            set_launch_observer(below)
+        probe(**inputs())
+        probe(**inputs())
+        assert entry.counter is not None  # the monitor is the observer again
+        with second:  # the second monitor installed, the first taken out below it
+            probe(**inputs())
+            first.uninstall()
+            probe(**inputs())
+            probe(**inputs())
+            assert entry.counter is not None  # alone in the chain again
+    assert (first.counts().launches, second.counts().launches, len(seen)) == (10, 6, 2)
+    previous = set_launch_observer(lambda kernel, compiled: seen.append(compiled))
+    try:  # a foreign observer below a monitor
+        with first:
+            probe(**inputs())
+            probe(**inputs())
+            assert entry.counter is None
+    finally:
+        set_launch_observer(previous)
+    assert first.counts().launches == 12 and len(seen) == 4 and all(c is entry.compiled for c in seen)
+
+
 def test_only_a_launch_that_may_compile_repairs_a_write_past_the_guard(warmed):
     """A write into ``knobs.runtime.__dict__`` takes the monitor out of Triton's slot; a fast-path
     launch cannot compile and does not look; the next normal-path launch puts it back before Triton runs."""
@@ -585,14 +700,24 @@ def test_launch_entry_keeps_the_signature_and_errors():
 
 
 def test_launchspec_is_still_a_frozen_value():
+    import copy
     import dataclasses
+    import pickle
 
     spec = LaunchSpec((1,))
     assert spec.kwargs == {} and spec.returns is None
-    assert spec == LaunchSpec(grid=(1,), kwargs={}, returns=None)
+    assert spec == LaunchSpec(grid=(1,), kwargs={}, returns=None) and spec != LaunchSpec((1,), returns=0)
+    assert LaunchSpec((4, 2), {"BLOCK": 64}, "out") == LaunchSpec(grid=(4, 2), kwargs={"BLOCK": 64}, returns="out")
     assert dataclasses.replace(spec, grid=(2,)).grid == (2,)
+    assert [f.name for f in dataclasses.fields(LaunchSpec)] == ["grid", "kwargs", "returns"]
+    for name in ("grid", "other"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(spec, name, (3,))
     with pytest.raises(dataclasses.FrozenInstanceError):
-        spec.grid = (3,)
+        del spec.grid
+    full = LaunchSpec((4,), {"BLOCK": 64}, [1, 2])
+    assert copy.copy(full) == full == pickle.loads(pickle.dumps(full)) and copy.deepcopy(full).returns == [1, 2]
+    assert repr(full) == "LaunchSpec(grid=(4,), kwargs={'BLOCK': 64}, returns=[1, 2])"
 
 
 def test_fast_launches_from_threads_are_all_counted(warmed):
@@ -679,8 +804,11 @@ def test_a_call_site_alternating_kwargs_names_gets_each_its_own_plan(warmed, lau
 
 def test_the_device_comes_from_torch_s_c_function_once_cuda_is_initialized(monkeypatch):
     """For Triton's CUDA driver (``get_current_device`` is ``torch.cuda.current_device``) the launch
-    path asks ``torch._C._cuda_getDevice`` itself once CUDA is initialized, guarded by torch's
-    bad-fork check; before that, and in a bad fork, it asks torch (which initializes or raises)."""
+    path asks ``torch._C._cuda_getDevice`` itself once CUDA is initialized and the process is no bad
+    fork; before that, and in a forked child (which forgets the C route at the fork), it asks torch
+    (which initializes, or raises torch's bad-fork error)."""
+    import os
+
     from zerojit import _launch
 
     class Driver:
@@ -688,9 +816,9 @@ def test_the_device_comes_from_torch_s_c_function_once_cuda_is_initialized(monke
 
     asked = []
     monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: asked.append("c") or 3, raising=False)
-    forked = [False]  # torch's check is one C function whose answer changes in a forked child
+    forked = [False]  # torch's check: a C function that a forked child's at-fork handler makes True
     monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: forked[0])
-    monkeypatch.setattr(_launch, "_last_device_getter", (None, bool, bool))
+    monkeypatch.setattr(_launch, "_last_device_getter", (None, bool))
     drv = Driver()
     monkeypatch.setattr(torch.cuda, "_initialized", False)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: asked.append("torch") or 3)
@@ -699,9 +827,22 @@ def test_the_device_comes_from_torch_s_c_function_once_cuda_is_initialized(monke
     monkeypatch.setattr(torch.cuda, "_initialized", True)
     asked.clear()
     assert [_launch.current_device(drv) for _ in range(3)] == [3, 3, 3] and asked == ["c", "c", "c"]
-    forked[0] = True
+    pid = os.fork()
+    if pid == 0:  # the child: never back into pytest
+        code = 1
+        try:
+            forked[0] = True
+            asked.clear()
+            code = 0 if _launch.current_device(drv) == 3 and asked == ["torch"] else 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the forked child did not ask torch"
     asked.clear()
-    assert _launch.current_device(drv) == 3 and asked == ["torch"]  # a bad fork: torch raises its own error
+    assert _launch.current_device(drv) == 3 and asked == ["c"]  # the parent keeps its route
+    forked[0] = True
+    monkeypatch.setattr(_launch, "_last_device_getter", (None, bool))
+    assert _launch.current_device(drv) == 3 and asked == ["c", "torch"]  # a bad fork, not yet asked: torch
 
 
 def test_a_decorated_launcher_method_still_gets_its_inputs_by_name(co):

@@ -46,6 +46,12 @@ pointer, any other tensor as is.
 each checks that ``LaunchSpec.kwargs`` has its names (their number, then each name) and hands a
 launch with other names to the plan of those names, which then becomes the one called. So a call
 site's plan costs one length test, not a tuple of names and a dict lookup per launch.
+
+**The last hit.** A fast launcher remembers its last hit, ``(table, key, entry)`` as one value,
+and compares the next key with it before it looks in the table: a repeated key costs a tuple
+comparison instead of its hash and a lookup (a launch whose key differs from the last one pays
+that comparison on top). A record that gives a key another ``CompiledKernel`` replaces the
+device's table instead of changing it, so a remembered hit of the old one is never used again.
 """
 
 from __future__ import annotations
@@ -76,9 +82,8 @@ _OPTION_RANK = {o: i for i, o in enumerate(dict.fromkeys(_tc.CONFIG_OPTIONS + LA
 
 
 _torch_cuda = torch.cuda
-# (driver, device getter, fork check) of the last driver asked: the getter is called while the
-# fork check (a C function) returns False; ``bool`` (``bool()`` is False) where there is none.
-_last_device_getter: tuple[Any, Callable, Callable] = (None, bool, bool)
+# (driver, device getter) of the last driver asked; forgotten in a forked child (below).
+_last_device_getter: tuple[Any, Callable] = (None, bool)
 
 
 def current_device(drv: Any) -> Any:
@@ -87,21 +92,33 @@ def current_device(drv: Any) -> Any:
     Triton's CUDA driver asks ``torch.cuda.current_device()``: two Python frames that end in
     ``torch._C._cuda_getDevice()`` once CUDA is initialized and the process is not a child forked
     after that (torch's "bad fork", where ``current_device`` raises). Once both hold, the launch
-    path calls the C function itself, guarded by torch's own fork check (a C function too).
+    path calls the C function itself. A forked child forgets it (:func:`os.register_at_fork`), so
+    its first launch asks torch's fork check again: torch marks a child forked after CUDA was
+    initialized in its own at-fork handler (``pthread_atfork``), which runs inside ``fork()``,
+    before any Python code of the child.
     """
     global _last_device_getter
     last = _last_device_getter
-    if last[0] is drv and not last[2]():
+    if last[0] is drv:
         return last[1]()
-    get, fork = drv.get_current_device, bool
+    get = drv.get_current_device
     if get is getattr(_torch_cuda, "current_device", None):
         bad_fork = getattr(_torch_cuda, "_is_in_bad_fork", None)
         c_get = getattr(torch._C, "_cuda_getDevice", None)
         if not (getattr(_torch_cuda, "_initialized", False) and callable(bad_fork) and callable(c_get)) or bad_fork():
             return get()  # not initialized yet (it initializes), or a bad fork (it raises): torch's own way
-        get, fork = c_get, bad_fork
-    _last_device_getter = (drv, get, fork)
+        get = c_get
+    _last_device_getter = (drv, get)
     return get()
+
+
+def _forget_device_getter() -> None:
+    global _last_device_getter
+    _last_device_getter = (None, bool)
+
+
+if hasattr(os, "register_at_fork"):  # (no fork, nothing to forget: Windows)
+    os.register_at_fork(after_in_child=_forget_device_getter)
 
 
 def _fast_path_disabled() -> bool:
@@ -131,14 +148,16 @@ class FastVariant:
 
 
 class _Entry:
-    """A table entry: the variant and, once first launched, how to call its launcher."""
+    """A table entry: the variant and, once first launched, how to call its launcher and the
+    launch observer's counter of it (:func:`zerojit.kernel.set_launch_observer`; None: call the observer)."""
 
-    __slots__ = ("variant", "compiled", "direct")
+    __slots__ = ("variant", "compiled", "direct", "counter", "__weakref__")
 
     def __init__(self, variant: FastVariant) -> None:
         self.variant = variant
         self.compiled = variant.compiled
         self.direct: Any = None  # None: not resolved; False: compiled.run(...); else see resolve()
+        self.counter: Any = None
 
     def resolve(self) -> Any:
         """:func:`zerojit.triton_compat.direct_launch`'s tuple (the launcher's C entry is called
@@ -217,14 +236,6 @@ def _merge_kind(a: str | None, b: str) -> str:
     return "const*" if b.startswith("const") else "any"
 
 
-def _globals_unchanged(used: dict) -> bool:
-    """Triton's check before every launch: each global the kernel read still has its value."""
-    for (name, _), (val, globals_dict) in used.items():
-        if globals_dict.get(name, _NOT_PRESENT) != val:
-            return False
-    return True
-
-
 def _guards_and_slots(jit_fn: Any, kinds: list[str], values: list[str],
                       pointers: Mapping[int, str] | None = None) -> tuple[list[str], list[str]]:
     """Per parameter ``i`` (its value in the expression ``values[i]``, a local or a constant's
@@ -282,7 +293,7 @@ def _namespace(jit_fn: Any) -> dict[str, Any]:
     return dict(
         _Tensor=torch.Tensor, _int=int, _bool=bool, _float=float, _wide=_wide,
         _UNPROVABLE=_UNPROVABLE, _const_token=_const_token, _value_token=_value_token, _J=jit_fn,
-        _HookChain=_tc.HookChain, _globals_unchanged=_globals_unchanged, _zj_mod=sys.modules[__name__],
+        _HookChain=_tc.HookChain, _NOT_PRESENT=_NOT_PRESENT, _zj_mod=sys.modules[__name__],
         _current_device=current_device, **_tc.KEY_KNOBS_NAMESPACE,
     )
 
@@ -310,20 +321,30 @@ def _no_fast(*_: Any) -> None:
     """:attr:`LaunchState.fast_call` before any warm-up recorded a variant: the normal path."""
 
 _FAST_TEMPLATE = """def _zj_fast(_dry, _drv, _grid, _sk{inputs}):
-{names}{guard}    _last = _zj_mod._last_device_getter
-    _dev = _last[1]() if _last[0] is _drv and not _last[2]() else _current_device(_drv)
+{names}{guard}    _getter = _zj_mod._last_device_getter
+    _dev = _getter[1]() if _getter[0] is _drv else _current_device(_drv)
     _table = _tables.get(_dev)
     if _table is None:
         return None
+    _key = {key}
+    _hit = _last_hit[0]
     try:
-        _e = _table.get({key})
+        if _hit[0] is _table and _hit[1] == _key:  # the key of the last hit: no hash to compute
+            _e = _hit[2]
+        else:
+            _e = _table.get(_key)
+            if _e is None:
+                return None
+            _last_hit[0] = (_table, _key, _e)  # one value: a reader sees a consistent triple
     except TypeError:  # an unhashable constexpr or option value
         return None
-    if _e is None or _J.pre_run_hooks:
+    if _J.pre_run_hooks:
         return None
     _used = _J.used_global_vals
-    if _used and not _globals_unchanged(_used):
-        return None  # Triton raises "Global variable ... has changed": the normal path lets it
+    if _used:  # Triton's check of the globals the kernel read, inline
+        for (_name, _), (_value, _globals) in _used.items():
+            if _globals.get(_name, _NOT_PRESENT) != _value:
+                return None  # Triton raises "Global variable ... has changed": the normal path lets it
     _enter = _KR.launch_enter_hook
     _exit = _KR.launch_exit_hook
     if ((_enter is not None and (_enter.__class__ is not _HookChain or _enter.calls))
@@ -403,7 +424,7 @@ def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict, res
                                     key=_key_expr(slots, plan.option_token_of(options)),
                                     launch=_launch_source(values, pointers))
     namespace = _namespace(jit_fn)
-    namespace.update(plan.defaults, _tables=tables, _resolve=resolve)
+    namespace.update(plan.defaults, _tables=tables, _resolve=resolve, _last_hit=[(None, None, None)])
     exec(compile(src, f"<zerojit fast path of {jit_fn.fn.__name__}>", "exec"), namespace)
     fn = namespace["_zj_fast"]
     fn.source = src
@@ -448,11 +469,19 @@ class _FastTables:
 
     def _put(self, tables: dict, device: Any, args: tuple, otoken: tuple, variant: FastVariant) -> None:
         key = self.key_fn(args, otoken)
-        if _provable(key):
-            try:
-                tables.setdefault(device, {})[key] = _Entry(variant)
-            except TypeError:  # an unhashable option value: never fast
-                pass
+        if not _provable(key):
+            return
+        table = tables.setdefault(device, {})
+        try:
+            found = table.get(key)
+        except TypeError:  # an unhashable option value: never fast
+            return
+        if found is None:
+            table[key] = _Entry(variant)  # (no fast launcher can remember a key the table lacks)
+        elif found.compiled is variant.compiled:
+            found.variant = variant
+        else:  # a new table: a fast launcher's last hit of this key is of the table it replaces
+            tables[device] = {**table, key: _Entry(variant)}
 
     def launcher(self, plan: "Plan") -> Callable:
         """The fast launcher of ``plan`` for the current tables (generated once per plan, and kept

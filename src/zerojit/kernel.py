@@ -40,6 +40,7 @@ import os
 import sys
 import threading
 import types
+import weakref
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, ClassVar, Generic, Hashable, Mapping, TypeVar
@@ -67,6 +68,8 @@ __all__ = [
     "TritonJitKernel",
     "kernel_launcher",
     "set_launch_observer",
+    "reset_launch_counters",
+    "RETURNS_LAUNCH_COUNTERS",
     "launch_observer",
     "set_hook_pins",
     "check_hook_pins",
@@ -96,7 +99,7 @@ class NoDeviceError(RuntimeError):
 _NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
 
 
-@dataclass(frozen=True, init=False)
+@dataclass(init=False, slots=True)  # frozen by its own __setattr__ (below)
 class LaunchSpec:
     """What a declarative ``__call__`` returns.
 
@@ -115,11 +118,24 @@ class LaunchSpec:
     returns: Any = None
 
     def __init__(self, grid: Any, kwargs: Mapping[str, Any] = _NO_KWARGS, returns: Any = None) -> None:
-        # Built on every launch: plain stores instead of three frozen __setattr__ calls (half the cost).
-        d = self.__dict__
-        d["grid"] = grid
-        d["kwargs"] = kwargs
-        d["returns"] = returns
+        # Built on every launch: each slot written by its descriptor. (A frozen dataclass's own
+        # __init__ pays object.__setattr__ per field, a __dict__ its creation; and Python 3.11's
+        # frozen dataclass with slots raises TypeError, not FrozenInstanceError, for other names.)
+        _set_grid(self, grid)
+        _set_kwargs(self, kwargs)
+        _set_returns(self, returns)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple:
+        return LaunchSpec, (self.grid, self.kwargs, self.returns)
+
+
+_set_grid, _set_kwargs, _set_returns = (LaunchSpec.__dict__[f].__set__ for f in ("grid", "kwargs", "returns"))
 
 
 @dataclass(frozen=True)
@@ -156,13 +172,71 @@ _DRY_DRIVERS: dict[type, bool] = {}
 _FORCED_CONFIG: contextvars.ContextVar[int | None] = contextvars.ContextVar("zerojit_forced_config", default=None)
 # Called as observer(kernel, compiled_kernel) after each zerojit launch; the monitor counts hits.
 _launch_observer: Callable[[Any, Any], None] | None = None
+#: The attribute by which a launch observer says it returns *launch counters* (see
+#: :func:`set_launch_observer`); a bound method has its function's.
+RETURNS_LAUNCH_COUNTERS = "zerojit_returns_launch_counters"
+# While the observer returns launch counters: a token that reset_launch_counters() replaces, else
+# None. The fast-path entries holding a counter are in _COUNTED, so that a reset reaches each.
+_counter_epoch: object | None = None
+_COUNTED: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_COUNTER_LOCK = threading.Lock()
 
 
-def set_launch_observer(observer: Callable[[Any, Any], None] | None) -> Callable[[Any, Any], None] | None:
-    """Install the process's launch observer (the monitor); returns the previous one."""
+def set_launch_observer(observer: Callable[[Any, Any], Any] | None) -> Callable[[Any, Any], Any] | None:
+    """Install the process's launch observer (the monitor); returns the previous one.
+
+    The observer is called as ``observer(kernel, compiled)`` after each zerojit launch (``kernel``
+    the zerojit kernel, ``compiled`` Triton's ``CompiledKernel`` it launched). An observer whose
+    attribute :data:`RETURNS_LAUNCH_COUNTERS` is true may return a *launch counter*: a callable of
+    no arguments that does exactly what another call of the observer for ``compiled`` would do
+    (count one launch of it, nothing else), best a C function such as ``itertools.count().__next__``.
+    A fast-path launch then calls that counter instead of the observer, until the observer
+    changes or :func:`reset_launch_counters` is called. Any other observer's return value is ignored.
+    """
     global _launch_observer
-    previous, _launch_observer = _launch_observer, observer
+    with _COUNTER_LOCK:
+        previous, _launch_observer = _launch_observer, observer
+        _forget_counters(bool(getattr(observer, RETURNS_LAUNCH_COUNTERS, False)))
     return previous
+
+
+def reset_launch_counters() -> None:
+    """Forget every launch counter the observer returned: the next launch of each kernel calls the
+    observer again. For an observer whose counts or chain changed (a reset, a mode switch)."""
+    with _COUNTER_LOCK:
+        _forget_counters(_counter_epoch is not None)
+
+
+def _forget_counters(counting: bool) -> None:
+    global _counter_epoch
+    _counter_epoch = object() if counting else None  # first: an epoch read before this holds no counter
+    for entry in list(_COUNTED):
+        entry.counter = None
+    _COUNTED.clear()
+
+
+def _keep_counter(entry: Any, counter: Any, epoch: object) -> None:
+    """Keep ``counter`` (the observer's answer for a launch of ``entry``) on the fast-path entry,
+    unless the observer changed or was reset since ``epoch`` was read (before that call)."""
+    with _COUNTER_LOCK:
+        if epoch is _counter_epoch and callable(counter):
+            entry.counter = counter
+            _COUNTED.add(entry)
+
+
+def _observe_fast(kernel: Any, entry: Any) -> None:
+    """Report a fast-path launch of ``entry`` (a :mod:`zerojit._launch` table entry): its launch
+    counter, else the observer (keeping the counter it returns). The launch entry inlines this."""
+    count = entry.counter
+    if count is not None:
+        count()
+        return
+    observer = _launch_observer
+    if observer is not None:
+        epoch = _counter_epoch
+        count = observer(kernel, entry.compiled)
+        if count is not None and epoch is not None:
+            _keep_counter(entry, count, epoch)
 
 
 def launch_observer() -> Callable[[Any, Any], None] | None:
@@ -266,8 +340,9 @@ def _make_entry(method: Callable, inputs: tuple[tuple[str, Any], ...]) -> Callab
             state = <the class's LaunchState>; <its autotune/heuristics wrapping applied, if any>
             if 0 in spec.grid: return spec.returns
             if <a driver seen before, no warm-up in progress>:
-                if <fast path on> and state.fast_call(dry, driver, spec.grid, spec.kwargs, a, b):
-                    <observer>(self, entry.compiled); return spec.returns
+                if <fast path on> and (entry := state.fast_call(dry, driver, spec.grid, spec.kwargs, a, b)):
+                    <entry.counter() if the observer gave one, else observer(self, entry.compiled)>
+                    return spec.returns
                 <the monitor's hooks still in Triton's slots, else repaired: this launch may compile>
                 compiled = state.run_call(spec.grid, dry, spec.kwargs, a, b)
                 <observer>(self, compiled); return spec.returns
@@ -307,9 +382,16 @@ def _make_entry(method: Callable, inputs: tuple[tuple[str, Any], ...]) -> Callab
         if self.fast_path:
             _zj_entry = _zj_state.fast_call(_zj_warmup, _zj_drv, _zj_grid, _zj_spec.kwargs{values})
             if _zj_entry is not None:
-                _zj_observer = _zj_kmod._launch_observer
-                if _zj_observer is not None:
-                    _zj_observer(self, _zj_entry.compiled)
+                _zj_count = _zj_entry.counter
+                if _zj_count is not None:
+                    _zj_count()  # the observer's own count of this launch (_observe_fast, inline)
+                else:
+                    _zj_observer = _zj_kmod._launch_observer
+                    if _zj_observer is not None:
+                        _zj_epoch = _zj_kmod._counter_epoch
+                        _zj_count = _zj_observer(self, _zj_entry.compiled)
+                        if _zj_count is not None and _zj_epoch is not None:
+                            _zj_kmod._keep_counter(_zj_entry, _zj_count, _zj_epoch)
                 return _zj_spec.returns
         _zj_pins = _zj_kmod._hook_pins
         if _zj_pins is not None and ({_tc.CACHE_HOOK_SOURCE} is not _zj_pins[0] or {_tc.LISTENER_SOURCE} is not _zj_pins[1]):
@@ -765,9 +847,7 @@ class TritonJitKernel(JitKernel[KeyT]):
             if launcher is not None:
                 entry = launcher(dry, drv, grid, sk, *inputs)
                 if entry is not None:
-                    observer = _launch_observer
-                    if observer is not None:
-                        observer(self, entry.compiled)
+                    _observe_fast(self, entry)
                     return spec.returns
         check_hook_pins()
         compiled = plan.run(grid, dry, sk, *inputs)

@@ -641,8 +641,15 @@ class _Link:
 class _ObserverLink(_Link):
     """The launch observer's link. Called on every zerojit launch, so what Triton-free code holds
     as the observer is :attr:`observe` (a bound method: no instance-call dispatch), which counts a
-    launch of a compiled kernel seen before with one dict lookup and one ``next``; ``handler``
-    sees the first launch of each (``counters``: compiled kernel -> its counter)."""
+    launch of a compiled kernel seen before with one dict lookup and one C call; ``handler``
+    sees the first launch of each (``counters``: compiled kernel -> its counter's ``__next__``).
+
+    With nothing below it in the chain, :attr:`observe` returns that ``__next__`` (a launch
+    counter, :func:`zerojit.kernel.set_launch_observer`), which the fast path then calls instead
+    of the observer. A reset and a switch to mode off forget the counters handed out
+    (:func:`zerojit.kernel.reset_launch_counters`, after this link's are cleared), as does every
+    change of the observer; a link with another observer below it hands out none, so taking that
+    one out needs no reset."""
 
     __slots__ = ("counters", "observe")
 
@@ -654,16 +661,22 @@ class _ObserverLink(_Link):
     def __call__(self, kernel: Any, compiled: Any) -> Any:
         return self._observe(kernel, compiled)
 
-    def _observe(self, kernel: Any, compiled: Any) -> None:
+    def _observe(self, kernel: Any, compiled: Any) -> Any:
         previous = self.previous
-        if previous is not None:
+        if previous is not None:  # (what is below must see every launch: no counter is returned)
             (previous.observe if previous.__class__ is _ObserverLink else previous)(kernel, compiled)
         if self.enabled:
-            counter = self.counters.get(compiled)
-            if counter is None:
+            count = self.counters.get(compiled)
+            if count is None:
                 self.handler(None, kernel, compiled)
+                count = self.counters.get(compiled)  # None where it did not count (mode off)
             else:
-                next(counter)
+                count()
+            if previous is None:
+                return count
+        return None
+
+    setattr(_observe, _kernel.RETURNS_LAUNCH_COUNTERS, True)
 
 
 def _unlink(link: _Link, get: Callable[[], Any], set_: Callable[[Any], Any]) -> None:
@@ -834,6 +847,7 @@ class JitMonitor:
         links = self._links
         if links is not None and self._mode == "off":  # counted no more: launches go to _on_launch
             links[2].counters.clear()
+            _kernel.reset_launch_counters()  # (after the clear: the fast path asks the link again)
 
     @property
     def installed(self) -> bool:
@@ -1020,6 +1034,7 @@ class JitMonitor:
             self._launches.clear()
             if self._links is not None:
                 self._links[2].counters.clear()
+                _kernel.reset_launch_counters()
             self._benchmarks.clear()
             self._bench_runs.clear()
             self._growth.reset()
@@ -1191,8 +1206,8 @@ class JitMonitor:
             raise RuntimeJitError(stats.record)
 
     def _on_launch(self, previous_result: Any, kernel: Any, compiled: Any) -> None:
-        """The first launch of ``compiled`` (each later one is a ``next`` of its counter in the
-        observer link): its record, found Triton key and counter."""
+        """The first launch of ``compiled`` (each later one is a call of its counter's ``__next__``
+        in the observer link, or on the fast path): its record, found Triton key and counter."""
         links = self._links
         if compiled is None or self._mode == "off" or links is None:
             return
@@ -1209,7 +1224,7 @@ class JitMonitor:
                     self._names.setdefault(id(jit_fn), kernel.name)
                 entry = self._launches.setdefault(id(compiled), _LaunchCounter(kernel, compiled, triton_key))
         with self._lock:
-            counters.setdefault(compiled, entry.counter)
+            counters.setdefault(compiled, entry.counter.__next__)
         next(entry.counter)
 
 
