@@ -11,10 +11,14 @@ and the period are specialized) plus a ``BLOCK`` constexpr, launched through:
 The zerojit ``__call__`` does what the raw call site does (the grid from ``n``, the constexpr) and
 no input validation, so the difference is zerojit's launch machinery. Every mode runs
 ``--launches`` launches per round without synchronizing (one sync before and one at the end,
-inside the timed interval), rounds interleave the modes, and the median over rounds is printed,
-in microseconds of host time per launch, with its ratio to raw Triton, all in the same run. The
-goals (issue #21) are checked on those medians, monitor off and in error mode alike: the normal
-path at most 1.05x raw; the fast path at most 0.5x raw and at most 0.9x the direct compiled call.
+inside the timed interval), rounds interleave the modes (each round starting at the next mode),
+and the median over rounds is printed, in microseconds of host time per launch, with its ratio
+to raw Triton, all in the same run. Each round also gives each mode's ratio to that round's raw
+(and direct) time; the goals (issue #21) are checked on the median of those per-round ratios
+(the ``rounds`` column), monitor off and in error mode alike: the normal path at most 1.05x raw;
+the fast path at most 0.5x raw and at most 0.9x the direct compiled call. The choice: on a
+shared host whose speed drifts by 1.5x between rounds (the H200 host did, 2026-12-02), a ratio
+of medians mixes rounds timed at different speeds; a round's modes run within a second.
 
 On a machine without CUDA (or with ``--stub``) the kernel is compiled for ``cuda:90`` without a
 GPU and launched through a stub of the parts only a GPU has, each taking the route it takes on a
@@ -25,7 +29,7 @@ the real one does, and nothing else. So the numbers are the host's Python cost o
 without the C entry's own work and the driver's (the launch, and per tensor a ``data_ptr()`` call
 and a device query, which the fast path skips for CUDA tensors). The output says so.
 
-Usage: ``PYTHONPATH=src python benchmarks/launch.py [--launches 10000] [--rounds 7] [--stub] [--json OUT]``
+Usage: ``PYTHONPATH=src python benchmarks/launch.py [--launches 5000] [--rounds 15] [--stub] [--json OUT]``
 """
 
 from __future__ import annotations
@@ -173,8 +177,8 @@ def _stub_launcher():
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--launches", type=int, default=10_000, help="launches per mode per round")
-    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median reported)")
+    parser.add_argument("--launches", type=int, default=5_000, help="launches per mode per round")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (median reported; at least 7)")
     parser.add_argument("--stub", action="store_true", help="stub launcher even where CUDA exists")
     parser.add_argument("--json", help="also write the results here")
     opts = parser.parse_args()
@@ -258,8 +262,11 @@ def main() -> None:
         launch8.fast_path = bool(fast)
         fn(100)
     sync()
-    for _ in range(opts.rounds):
-        for name, (fn, fast, monitored) in modes.items():
+    order = list(modes.items())
+    for r in range(opts.rounds):
+        # each round starts at another mode: a host whose speed drifts within a round (a busy
+        # one does) favours no mode, and each round's ratios compare modes timed moments apart
+        for name, (fn, fast, monitored) in order[r % len(order):] + order[:r % len(order)]:
             launch8.fast_path = bool(fast)
             if monitored:
                 monitor.install()
@@ -285,28 +292,33 @@ def main() -> None:
     print(f"launch cost per call, {opts.launches} launches x {opts.rounds} rounds, median; {kind}")
     print(f"  Triton {triton.__version__}, torch {torch.__version__}, Python {sys.version.split()[0]}")
     print("  wall: time.perf_counter over the launches and a final sync; cpu: this thread's CPU time")
-    print(f"  {'mode':<34} {'wall us':>9} {'vs raw':>7} {'spread (min-max)':>17} {'cpu us':>9} {'vs raw':>7}")
+    print(f"  {'mode':<34} {'wall us':>9} {'vs raw':>7} {'rounds':>8} {'spread (min-max)':>17} {'cpu us':>9} {'vs raw':>7}")
     results = {}
     for name in modes:
         us, cpu = statistics.median(times[name]), statistics.median(cpu_times[name])
         results[name] = {"us_per_launch": round(us, 3), "ratio_vs_raw": round(us / raw_us, 3),
                          "cpu_us_per_launch": round(cpu, 3), "cpu_ratio_vs_raw": round(cpu / raw_cpu, 3),
                          "rounds_us": [round(t, 3) for t in times[name]]}
-        # the spread of the ratio: each round's time against the same round's raw time (interleaved)
+        # each round's time against the same round's raw time (interleaved): the ratio the goals
+        # check is their median, its spread their range
         ratios = [t / r for t, r in zip(times[name], times["triton kernel[grid] (raw)"])]
         results[name]["round_ratios"] = [round(r, 3) for r in ratios]
+        results[name]["median_round_ratio"] = round(statistics.median(ratios), 3)
         spread = f"{min(ratios):.2f}-{max(ratios):.2f}x"
-        print(f"  {name:<34} {us:>9.2f} {us / raw_us:>6.2f}x {spread:>17} {cpu:>9.2f} {cpu / raw_cpu:>6.2f}x")
-    direct_us = results["triton compiled[grid] (direct)"]["us_per_launch"]
+        print(f"  {name:<34} {us:>9.2f} {us / raw_us:>6.2f}x {statistics.median(ratios):>7.2f}x "
+              f"{spread:>17} {cpu:>9.2f} {cpu / raw_cpu:>6.2f}x")
     goals = []
+    direct_rounds = times["triton compiled[grid] (direct)"]
     for monitor_mode in ("off", "error"):
-        normal = results[f"zerojit normal, monitor {monitor_mode}"]["ratio_vs_raw"]
-        fast = results[f"zerojit fast, monitor {monitor_mode}"]
+        normal = results[f"zerojit normal, monitor {monitor_mode}"]["median_round_ratio"]
+        fast_name = f"zerojit fast, monitor {monitor_mode}"
+        fast = results[fast_name]["median_round_ratio"]
+        vs_direct = statistics.median(t / d for t, d in zip(times[fast_name], direct_rounds))
+        results[fast_name]["median_round_ratio_vs_direct"] = round(vs_direct, 3)
         goals += [(f"normal, monitor {monitor_mode} <= 1.05x raw", normal, normal <= 1.05),
-                  (f"fast, monitor {monitor_mode} <= 0.50x raw", fast["ratio_vs_raw"], fast["ratio_vs_raw"] <= 0.5),
-                  (f"fast, monitor {monitor_mode} <= 0.90x direct", fast["us_per_launch"] / direct_us,
-                   fast["us_per_launch"] <= 0.9 * direct_us)]
-    print("  goals (issue #21, wall medians):")
+                  (f"fast, monitor {monitor_mode} <= 0.50x raw", fast, fast <= 0.5),
+                  (f"fast, monitor {monitor_mode} <= 0.90x direct", vs_direct, vs_direct <= 0.9)]
+    print("  goals (issue #21): the median over rounds of each round's ratio (modes timed moments apart):")
     for name, x, ok in goals:
         print(f"    {name:<34} {x:>5.2f}x  {'met' if ok else 'NOT met'}")
     body_us = results["(zerojit __call__ body alone)"]["us_per_launch"]
