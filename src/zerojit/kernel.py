@@ -111,6 +111,9 @@ class LaunchSpec:
         kwargs: kernel arguments beyond the mapped inputs (outputs, constexprs, derived ints,
             launch options such as ``num_warps``), named like inputs (``out`` -> ``out_ptr``).
         returns: what the launch returns to the caller (the outputs).
+
+    Built on every launch: ``LaunchSpec(grid, kwargs, returns)`` (positional) costs about 0.1 us
+    less than the same with keywords on CPython 3.11 (a class called with keywords gets them as a dict).
     """
 
     grid: tuple[int, ...] | Callable[[dict[str, Any]], tuple[int, ...]]
