@@ -247,29 +247,34 @@ def test_changed_global_raises_through_the_normal_path(co, monkeypatch):
         probe(**inputs())
 
 
-def test_a_variant_recorded_again_replaces_the_last_hit(warmed):
-    """A fast launcher keeps its last hit (no hash for a repeated key); a record of the same key
-    with another CompiledKernel (a warm-up after Triton's cache was cleared) is the one selected
-    next, not the remembered one."""
+def test_a_variant_recorded_again_replaces_the_remembered_hits(warmed):
+    """A fast launcher remembers its last two hits (no hash for a key launched again); a record of
+    such a key with another CompiledKernel (a warm-up after Triton's cache was cleared) is the one
+    selected next, not the remembered one."""
     import dataclasses
+
+    from zerojit._launch import _FastTables
 
     class Again(TritonJitKernel):  # its own tables (a subclass of Probe would share Probe's)
         kernel = _probe_kernel
         fast_path = True
         __call__ = Probe.__call__
 
-    from zerojit._launch import _FastTables
-
     again = Again()
-    device, args, otoken, first = Probe._launch_state.fast.records[0]  # CompileKey(): inputs()' classes
+    records = Probe._launch_state.fast.records
+    device, args, otoken, first = next(r for r in records if r[3].triton_key == triton_key_of(**inputs()))
+    one = next(r for r in records if r[3].triton_key == triton_key_of(**inputs(stride=1)))
     tables = Again._launch_state.fast = _FastTables(Again._launch_state)
     tables.record(device, args, otoken, first)
+    tables.record(*one)
     assert again.select_variant(**inputs()) is first
-    assert again.select_variant(**inputs(n=1000)) is first  # the remembered hit
+    assert again.select_variant(**inputs(stride=1)) is one[3]
+    assert again.select_variant(**inputs(n=1000)) is first  # one of the two remembered hits
     second = dataclasses.replace(first, compiled=object())
     tables.record(device, args, otoken, second)
     assert again.select_variant(**inputs(n=64)) is second
-    assert again.select_variant(**inputs(stride=1)) is None  # another key: the table, not the hit
+    assert again.select_variant(**inputs(stride=1)) is one[3]
+    assert again.select_variant(**inputs(stride=17)) is None  # a key no record has
     assert again.select_variant(**inputs()) is second
 
 

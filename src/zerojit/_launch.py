@@ -47,11 +47,12 @@ each checks that ``LaunchSpec.kwargs`` has its names (their number, then each na
 launch with other names to the plan of those names, which then becomes the one called. So a call
 site's plan costs one length test, not a tuple of names and a dict lookup per launch.
 
-**The last hit.** A fast launcher remembers its last hit, ``(table, key, entry)`` as one value,
-and compares the next key with it before it looks in the table: a repeated key costs a tuple
-comparison instead of its hash and a lookup (a launch whose key differs from the last one pays
-that comparison on top). A record that gives a key another ``CompiledKernel`` replaces the
-device's table instead of changing it, so a remembered hit of the old one is never used again.
+**The last hits.** A fast launcher remembers its last two hits and the table they came from, as
+one value, and compares the next key with theirs before it looks in the table: a key launched
+again (or one of two launched in turn) costs a tuple comparison instead of its hash and a lookup;
+a third key pays the two comparisons on top. A record that gives a key another ``CompiledKernel``
+replaces the device's table instead of changing it, so a remembered hit of the old one is never
+used again.
 """
 
 from __future__ import annotations
@@ -327,15 +328,22 @@ _FAST_TEMPLATE = """def _zj_fast(_dry, _drv, _grid, _sk{inputs}):
     if _table is None:
         return None
     _key = {key}
-    _hit = _last_hit[0]
+    _hits = _last_hits[0]  # (table, key, entry, key, entry): its last two hits, one value
     try:
-        if _hit[0] is _table and _hit[1] == _key:  # the key of the last hit: no hash to compute
-            _e = _hit[2]
+        if _hits[0] is not _table:
+            _e = _table.get(_key)
+            if _e is None:
+                return None
+            _last_hits[0] = (_table, _key, _e, None, None)
+        elif _hits[1] == _key:  # the key of a recent hit: no hash to compute
+            _e = _hits[2]
+        elif _hits[3] == _key:
+            _e = _hits[4]
         else:
             _e = _table.get(_key)
             if _e is None:
                 return None
-            _last_hit[0] = (_table, _key, _e)  # one value: a reader sees a consistent triple
+            _last_hits[0] = (_table, _key, _e, _hits[1], _hits[2])
     except TypeError:  # an unhashable constexpr or option value
         return None
     if _J.pre_run_hooks:
@@ -424,7 +432,7 @@ def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict, res
                                     key=_key_expr(slots, plan.option_token_of(options)),
                                     launch=_launch_source(values, pointers))
     namespace = _namespace(jit_fn)
-    namespace.update(plan.defaults, _tables=tables, _resolve=resolve, _last_hit=[(None, None, None)])
+    namespace.update(plan.defaults, _tables=tables, _resolve=resolve, _last_hits=[(None,)])
     exec(compile(src, f"<zerojit fast path of {jit_fn.fn.__name__}>", "exec"), namespace)
     fn = namespace["_zj_fast"]
     fn.source = src
