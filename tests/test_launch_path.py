@@ -626,6 +626,19 @@ def test_fast_launches_are_counted_exactly_under_two_monitors_and_foreign_observ
             probe(**inputs())
             assert entry.counter is not None  # alone in the chain again
     assert (first.counts().launches, second.counts().launches, len(seen)) == (10, 6, 2)
+    with first:  # a wrapper of the monitor's observer (functools.wraps copies attributes) that returns its result
+        import functools
+
+        inner = zkernel.launch_observer()
+        wrapper = functools.wraps(inner)(lambda kernel, compiled: (seen.append(compiled), inner(kernel, compiled))[1])
+        set_launch_observer(wrapper)
+        try:
+            for _ in range(3):
+                probe(**inputs())
+            assert entry.counter is None
+        finally:
+            set_launch_observer(inner)
+    assert first.counts().launches == 13 and len(seen) == 5
     previous = set_launch_observer(lambda kernel, compiled: seen.append(compiled))
     try:  # a foreign observer below a monitor
         with first:
@@ -634,7 +647,7 @@ def test_fast_launches_are_counted_exactly_under_two_monitors_and_foreign_observ
             assert entry.counter is None
     finally:
         set_launch_observer(previous)
-    assert first.counts().launches == 12 and len(seen) == 4 and all(c is entry.compiled for c in seen)
+    assert first.counts().launches == 15 and len(seen) == 7 and all(c is entry.compiled for c in seen)
 
 
 def test_only_a_launch_that_may_compile_repairs_a_write_past_the_guard(warmed):

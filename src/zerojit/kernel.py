@@ -178,8 +178,10 @@ _last_driver: tuple[Any, bool] = (object(), False)
 _FORCED_CONFIG: contextvars.ContextVar[int | None] = contextvars.ContextVar("zerojit_forced_config", default=None)
 # Called as observer(kernel, compiled_kernel) after each zerojit launch; the monitor counts hits.
 _launch_observer: Callable[[Any, Any], None] | None = None
-#: The attribute by which a launch observer says it returns *launch counters* (see
-#: :func:`set_launch_observer`); a bound method has its function's.
+#: The attribute by which an object says its bound method installed as the launch observer
+#: returns *launch counters* (see :func:`set_launch_observer`). On the object, not the function:
+#: a wrapper made with ``functools.wraps`` copies a function's attributes, and a wrapper that
+#: returns what it wraps returns the counter of an observer that must see every launch.
 RETURNS_LAUNCH_COUNTERS = "zerojit_returns_launch_counters"
 # While the observer returns launch counters: a token that reset_launch_counters() replaces, else
 # None. The fast-path entries holding a counter are in _COUNTED, so that a reset reaches each.
@@ -192,17 +194,19 @@ def set_launch_observer(observer: Callable[[Any, Any], Any] | None) -> Callable[
     """Install the process's launch observer (the monitor); returns the previous one.
 
     The observer is called as ``observer(kernel, compiled)`` after each zerojit launch (``kernel``
-    the zerojit kernel, ``compiled`` Triton's ``CompiledKernel`` it launched). An observer whose
-    attribute :data:`RETURNS_LAUNCH_COUNTERS` is true may return a *launch counter*: a callable of
-    no arguments that does exactly what another call of the observer for ``compiled`` would do
-    (count one launch of it, nothing else), best a C function such as ``itertools.count().__next__``.
-    A fast-path launch then calls that counter instead of the observer, until the observer
-    changes or :func:`reset_launch_counters` is called. Any other observer's return value is ignored.
+    the zerojit kernel, ``compiled`` Triton's ``CompiledKernel`` it launched). An observer that is
+    a bound method of an object whose attribute :data:`RETURNS_LAUNCH_COUNTERS` is true (the
+    monitor's) may return a *launch counter*: a callable of no arguments that does exactly what
+    another call of the observer for ``compiled`` would do (count one launch of it, nothing else),
+    best a C function such as ``itertools.count().__next__``. A fast-path launch then calls that
+    counter instead of the observer, until the observer changes or :func:`reset_launch_counters`
+    is called. Any other observer's return value is ignored.
     """
     global _launch_observer
+    counting = bool(getattr(getattr(observer, "__self__", None), RETURNS_LAUNCH_COUNTERS, False))
     with _COUNTER_LOCK:
         previous, _launch_observer = _launch_observer, observer
-        _forget_counters(bool(getattr(observer, RETURNS_LAUNCH_COUNTERS, False)))
+        _forget_counters(counting)
     return previous
 
 

@@ -676,7 +676,8 @@ class _ObserverLink(_Link):
                 return count
         return None
 
-    setattr(_observe, _kernel.RETURNS_LAUNCH_COUNTERS, True)
+
+setattr(_ObserverLink, _kernel.RETURNS_LAUNCH_COUNTERS, True)  # observe returns launch counters
 
 
 def _unlink(link: _Link, get: Callable[[], Any], set_: Callable[[Any], Any]) -> None:
