@@ -32,6 +32,12 @@ def _ignore_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def ignore_further_interrupts() -> None:
+    """The status is decided (interrupted, 130): a second Ctrl-C during the exit (Python's thread
+    and module teardown) would only print a traceback over the one-line message."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def exit_on_interrupt() -> None:
     """From now until :func:`run`, SIGINT ends the process at once (``zerojit: interrupted``, status
     130); after the command and every other exit function, it is ignored. Only where SIGINT has
@@ -51,6 +57,7 @@ def run() -> None:
     try:
         cli_main()
     except KeyboardInterrupt:
+        ignore_further_interrupts()
         print(INTERRUPTED, file=sys.stderr)
         sys.exit(STATUS)
 

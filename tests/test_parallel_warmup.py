@@ -867,8 +867,10 @@ def test_a_warm_up_with_workers_remembers_its_compile_seconds_for_the_next_one(m
     assert report.stats.worker_compiled == 2 and sorted(remembered) == entries and len(entries) == 2
     spans = {round(end - start, 4) for what, _, start, end in report.stats.timeline if what.startswith("compile ")}
     assert all(0 < s <= max(spans) + 0.01 for s in remembered.values())  # a worker's own seconds, at most its span
-    (tmp_path / "home" / "compile-seconds.json").write_text("[1, 2")  # torn: nothing remembered, no error
-    assert cache.remembered_compile_seconds() == {}
+    memo = tmp_path / "home" / "compile-seconds.json"
+    for bad in ("[1, 2", "[" * 200_000, '{"a": true, "b": Infinity, "c": -1, "d": "2"}'):  # torn, too deep, not seconds
+        memo.write_text(bad)
+        assert cache.remembered_compile_seconds() == {}
 
 
 def test_while_spawned_workers_boot_this_process_compiles_the_waiting_keys(monkeypatch, tmp_path):

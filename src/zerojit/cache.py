@@ -39,6 +39,7 @@ import datetime
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -217,7 +218,7 @@ def _read_memo(signature: str, path: str) -> dict:
     try:
         with open(path) as f:
             data = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: a deeply nested array
         return {}
     if not isinstance(data, dict) or data.get("triton_version") != _tc.TRITON_VERSION:
         return {}
@@ -363,11 +364,12 @@ def remembered_compile_seconds() -> dict[str, float]:
     try:
         with open(_compile_seconds_path()) as f:
             data = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: a deeply nested array
         return {}
     if not isinstance(data, dict):
         return {}
-    return {k: float(v) for k, v in data.items() if isinstance(k, str) and isinstance(v, (int, float)) and v >= 0}
+    return {k: float(v) for k, v in data.items() if isinstance(k, str) and type(v) in (int, float)
+            and math.isfinite(v) and v >= 0}
 
 
 def remember_compile_seconds(seconds: Mapping[str, float]) -> None:
