@@ -60,6 +60,10 @@ def run() -> None:
         ignore_further_interrupts()
         print(INTERRUPTED, file=sys.stderr)
         sys.exit(STATUS)
+    except SystemExit as e:
+        if e.code == STATUS:  # the CLI ended an interrupt itself (its one line printed): the process exits now
+            ignore_further_interrupts()
+        raise
 
 
 def main() -> None:

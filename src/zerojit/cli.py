@@ -81,7 +81,6 @@ def _one_line_usage_errors(ctx: Any) -> Iterator[None]:
         typer.echo(f"{' '.join(['zerojit', *names])}: {message}", err=True)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:  # typer would exit 130 silently
-        _entry.ignore_further_interrupts()
         typer.echo(_entry.INTERRUPTED, err=True)
         raise typer.Exit(_entry.STATUS) from None
 
