@@ -322,6 +322,16 @@ class Ramp(TritonJitKernel["Ramp.CompileKey"]):
         return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=block), returns=out)
 
 
+def warm_ramp_with_two_workers():
+    """A two-worker warm-up of Ramp's two keys, none in Triton's in-process cache; its report."""
+    ramp = Ramp()
+    ramp.kernel.device_caches.clear()
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        ramp.register_warmup(blocks=(16, 32))
+    return registry.warmup(workers=2, progress=False)
+
+
 def failures_of(workers: int, kernel, **request) -> tuple:
     registry = JitWarmupRegistry()
     with registry.activate():
@@ -802,12 +812,7 @@ def test_forked_workers_leave_no_process_or_pipe_behind(monkeypatch, tmp_path):
 
     monkeypatch.setattr(_compile_worker, "fork_workers", recording_fork)
     before = set(os.listdir("/proc/self/fd"))
-    ramp = Ramp()
-    ramp.kernel.device_caches.clear()
-    registry = JitWarmupRegistry()
-    with registry.activate():
-        ramp.register_warmup(blocks=(16, 32))
-    report = registry.warmup(workers=2, progress=False)
+    report = warm_ramp_with_two_workers()
     assert report.stats.worker_compiled == 2 and report.stats.workers == 2 and len(forked) == 2
     assert _compile_worker._PARENT_ENDS == set()  # every pipe closed, none left for a later fork to close
     pids = [proc.pid for proc in forked]
@@ -856,12 +861,7 @@ def test_a_warm_up_with_workers_remembers_its_compile_seconds_for_the_next_one(m
     monkeypatch.delenv(precompile.WORKER_START_ENV, raising=False)
     monkeypatch.setattr(cache, "_compile_seconds_path", lambda: str(tmp_path / "home" / "compile-seconds.json"))
     use_cache(monkeypatch, tmp_path / "cache")
-    ramp = Ramp()
-    ramp.kernel.device_caches.clear()
-    registry = JitWarmupRegistry()
-    with registry.activate():
-        ramp.register_warmup(blocks=(16, 32))
-    report = registry.warmup(workers=2, progress=False)
+    report = warm_ramp_with_two_workers()
     entries = sorted(e for e in os.listdir(tmp_path / "cache") if not e.startswith("."))
     remembered = cache.remembered_compile_seconds()
     assert report.stats.worker_compiled == 2 and sorted(remembered) == entries and len(entries) == 2

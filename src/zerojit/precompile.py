@@ -579,13 +579,8 @@ class WarmupSession:
                     pool = self._ensure_pool(target, key_later=True)
                     if pool is not None:
                         t0 = time.perf_counter()
-                        forking = pool.start_method == "fork"
-                        primer = _before_fork(pool, target) if forking else None
-                        # Every worker now: forked ones as one tree (one fork of this thread's), booting
-                        # while this process hashes and sweeps.
-                        pool.prestart(min(self.workers, triton_jobs))
-                        if forking:
-                            _after_fork(primer)
+                        # Every worker now, booting while this process hashes and sweeps.
+                        _prestart_workers(pool, target, min(self.workers, triton_jobs))
                         if pool.start_method == "fork" or pool._fork_seconds:
                             self.counts.add_phase("fork", time.perf_counter() - t0)
             if prestarted is not None:
@@ -723,20 +718,21 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
         pool.set_triton_key(known)
     else:
         pool.hash_in_background()
-    forking = pool.start_method == "fork"
-    primer = _before_fork(pool, target) if forking else None
-    pool.prestart(min(workers, triton_jobs))
-    if forking:
-        _after_fork(primer)
+    _prestart_workers(pool, target, min(workers, triton_jobs))
     return pool
 
 
-def _before_fork(pool: "_WorkerPool", target: Any) -> threading.Thread:
-    """Before the workers are forked, do here what each would otherwise do itself: Triton's build
-    key when it costs no hash (a known install: they start with it) and the modules Triton's
-    compiler imports lazily. Returns the thread (started now, joined by :func:`_after_fork`) that
-    computes the backend's hash, which this process's first key needs: ``ptxas --version``, a
-    subprocess of 10-70 ms on the H200 host, run while the imports and the fork hold this thread."""
+def _prestart_workers(pool: "_WorkerPool", target: Any, count: int) -> None:
+    """Start ``count`` workers of ``pool`` now. Forked ones (one tree, one fork of this thread's)
+    first get here what each would otherwise do itself: Triton's build key when it costs no hash
+    (a known install: they start with it) and the modules Triton's compiler imports lazily.
+    Meanwhile a thread computes the backend's hash, which this process's first key needs
+    (``ptxas --version``, a subprocess of 10-70 ms on the H200 host; a forked worker computes its
+    own at its first compile). After the fork this process imports what only it needs before its
+    sweep: the modules Triton's launch path imports lazily (the workers launch nothing)."""
+    if pool.start_method != "fork":
+        pool.prestart(count)
+        return
     if pool.triton_key is None:
         known = known_triton_key()
         if known is not None:
@@ -744,13 +740,7 @@ def _before_fork(pool: "_WorkerPool", target: Any) -> threading.Thread:
     primer = threading.Thread(target=_tc.prime_backend_hash, args=(target,), name="zerojit-backend-hash", daemon=True)
     primer.start()
     _tc.import_compiler_modules()
-    return primer
-
-
-def _after_fork(primer: threading.Thread) -> None:
-    """After the fork, what only this process needs before its sweep: the modules Triton's launch
-    path imports lazily (the workers launch nothing) and the backend's hash (:func:`_before_fork`;
-    a forked worker computes its own at its first compile, as it always did)."""
+    pool.prestart(count)
     _tc.import_launch_path_modules()
     primer.join()
 
@@ -1290,8 +1280,9 @@ class _WorkerPool:
                 what = f" while compiling {task.get('function') or task['name']}" if task else ""
             who = (f"compile worker {proc.pid} died{_exit_status(proc)}" if proc.pid is not None else
                    "a compile worker died (forked by a worker that ended first: its pid and exit status are unknown)")
-            self._recovered(f"{who}{what}: {type(e).__name__}: {e}"
-                            + (f"\n{tail}" if tail else ""))
+            # its pipe closed (EOFError) is how a death shows, not news; anything else is said
+            detail = "" if isinstance(e, EOFError) else f": {type(e).__name__}: {e}"
+            self._recovered(f"{who}{what}{detail}" + (f"\n{tail}" if tail else ""))
             if task is not None:  # the parent compiles it in-process
                 self._finished(task["name"])
         finally:
