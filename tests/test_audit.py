@@ -209,6 +209,19 @@ def test_cli_audit_script_without_warmup(tmp_path):
     assert res.exit_code == 2 and "ran no zerojit warm-up" in res.output
 
 
+def test_cli_audit_runs_a_bare_python_and_zerojit_with_this_install(tmp_path, monkeypatch):
+    """A console script of a virtual environment that is not activated: PATH finds no python (or
+    another one), yet ``audit -- python ...`` and ``audit -- zerojit ...`` run with this install."""
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # nothing is found on PATH
+    script = tmp_path / "fails.py"
+    script.write_text("import sys, torch\nsys.exit(3)\n")  # torch: this install's interpreter ran it
+    res = CliRunner().invoke(app, ["audit", "--", "python", str(script)])
+    assert res.exit_code == 3, res.output
+    assert "the script exited with status 3 before it wrote an audit" in res.output
+    res = CliRunner().invoke(app, ["audit", "--", "zerojit", "audit", "--", "python3", str(script)])
+    assert res.exit_code == 3 and "cannot run" not in res.output, res.output
+
+
 def test_the_audit_table_counts_in_the_singular_too():
     from zerojit.audit import CoverageAudit, KernelCoverage, RuntimeMiss, WarmedKey
 

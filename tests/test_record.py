@@ -617,3 +617,53 @@ def test_a_kernel_of_the_programs_main_is_named_when_recorded_and_its_miss_says_
     assert f"  SKIPPED __main__.main_kernel: {why}\n" in run.stderr
     assert f"'main_kernel' is in the manifest, but its warm-up skipped it: {why}" in run.stderr
     assert "no manifest warmed it" not in run.stderr
+
+
+APP_KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+'''
+
+
+def test_a_manifest_of_a_kernel_beside_the_program_warms_from_its_folder_and_fails_clearly_elsewhere(tmp_path):
+    """The console script (unlike ``python -m``) has no current folder on sys.path: warmup and
+    bundle export put it there, so a kernel module beside the recorded program imports when run
+    from that folder; from elsewhere every kernel is skipped, which exits 1 with the fix named
+    and writes no bundle."""
+    script = Path(sys.executable).with_name("zerojit")
+    if not script.exists():
+        pytest.skip("no zerojit console script beside this interpreter")
+    module = f"zj_app_kern_{uuid.uuid4().hex[:8]}"
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / f"{module}.py").write_text(APP_KERNEL)
+    (app / "app.py").write_text(f"import torch\nfrom {module} import add_kernel\n"
+                                "x = torch.zeros(100)\nadd_kernel[(1,)](x, torch.empty_like(x), 100, BLOCK=128)\n")
+    cache = tmp_path / "cache"
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], cache, app)
+    assert rec.returncode == 0, rec.stderr
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}
+    for k in ("TRITON_INTERPRET", "ZEROJIT_JIT_MONITOR", "PYTHONPATH"):
+        env.pop(k, None)
+
+    def console(*args, cwd):
+        return subprocess.run([str(script), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+    elsewhere = console("warmup", "--manifest", "app/m.json", "--target", "cuda:90", cwd=tmp_path)
+    assert elsewhere.returncode == 1, elsewhere.stdout + elsewhere.stderr
+    assert f"SKIPPED {module}.add_kernel: module {module!r} does not import here" in elsewhere.stdout
+    assert "run from the folder the program was recorded in" in elsewhere.stdout
+    assert "zerojit warmup: nothing warmed: every recorded kernel was skipped" in elsewhere.stderr
+    bundle = console("bundle", "export", "--manifest", "app/m.json", "-o", "b.tgz", "--target", "cuda:90",
+                     cwd=tmp_path)
+    assert bundle.returncode == 1 and "zerojit bundle export: SKIPPED" in bundle.stderr, bundle.stderr
+    assert not (tmp_path / "b.tgz").exists()
+    here = console("warmup", "--manifest", "m.json", "--target", "cuda:90", cwd=app)
+    assert here.returncode == 0 and "SKIPPED" not in here.stdout, here.stdout + here.stderr
+    assert "1 key" in here.stdout, here.stdout

@@ -246,6 +246,26 @@ def _check_target(command: str, target: str, *, option: str | None = None) -> No
         _refuse(command, message)
 
 
+def _current_folder_importable() -> None:
+    """Put the current folder first on ``sys.path`` (where ``python -m`` puts it; a console script
+    does not): a manifest names its kernels' modules as the recorded program imported them, often
+    from the folder it ran in."""
+    import sys
+
+    here = os.getcwd()
+    if "" not in sys.path and here not in sys.path:
+        sys.path.insert(0, here)
+
+
+def _nothing_warmed(command: str, report: Any) -> None:
+    """Exit 1 when a manifest's every recorded kernel was skipped (listed in the report): a warm-up
+    of nothing is not a success a deployment should build on."""
+    if report.skipped and report.num_keys == 0:
+        typer.echo(f"zerojit {command}: nothing warmed: every recorded kernel was skipped (the SKIPPED lines say why)",
+                   err=True)
+        raise typer.Exit(1)
+
+
 def _capped_workers(command: str, workers: Optional[int]) -> Optional[int]:
     """``--workers`` capped to the cores this process can use, with a note on stderr when capped
     (more compile workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2)."""
@@ -469,6 +489,23 @@ def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-o
     typer.echo(report.summary())
 
 
+def _this_install(command: list[str]) -> list[str]:
+    """``command`` with a bare ``python`` / ``python3`` / ``python3.N`` or ``zerojit`` as its program
+    run by this install: this interpreter (``sys.executable``), or ``sys.executable -m zerojit``, as
+    ``record`` and ``exec`` run ``python``. A console script run from a virtual environment that is
+    not activated would otherwise start whatever PATH finds first (the system's Python, without
+    torch). A path (``./venv/bin/python``) or any other program is run as given."""
+    import re
+    import sys
+
+    program, rest = command[0], list(command[1:])
+    if re.fullmatch(r"python(3(\.\d+)?)?", program):
+        return [sys.executable, *rest]
+    if program == "zerojit":
+        return [sys.executable, "-m", "zerojit", *rest]
+    return [program, *rest]
+
+
 @app.command(cls=_Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @_reflowed
 @_user_errors("audit")
@@ -480,6 +517,8 @@ def audit(
 
     The script runs as a child process with ZEROJIT_JIT_MONITOR=warn;
     its zerojit warm-up installs the monitor; it writes its audit at exit.
+    A bare 'python' (python3, python3.N) or 'zerojit' as COMMAND runs with
+    this zerojit's interpreter, as in record and exec.
 
     Exit status: 1 when anything compiled at run time, else the script's
     own status (128 + N when signal N killed it); 2 when the script ran no
@@ -503,7 +542,7 @@ def audit(
         env[AUDIT_OUT_ENV] = out
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
         try:
-            rc = subprocess.call(list(command), env=env)
+            rc = subprocess.call(_this_install(command), env=env)
         except OSError as e:  # exec says "Permission denied" for a directory
             is_dir = isinstance(e, PermissionError) and os.path.isdir(command[0])
             _refuse("audit", f"cannot run {command[0]!r}: {'it is a directory' if is_dir else e.strerror or e}")
@@ -517,10 +556,14 @@ def audit(
         if not os.path.exists(out) and killed:
             typer.echo(f"zerojit audit: {killed} before it wrote its audit", err=True)
             raise typer.Exit(rc)
+        if not os.path.exists(out) and rc != 0:
+            typer.echo(f"zerojit audit: the script exited with status {rc} before it wrote an audit (it failed, "
+                       "or ran no zerojit warm-up), so nothing was monitored", err=True)
+            raise typer.Exit(rc)
         if not os.path.exists(out):
             typer.echo("zerojit audit: the script wrote no audit: it ran no zerojit warm-up (or exited "
                        "through os._exit), so nothing was monitored", err=True)
-            raise typer.Exit(rc or 2)
+            raise typer.Exit(2)
         result = CoverageAudit.from_dict(json.loads(Path(out).read_text()))
     typer.echo(result.table())
     if json_out is not None:
@@ -649,9 +692,11 @@ def warmup_command(
     Each specialization is rebuilt from the manifest (WarmupTensors of the recorded dtype and
     alignment, ints in their recorded classes, constexprs by value, the launch options). A kernel
     whose source changed since recording, recorded with another Triton, or no longer importable
-    is skipped and listed, naming what differs. Exit status: 0 warmed; 1 a corrupted or truncated
-    manifest, or a key failed to compile; 2 invalid input (no such MANIFEST, a TARGET this Triton
-    cannot compile for, no GPU and no target).
+    is skipped and listed, naming what differs. The kernels' modules are imported with the current
+    folder on sys.path, as 'python -m' has it: run from the folder the program was recorded in.
+    Exit status: 0 warmed; 1 a corrupted or truncated manifest, a key failed to compile, or every
+    recorded kernel was skipped (nothing warmed); 2 invalid input (no such MANIFEST, a TARGET this
+    Triton cannot compile for, no GPU and no target).
     """
     from zerojit.compile_only import compile_only
     from zerojit.manifest import read_manifest
@@ -660,6 +705,7 @@ def warmup_command(
     _check_input_file("warmup", "manifest", manifest)
     _check_output_file("warmup", "--json", json_out)
     chosen = _manifest_target("warmup", target, read_manifest(manifest))
+    _current_folder_importable()
     def write_json(report: Any) -> None:
         if json_out:
             import json
@@ -675,6 +721,7 @@ def warmup_command(
             raise
     typer.echo(report.summary())
     write_json(report)
+    _nothing_warmed("warmup", report)
 
 
 @app.command("exec", cls=_Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -764,8 +811,11 @@ def bundle_export(
 
     Needs no GPU for a compile-only target (run it with CUDA_VISIBLE_DEVICES="" on a GPU host
     to prove it). The manifest records the Triton version and build, Python, target, ptxas,
-    kernels and keys. Exit status: 0 written; 1 warm-up failed; 2 invalid input (config, TARGET,
-    output path, a cache folder that cannot serve, a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1).
+    kernels and keys. A manifest's kernels are imported with the current folder on sys.path, as
+    'python -m' has it; a skipped kernel is listed on stderr. Exit status: 0 written; 1 warm-up
+    failed, or every kernel of the manifest was skipped (no bundle is written); 2 invalid input
+    (config, TARGET, output path, a cache folder that cannot serve, a bad ZEROJIT_JIT_MONITOR,
+    TRITON_INTERPRET=1).
     """
     from zerojit.cache import current_target_name, export_bundle
     from zerojit.compile_only import compile_only
@@ -798,8 +848,13 @@ def bundle_export(
         else:
             cfg = load_config(config, given_as=given_as, **overrides)
             registry = register_model(cfg, backend)
+        if manifest is not None:
+            _current_folder_importable()
         report = registry.warmup(cfg, manifest=manifest, workers=_capped_workers("bundle export", workers) or usable_cores(),
                                  progress=_progress(no_progress), target=target)
+        for skipped in report.skipped:
+            typer.echo(f"zerojit bundle export: SKIPPED {skipped}", err=True)
+        _nothing_warmed("bundle export", report)  # (before the bundle is written: no empty bundle)
         manifest = export_bundle(report, output)
     origin = report.stats.origin(len({id(getattr(v, "compiled", v)) for v in report.variants}))
     typer.echo(f"wrote {output}: {count(report.num_keys, 'key')} ({origin}) in {report.seconds:.1f} s")

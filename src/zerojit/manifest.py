@@ -433,7 +433,11 @@ def _import_function(record: KernelRecord) -> Any:
     try:
         obj = importlib.import_module(record.module)
     except Exception as e:
-        raise LookupError(f"module {record.module!r} does not import here ({type(e).__name__}: {e})") from None
+        hint = ""
+        if isinstance(e, ModuleNotFoundError) and e.name == record.module.split(".")[0]:
+            hint = ("; run from the folder the program was recorded in, or put the module's folder on "
+                    "PYTHONPATH")
+        raise LookupError(f"module {record.module!r} does not import here ({type(e).__name__}: {e}){hint}") from None
     for part in record.qualname.split("."):
         obj = getattr(obj, part, None)
         if obj is None:
