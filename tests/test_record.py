@@ -54,6 +54,14 @@ def autotuned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 
 
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
+                          triton.Config({"BLOCK": 128}, num_warps=8)], key=["n"], cache_results=True)
+@triton.jit
+def tuned_three_ways_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+
 @triton.heuristics({"BLOCK": lambda args: 128 if args["n"] > 64 else 64})
 @triton.jit
 def heuristic_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -667,3 +675,26 @@ def test_a_manifest_of_a_kernel_beside_the_program_warms_from_its_folder_and_fai
     here = console("warmup", "--manifest", "m.json", "--target", "cuda:90", cwd=app)
     assert here.returncode == 0 and "SKIPPED" not in here.stdout, here.stdout + here.stderr
     assert "1 key" in here.stdout, here.stdout
+
+
+def test_an_autotuner_of_several_configs_records_every_config_under_compile_only(kernels, compile_only_target, tmp_path):
+    """No GPU to benchmark on: each config's "benchmark" is a dry launch, so every config the tuner
+    could choose on the GPU compiles and is recorded; the choice itself (nothing was measured)
+    stays neither in the autotuner's cache nor, with cache_results, in Triton's disk cache."""
+    tuner = kernels.tuned_three_ways_kernel
+    x, out = torch.zeros(128), torch.zeros(128)
+    recorder = Recorder().install()
+    try:
+        for n in (64, 100, 64):  # two tuning keys, the first one launched twice
+            tuner[(1,)](x, out, n)
+    finally:
+        recorder.uninstall()
+    assert torch.equal(out, torch.zeros(128))  # dry launches: nothing executed
+    [k] = recorder.manifest(["app.py"]).kernels
+    want = [c.all_kwargs() for c in tuner.configs]  # Triton's own view of each config
+    recorded = [dict(s.autotune_config) for s in k.specializations]
+    assert all(c in recorded for c in want) and all(c in want for c in recorded), recorded
+    assert {dict(s.values)["n"] for s in k.specializations} == {16, 17}  # both tuning keys' classes
+    assert tuner.cache == {}
+    written = [f for _, _, files in os.walk(tmp_path / "triton-cache") for f in files if f.endswith(".autotune.json")]
+    assert written == []

@@ -11,6 +11,8 @@ driver that names a fixed target (``cuda:90`` = sm_90, the H100/H200) and cannot
   A raw ``kernel[grid](...)`` launch (and ``triton.autotune`` / ``triton.heuristics``, which call
   ``fn.run``) is a dry launch too: while a block is open, ``JITFunction.run`` turns a launch into
   Triton's ``warmup=True`` run (binder, lookup, compile on a miss, return the ``CompiledKernel``).
+  An autotuned launch of a new tuning key "benchmarks" each config by such a dry launch, so every
+  config compiles; the tuner's choice is not kept (:meth:`CompileOnlyDriver.get_benchmarker`).
 
 That is what lets CI and GPU-less image builders check the zero-JIT property and coverage.
 Triton decides at decoration time whether a function is interpreted (``TRITON_INTERPRET=1``), so
@@ -226,7 +228,13 @@ class CompileOnlyDriver(_tc.DriverBase):  # type: ignore[misc]
         return torch.device("cpu")
 
     def get_benchmarker(self):
-        raise CompileOnlyLaunchError("the compile-only driver cannot benchmark")
+        """The benchmark a ``triton.autotune`` kernel's tuning runs per config (its default
+        ``do_bench``): here a dry launch of the config (it compiles, nothing executes) that times
+        every config alike. So an autotuned launch under compile-only compiles every config the
+        tuner could choose on the GPU, and the tuner's choice (the first config) is forgotten when
+        its run ends (:func:`compile_only`): nothing was measured. An autotuner given its own
+        ``do_bench`` or ``use_cuda_graph=True`` benchmarks through CUDA and cannot run here."""
+        return _dry_benchmark
 
     @property
     def launcher_cls(self):
@@ -260,9 +268,11 @@ def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
     previous = _tc.peek_driver()
     _tc.set_driver(new)
     restore_run = _tc.patch_run_everywhere(_dry_run)
+    restore_tuning = _tc.patch_autotuner_run(_untuned_run)
     try:
         yield new
     finally:
+        restore_tuning()
         restore_run()
         _tc.set_driver(previous)
 
@@ -274,6 +284,27 @@ def _dry_run(original):
         if not warmup and isinstance(_tc.peek_driver(), CompileOnlyDriver):
             warmup = True  # Triton's warm-up run: binder, lookup, compile on a miss; nothing executes
         return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
+
+    return run
+
+
+def _dry_benchmark(kernel_call, quantiles=None, **_options):
+    """``do_bench`` under compile-only: the config's kernel call once (a dry launch), every config
+    the same time (0.0 ms; the quantiles' list when asked for quantiles, as Triton's do_bench)."""
+    kernel_call()
+    return [0.0] * len(quantiles) if quantiles else 0.0
+
+
+def _untuned_run(original):
+    """``Autotuner.run`` where, under the compile-only driver, the tuning it did (every config a
+    dry launch, see :meth:`CompileOnlyDriver.get_benchmarker`) is not kept: no choice stays in
+    the autotuner's cache, none goes to Triton's disk cache, so a later run on a GPU tunes."""
+
+    def run(self, *args, **kwargs):
+        if not isinstance(_tc.peek_driver(), CompileOnlyDriver):
+            return original(self, *args, **kwargs)
+        with _tc.tunings_forgotten(self):
+            return original(self, *args, **kwargs)
 
     return run
 

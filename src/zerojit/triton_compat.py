@@ -57,6 +57,7 @@ named after the release that brought it:
 from __future__ import annotations
 
 import ctypes
+import contextlib
 import functools
 import hashlib
 import importlib
@@ -66,7 +67,7 @@ import os
 import re
 import sysconfig
 from collections import namedtuple
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import triton
 from triton import knobs
@@ -116,7 +117,7 @@ __all__ = [
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
     "autotune_configs", "config_arguments", "config_pre_hook", "prunes_configs", "prune_configs",
     "tuning_key_function", "tuning_key", "layer_arg_names", "autotuner_cached", "bench_config",
-    "fill_autotuner_cache", "add_bench_listener", "remove_bench_listener",
+    "fill_autotuner_cache", "patch_autotuner_run", "tunings_forgotten", "add_bench_listener", "remove_bench_listener",
 ]
 
 
@@ -1217,6 +1218,37 @@ def fill_autotuner_cache(tuner: Any, key: tuple, config: Any) -> None:
     """Put ``config`` in the autotuner's own cache under ``key``: its ``run`` then launches it
     without benchmarking (``Autotuner.cache``)."""
     tuner.cache[key] = config
+
+
+def patch_autotuner_run(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[], None]:
+    """Route ``Autotuner.run`` (the class's, so every autotuner whose class does not override it;
+    3.6-3.9) through ``make(original)``, a function with its signature ``(self, *args, **kwargs)``.
+    Returns the undo (patches nest: undo them in reverse order)."""
+    original = _Autotuner.run
+    _Autotuner.run = make(original)
+
+    def restore() -> None:
+        _Autotuner.run = original
+
+    return restore
+
+
+@contextlib.contextmanager
+def tunings_forgotten(tuner: Any) -> Iterator[None]:
+    """While the block runs, the autotuner writes no tuning to Triton's disk cache (its
+    ``cache_results``); at its end, the choices it made in the block leave its own cache
+    (``Autotuner.cache``), those made before stay."""
+    before = set(tuner.cache)
+    saved = tuner.__dict__.get("cache_results", None)
+    if saved:
+        tuner.cache_results = False
+    try:
+        yield
+    finally:
+        if saved:
+            tuner.cache_results = saved
+        for key in [k for k in tuner.cache if k not in before]:
+            del tuner.cache[key]
 
 
 _BENCH_LISTENERS: list[Callable[[Any, Any, dict, int], None]] = []
