@@ -296,13 +296,14 @@ def _dry_benchmark(kernel_call, quantiles=None, **_options):
 
 
 def _untuned_run(original):
-    """``Autotuner.run`` where, under the compile-only driver, the tuning it did (every config a
-    dry launch, see :meth:`CompileOnlyDriver.get_benchmarker`) is not kept: no choice stays in
-    the autotuner's cache, none goes to Triton's disk cache, so a later run on a GPU tunes."""
+    """``Autotuner.run`` where, under the compile-only driver, the tuning it did with the driver's
+    benchmarker (every config a dry launch, see :meth:`CompileOnlyDriver.get_benchmarker`) is not
+    kept: no choice stays in the autotuner's cache, none goes to Triton's disk cache, so a later
+    run on a GPU tunes. An autotuner with a ``do_bench`` of its own keeps what that measured."""
 
     def run(self, *args, **kwargs):
-        if not isinstance(_tc.peek_driver(), CompileOnlyDriver):
-            return original(self, *args, **kwargs)
+        if not isinstance(_tc.peek_driver(), CompileOnlyDriver) or not _tc.benchmarks_with_driver(self):
+            return original(self, *args, **kwargs)  # (a do_bench of its own measures: its choice stays)
         with _tc.tunings_forgotten(self):
             return original(self, *args, **kwargs)
 

@@ -117,7 +117,7 @@ __all__ = [
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
     "autotune_configs", "config_arguments", "config_pre_hook", "prunes_configs", "prune_configs",
     "tuning_key_function", "tuning_key", "layer_arg_names", "autotuner_cached", "bench_config",
-    "fill_autotuner_cache", "patch_autotuner_run", "tunings_forgotten", "add_bench_listener", "remove_bench_listener",
+    "fill_autotuner_cache", "patch_autotuner_run", "benchmarks_with_driver", "tunings_forgotten", "add_bench_listener", "remove_bench_listener",
 ]
 
 
@@ -1231,6 +1231,12 @@ def patch_autotuner_run(make: Callable[[Callable[..., Any]], Callable[..., Any]]
         _Autotuner.run = original
 
     return restore
+
+
+def benchmarks_with_driver(tuner: Any) -> bool:
+    """True when the autotuner times its configs with the active driver's benchmarker (no
+    ``do_bench`` of its own, no ``use_cuda_graph``: ``Autotuner._do_bench`` is None, 3.6-3.9)."""
+    return getattr(tuner, "_do_bench", None) is None
 
 
 @contextlib.contextmanager
