@@ -477,8 +477,16 @@ def test_cli_refuses_bad_manifests_and_programs_in_one_line(tmp_path):
     assert out.returncode == 1 and "truncated or corrupted" in out.stderr and "Traceback" not in out.stderr
     out = _zerojit(["warmup", "--manifest", "missing.json"], tmp_path / "c", tmp_path)
     assert out.returncode == 2 and "does not exist" in out.stderr
+    (tmp_path / "x.py").write_text("pass\n")
+    for command in ("warmup", "exec"):  # a bad flag is named before the file is read
+        args = [command, "--manifest", "bad.json", "--target", "nosuch"] + (["--", "python", "x.py"] if command == "exec" else [])
+        out = _zerojit(args, tmp_path / "c", tmp_path)
+        assert out.returncode == 2 and "compile-only target 'nosuch' is not of the form" in out.stderr, out.stderr
     out = _zerojit(["record", "-o", "m.json", "--", "ls", "-l"], tmp_path / "c", tmp_path)
     assert out.returncode == 2 and "'ls' is not a Python program" in out.stderr
+    out = _zerojit(["record", "-o", "m.json", "--", "python", "-m", "zj_no_such_module.sub"], tmp_path / "c", tmp_path)
+    assert out.returncode == 2 and "python -m zj_no_such_module.sub: no module named 'zj_no_such_module'" in out.stderr
+    assert not (tmp_path / "m.json").exists()  # refused before a child started: no manifest written
 
 
 def test_runner_recorded_then_executed_matches_its_contract_audit(tmp_path):
@@ -654,6 +662,9 @@ def test_a_manifest_of_a_kernel_beside_the_program_warms_from_its_folder_and_fai
     (app / "app.py").write_text(f"import torch\nfrom {module} import add_kernel\n"
                                 "x = torch.zeros(100)\nadd_kernel[(1,)](x, torch.empty_like(x), 100, BLOCK=128)\n")
     cache = tmp_path / "cache"
+    if not torch.cuda.is_available():  # no GPU and no --target: Triton finds no driver; the note says what to pass
+        rec = _zerojit(["record", "-o", "m.json", "--", "python", "app.py"], cache, app)
+        assert rec.returncode == 1 and "pass a compile-only target (--target cuda:90)" in rec.stderr, rec.stderr
     rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], cache, app)
     assert rec.returncode == 0, rec.stderr
     env = {**os.environ, "TRITON_CACHE_DIR": str(cache)}

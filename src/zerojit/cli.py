@@ -576,13 +576,19 @@ _PROGRAM_HELP = ("the program, after '--': python SCRIPT ARGS, python -m MODULE 
                  "or zerojit ARGS")
 
 
-def _manifest_target(command: str, target: Optional[str], manifest: Any) -> Optional[str]:
-    """The compile-only target to warm ``manifest`` for: ``--target`` (checked); else None (the
-    GPU here) where there is one; else the target the manifest was recorded for; else, for a
+def _manifest_target(command: str, target: Optional[str], path: str) -> Optional[str]:
+    """The compile-only target to warm the manifest at ``path`` for: ``--target`` (checked first,
+    before the file is read: a bad flag is named even beside a bad file); else None (the GPU
+    here) where there is one; else the target the manifest was recorded for; else, for a
     manifest of no kernel (the program launched none, which a note says), None: there is nothing
-    to compile. Refuses (exit 2) when there is neither a GPU nor a target to take."""
+    to compile. Refuses (exit 2) when there is neither a GPU nor a target to take; a manifest
+    that cannot be read raises :class:`~zerojit.manifest.ManifestError`."""
     from zerojit.compile_only import current_target_name, is_target_name
+    from zerojit.manifest import read_manifest
 
+    if target is not None and target != "device":
+        _check_target(command, target)
+    manifest = read_manifest(path)
     if not manifest.kernels:
         typer.echo(f"zerojit {command}: note: the manifest holds no kernel (its program launched none): there is "
                    "nothing to warm", err=True)
@@ -670,6 +676,10 @@ def record(
         typer.echo(growth_report(manifest))
     if rc != 0:
         typer.echo(f"zerojit record: the program exited with status {rc}", err=True)
+        if target is None and manifest.target == "device" and not manifest.kernels:
+            # the child found neither a GPU nor a target (Triton says "0 active drivers")
+            typer.echo("zerojit record: note: no GPU is visible here: to record on this machine, pass a compile-only "
+                       "target (--target cuda:90): every launch is then a dry launch", err=True)
     raise typer.Exit(rc)
 
 
@@ -699,12 +709,11 @@ def warmup_command(
     Triton cannot compile for, no GPU and no target).
     """
     from zerojit.compile_only import compile_only
-    from zerojit.manifest import read_manifest
     from zerojit.registry import JitWarmupRegistry, WarmupError
 
     _check_input_file("warmup", "manifest", manifest)
     _check_output_file("warmup", "--json", json_out)
-    chosen = _manifest_target("warmup", target, read_manifest(manifest))
+    chosen = _manifest_target("warmup", target, manifest)
     _current_folder_importable()
     def write_json(report: Any) -> None:
         if json_out:
@@ -751,14 +760,14 @@ def exec_command(
     """
     from zerojit import monitor as _monitor
     from zerojit.compile_only import compile_only
-    from zerojit.manifest import RecordedKernel, read_manifest
+    from zerojit.manifest import RecordedKernel
     from zerojit.monitor import RuntimeJitError
     from zerojit.recording import Program, count_raw_launches
     from zerojit.registry import JitWarmupRegistry, count
 
     _check_input_file("exec", "manifest", manifest)
     program = Program(command)
-    chosen = _manifest_target("exec", target, read_manifest(manifest))
+    chosen = _manifest_target("exec", target, manifest)
     apply_jit_monitor_mode(jit_monitor_mode or "error")
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
         registry = JitWarmupRegistry()

@@ -69,7 +69,7 @@ class Program:
 
     Raises:
         ProgramError: an empty command, another ``python`` option, a script that does not exist,
-            or another executable (zerojit runs the program in a Python process it patches).
+            a ``-m`` module whose top-level package is not found, or another executable (zerojit runs the program in a Python process it patches).
     """
 
     def __init__(self, command: Sequence[str], *, where: str = "this process") -> None:
@@ -99,6 +99,8 @@ class Program:
             else:
                 self.code, self.argv = argv[1], ["-c", *argv[2:]]
             sys.path.insert(0, os.getcwd())
+            if self.module is not None:
+                self._check_module(self.module)
         elif argv[0].startswith("-"):
             raise ProgramError(f"python option {argv[0]!r} is not supported (zerojit starts the program itself, in "
                                f"{where}): pass {accepted}")
@@ -107,6 +109,23 @@ class Program:
                 raise ProgramError(f"script {argv[0]!r} does not exist")
             self.script, self.argv = argv[0], argv
             sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+
+    @staticmethod
+    def _check_module(module: str) -> None:
+        """Refuse a ``-m`` module whose top-level package is nowhere on ``sys.path``, as a missing
+        script is refused (``python -m`` itself prints "No module named" and exits 1). Only the top
+        level is looked up: finding a submodule would import its package, running the program's
+        code before it starts."""
+        import importlib.util
+
+        top = module.split(".")[0]
+        try:
+            found = importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):  # a malformed name ('', '.x')
+            found = False
+        if not found:
+            raise ProgramError(f"python -m {module}: no module named {top!r} here (not in the current folder nor "
+                               "on sys.path)")
 
     def run(self, *, propagate: tuple[type[BaseException], ...] = ()) -> int:
         """Run the program as ``__main__`` with its ``sys.argv``, as ``python`` would; returns its
