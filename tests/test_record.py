@@ -709,3 +709,56 @@ def test_an_autotuner_of_several_configs_records_every_config_under_compile_only
     assert tuner.cache == {}
     written = [f for _, _, files in os.walk(tmp_path / "triton-cache") for f in files if f.endswith(".autotune.json")]
     assert written == []
+
+
+TUNED_APP_KERNEL = '''
+import triton
+import triton.language as tl
+
+_TIMES = [3.0, 1.0, 2.0]  # the second config is fastest: the autotuner's choice
+
+
+def fake_bench(kernel_call, quantiles):
+    """A do_bench of the kernel's own (kept under compile-only, unlike the driver's dry one)."""
+    kernel_call()
+    t = _TIMES.pop(0)
+    _TIMES.append(t)
+    return [t, t, t]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
+                          triton.Config({"BLOCK": 256}, num_warps=4)], key=["n"], do_bench=fake_bench)
+@triton.jit
+def tuned_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+'''
+
+
+def test_autotune_choices_recorded_are_restored_by_exec_so_nothing_benchmarks(tmp_path):
+    """The autotuner's choice at each tuning key goes into the manifest; exec puts it back into
+    the autotuner before the program runs, so its launch at that key benchmarks nothing (error
+    mode would block a benchmark) and runs the recorded config."""
+    module = f"zj_tuned_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(TUNED_APP_KERNEL)
+    (tmp_path / "app.py").write_text(
+        f"import torch\nfrom {module} import tuned_kernel\nx = torch.zeros(100)\n"
+        "for _ in range(2):\n    tuned_kernel[lambda meta: (triton.cdiv(100, meta['BLOCK']),)](x, torch.empty_like(x), 100)\n"
+        "print('chosen', [c.all_kwargs() for c in tuned_kernel.cache.values()])\n".replace("import torch\n", "import torch, triton\n", 1))
+    cache = tmp_path / "cache"
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], cache, tmp_path)
+    assert rec.returncode == 0, rec.stderr
+    [kernel] = read_manifest(tmp_path / "m.json").kernels
+    [tuning] = kernel.tunings
+    assert tuning.key == (100, "torch.float32", "torch.float32")
+    assert dict(tuning.config)["BLOCK"] == 128 and dict(tuning.config)["num_warps"] == 4  # the fastest config
+    assert len(kernel.specializations) == 3  # every config compiled while it was benchmarked
+    ran = _zerojit(["exec", "--manifest", "m.json", "--", "python", "app.py"], cache, tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert "1 autotune choice of the recording restored" in ran.stderr and "0 runtime compiles" in ran.stderr
+    assert "'BLOCK': 128, 'num_warps': 4" in ran.stdout, ran.stdout  # the program ran the recorded choice
+
+    (tmp_path / "m.json").write_text((tmp_path / "m.json").read_text().replace('"BLOCK": 128', '"BLOCK": 512'))
+    ran = _zerojit(["exec", "--manifest", "m.json", "--", "python", "app.py"], cache, tmp_path)
+    assert ran.returncode == 1 and "is none of its configs any more: that key is tuned again" in ran.stderr, ran.stderr
+    assert "autotune benchmark of" in ran.stderr and "blocked" in ran.stderr

@@ -676,10 +676,6 @@ def record(
         typer.echo(growth_report(manifest))
     if rc != 0:
         typer.echo(f"zerojit record: the program exited with status {rc}", err=True)
-        if target is None and manifest.target == "device" and not manifest.kernels:
-            # the child found neither a GPU nor a target (Triton says "0 active drivers")
-            typer.echo("zerojit record: note: no GPU is visible here: to record on this machine, pass a compile-only "
-                       "target (--target cuda:90): every launch is then a dry launch", err=True)
     raise typer.Exit(rc)
 
 
@@ -753,14 +749,17 @@ def exec_command(
     The warm-up report goes to stderr. The program's raw launches of recorded kernels are counted
     as hits (and are dry launches under a compile-only target: outputs are not computed). In error
     mode a specialization the manifest lacks raises RuntimeJitError before compiling, naming the
-    kernel and each argument whose class differs from the nearest recorded one. An exception the
+    kernel and each argument whose class differs from the nearest recorded one. A triton.autotune
+    kernel's choices recorded on a GPU are put back into its autotuner before the program runs,
+    so their tuning keys benchmark nothing (a recording under a compile-only target has none: a
+    new tuning key is benchmarked, which error mode blocks). An exception the
     program raises is printed as python prints it. Exit status: 1 when anything compiled at run
     time (or a corrupted manifest), else the program's own (1 for an exception, as python's); 2
     when the program cannot be run or an option is invalid.
     """
     from zerojit import monitor as _monitor
     from zerojit.compile_only import compile_only
-    from zerojit.manifest import RecordedKernel
+    from zerojit.manifest import RecordedKernel, restore_tunings
     from zerojit.monitor import RuntimeJitError
     from zerojit.recording import Program, count_raw_launches
     from zerojit.registry import JitWarmupRegistry, count
@@ -774,7 +773,14 @@ def exec_command(
         report = registry.warmup(manifest=manifest, workers=_capped_workers("exec", workers),
                                  progress=_progress(no_progress), target=chosen or "device")
         typer.echo(report.summary(), err=True)
-        restore = count_raw_launches([k for k in registry.kernels if isinstance(k, RecordedKernel)])
+        recorded = [k for k in registry.kernels if isinstance(k, RecordedKernel)]
+        tuned, notes = restore_tunings(recorded)
+        for note in notes:
+            typer.echo(f"zerojit exec: note: {note}", err=True)
+        if tuned:
+            typer.echo(f"zerojit exec: {count(tuned, 'autotune choice')} of the recording restored (their tuning keys "
+                       "benchmark nothing)", err=True)
+        restore = count_raw_launches(recorded)
         try:
             rc = program.run(propagate=(RuntimeJitError,))  # its own exceptions: its traceback, status 1
         finally:

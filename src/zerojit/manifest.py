@@ -31,7 +31,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import triton.language as tl
@@ -42,7 +42,8 @@ from .specialization import WarmupTensor, bind
 
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
-           "encode_value", "decode_value", "encode_specialization", "unimportable"]
+           "encode_value", "decode_value", "encode_specialization", "encode_config", "unimportable",
+           "RecordedTuning", "restore_tunings"]
 
 #: The ``format`` field of every manifest.
 FORMAT = "zerojit-manifest"
@@ -132,6 +133,28 @@ class RecordedSpecialization:
 
 
 @dataclass(frozen=True)
+class RecordedTuning:
+    """A choice the kernel's ``triton.autotune`` object made while recording: at this tuning key
+    it launches this config (what its own cache, ``Autotuner.cache``, held when the program
+    ended). ``zerojit exec`` puts it back into the autotuner's cache before the program runs, so
+    the key is not benchmarked while serving.
+
+    Attributes:
+        key: the tuning key (``Autotuner.run``'s: the ``key`` arguments' values, then each tensor
+            argument's ``str(dtype)``); JSON scalars only (a key holding anything else is not
+            recorded).
+        config: the chosen config's keyword arguments (``Config.all_kwargs()``, values through
+            :func:`encode_value`), sorted by name.
+    """
+
+    key: tuple[Any, ...]
+    config: tuple[tuple[str, Any], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": list(self.key), "config": dict(self.config)}
+
+
+@dataclass(frozen=True)
 class KernelRecord:
     """One recorded ``triton.jit`` function.
 
@@ -142,6 +165,8 @@ class KernelRecord:
         source_hash: Triton's hash of the function's source and dependencies (``cache_key``).
         parameters: the parameter names, in order; constexprs: those that are ``tl.constexpr``.
         specializations: every distinct specialization, first launched first.
+        tunings: a ``triton.autotune`` kernel's choices when the program ended (none under a
+            compile-only target: nothing was measured there), each tuning key once.
     """
 
     module: str
@@ -150,6 +175,7 @@ class KernelRecord:
     parameters: tuple[str, ...]
     constexprs: tuple[str, ...]
     specializations: tuple[RecordedSpecialization, ...]
+    tunings: tuple[RecordedTuning, ...] = ()
 
     @property
     def name(self) -> str:
@@ -163,7 +189,8 @@ class KernelRecord:
     def to_dict(self) -> dict[str, Any]:
         return {"module": self.module, "qualname": self.qualname, "source_hash": self.source_hash,
                 "parameters": list(self.parameters), "constexprs": list(self.constexprs),
-                "specializations": [s.to_dict() for s in self.specializations]}
+                "specializations": [s.to_dict() for s in self.specializations],
+                "tunings": [t.to_dict() for t in self.tunings]}
 
 
 @dataclass(frozen=True)
@@ -233,9 +260,24 @@ def _manifest_from(data: Any, path: str) -> Manifest:
         kernels.append(KernelRecord(module=_field(k, "module", str, where), qualname=_field(k, "qualname", str, where),
                                     source_hash=_field(k, "source_hash", str, where), parameters=params,
                                     constexprs=tuple(_field(k, "constexprs", list, where)),
-                                    specializations=tuple(specs)))
+                                    specializations=tuple(specs), tunings=_tunings(k, where)))
     return Manifest(triton_version=_field(data, "triton_version", str, path), target=_field(data, "target", str, path),
                     command=tuple(_field(data, "command", list, path)), kernels=tuple(kernels))
+
+
+def _tunings(data: dict, where: str) -> tuple[RecordedTuning, ...]:
+    """A kernel's ``tunings`` (optional on reading: manifests written before it have none)."""
+    value = data.get("tunings", [])
+    if not isinstance(value, list):
+        raise ManifestError(f"{where}: field 'tunings' must be a list, not {type(value).__name__}")
+    out = []
+    for i, t in enumerate(value):
+        tw = f"{where}.tunings[{i}]"
+        key = _field(t, "key", list, tw)
+        if not all(v is None or isinstance(v, (bool, int, float, str)) for v in key):
+            raise ManifestError(f"{tw}: field 'key' must hold JSON scalars only")
+        out.append(RecordedTuning(tuple(key), tuple((n, _hashable(v)) for n, v in sorted(_field(t, "config", dict, tw).items()))))
+    return tuple(out)
 
 
 def _autotune_config(data: dict, where: str) -> tuple[tuple[str, Any], ...] | None:
@@ -425,8 +467,10 @@ def unimportable(record: KernelRecord) -> str | None:
     return None
 
 
-def _import_function(record: KernelRecord) -> Any:
-    """The recorded ``triton.jit`` function, imported again; raises LookupError naming what failed."""
+def _recorded_object(record: KernelRecord) -> Any:
+    """What the recorded function's module holds under its name (the ``triton.jit`` function, or
+    an autotune / heuristics object around it), imported again; raises LookupError naming what
+    failed."""
     why = unimportable(record)
     if why is not None:
         raise LookupError(why)
@@ -442,10 +486,57 @@ def _import_function(record: KernelRecord) -> Any:
         obj = getattr(obj, part, None)
         if obj is None:
             raise LookupError(f"module {record.module!r} has no {record.qualname!r} any more")
+    return obj
+
+
+def _import_function(record: KernelRecord) -> Any:
+    """The recorded ``triton.jit`` function, imported again; raises LookupError naming what failed."""
+    obj = _recorded_object(record)
     jit_fn = _tc.unwrap_jit_function(obj)
     if jit_fn is None:
         raise LookupError(f"{record.module}.{record.qualname} is a {type(obj).__name__}, not a triton.jit function")
     return jit_fn
+
+
+def encode_config(config_kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """A config's keyword arguments (``Config.all_kwargs()``) as a manifest holds them: sorted by
+    name, values through :func:`encode_value`, hashable (what :attr:`RecordedTuning.config` reads
+    back as)."""
+    return tuple((n, _hashable(encode_value(v))) for n, v in sorted(config_kwargs.items()))
+
+
+def restore_tunings(kernels: Sequence["RecordedKernel"]) -> tuple[int, list[str]]:
+    """Put each recorded kernel's :attr:`~KernelRecord.tunings` back into its ``triton.autotune``
+    object's own cache (``Autotuner.cache``), so a launch at a recorded tuning key runs the
+    recorded choice and benchmarks nothing, as the recorded program's later launches did.
+
+    Returns how many choices were restored and a note for each that could not be: the kernel is
+    no autotuned one any more, or the recorded config is not among the autotuner's configs (they
+    changed since recording: that key is tuned again).
+    """
+    restored, notes = 0, []
+    for kernel in kernels:
+        record = kernel.record
+        if not record.tunings:
+            continue
+        try:
+            tuner = _tc.find_autotuner(_recorded_object(record))
+        except LookupError:  # (warmup_plan imported it moments ago)
+            tuner = None
+        if tuner is None:
+            notes.append(f"{record.name}: {len(record.tunings)} recorded tuning choices, but it is no triton.autotune "
+                         "kernel any more")
+            continue
+        configs = {encode_config(c.all_kwargs()): c for c in tuner.configs}
+        for tuning in record.tunings:
+            config = configs.get(tuning.config)
+            if config is None:
+                notes.append(f"{record.name}: the config chosen at tuning key {tuning.key} ({dict(tuning.config)}) is "
+                             "none of its configs any more: that key is tuned again")
+                continue
+            _tc.fill_autotuner_cache(tuner, tuple(tuning.key), config)
+            restored += 1
+    return restored, notes
 
 
 def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[ManifestSkip], float]:
@@ -500,7 +591,7 @@ def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[Manifest
             cls = type(f"Recorded_{record.qualname.replace('.', '_')}", (RecordedKernel,), {
                 "kernel": jit_fn, "name": record.name, "__call__": _launcher(record.parameters),
                 "record": KernelRecord(record.module, record.qualname, record.source_hash, record.parameters,
-                                       record.constexprs, tuple(usable)),
+                                       record.constexprs, tuple(usable), record.tunings),
                 "__module__": __name__,
             })
         except KernelDefinitionError as e:  # a parameter zerojit's launch path cannot take (variadic, reserved)

@@ -485,7 +485,8 @@ class RuntimeBenchmark:
     def explain(self, *, blocked: bool = False) -> str:
         verb = "blocked" if blocked else "ran"
         return (f"{self.summary()} {verb} after warm-up: give the kernel a zerojit TuningPolicy and warm it "
-                "(zerojit.autotune), or tune this key at warm-up, so the choice is known before serving")
+                "(zerojit.autotune), or tune this key at warm-up, so the choice is known before serving (a kernel "
+                "nobody rewrote: record the program on a GPU, whose manifest then holds its choices for zerojit exec)")
 
     def __str__(self) -> str:
         return self.summary()

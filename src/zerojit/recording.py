@@ -42,8 +42,8 @@ from . import triton_compat as _tc
 from .compile_only import active_compile_only, compile_only, current_target_name
 from .context import in_warmup
 from .kernel import check_hook_pins, launch_observer
-from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, encode_specialization,
-                       encode_value, write_manifest)
+from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, RecordedTuning,
+                       encode_config, encode_specialization, encode_value, write_manifest)
 from .specialization import bind, scalar_rep
 
 __all__ = ["ProgramError", "Program", "Recorder", "record_child", "count_raw_launches", "Growth", "growth",
@@ -188,6 +188,8 @@ class Recorder:
         self._specs: dict[int, dict[Any, list]] = {}  # id(fn) -> key -> [spec, values, options, count]
         self._restore: Callable[[], None] | None = None
         self._target: str | None = None  # what the first recorded launch was keyed for
+        #: a launch raised where there is neither a GPU nor a compile-only target (Triton finds no driver)
+        self.failed_without_device = False
 
     def install(self) -> "Recorder":
         """Replace ``JITFunction.run`` (a no-op when installed). Returns self."""
@@ -209,7 +211,12 @@ class Recorder:
             # run) as warmup=True: a dry launch, recorded like a real one.
             if (not warmup or active_compile_only() is not None) and not in_warmup():
                 note(jit_fn, args, kwargs)
-            return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
+            try:
+                return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
+            except Exception:
+                if current_target_name() is None:  # no GPU, no compile-only target: why it failed
+                    self.failed_without_device = True
+                raise
 
         return run
 
@@ -249,8 +256,20 @@ class Recorder:
                                                      _chosen_config(configs, _tc.parameter_names(jit_fn), spec, options))
                               for spec, values, options, count in self._specs[ident].values())
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
-                                            _tc.ordered_constexpr_parameters(jit_fn), specs))
+                                            _tc.ordered_constexpr_parameters(jit_fn), specs,
+                                            _tunings(_module_attribute(module, qualname))))
         return Manifest(_tc.TRITON_VERSION, self._target or target or "device", tuple(command), tuple(kernels))
+
+
+def _tunings(obj: Any) -> tuple[RecordedTuning, ...]:
+    """The choices of the ``triton.autotune`` object ``obj`` is or wraps, from its own cache
+    (none when there is none, or a key holds something JSON cannot write exactly)."""
+    tuner = _tc.find_autotuner(obj)
+    if tuner is None:
+        return ()
+    return tuple(RecordedTuning(key, encode_config(config.all_kwargs()))
+                 for key, config in _tc.autotuner_choices(tuner).items()
+                 if all(v is None or isinstance(v, (bool, int, float, str)) for v in key))
 
 
 def _module_attribute(module: str, qualname: str) -> Any:
@@ -304,6 +323,9 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
     finally:
         recorder.uninstall()
         write_manifest(recorder.manifest(command, target=target or current_target_name()), out)
+        if recorder.failed_without_device:
+            print("zerojit record: note: a launch failed: no GPU is visible here; to record on this machine, pass a "
+                  "compile-only target (--target cuda:90): every launch is then a dry launch", file=sys.stderr)
 
 
 def count_raw_launches(kernels: Sequence[RecordedKernel]) -> Callable[[], None]:

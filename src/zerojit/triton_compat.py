@@ -117,7 +117,7 @@ __all__ = [
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
     "autotune_configs", "config_arguments", "config_pre_hook", "prunes_configs", "prune_configs",
     "tuning_key_function", "tuning_key", "layer_arg_names", "autotuner_cached", "bench_config",
-    "fill_autotuner_cache", "patch_autotuner_run", "benchmarks_with_driver", "tunings_forgotten", "add_bench_listener", "remove_bench_listener",
+    "fill_autotuner_cache", "autotuner_choices", "find_autotuner", "patch_autotuner_run", "benchmarks_with_driver", "tunings_forgotten", "add_bench_listener", "remove_bench_listener",
 ]
 
 
@@ -951,19 +951,24 @@ def unwrap_jit_function(obj: Any) -> Any | None:
     return None
 
 
-def wrapped_config_kwargs(obj: Any) -> list[dict] | None:
-    """The keyword arguments of each config (``Config.all_kwargs()``: its constexprs and
-    ``num_warps``, ``num_stages``, ...) of the ``triton.autotune`` object ``obj`` is or wraps
-    (through ``fn``, nested), in order; None when there is no autotuner."""
-    from triton.runtime.autotuner import Autotuner
-
+def find_autotuner(obj: Any) -> Any | None:
+    """The ``triton.autotune`` object ``obj`` is or wraps (through ``fn``, nested: a heuristics
+    layer above it), else None."""
     for _ in range(16):
-        if isinstance(obj, Autotuner):
-            return [c.all_kwargs() for c in obj.configs]
+        if isinstance(obj, _Autotuner):
+            return obj
         obj = getattr(obj, "fn", None)
         if obj is None:
             return None
     return None
+
+
+def wrapped_config_kwargs(obj: Any) -> list[dict] | None:
+    """The keyword arguments of each config (``Config.all_kwargs()``: its constexprs and
+    ``num_warps``, ``num_stages``, ...) of the ``triton.autotune`` object ``obj`` is or wraps
+    (through ``fn``, nested), in order; None when there is no autotuner."""
+    tuner = find_autotuner(obj)
+    return None if tuner is None else [c.all_kwargs() for c in tuner.configs]
 
 
 def jit_identity(jit_fn: Any) -> tuple[str, str]:
@@ -1212,6 +1217,11 @@ def bench_config(tuner: Any, named: dict[str, Any], config: Any, grid: Any) -> f
     finally:
         tuner.nargs = saved
     return float(timings[0] if isinstance(timings, (list, tuple)) else timings)
+
+
+def autotuner_choices(tuner: Any) -> dict[tuple, Any]:
+    """The autotuner's own cache: tuning key -> the ``Config`` it chose (``Autotuner.cache``)."""
+    return dict(tuner.cache)
 
 
 def fill_autotuner_cache(tuner: Any, key: tuple, config: Any) -> None:
