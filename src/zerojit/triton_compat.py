@@ -117,7 +117,8 @@ __all__ = [
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
     "autotune_configs", "config_arguments", "config_pre_hook", "prunes_configs", "prune_configs",
     "tuning_key_function", "tuning_key", "layer_arg_names", "autotuner_cached", "bench_config",
-    "fill_autotuner_cache", "autotuner_choices", "find_autotuner", "patch_autotuner_run", "benchmarks_with_driver", "tunings_forgotten", "add_bench_listener", "remove_bench_listener",
+    "fill_autotuner_cache", "autotuner_choices", "find_autotuner", "patch_autotuner_run",
+    "benchmarks_with_driver", "tunings_forgotten", "add_bench_listener", "remove_bench_listener",
 ]
 
 
