@@ -313,9 +313,11 @@ def test_workers_above_the_cores_are_capped_with_a_note(monkeypatch, tmp_path):
     from zerojit.runner import engine
     from zerojit.runner.engine import RunOptions
 
+    from zerojit.registry import WorkerChoice
+
     monkeypatch.setattr(engine, "usable_cores", lambda: 2)
-    assert RunOptions(workers=64).warmup_workers == 2 and RunOptions(workers=2).warmup_workers == 2
-    assert RunOptions().warmup_workers is None
+    assert RunOptions(workers=64).warmup_workers == WorkerChoice(2, "2 workers (64 asked, capped to the 2 cores)")
+    assert RunOptions(workers=2).warmup_workers == 2 and RunOptions().warmup_workers is None
     missing = tmp_path / "nosuch.csv"
     result = run_cli("--workers", "64", "--trace", str(missing))  # capped, then refused before any work
     assert "zerojit run: note: --workers 64 is more than the 2 cores this process can use; using 2" in result.output

@@ -409,10 +409,13 @@ def test_choose_workers_from_the_cores_and_the_keys(cores, to_compile, restored,
 
 
 def test_asked_workers_mean_what_they_say_and_a_group_defaults_to_none():
-    from zerojit.registry import choose_workers
+    from zerojit.registry import WorkerChoice, capped_workers, choose_workers
 
     assert choose_workers(3, cores=16, to_compile=0).workers == 3  # --workers N means N
     assert choose_workers(3, cores=2, to_compile=111).why == "3 workers (as asked)"
+    assert capped_workers(3, 2) == WorkerChoice(2, "2 workers (3 asked, capped to the 2 cores)")
+    assert capped_workers(4, 1) == WorkerChoice(1, "in this process (4 asked, capped to the 1 core)")
+    assert capped_workers(2, 2) == 2 and capped_workers(None, 2) is None
     assert choose_workers(1, cores=16, to_compile=111).why == "in this process (as asked)"
     sharded = choose_workers(None, cores=16, to_compile=111, sharded=True)
     assert (sharded.workers, sharded.why) == (1, "in this process (the process group's ranks share the compiles)")
@@ -437,6 +440,10 @@ def test_the_report_says_the_worker_choice(compiles, co, monkeypatch):
     asked = reg.warmup(progress=False, workers=2)
     assert asked.stats.workers == 0  # every key restored: none needed
     assert asked.stats.worker_choice == "2 workers (as asked); none started: nothing missed the disk cache"
+    from zerojit.registry import capped_workers
+
+    capped = reg.warmup(progress=False, workers=capped_workers(64, 2))  # the choice as the CLI makes it
+    assert capped.stats.worker_choice == "2 workers (64 asked, capped to the 2 cores); none started: nothing missed the disk cache"
 
 
 @pytest.mark.parametrize("workers", [0, -1, 2.5, "2", True])

@@ -266,18 +266,19 @@ def _nothing_warmed(command: str, report: Any) -> None:
         raise typer.Exit(1)
 
 
-def _capped_workers(command: str, workers: Optional[int]) -> Optional[int]:
-    """``--workers`` capped to the cores this process can use, with a note on stderr when capped
-    (more compile workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2)."""
-    from zerojit.registry import count
+def _capped_workers(command: str, workers: Optional[int]) -> Any:
+    """``--workers`` capped to the cores this process can use
+    (:func:`zerojit.registry.capped_workers`: the warm-up report then says so), with a note on
+    stderr when capped."""
+    from zerojit.registry import capped_workers, count
     from zerojit.runner import engine
 
     cores = engine.usable_cores()
-    if workers is None or workers <= cores:
-        return workers
-    typer.echo(f"zerojit {command}: note: --workers {workers} is more than the {count(cores, 'core')} this process "
-               f"can use; using {cores}", err=True)
-    return cores
+    capped = capped_workers(workers, cores)
+    if capped is not workers:
+        typer.echo(f"zerojit {command}: note: --workers {workers} is more than the {count(cores, 'core')} this "
+                   f"process can use; using {cores}", err=True)
+    return capped
 
 
 def _no_progress_option(what: str) -> Any:
@@ -433,8 +434,9 @@ def run_command(
         config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
         jit_monitor_mode=jit_monitor_mode, check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
         num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=_progress(no_progress),
-        workers=_capped_workers("run", workers),
+        workers=workers,  # RunOptions caps it (the report says so); the note is said here, below
     )
+    _capped_workers("run", workers)
     report = run(options)
     typer.echo(report.summary())
     if json_out is not None:

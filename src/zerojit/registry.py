@@ -58,6 +58,7 @@ __all__ = [
     "WorkerChoice",
     "choose_workers",
     "usable_cores",
+    "capped_workers",
 ]
 
 # The process's completed warm-ups and who wants to hear of the next one: the registry owns this
@@ -183,6 +184,16 @@ class WorkerChoice:
 
     def __str__(self) -> str:
         return self.why
+
+
+def capped_workers(asked: int | None, cores: int) -> "int | WorkerChoice | None":
+    """``asked`` workers at most one per core: ``asked`` itself when it fits (or None), else a
+    :class:`WorkerChoice` of ``cores`` workers whose words say it was capped (more compile
+    workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2)."""
+    if asked is None or asked <= cores:
+        return asked
+    workers = f"{count(cores, 'worker')}" if cores > 1 else "in this process"
+    return WorkerChoice(cores, f"{workers} ({asked} asked, capped to the {count(cores, 'core')})")
 
 
 def choose_workers(asked: int | None, *, cores: int, to_compile: int, restored: int = 0,
@@ -388,7 +399,7 @@ class JitWarmupRegistry:
         self,
         config: Any = None,
         *,
-        workers: int | None = None,
+        workers: "int | WorkerChoice | None" = None,
         progress: bool = True,
         raise_on_failure: bool = True,
         target: str = "device",
@@ -406,7 +417,9 @@ class JitWarmupRegistry:
                 says what and why). Workers compile into Triton's disk cache; this process then
                 loads every key the way a serial warm-up does, so the report is the same (see
                 :mod:`zerojit.precompile`). Workers :meth:`start_workers` started are used when
-                they suit (more than one worker).
+                they suit (more than one worker). A :class:`WorkerChoice` is taken as made (its
+                count, and its words in the report): a caller that changed what it was asked
+                (the CLI caps ``--workers`` to the cores) says so there.
             progress: show a tqdm progress bar.
             raise_on_failure: raise :class:`WarmupError` after trying every key if any failed.
             target: recorded in the report (the caller's compile target); also the target a
@@ -441,6 +454,9 @@ class JitWarmupRegistry:
         from .precompile import JobOutcome, WarmupSession, plan_digest  # see the note at the imports
         from .restore import restore_variants, save_index
 
+        made = workers if isinstance(workers, WorkerChoice) else None
+        if made is not None:
+            workers = made.workers
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"warmup(workers={workers!r}): the number of compile worker processes is a whole number "
                              ">= 1 (or None: chosen from the cores and the keys)")
@@ -481,8 +497,8 @@ class JitWarmupRegistry:
             import_launch_path_modules()
             imports_seconds = time.perf_counter() - t0
         rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
-        choice = choose_workers(workers, cores=usable_cores(), to_compile=len(rest), restored=len(restored),
-                                sharded=group is not None)
+        choice = made or choose_workers(workers, cores=usable_cores(), to_compile=len(rest), restored=len(restored),
+                                        sharded=group is not None)
 
         prestarted, self._prestarted = self._prestarted, None  # start_workers': used or stopped by the session
         with WarmupSession(workers=choice.workers, pool=prestarted) as session:

@@ -62,7 +62,8 @@ from zerojit.audit import CoverageAudit, build_audit
 from zerojit.kernel import _WARMUP_SINK, CompiledVariant
 from zerojit.kernels.mla.config import ModelConfig
 from zerojit.monitor import ENV_VAR as JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES, JitMonitor
-from zerojit.registry import JitWarmupRegistry, KernelWarmup, WarmupFailure, WarmupReport, count, usable_cores
+from zerojit.registry import (JitWarmupRegistry, KernelWarmup, WarmupFailure, WorkerChoice, WarmupReport, capped_workers,
+                              count, usable_cores)
 
 from .config import load_config
 from .kv_blocks import BlockAllocator
@@ -226,11 +227,11 @@ class RunOptions:
         return "error" if self.warmup == "zerojit" else "warn"
 
     @property
-    def warmup_workers(self) -> int | None:
-        """The compile workers the warm-up may start: ``workers`` capped to :func:`usable_cores`
-        (more workers than cores only compete for them: 64 on 2 cores ran 4x slower than 2);
-        None: the warm-up chooses."""
-        return None if self.workers is None else min(self.workers, usable_cores())
+    def warmup_workers(self) -> "int | WorkerChoice | None":
+        """The compile workers the warm-up may start: ``workers``, capped to :func:`usable_cores`
+        (:func:`zerojit.registry.capped_workers`: a :class:`~zerojit.registry.WorkerChoice` whose
+        words say so); None: the warm-up chooses."""
+        return capped_workers(self.workers, usable_cores())
 
 
 def option_conflicts(warmup: str, jit_monitor_mode: str | None, workers: int | None) -> list[tuple[str, str, str]]:
