@@ -522,8 +522,9 @@ def audit(
     A bare 'python' (python3, python3.N) or 'zerojit' as COMMAND runs with
     this zerojit's interpreter, as in record and exec.
 
-    Exit status: 1 when anything compiled at run time, else the script's
-    own status (128 + N when signal N killed it); 2 when the script ran no
+    Exit status: 1 when anything compiled, or an autotuner benchmarked, at
+    run time, else the script's own status (128 + N when signal N killed
+    it); 2 when the script ran no
     zerojit warm-up and exited 0, or cannot be run, or --json cannot be
     written.
     """
@@ -605,6 +606,9 @@ def _manifest_target(command: str, target: Optional[str], path: str) -> Optional
         return manifest.target
     if not manifest.kernels:  # the program launched nothing: nothing to compile, for no target
         return None
+    if manifest.target != "device":  # neither a target nor what a GPU recording writes: an edited file
+        _refuse(command, f"{path}: field 'target' is {manifest.target!r}, not a compile-only target (e.g. 'cuda:90') "
+                "nor 'device': record the program again, or pass --target")
     _refuse(command, "no GPU is visible here and the manifest was recorded on a GPU: pass the compile-only target "
             "to warm for (e.g. --target cuda:90)")
     return None

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -196,13 +197,16 @@ class KernelRecord:
 @dataclass(frozen=True)
 class Manifest:
     """A recording: the Triton version it was made with, the target its launches were keyed for
-    (``"cuda:90"`` under a compile-only target, ``"device"`` on a GPU), the command and every
-    recorded kernel."""
+    (``"cuda:90"`` under a compile-only target, ``"device"`` on a GPU), the command, every
+    recorded kernel, and the program's folder (absolute; its ``sys.path[0]``, where its own
+    modules imported from: the script's folder, else the current one; None when not known), which
+    a warm-up puts on ``sys.path`` to import the recorded kernels' modules (:func:`warmup_plan`)."""
 
     triton_version: str
     target: str
     command: tuple[str, ...]
     kernels: tuple[KernelRecord, ...]
+    program_folder: str | None = None
 
     @property
     def num_specializations(self) -> int:
@@ -210,7 +214,8 @@ class Manifest:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": VERSION, "triton_version": self.triton_version, "target": self.target,
-                "command": list(self.command), "kernels": [k.to_dict() for k in self.kernels]}
+                "command": list(self.command), "kernels": [k.to_dict() for k in self.kernels],
+                "program_folder": self.program_folder}
 
     def summary(self) -> str:
         """One line per kernel: specializations and launches."""
@@ -226,7 +231,8 @@ def _field(data: dict, name: str, kind: type | tuple[type, ...], where: str) -> 
     value = data[name]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ManifestError(f"{where}: field {name!r} must be a {names}, not {type(value).__name__}")
+        article = "an" if names[0] in "aeiou" else "a"
+        raise ManifestError(f"{where}: field {name!r} must be {article} {names}, not {type(value).__name__}")
     return value
 
 
@@ -261,8 +267,11 @@ def _manifest_from(data: Any, path: str) -> Manifest:
                                     source_hash=_field(k, "source_hash", str, where), parameters=params,
                                     constexprs=tuple(_field(k, "constexprs", list, where)),
                                     specializations=tuple(specs), tunings=_tunings(k, where)))
+    folder = data.get("program_folder")
+    if folder is not None and not isinstance(folder, str):
+        raise ManifestError(f"{path}: field 'program_folder' must be a string or null, not {type(folder).__name__}")
     return Manifest(triton_version=_field(data, "triton_version", str, path), target=_field(data, "target", str, path),
-                    command=tuple(_field(data, "command", list, path)), kernels=tuple(kernels))
+                    command=tuple(_field(data, "command", list, path)), kernels=tuple(kernels), program_folder=folder)
 
 
 def _tunings(data: dict, where: str) -> tuple[RecordedTuning, ...]:
@@ -479,8 +488,7 @@ def _recorded_object(record: KernelRecord) -> Any:
     except Exception as e:
         hint = ""
         if isinstance(e, ModuleNotFoundError) and e.name == record.module.split(".")[0]:
-            hint = ("; run from the folder the program was recorded in, or put the module's folder on "
-                    "PYTHONPATH")
+            hint = "; put the module's folder on PYTHONPATH (or run from it)"
         raise LookupError(f"module {record.module!r} does not import here ({type(e).__name__}: {e}){hint}") from None
     for part in record.qualname.split("."):
         obj = getattr(obj, part, None)
@@ -544,7 +552,9 @@ def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[Manifest
     :class:`ManifestSkip` for each kernel (or specialization) that cannot, and the seconds spent
     importing the recorded functions' modules (most of the time, when they import torch).
 
-    A kernel is skipped when its function does not import any more, is defined in ``__main__``,
+    The program's folder (:attr:`Manifest.program_folder`, where it still exists) goes first on
+    ``sys.path``, as it was for the program. A kernel is skipped when its function does not import
+    any more, is defined in ``__main__``,
     or its source hash differs from the recorded one (its source or a dependency changed, or it
     was recorded with another Triton, whose hash differs: both named). A specialization is skipped
     when it holds a value a manifest cannot reproduce. Nothing raises for one kernel's problem.
@@ -552,6 +562,9 @@ def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[Manifest
     kernels: list[RecordedKernel] = []
     skipped: list[ManifestSkip] = []
     other_triton = manifest.triton_version != _tc.TRITON_VERSION
+    folder = manifest.program_folder
+    if folder and os.path.isdir(folder) and folder not in sys.path:  # where the program's modules imported from
+        sys.path.insert(0, folder)
     import_seconds = 0.0
     for record in manifest.kernels:
         t0 = time.perf_counter()

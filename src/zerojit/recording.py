@@ -63,8 +63,8 @@ class Program:
     Accepted: ``python SCRIPT ARGS...``, ``python -m MODULE ARGS...`` and ``python -c CODE
     ARGS...`` (any ``python*`` executable name), ``SCRIPT.py ARGS...``, and ``zerojit ARGS...``
     (``python -m zerojit``). ``sys.path[0]`` is what ``python`` puts there (the script's folder,
-    else the current folder), already in ``__init__``, so that a warm-up before :meth:`run`
-    imports the program's kernel modules. ``where``: where it runs, for the messages
+    else the current folder: :attr:`folder`), already in ``__init__``, so that a warm-up before
+    :meth:`run` imports the program's kernel modules. ``where``: where it runs, for the messages
     (``zerojit exec``: this process; ``zerojit record``: a child Python process).
 
     Raises:
@@ -98,17 +98,21 @@ class Program:
                 self.module, self.argv = argv[1], [argv[1], *argv[2:]]
             else:
                 self.code, self.argv = argv[1], ["-c", *argv[2:]]
-            sys.path.insert(0, os.getcwd())
+            self.folder = os.getcwd()
+            sys.path.insert(0, self.folder)
             if self.module is not None:
                 self._check_module(self.module)
         elif argv[0].startswith("-"):
             raise ProgramError(f"python option {argv[0]!r} is not supported (zerojit starts the program itself, in "
                                f"{where}): pass {accepted}")
         else:
+            if os.path.isdir(argv[0]):
+                raise ProgramError(f"script {argv[0]!r} is a directory, not a Python file")
             if not os.path.isfile(argv[0]):
                 raise ProgramError(f"script {argv[0]!r} does not exist")
             self.script, self.argv = argv[0], argv
-            sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+            self.folder = os.path.dirname(os.path.abspath(argv[0]))
+            sys.path.insert(0, self.folder)
 
     @staticmethod
     def _check_module(module: str) -> None:
@@ -242,11 +246,12 @@ class Recorder:
             else:
                 entry[3] += 1
 
-    def manifest(self, command: Sequence[str], *, target: str | None = None) -> Manifest:
+    def manifest(self, command: Sequence[str], *, target: str | None = None, folder: str | None = None) -> Manifest:
         """What was recorded so far, as a :class:`~zerojit.manifest.Manifest` (functions in first-
         launch order), whose target is the one the first launch was keyed for (``"cuda:90"``: a
         compile-only target or a GPU's capability); when nothing was launched, ``target`` (the
-        one the program ran under), else ``"device"``."""
+        one the program ran under), else ``"device"``. ``folder``: the program's own folder
+        (:attr:`Program.folder`), where its modules imported from."""
         with self._lock:
             kernels = []
             for ident, jit_fn in self._functions.items():
@@ -258,7 +263,8 @@ class Recorder:
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
                                             _tc.ordered_constexpr_parameters(jit_fn), specs,
                                             _tunings(_module_attribute(module, qualname))))
-        return Manifest(_tc.TRITON_VERSION, self._target or target or "device", tuple(command), tuple(kernels))
+        return Manifest(_tc.TRITON_VERSION, self._target or target or "device", tuple(command), tuple(kernels),
+                        folder)
 
 
 def _tunings(obj: Any) -> tuple[RecordedTuning, ...]:
@@ -322,7 +328,7 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
         return 130
     finally:
         recorder.uninstall()
-        write_manifest(recorder.manifest(command, target=target or current_target_name()), out)
+        write_manifest(recorder.manifest(command, target=target or current_target_name(), folder=program.folder), out)
         if recorder.failed_without_device:
             print("zerojit record: note: a launch failed: no GPU is visible here; to record on this machine, pass a "
                   "compile-only target (--target cuda:90): every launch is then a dry launch", file=sys.stderr)
