@@ -23,7 +23,7 @@ from zerojit.audit import build_audit
 from zerojit.compile_only import compile_only
 from zerojit.manifest import (KernelRecord, Manifest, ManifestError, RecordedKernel, RecordedKey, read_manifest,
                               write_manifest)
-from zerojit.recording import Recorder, bounded_together, count_raw_launches, growth
+from zerojit.recording import Recorder, bounded_together, count_raw_launches, growth, growth_report
 from zerojit.triton_compat import TRITON_VERSION, bind, in_process_key, kernel_cache, param_specialization
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -148,7 +148,7 @@ def test_corrupted_manifests_are_refused_naming_the_problem(kernels, compile_onl
         (text.replace('"version": 1', '"version": 7'), "schema version 7"),
         (text.replace(f'"source_hash": "{kernels.add_one_kernel.cache_key}"', '"source_hash": 5'),
          r"kernels\[0\]: field 'source_hash' must be a str"),
-        (text.replace('"launches": 2', '"launches": "two"'), r"specializations\[0\]: field 'launches' must be a int"),
+        (text.replace('"launches": 2', '"launches": "two"'), r"specializations\[0\]: field 'launches' must be an int"),
     ]
     for body, message in cases:
         bad.write_text(body)
@@ -477,6 +477,11 @@ def test_cli_refuses_bad_manifests_and_programs_in_one_line(tmp_path):
     assert out.returncode == 1 and "truncated or corrupted" in out.stderr and "Traceback" not in out.stderr
     out = _zerojit(["warmup", "--manifest", "missing.json"], tmp_path / "c", tmp_path)
     assert out.returncode == 2 and "does not exist" in out.stderr
+    if not torch.cuda.is_available():  # an edited target field: named, not taken for a GPU recording's
+        write_manifest(Manifest(TRITON_VERSION, "nosuch", ("python", "x.py"),
+                                (KernelRecord("m", "f", "0" * 64, ("x",), (), ()),)), tmp_path / "t.json")
+        out = _zerojit(["warmup", "--manifest", "t.json"], tmp_path / "c", tmp_path)
+        assert out.returncode == 2 and "t.json: field 'target' is 'nosuch', not a compile-only target" in out.stderr
     (tmp_path / "x.py").write_text("pass\n")
     for command in ("warmup", "exec"):  # a bad flag is named before the file is read
         args = [command, "--manifest", "bad.json", "--target", "nosuch"] + (["--", "python", "x.py"] if command == "exec" else [])
@@ -745,3 +750,31 @@ def test_autotune_choices_recorded_are_restored_by_exec_so_nothing_benchmarks(tm
     ran = _zerojit(["exec", "--manifest", "m.json", "--", "python", "app.py"], cache, tmp_path)
     assert ran.returncode == 1 and "is none of its configs any more: that key is tuned again" in ran.stderr, ran.stderr
     assert "autotune benchmark of" in ran.stderr and "blocked" in ran.stderr
+
+
+def test_an_autotuner_of_several_configs_records_every_config_under_compile_only(kernels, compile_only_target, tmp_path):
+    """No GPU to benchmark on: each config's "benchmark" is a dry launch, so every config the tuner
+    could choose on the GPU compiles and is recorded; the choice itself (nothing was measured)
+    stays neither in the autotuner's cache nor, with cache_results, in Triton's disk cache."""
+    tuner = kernels.tuned_three_ways_kernel
+    x, out = torch.zeros(128), torch.zeros(128)
+    recorder = Recorder().install()
+    try:
+        for n in (64, 100, 64):  # two tuning keys, the first one launched twice
+            tuner[(1,)](x, out, n)
+    finally:
+        recorder.uninstall()
+    assert torch.equal(out, torch.zeros(128))  # dry launches: nothing executed
+    manifest = recorder.manifest(["app.py"])
+    [k] = manifest.kernels
+    want = [c.all_kwargs() for c in tuner.configs]  # Triton's own view of each config
+    recorded = [dict(s.autotune_config) for s in k.specializations]
+    assert all(c in recorded for c in want) and all(c in want for c in recorded), recorded
+    assert {dict(s.values)["n"] for s in k.specializations} == {16, 17}  # both tuning keys' classes
+    assert k.launches == 3  # the program's three launches; the benchmarks' dry launches are not counted
+    # BLOCK is the tuner's config space, not growth; n's classes (64: divisible by 16, 100: not) are
+    assert [g.parameter for g in growth(manifest)] == ["n"]
+    assert "BLOCK set by its triton.autotune configs: the tuner's config space" in growth_report(manifest)
+    assert tuner.cache == {}
+    written = [f for _, _, files in os.walk(tmp_path / "triton-cache") for f in files if f.endswith(".autotune.json")]
+    assert written == []

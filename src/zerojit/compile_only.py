@@ -25,6 +25,7 @@ affects every thread of the process while it is open.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import re
@@ -288,10 +289,23 @@ def _dry_run(original):
     return run
 
 
+_DRY_BENCHMARK: contextvars.ContextVar[bool] = contextvars.ContextVar("zerojit_dry_benchmark", default=False)
+
+
+def in_dry_benchmark() -> bool:
+    """True inside a compile-only autotune benchmark's dry launch (a launch of the tuner's, not
+    of the program: ``zerojit record`` records its specialization but does not count it)."""
+    return _DRY_BENCHMARK.get()
+
+
 def _dry_benchmark(kernel_call, quantiles=None, **_options):
     """``do_bench`` under compile-only: the config's kernel call once (a dry launch), every config
     the same time (0.0 ms; the quantiles' list when asked for quantiles, as Triton's do_bench)."""
-    kernel_call()
+    token = _DRY_BENCHMARK.set(True)
+    try:
+        kernel_call()
+    finally:
+        _DRY_BENCHMARK.reset(token)
     return [0.0] * len(quantiles) if quantiles else 0.0
 
 

@@ -115,7 +115,9 @@ class RecordedSpecialization:
             by parameter name: what a warm-up passes.
         options: the launch options passed (``num_warps``, ``num_stages``, ...), as passed and in
             the order passed (Triton's key holds ``str()`` of the options dict: order counts).
-        launches: how many launches had this specialization while recording.
+        launches: how many of the program's launches had this specialization while recording (a
+            compile-only autotune benchmark's dry launches are not the program's: 0 for a config only
+            they launched).
         autotune_config: for a ``triton.autotune`` kernel, the chosen config's keyword arguments
             (``Config.all_kwargs()``, values through :func:`encode_value`) that this
             specialization carries; None otherwise.

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from . import triton_compat as _tc
-from .compile_only import active_compile_only, compile_only, current_target_name
+from .compile_only import active_compile_only, compile_only, current_target_name, in_dry_benchmark
 from .context import in_warmup
 from .kernel import check_hook_pins, launch_observer
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, RecordedTuning,
@@ -235,6 +235,7 @@ class Recorder:
                        if ty in _INT_TYPES or ty in ("fp32", "u1"))
         passed = tuple(_tc.run_options_removed(options).items())  # in launch order: Triton's key is str(options)
         key = (spec, passed)
+        launched = 0 if in_dry_benchmark() else 1  # a compile-only tuner's benchmark: no launch of the program
         with self._lock:
             if self._target is None:
                 self._target = current_target_name()
@@ -242,9 +243,9 @@ class Recorder:
             table = self._specs.setdefault(id(jit_fn), {})
             entry = table.get(key)
             if entry is None:
-                table[key] = [spec, values, passed, 1]
+                table[key] = [spec, values, passed, launched]
             else:
-                entry[3] += 1
+                entry[3] += launched
 
     def manifest(self, command: Sequence[str], *, target: str | None = None, folder: str | None = None) -> Manifest:
         """What was recorded so far, as a :class:`~zerojit.manifest.Manifest` (functions in first-
@@ -411,12 +412,20 @@ def _int_words(ty: str, attr: Any) -> str:
     return width + {"D": "divisible by 16", "": "not divisible by 16", None: "unspecialized"}[attr]
 
 
+def tuned_parameters(record: KernelRecord) -> tuple[str, ...]:
+    """The constexprs a ``triton.autotune`` config of ``record`` sets (its recorded
+    ``autotune_config``s): the tuner's config space, compiled whole, which no workload grows."""
+    found = {name for s in record.specializations if s.autotune_config for name, _ in s.autotune_config}
+    return tuple(p for p in record.constexprs if p in found)
+
+
 def _kernel_growth(record: KernelRecord) -> list[Growth]:
     specs = [(s.specialization, s.options) for s in record.specializations]
+    tuned = tuned_parameters(record)
     found = []
     for i, name in enumerate(record.parameters):
         entries = list(dict.fromkeys(spec[i] for spec, _ in specs))
-        if len(entries) < 2:
+        if len(entries) < 2 or name in tuned:
             continue
         types = {ty for ty, _ in entries}
         if name in record.constexprs:
@@ -477,11 +486,15 @@ def growth(manifest: Manifest) -> list[Growth]:
 
 
 def growth_report(manifest: Manifest) -> str:
-    """:func:`growth` as text: one line per parameter, or a line saying nothing grows."""
+    """:func:`growth` as text: one line per parameter, or a line saying nothing grows; then a line
+    per autotuned kernel naming the constexprs its configs set (:func:`tuned_parameters`), which
+    are not counted as growth."""
     found = growth(manifest)
+    tuned = [f"  {r.name}: {', '.join(tuned_parameters(r))} set by its triton.autotune configs: the tuner's config "
+             "space (every config is compiled), not growth" for r in manifest.kernels if tuned_parameters(r)]
     if not found:
-        return (f"generalisation: no parameter took more than one class over {manifest.num_specializations} "
-                "recorded specialization(s): the key space does not grow with this workload")
+        return "\n".join([f"generalisation: no parameter took more than one class over {manifest.num_specializations} "
+                          "recorded specialization(s): the key space does not grow with this workload", *tuned])
     lines = [f"generalisation: {len(found)} parameter(s) make the key space grow with the workload:"]
     lines += [f"  {g}" for g in found]
     for record in manifest.kernels:
@@ -490,5 +503,5 @@ def growth_report(manifest: Manifest) -> str:
             left = bounded_together(record, mine)
             lines.append(f"  {record.name}: all {len(mine)} bounded together: {len(record.specializations)} -> {left} "
                          f"variants (saves {len(record.specializations) - left})")
-    return "\n".join(lines)
+    return "\n".join(lines + tuned)
 
