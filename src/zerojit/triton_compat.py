@@ -56,8 +56,8 @@ named after the release that brought it:
 
 from __future__ import annotations
 
-import ctypes
 import contextlib
+import ctypes
 import functools
 import hashlib
 import importlib
