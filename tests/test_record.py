@@ -751,6 +751,12 @@ def test_autotune_choices_recorded_are_restored_by_exec_so_nothing_benchmarks(tm
     assert ran.returncode == 1 and "is none of its configs any more: that key is tuned again" in ran.stderr, ran.stderr
     assert "autotune benchmark of" in ran.stderr and "blocked" in ran.stderr
 
+    kernel_file = tmp_path / f"{module}.py"
+    kernel_file.write_text(kernel_file.read_text() + "    pass  # edited after recording\n")
+    ran = _zerojit(["exec", "--manifest", "m.json", "--", "python", "app.py"], cache, tmp_path)
+    assert ran.returncode == 1 and "the manifest's warm-up skipped the kernel, so none of its recorded tuning choices " \
+        "was restored: source hash" in ran.stderr, ran.stderr
+
 
 def test_an_autotuner_of_several_configs_records_every_config_under_compile_only(kernels, compile_only_target, tmp_path):
     """No GPU to benchmark on: each config's "benchmark" is a dry launch, so every config the tuner

@@ -472,18 +472,24 @@ class RuntimeBenchmark:
         kernel: the kernel's name (zerojit's, else the ``triton.jit`` function's).
         tuning_key: the autotuner's tuning key (``key`` argument values, then argument dtypes).
         configs: how many configs the autotuner had to benchmark.
+        skipped: why a manifest warm-up skipped the kernel (``ManifestSkip.reason``: it was
+            neither warmed nor given its recorded tuning choices); None when none skipped it.
     """
 
     kernel: str
     tuning_key: tuple
     configs: int
     direct: bool = False  # RuntimeJitError's question: blocked before it ran (always)
+    skipped: str | None = None
 
     def summary(self) -> str:
         return f"autotune benchmark of {self.kernel} at tuning key {self.tuning_key} ({self.configs} configs)"
 
     def explain(self, *, blocked: bool = False) -> str:
         verb = "blocked" if blocked else "ran"
+        if self.skipped is not None:
+            return (f"{self.summary()} {verb} after warm-up: the manifest's warm-up skipped the kernel, so none of its "
+                    f"recorded tuning choices was restored: {self.skipped}")
         return (f"{self.summary()} {verb} after warm-up: give the kernel a zerojit TuningPolicy and warm it "
                 "(zerojit.autotune), or tune this key at warm-up, so the choice is known before serving (a kernel "
                 "nobody rewrote: record the program on a GPU, whose manifest then holds its choices for zerojit exec)")
@@ -1122,8 +1128,10 @@ class JitMonitor:
                 while not isinstance(fn, _tc.JITFunction) and hasattr(fn, "fn"):
                     fn = fn.fn
                 name = self.kernel_name(fn) if isinstance(fn, _tc.JITFunction) else repr(tuner)
+                function = ".".join(_tc.jit_identity(fn)) if isinstance(fn, _tc.JITFunction) else None
+                skips = [skip.reason for r in self._reports for skip in getattr(r, "skipped", ()) if skip.kernel == function]
                 entry = self._benchmarks[(id(tuner), key)] = [
-                    RuntimeBenchmark(name, key, len(_tc.autotune_configs(tuner))), 0]
+                    RuntimeBenchmark(name, key, len(_tc.autotune_configs(tuner)), skipped=skips[-1] if skips else None), 0]
             entry[1] += 1
             record = entry[0]
         if self._mode == "error":
