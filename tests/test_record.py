@@ -149,8 +149,15 @@ def test_corrupted_manifests_are_refused_naming_the_problem(kernels, compile_onl
         (text.replace(f'"source_hash": "{kernels.add_one_kernel.cache_key}"', '"source_hash": 5'),
          r"kernels\[0\]: field 'source_hash' must be a str"),
         (text.replace('"launches": 2', '"launches": "two"'), r"specializations\[0\]: field 'launches' must be an int"),
+        (text.replace('"launches": 2', '"launches": -3'), r"specializations\[0\]: field 'launches' must be >= 0, not -3"),
+        (text.replace('"num_warps": 2', '"num_warps": "four"'),
+         r"specializations\[2\]: field 'options': 'num_warps' must be an int, not str"),
+        (text.replace('"tunings": []', '"tunings": {}'), r"kernels\[0\]: field 'tunings' must be a list"),
+        (text.replace('"tunings": []', '"tunings": [{"key": [[1]], "config": {}}]'),
+         r"tunings\[0\]: field 'key' must hold JSON scalars only"),
     ]
     for body, message in cases:
+        assert body != text
         bad.write_text(body)
         with pytest.raises(ManifestError, match=message):
             read_manifest(bad)

@@ -262,8 +262,8 @@ def _manifest_from(data: Any, path: str) -> Manifest:
             specs.append(RecordedSpecialization(
                 specialization=tuple((e[0], _hashable(e[1])) for e in entries),
                 values=tuple(sorted(_field(s, "values", dict, sw).items())),
-                options=tuple((n, _hashable(v)) for n, v in _field(s, "options", dict, sw).items()),
-                launches=_field(s, "launches", int, sw),
+                options=_options(s, sw),
+                launches=_count(s, "launches", sw),
                 autotune_config=_autotune_config(s, sw)))
         kernels.append(KernelRecord(module=_field(k, "module", str, where), qualname=_field(k, "qualname", str, where),
                                     source_hash=_field(k, "source_hash", str, where), parameters=params,
@@ -274,6 +274,27 @@ def _manifest_from(data: Any, path: str) -> Manifest:
         raise ManifestError(f"{path}: field 'program_folder' must be a string or null, not {type(folder).__name__}")
     return Manifest(triton_version=_field(data, "triton_version", str, path), target=_field(data, "target", str, path),
                     command=tuple(_field(data, "command", list, path)), kernels=tuple(kernels), program_folder=folder)
+
+
+#: The launch options whose value is an int (``maxnreg`` also None): what a warm-up passes Triton.
+_INT_OPTIONS = {"num_warps": False, "num_stages": False, "num_ctas": False, "maxnreg": True}
+
+
+def _options(data: dict, where: str) -> tuple[tuple[str, Any], ...]:
+    """A specialization's ``options``, each int option an int (an edited ``"four"`` is named here,
+    not by Triton's compiler at warm-up)."""
+    options = _field(data, "options", dict, where)
+    for name, value in options.items():
+        if name in _INT_OPTIONS and not (type(value) is int or value is None and _INT_OPTIONS[name]):
+            raise ManifestError(f"{where}: field 'options': {name!r} must be an int, not {type(value).__name__}")
+    return tuple((n, _hashable(v)) for n, v in options.items())
+
+
+def _count(data: dict, name: str, where: str) -> int:
+    value = _field(data, name, int, where)
+    if value < 0:
+        raise ManifestError(f"{where}: field {name!r} must be >= 0, not {value}")
+    return value
 
 
 def _tunings(data: dict, where: str) -> tuple[RecordedTuning, ...]:
