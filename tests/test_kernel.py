@@ -119,6 +119,29 @@ def test_launch_binds_inputs_to_their_parameters(captured):
     assert "('*fp32', '')" in want and "('*fp32', 'D')" in want
 
 
+def test_a_parameter_with_no_value_is_refused_naming_it(co):
+    class NoN(Axpy):
+        @kernel_launcher
+        def __call__(self, *, x, y, out, alpha: float) -> LaunchSpec:
+            return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=32), returns=out)
+
+    t = torch.zeros(4)
+    with pytest.raises(KernelDefinitionError, match=r"parameter 'n' of _axpy_kernel gets no value: no input maps to "
+                                                     r"it, LaunchSpec.kwargs \['BLOCK'\]"):
+        NoN()(x=t, y=t, out=t, alpha=1.0)
+
+
+def test_a_kwarg_of_a_mapped_inputs_parameter_replaces_its_value(captured):
+    class Replaced(Axpy):
+        @kernel_launcher
+        def __call__(self, *, x, y, out, alpha: float) -> LaunchSpec:
+            return LaunchSpec(grid=(1,), kwargs=dict(n=4, BLOCK=32, out_ptr=torch.zeros(101)[1:]), returns=out)
+
+    t = torch.zeros(64)
+    Replaced()(x=t, y=t, out=t, alpha=1.0)
+    assert "('*fp32', '')" in captured[-1]["key"]  # the kwarg's misaligned tensor went, not the aligned input
+
+
 def test_unmapped_input_fails_at_class_creation():
     with pytest.raises(KernelDefinitionError, match=r"input 'scale' maps to no parameter of kernel _axpy_kernel"):
         class Bad(TritonJitKernel):
@@ -285,3 +308,26 @@ def test_a_launch_with_no_gpu_and_no_compile_only_target_says_what_to_do():
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("scale_add: cannot launch: no GPU is visible and no compile-only target is active")
     assert 'compile_only("cuda:90")' in out.stdout and "TRITON_INTERPRET=1" in out.stdout
+
+
+def test_a_kernel_registered_with_no_key_is_flagged_and_its_launch_explained(co):
+    """An empty key space is no registration that was never reached: the report flags the kernel,
+    and the monitor's error says its get_warmup_keys returned no key."""
+    from zerojit import JitMonitor, JitWarmupRegistry, RuntimeJitError
+
+    class Empty(Axpy):
+        kernel = triton.jit(_axpy_kernel.fn, do_not_specialize=["n"])  # a function of its own, as a real kernel has
+
+        def get_warmup_keys(self) -> list:
+            return []
+
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        Empty().register_warmup()
+    report = registry.warmup(progress=False)
+    assert report.ok and report.num_keys == 0
+    assert "registered, but get_warmup_keys gave no key" in report.summary()
+    t = torch.zeros(64)
+    with JitMonitor("error", report=report):
+        with pytest.raises(RuntimeJitError, match="it was registered, but its get_warmup_keys returned no key"):
+            Empty()(x=t, y=t, out=t, alpha=1.0, block=16)

@@ -419,18 +419,15 @@ def build_fast_fn(jit_fn: Any, kinds: list[str], plan: "Plan", tables: dict, res
     """
     inputs = "".join(f", _i{i}" for i in range(plan.num_inputs))
     retry = f"_resolve(_dry, _drv, _grid, _sk{inputs})"
-    if plan.positional is None:  # a parameter without a value: never fast
-        src = f"def _zj_fast(_dry, _drv, _grid, _sk{inputs}):\n{_names_check(plan, retry)}    return None\n"
-    else:
-        values = plan.values("_s")
-        pointers = {i: f"_p{i}" for i, kind in enumerate(kinds) if kind == "tensor"}
-        guards, slots = _guards_and_slots(jit_fn, kinds, values, pointers)
-        guard = f"    if not ({' and '.join(guards)}):\n        return None\n" if guards else ""
-        guard += "".join(f"    {p} = {values[i]}.data_ptr()\n" for i, p in pointers.items())
-        options = [f"_s{plan.names.index(k)}" for k in plan.option_names]
-        src = _FAST_TEMPLATE.format(inputs=inputs, names=_names_check(plan, retry), guard=guard,
-                                    key=_key_expr(slots, plan.option_token_of(options)),
-                                    launch=_launch_source(values, pointers))
+    values = plan.values("_s")
+    pointers = {i: f"_p{i}" for i, kind in enumerate(kinds) if kind == "tensor"}
+    guards, slots = _guards_and_slots(jit_fn, kinds, values, pointers)
+    guard = f"    if not ({' and '.join(guards)}):\n        return None\n" if guards else ""
+    guard += "".join(f"    {p} = {values[i]}.data_ptr()\n" for i, p in pointers.items())
+    options = [f"_s{plan.names.index(k)}" for k in plan.option_names]
+    src = _FAST_TEMPLATE.format(inputs=inputs, names=_names_check(plan, retry), guard=guard,
+                                key=_key_expr(slots, plan.option_token_of(options)),
+                                launch=_launch_source(values, pointers))
     namespace = _namespace(jit_fn)
     namespace.update(plan.defaults, _tables=tables, _resolve=resolve, _last_hits=[(None,)])
     exec(compile(src, f"<zerojit fast path of {jit_fn.fn.__name__}>", "exec"), namespace)
@@ -523,9 +520,8 @@ class Plan:
         args: ``args(spec_kwargs, *inputs)`` returns ``(args, options, option_token)``: those
             values as a tuple, the options, and a hashable token of the options with their types.
         positional: the source of each parameter value, as ``("input", j)``, ``("kwarg", j)``
-            (``names[j]``) or ``("default", name)`` (None: a parameter without a value; ``run``
-            then passes everything by keyword so Triton's binder names it, and ``args`` returns
-            ``(None, kwargs, None)``).
+            (``names[j]``) or ``("default", name)`` (a parameter without any is refused when the
+            plan is made: :meth:`LaunchState.plan`).
         option_names: the ``LaunchSpec.kwargs`` names that are launch options, in the order they
             are passed (``Config.all_kwargs``' order first). options: launch option -> its name.
         defaults: the kernel defaults the values refer to. num_inputs: the launcher's inputs.
@@ -556,10 +552,14 @@ class LaunchState:
         cls: the :class:`~zerojit.kernel.TritonJitKernel` subclass.
         inputs: the launcher's inputs, ``(name, default)`` in order.
         arg_table: ``(input, parameter, default)`` of the inputs that map to kernel parameters.
+        definition_error: the exception class of a kernel definition that cannot launch
+            (:class:`~zerojit.kernel.KernelDefinitionError`, passed in: that module imports this one).
     """
 
-    def __init__(self, cls: type, inputs: tuple, arg_table: tuple) -> None:
+    def __init__(self, cls: type, inputs: tuple, arg_table: tuple,
+                 definition_error: type[Exception] = TypeError) -> None:
         self.cls = cls
+        self.definition_error = definition_error
         self.jit_fn = cls.kernel
         self.wrapping = cls._wrapping  # an autotune/heuristics wrapping (the entry applies it), or None
         self.run = cls.kernel.run  # JITFunction.run, bound once
@@ -610,7 +610,8 @@ class LaunchState:
         """The :class:`Plan` for ``LaunchSpec.kwargs`` with these names (generated once).
 
         Raises:
-            KernelDefinitionError: a ``LaunchSpec.kwargs`` name maps to no parameter or option.
+            KernelDefinitionError: a ``LaunchSpec.kwargs`` name maps to no parameter or option,
+                or a kernel parameter gets no value (no input, no kwarg, no default).
         """
         found = self.plans.get(sk_names)
         if found is not None:
@@ -618,23 +619,20 @@ class LaunchState:
         resolve = self.cls._resolve_kwarg
         params = self.param_names
         source: dict[str, tuple] = {}
-        keyword_order: list[str] = []  # the dict order of the keyword call
         for name, param, _ in self.arg_table:
             source[param] = ("input", self.input_index[name])
-            keyword_order.append(param)
         options: dict[str, int] = {}
+        fn_name = self.jit_fn.fn.__name__
         for j, k in enumerate(sk_names):
             target = resolve(k)
             if target in params:
-                source[target] = ("kwarg", j)
-                if target not in keyword_order:
-                    keyword_order.append(target)
+                source[target] = ("kwarg", j)  # (a kwarg of a mapped input's parameter replaces its value)
             else:
                 options[target] = j
         # One variant whatever the order the options come in: Triton's Config.all_kwargs order first.
         options = dict(sorted(options.items(), key=lambda kv: _OPTION_RANK.get(kv[0], len(_OPTION_RANK))))
         defaults: dict[str, Any] = {}
-        positional: list[tuple] | None = []
+        positional: list[tuple] = []
         for i, p in enumerate(params):
             if p in source:
                 positional.append(source[p])
@@ -642,8 +640,10 @@ class LaunchState:
                 defaults[f"_d{i}"] = self.param_defaults[p]
                 positional.append(("default", f"_d{i}"))
             else:
-                positional = None
-                break
+                raise self.definition_error(
+                    f"{self.cls.__name__}: parameter {p!r} of {fn_name} gets no value: no input maps to it, "
+                    f"LaunchSpec.kwargs {list(sk_names)} has no {p!r} (nor a name that maps to it) and it has no "
+                    "default; pass it in LaunchSpec.kwargs")
         plan = Plan()
         plan.names, plan.positional, plan.defaults = sk_names, positional, defaults
         plan.options = {o: sk_names[j] for o, j in options.items()}
@@ -651,25 +651,16 @@ class LaunchState:
         plan.num_inputs, plan.fast = len(self.input_index), None
         inputs = "".join(f", _i{i}" for i in range(plan.num_inputs))
         retry = f"_resolve(_grid, _warmup, _sk{inputs})"
-        render = lambda src: f"_i{src[1]}" if src[0] == "input" else f"_s{src[1]}" if src[0] == "kwarg" else src[1]  # noqa: E731
         opt_kw = "".join(f", {o}=_s{j}" for o, j in options.items())
         run = [f"def _zj_run(_grid, _warmup, _sk{inputs}):", _names_check(plan, retry).rstrip("\n")]
         args = [f"def _zj_args(_sk{inputs}):"] + [f"    _s{j} = _sk[{k!r}]" for j, k in enumerate(sk_names)]
         opts = "{" + ", ".join(f"{o!r}: _s{j}" for o, j in options.items()) + "}" if options else "_NO_OPTIONS"
         token = plan.option_token_of([f"_s{j}" for j in options.values()])
-        if positional is not None:
-            values = plan.values("_s")
-            n = self.num_positional  # keyword-only parameters go by name
-            call = "".join(f"{e}, " for e in values[:n]) + "".join(f"{params[i]}={e}, " for i, e in enumerate(values[n:], start=n))
-            run.append(f"    return _run({call}grid=_grid, warmup=_warmup{opt_kw})")
-            args.append(f"    return ({''.join(f'{e}, ' for e in values)}), {opts}, {token}")
-        else:
-            kw = "".join(f", {p}={render(source[p])}" for p in keyword_order)
-            run.append(f"    return _run(grid=_grid, warmup=_warmup{kw}{opt_kw})")
-            args.append("    _kw = {" + ", ".join(f"{p!r}: {render(source[p])}" for p in keyword_order) + "}")
-            if options:
-                args.append(f"    _kw.update({opts})")
-            args.append("    return None, _kw, None")
+        values = plan.values("_s")
+        n = self.num_positional  # keyword-only parameters go by name
+        call = "".join(f"{e}, " for e in values[:n]) + "".join(f"{params[i]}={e}, " for i, e in enumerate(values[n:], start=n))
+        run.append(f"    return _run({call}grid=_grid, warmup=_warmup{opt_kw})")
+        args.append(f"    return ({''.join(f'{e}, ' for e in values)}), {opts}, {token}")
         src = "\n".join(run) + "\n\n" + "\n".join(args) + "\n"
         namespace: dict[str, Any] = {"_NO_OPTIONS": _NO_OPTIONS, "_run": self.run, "_resolve": self.resolve_run,
                                      **defaults}

@@ -109,7 +109,11 @@ class LaunchSpec:
             a callable of the launch's arguments by name, the chosen config's meta-parameters
             included (``lambda meta: (triton.cdiv(n, meta["BLOCK"]),)``), as with Triton's autotune.
         kwargs: kernel arguments beyond the mapped inputs (outputs, constexprs, derived ints,
-            launch options such as ``num_warps``), named like inputs (``out`` -> ``out_ptr``).
+            launch options such as ``num_warps``), named like inputs (``out`` -> ``out_ptr``). A
+            kwarg for the parameter of a mapped input replaces the input's value (K7's ``topk=None``
+            on a window-only layer): the launch passes the kwarg, not the input. Every parameter
+            needs a value (an input, a kwarg or its default), else the first launch raises
+            :class:`KernelDefinitionError` naming it.
         returns: what the launch returns to the caller (the outputs).
 
     Built on every launch: ``LaunchSpec(grid, kwargs, returns)`` (positional) costs about 0.1 us
@@ -545,7 +549,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         cls._kwarg_names = {}
         if cls._wrapping is not None:
             cls._check_wrapping()
-        cls._launch_state = LaunchState(cls, launch._zerojit_inputs, cls._arg_table)
+        cls._launch_state = LaunchState(cls, launch._zerojit_inputs, cls._arg_table, KernelDefinitionError)
         lint.record_dispatch(cls)
         if not named:  # "_foo_kernel" -> "foo": the name users know the kernel by
             cls.name = cls.kernel.fn.__name__.strip("_").removesuffix("_kernel")
@@ -879,9 +883,6 @@ class TritonJitKernel(JitKernel[KeyT]):
             if problem:
                 raise KernelDefinitionError(problem)
         args, options, otoken = planned
-        if args is None:  # a kernel parameter has no value: the keyword call lets Triton name it
-            _WARMUP_SINK.get().append((self.kernel.run(grid=spec.grid, warmup=True, **options), options))
-            return spec.returns
         state = self._launch_state
         sink = _WARMUP_SINK.get()
         named = dict(zip(state.param_names, args), **options)

@@ -313,6 +313,8 @@ class RuntimeCompile:
         nearest_key: ``repr`` of the nearest warmed zerojit key, or None when none was warmed.
         nearest_index: its 1-based warm-up position among ``warmed_count`` keys of this kernel.
         warmed_count: how many keys of this kernel were warmed.
+        registered_without_keys: a warm-up had the kernel registered, with no key (its
+            ``get_warmup_keys`` returned none).
         differences: each argument whose class differs from the nearest warmed key.
         option_difference: the launch-option difference from it, if any.
         direct: a direct ``triton.compile`` (no ``triton.jit`` launch).
@@ -341,6 +343,7 @@ class RuntimeCompile:
     nearest_key: str | None = None
     nearest_index: int | None = None
     warmed_count: int = 0
+    registered_without_keys: bool = False
     differences: tuple[ArgDifference, ...] = ()
     option_difference: str | None = None
     direct: bool = False
@@ -437,6 +440,10 @@ class RuntimeCompile:
             pass  # the head says why no key is warmed; there is no nearest one to name
         elif self.nearest_key is None and self.unmigrated:
             lines.append(f"  {self.unwarmed_reason}")
+        elif self.nearest_key is None and self.registered_without_keys:
+            lines.append(f"  no key of {self.kernel!r} was warmed: it was registered, but its get_warmup_keys returned "
+                         "no key for the requests registered (an empty choices(), or requests that reach none): widen "
+                         "its key space to hold this launch's key.")
         elif self.nearest_key is None:
             lines.append(f"  no key of {self.kernel!r} was warmed: its registration was never reached. Call "
                          f"register_warmup for it under registry.activate() where the model or KV cache is built.")
@@ -1096,6 +1103,8 @@ class JitMonitor:
         record = RuntimeCompile(
             kernel=name, function=function, param_names=params, specialization=spec, triton_key=triton_key,
             options=_shown_options(options), warmed_count=len(candidates), direct=direct,
+            registered_without_keys=not candidates and any(
+                k.kernel == name and not k.keys for r in self._reports for k in getattr(r, "kernels", ())),
             constexprs=constexprs, alignment_unspecialized=unaligned_ok,
         )
         if not self._variants and self._no_warmup_note is not None:

@@ -257,8 +257,12 @@ class WarmupReport:
             if self.stats.worker_choice:
                 lines.append(f"  compile workers: {self.stats.worker_choice}")
             lines += self.stats.notes("  note: ")
+        listed = {f.kernel for f in self.failures if f.key is None}  # (a key listing that failed says so itself)
         for k in self.kernels:
-            lines.append(f"  {k.kernel:<40} {len(k.keys):>4} {'key ' if len(k.keys) == 1 else 'keys'}  {k.seconds:7.2f} s")
+            empty = "  (registered, but get_warmup_keys gave no key: a launch of it will compile)" \
+                if not k.keys and k.kernel not in listed else ""
+            lines.append(f"  {k.kernel:<40} {len(k.keys):>4} {'key ' if len(k.keys) == 1 else 'keys'}  "
+                         f"{k.seconds:7.2f} s{empty}")
         if self.stats is not None and self.stats.workers:
             lines.append("  (a kernel's seconds add up its keys' time, its worker processes' included: together "
                          "they can exceed the warm-up's wall time)")
