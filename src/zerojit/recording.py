@@ -257,13 +257,14 @@ class Recorder:
             kernels = []
             for ident, jit_fn in self._functions.items():
                 module, qualname = _tc.jit_identity(jit_fn)
-                configs = _tc.wrapped_config_kwargs(_module_attribute(module, qualname))
+                held = _module_attribute(module, qualname)  # the jit function, or an autotuner around it
+                configs = _tc.wrapped_config_kwargs(held)
                 specs = tuple(RecordedSpecialization(spec, values, options, count,
                                                      _chosen_config(configs, _tc.parameter_names(jit_fn), spec, options))
                               for spec, values, options, count in self._specs[ident].values())
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
                                             _tc.ordered_constexpr_parameters(jit_fn), specs,
-                                            _tunings(_module_attribute(module, qualname))))
+                                            _tunings(held)))
         return Manifest(_tc.TRITON_VERSION, self._target or target or "device", tuple(command), tuple(kernels),
                         folder)
 
