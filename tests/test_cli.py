@@ -392,9 +392,12 @@ def test_bundle_export_never_replaces_what_is_not_a_regular_file(tmp_path):
     link.symlink_to(tmp_path / "elsewhere")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    for path in ("/dev/full", str(link), str(fifo)):
+    for path in ("/dev/full", str(fifo)):
         one_line(invoke("bundle", "export", "-o", path), 2,
                  f"zerojit bundle export: --output {path!r}: cannot write there: exists and is not a regular file")
+    one_line(invoke("bundle", "export", "-o", str(link)), 2,
+             f"zerojit bundle export: --output {str(link)!r}: cannot write there: is a symbolic link to "
+             f"{str(tmp_path / 'elsewhere')!r}")
     assert os.path.islink(link) and os.path.exists("/dev/full") and not os.path.isfile("/dev/full")
     one_line(invoke("bundle", "export", "-o", ""), 2, "zerojit bundle export: --output '': the path is empty")
     one_line(invoke("bundle", "export", "-o", "/proc/x.bundle"), 2,
@@ -472,8 +475,8 @@ def test_run_json_that_cannot_be_written_is_refused_naming_the_flag(monkeypatch)
 
     monkeypatch.setattr(engine, "run", lambda options: _Report())
     line = one_line(run_cli("--json", "/dev/full"), 2, "zerojit run: --json '/dev/full': cannot write there")
-    assert "No space left on device" in line
-    assert "the run's summary" in run_cli("--json", "/dev/full").output  # the run's result is still printed
+    assert "exists and is not a regular file (a character device)" in line  # refused before the run: never replaced
+    assert "the run's summary" not in run_cli("--json", "/dev/full").output
     refused(run_cli("--json", "/proc/x.json"), "zerojit run: --json '/proc/x.json': cannot write there: no file "
             "can be created in its directory '/proc'")
     refused(run_cli("--json", ""), "zerojit run: --json '': the path is empty")
@@ -487,9 +490,10 @@ def test_audit_json_that_cannot_be_written_is_refused_naming_the_flag():
     script = f"import os; open(os.environ[{AUDIT_OUT_ENV!r}], 'w').write({CoverageAudit(kernels=()).to_json()!r})"
     result = invoke("audit", "--json", "/dev/full", "--", sys.executable, "-c", script)
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
-    assert "zero runtime compiles" in result.output  # the audit is still printed
+    assert "zero runtime compiles" not in result.output  # refused before the script runs: /dev/full is never replaced
     assert [line for line in result.output.splitlines() if line.startswith("zerojit audit:")] == [
-        "zerojit audit: --json '/dev/full': cannot write there: No space left on device"]
+        "zerojit audit: --json '/dev/full': cannot write there: exists and is not a regular file (a character "
+        "device); it would be replaced: remove it or write elsewhere"]
     one_line(invoke("audit", "--json", "/proc/x.json", "--", "true"), 2, "zerojit audit: --json '/proc/x.json'")
     one_line(invoke("audit", "--json", "", "--", "true"), 2, "zerojit audit: --json '': the path is empty")
 

@@ -17,7 +17,7 @@ PACKAGE = "zerojit"
 # docs/architecture.md: each layer imports only itself and the layers below it.
 LAYERS = {
     "triton facts": ["zerojit._version", "zerojit.specialization", "zerojit.keyspace", "zerojit.compile_only",
-                     "zerojit.triton_compat"],
+                     "zerojit.triton_compat", "zerojit.outputs"],
     "contract": ["zerojit.context", "zerojit.lint", "zerojit.autotune", "zerojit._launch", "zerojit.kernel",
                  "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit._primer", "zerojit.loading", "zerojit.cache", "zerojit.restore",

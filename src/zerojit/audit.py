@@ -33,7 +33,6 @@ import atexit
 import dataclasses
 import json
 import os
-import tempfile
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +40,7 @@ from typing import Any
 from . import monitor as _monitor
 from . import registry as _registry
 from .growth import GrowingParameter
+from .outputs import write_output
 from .reports import count
 
 __all__ = [
@@ -468,12 +468,7 @@ def _write_audit() -> None:
     mon = _monitor.current()
     if not path or mon is None:
         return
-    text = build_audit(None, mon).to_json()
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".zerojit-audit-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_output(path, build_audit(None, mon).to_json())  # whole or not at all
 
 
 def _on_warmup_complete(report: Any) -> None:

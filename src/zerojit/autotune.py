@@ -44,11 +44,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from . import triton_compat as _tc
+from .outputs import write_output
 
 __all__ = ["TunedKey", "TuningPolicy", "TuningError", "TuningFileError", "TuningTable", "Wrapping", "unwrap",
            "nearest_tuning_key", "tuning_file_path", "save_tuning_file", "load_tuning_file", "write_atomically",
@@ -430,21 +430,15 @@ def save_tuning_file(path: str, header: dict[str, Any], configs: list[Any],
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` whole or not at all (a temporary file in the same folder,
-    flushed to disk, then ``os.replace``); the folder is created if needed."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tuning-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Write ``data`` to ``path`` whole or not at all (:func:`zerojit.outputs.write_output`: a
+    temporary file in the same folder, flushed to disk, then ``os.replace``); the folder is
+    created if needed.
+
+    Raises:
+        zerojit.outputs.OutputError: the folder cannot be written, or ``path`` is not a regular file.
+    """
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_output(path, data)
 
 
 def load_tuning_file(path: str, expected: dict[str, Any], configs: list[Any]) -> dict[tuple, int]:

@@ -56,6 +56,7 @@ from . import triton_compat as _tc
 from ._primer import primer
 from .compile_only import active_compile_only, current_target_name, target_name
 from .context import allow_compiles
+from .outputs import HOST, atomic_output, remove_stale
 from .reports import NoTargetError, count
 
 __all__ = [
@@ -91,6 +92,7 @@ __all__ = [
     "entries_of",
     "pack_entries",
     "install_entries",
+    "remove_leftovers",
 ]
 
 BUNDLE_FORMAT = "zerojit-bundle"
@@ -101,6 +103,9 @@ _STATE_DIR = ".zerojit"
 # Triton names entries by the base32 of a SHA-256; a file is named, never '.' or '..'
 _MEMBER_RE = re.compile(r"^entries/([A-Z2-7]+)/(?!\.\.?$)([^/\\]+)$")
 _TUNING_RE = re.compile(r"^tuning/([A-Za-z0-9_.-]+\.json)$")  # zerojit.autotune's tuning files
+_ENTRY_RE = re.compile(r"^[A-Z2-7]+$")
+_STAGING_PREFIX = ".zerojit-import-"  # install_entries' staging folders: .zerojit-import-<host>-<random>
+_TRITON_TMP_PREFIX = "tmp.pid_"  # Triton's FileCacheManager.put: <entry>/tmp.pid_<pid>_<uuid>/<file>
 
 
 # ---------------------------------------------------------------------------------------------
@@ -688,7 +693,8 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
 
     Args:
         report: a :class:`~zerojit.registry.WarmupReport` (its variants hold the compiled kernels).
-        path: the archive to write (``.tar.gz``); written to a temporary name, then renamed.
+        path: the archive to write (``.tar.gz``); written whole or not at all
+            (:func:`zerojit.outputs.atomic_output`).
         target: the target the variants were compiled for; default the report's, or this
             process's when the report says ``"device"``.
 
@@ -696,8 +702,10 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
 
     Raises:
         TypeError: ``path`` is not a path (str or os.PathLike).
-        BundleError: a failed warm-up (a bundle must be complete), a missing cache file, no
-            target known, ``path`` not a regular file (it is never replaced), or the write failed.
+        BundleError: a failed warm-up (a bundle must be complete), a missing cache file, or no
+            target known.
+        zerojit.outputs.OutputError: ``path`` is not a regular file (it is never replaced), or
+            the write failed (a full disk); ``path`` is as it was.
     """
 
     path = _bundle_path(path)
@@ -742,24 +750,12 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         zerojit_version=_version.__version__,
     )
-    if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
-        # the rename below would replace it: a device node, a symlink or a folder is never ours to replace
-        raise BundleError(f"cannot write bundle {path}: it exists and is not a regular file; remove it or write "
-                          "elsewhere")
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with tarfile.open(tmp, "w:gz") as tar:
-            _add(tar, MANIFEST_NAME, json.dumps(manifest.to_dict(), indent=1).encode())
-            for (entry, name), data in sorted(blobs.items()):
-                _add(tar, f"entries/{entry}/{name}", data)
-            for name, data in tuning.items():
-                _add(tar, f"tuning/{name}", data)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise BundleError(f"cannot write bundle {path}: {e.strerror or e}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_output(path, binary=True) as f, tarfile.open(fileobj=f, mode="w:gz") as tar:
+        _add(tar, MANIFEST_NAME, json.dumps(manifest.to_dict(), indent=1).encode())
+        for (entry, name), data in sorted(blobs.items()):
+            _add(tar, f"entries/{entry}/{name}", data)
+        for name, data in tuning.items():
+            _add(tar, f"tuning/{name}", data)
     return manifest
 
 
@@ -951,7 +947,8 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
     this machine (:data:`FINGERPRINT_FIELDS`), then every file against its SHA-256 and the file
     list. Entries are then staged in the cache folder and each moved into place whole (an entry
     the cache already holds complete is kept); a ``__grp__`` file is rewritten to the entry's
-    new paths and moved last, so no process ever sees a partial entry.
+    new paths and moved last, so no process ever sees a partial entry. What killed imports and
+    Triton writes left in the cache folder is removed first, once stale (:func:`install_entries`).
 
     Raises:
         TypeError: ``path`` is not a path (str or os.PathLike).
@@ -1010,6 +1007,37 @@ def _same_file(path: str, reference: str) -> bool:
         return False
 
 
+def remove_leftovers(folder: str | None = None, *, entries: bool = True) -> list[str]:
+    """Remove, once stale (:func:`zerojit.outputs.is_stale`: nothing in it modified for over an
+    hour), what killed or failed writers left in the cache folder (default Triton's): this
+    host's bundle-import staging folders (``.zerojit-import-<host>-*``, :func:`install_entries`)
+    and, with ``entries``, Triton's own ``tmp.pid_<pid>_<uuid>`` folders in entry folders (its
+    ``FileCacheManager.put`` writes a file there, then renames it into the entry; a kill or a
+    full disk leaves the folder). Returns the paths removed.
+
+    Only this host's staging folders: a cache shared by containers or over NFS has live
+    importers whose processes this one cannot see. Triton's names carry no host, so age alone
+    decides for them, which is safe: a live ``put`` creates, writes and renames within seconds,
+    so a folder untouched for an hour is dead (unless the clocks of hosts sharing the folder
+    differ by more than that). ``entries`` costs a listing of every entry folder, so a warm-up
+    asks for it only when it compiles (when Triton writes entries).
+    """
+    root = folder or cache_dir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return []
+    found = [os.path.join(root, n) for n in names if n.startswith(f"{_STAGING_PREFIX}{HOST}-")]
+    for name in names if entries else ():
+        if _ENTRY_RE.match(name):
+            try:
+                found += [os.path.join(root, name, n) for n in os.listdir(os.path.join(root, name))
+                          if n.startswith(_TRITON_TMP_PREFIX)]
+            except OSError:  # not a folder, or removed meanwhile
+                pass
+    return remove_stale(found)
+
+
 def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None) -> tuple[list[str], list[str]]:
     """Install whole cache entries (``{entry: {file: bytes}}``, each with its ``__grp__`` file).
 
@@ -1017,8 +1045,9 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
     paths to the entry's final place, then moves each entry in under its entry lock: a missing
     entry folder is renamed into place at once; an existing incomplete one, or one whose files
     differ from the bundle's (a damaged or tampered cubin: the bundle's files are verified), gets
-    its files first and its group file last; one identical to the bundle's is kept. Returns
-    ``(installed, already_present)``.
+    its files first and its group file last; one identical to the bundle's is kept. Stale
+    leftovers of killed imports and Triton writes are removed first (:func:`remove_leftovers`).
+    Returns ``(installed, already_present)``.
 
     Raises:
         BundleCorruptError: an entry without exactly one ``__grp__`` file or an unreadable one.
@@ -1032,7 +1061,8 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
             raise BundleCorruptError(f"cache entry {entry} has {len(groups)} __grp__ files, not 1")
     try:
         os.makedirs(root, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".zerojit-import-", dir=root)
+        remove_leftovers(root)
+        staging = tempfile.mkdtemp(prefix=f"{_STAGING_PREFIX}{HOST}-", dir=root)  # the host: remove_leftovers
     except OSError as e:
         raise BundleCacheDirError(root, e) from None
     installed: list[str] = []

@@ -115,6 +115,7 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.kernels.mla.config import ConfigError
     from zerojit.manifest import ManifestError
     from zerojit.monitor import MonitorModeError, RuntimeJitError
+    from zerojit.outputs import OutputError
     from zerojit.recording import ProgramError
     from zerojit.registry import NoTargetError, WarmupError
     from zerojit.runner.engine import RunError
@@ -123,9 +124,9 @@ def _exit_status(error: BaseException) -> int | None:
     # A cache folder that cannot be written is invalid input, also when a bundle import met it; so
     # is the environment (a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1 where compile-only is needed),
     # a bundle file that cannot be read (permissions: there is no bundle to judge) and a program
-    # that cannot be run.
+    # that cannot be run, and an output that cannot be written (a command names its flag: _output_errors).
     if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
-                          MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError)):
+                          MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError)):
         return 2
     if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError)):
         return 1
@@ -169,55 +170,88 @@ def _reflowed(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
-def _check_output_file(command: str, option: str, path: Optional[str], *, replaced: bool = False) -> None:
-    """Refuse (exit 2), before any work, an output file that cannot be written: an empty path, its
-    directory missing, read-only or refusing new files (``/proc``), or the path a directory.
-    ``replaced``: the file is written under a temporary name and renamed over ``path``, so an
-    existing ``path`` must be a regular file (a rename would replace a device node or symlink)."""
+def _check_output_file(command: str, option: str, path: Optional[str], *, stdout: bool = True) -> None:
+    """Refuse (exit 2), before any work, an output file that cannot be written
+    (:func:`zerojit.outputs.output_problem`: an empty path, a folder missing, read-only or
+    refusing new files (``/proc``), or anything but a regular file at the path: a directory, a
+    device, a FIFO, a symbolic link, which the atomic write would replace). ``-`` is standard
+    output where ``stdout`` (see :func:`_stdout_is_for`), else refused."""
+    from zerojit.outputs import STDOUT, output_problem
+
     if path is None:
         return
+    if path == STDOUT and not stdout:
+        _refuse(command, f"{option} '-': this output is written to a file only; give a path")
+    problem = output_problem(path)
     if not path:
-        _refuse(command, f"{option} '': the path is empty; give a file to write")
-    full = os.path.abspath(path)
-    parent = os.path.dirname(full)
-    problem = None
-    if os.path.isdir(full):
-        problem = "is a directory"
-    elif replaced and os.path.lexists(full) and (os.path.islink(full) or not os.path.isfile(full)):
-        problem = "exists and is not a regular file (it would be replaced); remove it or write elsewhere"
-    elif not os.path.isdir(parent):
-        problem = f"its directory {parent!r} does not exist"
-    elif not os.access(parent, os.W_OK | os.X_OK):
-        problem = f"its directory {parent!r} is not writable"
-    elif os.path.exists(full) and not os.access(full, os.W_OK):
-        problem = "exists and is not writable"
-    elif replaced or not os.path.exists(full):
-        problem = _cannot_create_in(parent)
+        _refuse(command, f"{option} '': {problem}")
     if problem:
         _refuse(command, f"{option} {path!r}: cannot write there: {problem}")
 
 
-def _cannot_create_in(folder: str) -> Optional[str]:
-    """Why no file can be created in ``folder`` (which passes ``os.access``), or None: creating
-    one is the only test that holds for ``/proc`` and read-only mounts (and for root)."""
-    import tempfile
+@contextlib.contextmanager
+def _output_errors(command: str, option: str, path: str) -> Iterator[None]:
+    """A failed write of the output of ``option`` (a full disk, ``path`` replaced by a device
+    since the up-front check) is invalid input like an unwritable path: exit 2, one line naming
+    the flag; the previous file at ``path`` is left as it was (:mod:`zerojit.outputs`)."""
+    from zerojit.outputs import OutputError
 
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".zerojit-probe-"):
-            return None
-    except OSError as e:
-        return f"no file can be created in its directory {folder!r} ({e.strerror or e})"
+        yield
+    except OutputError as e:
+        _refuse(command, f"{option} {path!r}: cannot write there: {e.strerror}")
+
+
+# The ``-`` outputs of the command running under _stdout_is_for, written to stdout when it ends.
+_pending_stdout: list[list[tuple[str, str, str]]] = []
 
 
 def _write_output(command: str, option: str, path: str, text: str) -> None:
-    """Write ``text`` to the output file of ``option``; a failed write (``/dev/full``, a disk that
-    filled since the up-front check) is invalid input like an unwritable path: exit 2, one line."""
-    from pathlib import Path
+    """Write ``text`` as the whole of the output of ``option`` (:func:`zerojit.outputs.write_output`);
+    ``-``: to standard output, once the command has ended (under :func:`_stdout_is_for`)."""
+    from zerojit.outputs import STDOUT, write_output
 
-    try:
-        Path(path).write_text(text)
-    except OSError as e:
-        _refuse(command, f"{option} {path!r}: cannot write there: {e.strerror or e}")
+    if path == STDOUT and _pending_stdout:
+        _pending_stdout[-1].append((command, option, text))
+        return
+    with _output_errors(command, option, path):
+        write_output(path, text)
+
+
+def _stdout_is_for(param: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command whose output parameter ``param`` may be ``-`` (standard output), so
+    that ``--json - | jq`` reads pure JSON: while the command runs, everything else it prints
+    (its own report, and what a program it runs prints: file descriptor 1 is redirected too)
+    goes to stderr; its ``-`` output is written to standard output when it ends, whatever its
+    exit status. Apply below :func:`_user_errors`."""
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            import sys
+
+            from zerojit.outputs import STDOUT, write_output
+
+            if kwargs.get(param) != STDOUT:
+                return fn(*args, **kwargs)
+            sys.stdout.flush()
+            saved = os.dup(1)
+            os.dup2(2, 1)  # a child process and C code write to the descriptor, not to sys.stdout
+            _pending_stdout.append([])
+            try:
+                with contextlib.redirect_stdout(sys.stderr):
+                    return fn(*args, **kwargs)
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 1)
+                os.close(saved)
+                for command, option, text in _pending_stdout.pop():
+                    with _output_errors(command, option, STDOUT):
+                        write_output(STDOUT, text)
+
+        return run
+
+    return decorate
 
 
 def _check_input_file(command: str, what: str, path: str) -> None:
@@ -370,6 +404,7 @@ def _config_help() -> str:
 @app.command("run", cls=_Command)
 @_reflowed
 @_user_errors("run")
+@_stdout_is_for("json_out")
 def run_command(
     ctx: typer.Context,
     config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
@@ -398,7 +433,9 @@ def run_command(
                                                          help="draft tokens per decode step"),
     backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
     seed: int = typer.Option(0, "--seed", metavar="N", help="seeds the top-k draws and the check sampling"),
-    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="also write the report as JSON to this file"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE",
+                                           help="also write the report as JSON to this file ('-': standard output; "
+                                           "the report then goes to stderr)"),
     no_progress: bool = _no_progress_option("progress bars"),
 ) -> None:
     """Replay a request trace through the sparse-MLA kernels with zero runtime JIT (the main job).
@@ -511,9 +548,12 @@ def _this_install(command: list[str]) -> list[str]:
 @app.command(cls=_Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @_reflowed
 @_user_errors("audit")
+@_stdout_is_for("json_out")
 def audit(
     command: list[str] = typer.Argument(..., metavar="COMMAND...", help="the command to run, after '--' (e.g. -- python serve.py --trace t.csv)"),
-    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE", help="also write the audit as JSON to this file"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE",
+                                           help="also write the audit as JSON to this file ('-': standard output; "
+                                           "the table and the script's output then go to stderr)"),
 ) -> None:
     """Run a script under the JIT monitor (warn) and print its coverage audit.
 
@@ -617,10 +657,13 @@ def _manifest_target(command: str, target: Optional[str], path: str) -> Optional
 @app.command(cls=_Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @_reflowed
 @_user_errors("record")
+@_stdout_is_for("output")
 def record(
+    ctx: typer.Context,
     command: list[str] = typer.Argument(..., metavar="COMMAND...", help=_PROGRAM_HELP),
     output: str = typer.Option("zerojit-manifest.json", "-o", "--output", metavar="MANIFEST",
-                               help="the manifest file to write"),
+                               help="the manifest file to write ('-': standard output; the program's "
+                               "output and the summary then go to stderr)"),
     target: Optional[str] = typer.Option(None, "--target", metavar="TARGET",
                                          help="compile-only target (e.g. cuda:90): every launch is a dry launch, "
                                          "nothing executes and outputs are not computed (for a machine with no GPU)"),
@@ -640,6 +683,7 @@ def record(
     """
     import subprocess
     import sys
+    import tempfile
     from pathlib import Path
 
     from zerojit.manifest import read_manifest, unimportable
@@ -654,8 +698,13 @@ def record(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
     child = ("import sys\nfrom zerojit.recording import ProgramError, record_child\ntry:\n"
              "    sys.exit(record_child(sys.argv[1], sys.argv[2] or None, sys.argv[3:]))\n"
-             "except ProgramError as e:\n    print(f'zerojit record: {e}', file=sys.stderr)\n    sys.exit(2)\n")
-    proc = subprocess.Popen([sys.executable, "-c", child, os.path.abspath(output), target or "", *command], env=env)
+             "except ProgramError as e:\n    print(f'zerojit record: {e}', file=sys.stderr)\n    sys.exit(2)\n"
+             "except OSError as e:  # the manifest's (the program's own are its status)\n"
+             "    print(f'zerojit record: the manifest: {e}', file=sys.stderr)\n    sys.exit(2)\n")
+    # The child writes the manifest to a private file; this process writes it to --output (whole or
+    # not at all, or to stdout), so a failed write is named as the flag, as in every command.
+    recorded = os.path.join(ctx.with_resource(tempfile.TemporaryDirectory(prefix="zerojit-record-")), "manifest.json")
+    proc = subprocess.Popen([sys.executable, "-c", child, recorded, target or "", *command], env=env)
     try:
         rc = proc.wait()
     except KeyboardInterrupt:  # the child had the same Ctrl-C (one process group): let it write the manifest
@@ -664,11 +713,15 @@ def record(
         except (KeyboardInterrupt, subprocess.TimeoutExpired):  # a second Ctrl-C, or a child that ignores it
             proc.kill()
             proc.wait()
+        if os.path.exists(recorded):
+            _write_output("record", "--output", output, Path(recorded).read_text(encoding="utf-8"))
         raise
-    if not os.path.exists(output):
+    if not os.path.exists(recorded):
         raise typer.Exit(rc or 1)
-    manifest = read_manifest(output)
-    typer.echo(f"wrote {output}")
+    manifest = read_manifest(recorded)
+    _write_output("record", "--output", output, Path(recorded).read_text(encoding="utf-8"))
+    if output != "-":
+        typer.echo(f"wrote {output}")
     typer.echo(manifest.summary())
     unwarmable: dict[str, list[str]] = {}
     for kernel in manifest.kernels:
@@ -688,6 +741,7 @@ def record(
 @app.command("warmup", cls=_Command)
 @_reflowed
 @_user_errors("warmup")
+@_stdout_is_for("json_out")
 def warmup_command(
     manifest: str = typer.Option(..., "--manifest", metavar="MANIFEST", help="a manifest from zerojit record"),
     target: Optional[str] = typer.Option(None, "--target", metavar="TARGET",
@@ -697,7 +751,8 @@ def warmup_command(
                                           "to compile, none when the cache is warm; 1: in this process)"),
     no_progress: bool = _no_progress_option("progress bar"),
     json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE",
-                                           help="also write the report as JSON to this file (phases, workers' timeline)"),
+                                           help="also write the report as JSON to this file (phases, workers' "
+                                           "timeline; '-': standard output, the report then on stderr)"),
 ) -> None:
     """Compile (and on a GPU load) every specialization a manifest recorded, and print the report.
 
@@ -845,7 +900,7 @@ def bundle_export(
     from zerojit.runner.engine import usable_cores
     from zerojit.runner.model import register_model
 
-    _check_output_file("bundle export", "--output", output, replaced=True)
+    _check_output_file("bundle export", "--output", output, stdout=False)
     if target != "device":
         _check_target("bundle export", target)
     elif current_target_name() is None:
@@ -876,7 +931,8 @@ def bundle_export(
         for skipped in report.skipped:
             typer.echo(f"zerojit bundle export: SKIPPED {skipped}", err=True)
         _nothing_warmed("bundle export", report)  # (before the bundle is written: no empty bundle)
-        manifest = export_bundle(report, output)
+        with _output_errors("bundle export", "--output", output):
+            manifest = export_bundle(report, output)
     origin = report.stats.origin(len({id(getattr(v, "compiled", v)) for v in report.variants}))
     typer.echo(f"wrote {output}: {count(report.num_keys, 'key')} ({origin}) in {report.seconds:.1f} s")
     typer.echo(manifest.summary())

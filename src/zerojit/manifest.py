@@ -19,8 +19,7 @@ A kernel that cannot be warmed (its module no longer imports, its source hash di
 defined in the program's ``__main__``) is skipped and reported (:class:`ManifestSkip`), never
 failing the warm-up; a specialization holding a value JSON cannot carry (a constexpr function, a
 tensor descriptor) likewise. A file that is not a manifest, is truncated or corrupted raises
-:class:`ManifestError`. :func:`write_manifest` writes atomically (a temporary file, then
-``os.replace``).
+:class:`ManifestError`. :func:`write_manifest` writes atomically (:mod:`zerojit.outputs`).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ import json
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -39,6 +37,7 @@ import triton.language as tl
 
 from . import triton_compat as _tc
 from .kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
+from .outputs import atomic_output
 from .specialization import WarmupTensor, bind
 
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
@@ -359,25 +358,17 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
 
 def write_manifest(manifest: Manifest, path: str | os.PathLike) -> None:
-    """Write ``manifest`` to ``path`` atomically: into a temporary file in the same folder, then
-    ``os.replace``, so a reader never sees half a manifest.
+    """Write ``manifest`` to ``path`` whole or not at all (:func:`zerojit.outputs.atomic_output`:
+    a temporary file in the same folder, fsync-ed, then renamed), so a reader never sees half a
+    manifest and a failed write leaves the previous one.
 
     Raises:
-        OSError: the folder is missing or not writable.
+        zerojit.outputs.OutputError: the folder is missing or not writable, the disk is full, or
+            ``path`` is not a regular file (a device, a FIFO, a symbolic link: never replaced).
     """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    # not mkstemp: its mode 0600 would hide the manifest from the serving user; this is open()'s mode
-    tmp = os.path.join(folder, f".zerojit-manifest-{os.getpid()}-{uuid.uuid4().hex[:12]}.json")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(manifest.to_dict(), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    with atomic_output(path) as f:
+        json.dump(manifest.to_dict(), f, indent=1)
+        f.write("\n")
 
 
 # ---------------------------------------------------------------------------------------------

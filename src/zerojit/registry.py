@@ -35,7 +35,7 @@ from .triton_compat import import_launch_path_modules
 # kernels' modules import zerojit.kernel (the three cost 17 ms of a worker's ~0.4 s boot on the
 # 2-core CI machine). None of them imports the registry, so these imports close no cycle.
 from . import loading
-from .cache import cache_dir, check_cache_folder, import_bundle
+from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers
 from .kernel import TritonJitKernel
 from .manifest import RecordedKernel, read_manifest, warmup_plan
 from .reports import (KernelWarmup, NoTargetError, WarmupError, WarmupFailure, WarmupReport, WarmupStats,
@@ -436,7 +436,9 @@ class JitWarmupRegistry:
 
         Whatever ``workers``, ``bundle`` or ``group``, every compile of an entry missing from the
         disk cache holds that entry's file lock, so processes sharing a cache folder compile each
-        entry once.
+        entry once. Stale leftovers of killed bundle imports (and, when keys are compiled, of
+        Triton writes a kill or a full disk cut short) are removed from the cache folder first
+        (:func:`zerojit.cache.remove_leftovers`).
 
         Raises:
             ValueError: ``workers`` is not a whole number >= 1 (or None).
@@ -497,6 +499,8 @@ class JitWarmupRegistry:
             import_launch_path_modules()
             imports_seconds = time.perf_counter() - t0
         rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
+        if compiles:  # killed imports' and Triton writes' stale leftovers (entry folders: only when compiling)
+            remove_leftovers(entries=bool(rest))
         choice = made or choose_workers(workers, cores=usable_cores(), to_compile=len(rest), restored=len(restored),
                                         sharded=group is not None)
 
