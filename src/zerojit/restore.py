@@ -314,7 +314,8 @@ def _field(data: dict, name: str, kind: type, where: str) -> Any:
         raise _Unusable(f"{where}: field {name!r} is missing")
     value = data[name]
     if type(value) is not kind:
-        raise _Unusable(f"{where}: field {name!r} must be a {kind.__name__}, not {type(value).__name__}")
+        article = "an" if kind.__name__[0] in "aeiou" else "a"
+        raise _Unusable(f"{where}: field {name!r} must be {article} {kind.__name__}, not {type(value).__name__}")
     return value
 
 
