@@ -211,8 +211,8 @@ def _issue_flip(data: bytes) -> bytes:
     (lambda data: b"", "header"),
     (lambda data: random.Random(28).randbytes(4096), "Error"),  # random bytes
     (lambda data: random.Random(7).randbytes(7), "header"),  # a short random file (no line)
-], ids=["issue-0x94", "flip-body-first", "flip-1%", "flip-37%", "flip-71%", "flip-last", "flip-header", "half", "header-only",
-        "cut-in-header", "empty", "random", "short-random"])
+], ids=["issue-0x94", "flip-body-first", "flip-1%", "flip-37%", "flip-71%", "flip-last", "flip-header", "half",
+        "header-only", "cut-in-header", "empty", "random", "short-random"])
 def test_a_damaged_index_falls_back_once_and_is_rewritten(warmed, damage, why):
     fill, cold, path = warmed
     data = open(path, "rb").read()
@@ -364,7 +364,8 @@ def test_a_cache_folder_others_can_write_to_is_warned_about_once_per_warm_up(cac
     assert warm(fill).stats.recovered == ()  # 0700 (and .zerojit/ 0755): nothing to say
     dot = cache / ".zerojit"
     for mode, dot_mode, named in [(0o777, 0o755, [f"{cache} (mode 777: every user)"]),
-                                  (0o1777, 0o755, [f"{cache} (mode 1777: every user)"]),  # sticky: others still add files
+                                  # sticky: others still add files
+                                  (0o1777, 0o755, [f"{cache} (mode 1777: every user)"]),
                                   (0o700, 0o777, [f"{dot} (mode 777: every user)"]),
                                   (0o757, 0o707, [f"{cache} (mode 757: every user)", f"{dot} (mode 707: every user)"])]:
         os.chmod(cache, mode)

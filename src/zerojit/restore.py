@@ -33,9 +33,9 @@ fully loaded).
 
 The index is JSON, never pickle: reading one runs no code, whoever wrote it. Values go through
 :func:`zerojit.manifest.encode_exact` (constexprs, specializations; a key holding a value with no
-exact JSON form, such as a constexpr function, is not indexed and takes the normal warm-up). The
-file is a header line holding the SHA-256 of the rest, then the body; it is written atomically (a
-temporary file in the same folder, flushed and fsynced, then renamed). The digest detects damage
+exact JSON form, such as an infinite float constexpr, is not indexed and takes the normal
+warm-up). The file is a header line holding the SHA-256 of the rest, then the body; it is written
+atomically (a temporary file in the same folder, flushed and fsynced, then renamed). The digest detects damage
 (a cut file, a flipped bit), not tampering: whoever can write the index can write a matching
 digest, which is why a cache folder that other users can write to is warned about
 (:func:`cache_folder_warnings`). An index that cannot be used (any failure to read or parse it, a
@@ -191,7 +191,7 @@ def _key_memo(jit_fn: Any, device: Any, triton_key: str) -> Any:
 def _entry(job: int, variant: CompiledVariant, root: str, device: Any) -> dict | None:
     """The restore record of job ``job``'s warmed variant, as JSON values (read back by
     :func:`_parse_entry`); None where it cannot be restored, or holds a value with no exact JSON
-    form (:func:`zerojit.manifest.encode_exact`: a constexpr function, ...): that key then takes
+    form (:func:`zerojit.manifest.encode_exact`: an infinite float, ...): that key then takes
     the normal warm-up."""
     compiled = variant.compiled
     source = _tc.source_of(compiled)
@@ -390,7 +390,8 @@ def _parse_records(body: dict, num_jobs: int) -> _Records:
         raise _Unusable(f"field 'keys' is {keys}, this key space has {num_jobs}")
     classes = {}
     for name, stamp in _field(body, "classes", dict, "the body").items():
-        if type(stamp) is not list or len(stamp) != 2 or type(stamp[0]) is not str or type(stamp[1]) not in (str, type(None)):
+        if (type(stamp) is not list or len(stamp) != 2 or type(stamp[0]) is not str
+                or stamp[1] is not None and type(stamp[1]) is not str):
             raise _Unusable(f"'classes' entry {name!r} is no (class name, module SHA-256) pair")
         classes[name] = tuple(stamp)
     functions = {}
