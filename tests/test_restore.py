@@ -17,7 +17,8 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only p
     pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
 
 import glob
-import pickle
+import hashlib
+import json
 from dataclasses import dataclass
 
 import torch
@@ -93,6 +94,20 @@ def forget(*kernels) -> None:
         kernel.kernel.device_caches.clear()
 
 
+def read_index(path) -> dict:
+    """The body of the restore index at ``path`` (its header line checked)."""
+    head, body = open(path, "rb").read().split(b"\n", 1)
+    assert json.loads(head) == {"format": "zerojit-restore-index", "sha256": hashlib.sha256(body).hexdigest()}
+    return json.loads(body)
+
+
+def write_index(path, body) -> None:
+    """Write ``body`` as the restore index at ``path``, its header's SHA-256 matching it."""
+    data = json.dumps(body).encode()
+    header = json.dumps({"format": "zerojit-restore-index", "sha256": hashlib.sha256(data).hexdigest()}).encode()
+    open(path, "wb").write(header + b"\n" + data)
+
+
 def variants(report):
     return [(v.kernel, v.key, v.triton_key, v.specialization, v.param_names) for v in report.variants]
 
@@ -116,7 +131,7 @@ def test_a_warm_start_restores_exactly_what_triton_compiled(cache):
     forget(fill)
     cold = registry_of(fill).warmup(progress=False)
     assert cold.ok and cold.num_keys == 3 and cold.stats.compiled == 3 and cold.stats.restored == 0
-    assert len(glob.glob(str(cache / ".zerojit" / "restore-*.pkl"))) == 1
+    assert len(glob.glob(str(cache / ".zerojit" / "restore-*.json"))) == 1
 
     forget(fill)
     events = []
@@ -188,17 +203,16 @@ def test_a_broken_or_stale_index_restores_nothing_and_is_rewritten(cache, damage
     fill = Fill()
     forget(fill)
     cold = registry_of(fill).warmup(progress=False)
-    (path,) = glob.glob(str(cache / ".zerojit" / "restore-*.pkl"))
+    (path,) = glob.glob(str(cache / ".zerojit" / "restore-*.json"))
     data = open(path, "rb").read()
     if damage == "truncated":
-        data = data[: len(data) // 2]
+        open(path, "wb").write(data[: len(data) // 2])
     elif damage == "garbage":
-        data = b"not a pickle"
+        open(path, "wb").write(b"not an index")
     else:
-        body = pickle.loads(data)
-        body["fingerprint"]["python"] = (2, 7)  # made by another Python
-        data = pickle.dumps(body)
-    open(path, "wb").write(data)
+        body = read_index(path)
+        body["fingerprint"]["python"] = [2, 7]  # made by another Python
+        write_index(path, body)
     forget(fill)
     warm = registry_of(fill).warmup(progress=False)
     assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)
@@ -211,7 +225,7 @@ def test_a_broken_or_stale_index_restores_nothing_and_is_rewritten(cache, damage
 
 
 @pytest.mark.parametrize("field, value", [("triton_version", "3.5.0"), ("triton_build", "0" * 64),
-                                          ("format", 5)])
+                                          ("format", 6)])
 def test_an_index_of_another_triton_is_refused_naming_the_field_and_never_half_used(cache, field, value):
     """An index moved from another Triton version or build (or an older zerojit's) restores
     nothing at all: the warm-up goes through Triton's own lookup, says which field differs, and
@@ -219,19 +233,19 @@ def test_an_index_of_another_triton_is_refused_naming_the_field_and_never_half_u
     fill = Fill()
     forget(fill)
     cold = registry_of(fill).warmup(progress=False)
-    (path,) = glob.glob(str(cache / ".zerojit" / "restore-*.pkl"))
-    assert path.endswith(f"-triton{triton.__version__}.pkl")  # one index per Triton version
-    body = pickle.loads(open(path, "rb").read())
+    (path,) = glob.glob(str(cache / ".zerojit" / "restore-*.json"))
+    assert path.endswith(f"-triton{triton.__version__}.json")  # one index per Triton version
+    body = read_index(path)
     ours = body["fingerprint"][field]
     body["fingerprint"][field] = value
-    open(path, "wb").write(pickle.dumps(body))
+    write_index(path, body)
     forget(fill)
     warm = registry_of(fill).warmup(progress=False)
     assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)
     assert variants(warm) == variants(cold)
     assert f"restore index {path} refused: field {field!r} differs: the index has {value!r}, this process {ours!r}" \
         in "\n".join(warm.stats.recovered)
-    assert pickle.loads(open(path, "rb").read())["fingerprint"][field] == ours  # rewritten for this Triton
+    assert read_index(path)["fingerprint"][field] == ours  # rewritten for this Triton
     forget(fill)
     assert registry_of(fill).warmup(progress=False).stats.restored == 3
 

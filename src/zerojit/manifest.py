@@ -24,8 +24,10 @@ tensor descriptor) likewise. A file that is not a manifest, is truncated or corr
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
+import math
 import os
 import sys
 import time
@@ -42,8 +44,8 @@ from .specialization import WarmupTensor, bind
 
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
-           "encode_value", "decode_value", "encode_specialization", "encode_config", "unimportable",
-           "RecordedTuning", "restore_tunings"]
+           "encode_value", "decode_value", "encode_exact", "decode_exact", "encode_specialization", "encode_config",
+           "unimportable", "RecordedTuning", "restore_tunings"]
 
 #: The ``format`` field of every manifest.
 FORMAT = "zerojit-manifest"
@@ -92,6 +94,82 @@ def decode_value(value: Any, where: str) -> Any:
             return tl.dtype(value[_DTYPE])
         raise ValueError(f"{where} was recorded as {value.get(_REPR)!r}, which a manifest cannot reproduce")
     return value
+
+
+_TUPLE = "tuple"  # encode_exact's tags: a tuple, a dict of any keys
+_DICT = "dict"
+
+
+@functools.lru_cache(maxsize=1)
+def _dtypes() -> dict[str, Any]:
+    # triton.language's own dtype objects by name (tl.float16 is "fp16"): the only ones decoded
+    return {str(d): d for d in vars(tl).values() if type(d) is tl.dtype}
+
+
+def encode_exact(value: Any) -> Any:
+    """``value`` as JSON that :func:`decode_exact` turns back into an equal value of the same
+    types (what zerojit's restore index keeps of a compiled variant: Triton's ``ASTSource``
+    arguments, specializations): None, bools, ints, strings and finite floats as themselves, a
+    list as a list, a ``tl.dtype`` as :func:`encode_value` writes it, a tuple as
+    ``{"tuple": [...]}``, a dict (keys of any of these types) as ``{"dict": [[key, value], ...]}``.
+
+    Raises:
+        TypeError: a value with no exact JSON form (a constexpr function, a tensor descriptor, a
+            pointer or block type, a NaN or infinite float, ...), naming its type.
+    """
+    if value is None or type(value) in (bool, int, str):  # exact types: an IntEnum would come back an int
+        return value
+    if type(value) is float and math.isfinite(value):
+        return value
+    if type(value) is list:
+        return [encode_exact(v) for v in value]
+    if type(value) is tuple:
+        return {_TUPLE: [encode_exact(v) for v in value]}
+    if type(value) is dict:
+        return {_DICT: [[encode_exact(k), encode_exact(v)] for k, v in value.items()]}
+    if type(value) is tl.dtype and _dtypes().get(str(value)) == value:
+        return encode_value(value)
+    raise TypeError(f"a {type(value).__module__}.{type(value).__qualname__} value ({_brief(value)}) has no exact "
+                    "JSON form")
+
+
+def decode_exact(data: Any, where: str) -> Any:
+    """The value :func:`encode_exact` wrote, from parsed JSON; strict: anything it never writes
+    is refused.
+
+    Raises:
+        ValueError: ``data`` is no :func:`encode_exact` form (an object with another tag or more
+            than one, a dict entry that is not a pair or whose key is a list or dict, an unknown
+            dtype name), naming ``where``.
+    """
+    if data is None or type(data) in (bool, int, float, str):
+        return data
+    if type(data) is list:
+        return [decode_exact(v, where) for v in data]
+    if type(data) is not dict or len(data) != 1:
+        raise ValueError(f"{where}: {_brief(data)} is not an encoded value")
+    (tag, inner), = data.items()
+    if tag == _TUPLE and type(inner) is list:
+        return tuple(decode_exact(v, where) for v in inner)
+    if tag == _DICT and type(inner) is list:
+        out = {}
+        for pair in inner:
+            if type(pair) is not list or len(pair) != 2:
+                raise ValueError(f"{where}: dict entry {_brief(pair)} is not a [key, value] pair")
+            key, item = decode_exact(pair[0], where), decode_exact(pair[1], where)
+            try:
+                out[key] = item
+            except TypeError:  # a list key: never written
+                raise ValueError(f"{where}: dict key {_brief(pair[0])} is not hashable") from None
+        return out
+    if tag == _DTYPE and type(inner) is str and inner in _dtypes():
+        return decode_value(data, where)
+    raise ValueError(f"{where}: {_brief(data)} is not an encoded value")
+
+
+def _brief(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def encode_specialization(jit_fn: Any, specialization: list) -> tuple[tuple[str, Any], ...]:

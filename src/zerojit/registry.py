@@ -454,7 +454,7 @@ class JitWarmupRegistry:
             ValueError: ``target`` names another target than the one this process compiles for.
         """
         from .precompile import JobOutcome, WarmupSession, plan_digest  # see the note at the imports
-        from .restore import restore_variants, save_index
+        from .restore import cache_folder_warnings, restore_variants, save_index
 
         made = workers if isinstance(workers, WorkerChoice) else None
         if made is not None:
@@ -486,7 +486,9 @@ class JitWarmupRegistry:
         restore_target, dry = warm_target()
         digest = plan_digest(jobs)
         restored: dict = {}
-        refused: list[str] = []  # an index that is there but refused (another Triton, ...): said in recovered
+        # said in recovered: an index that is there but refused (another Triton, damaged, ...), and a
+        # cache folder that other users can write to
+        refused: list[str] = cache_folder_warnings() if compiles else []
         t0 = time.perf_counter()
         if group is None and restore_target is not None:
             restored = restore_variants(jobs, digest, restore_target, load=not dry, notes=refused)

@@ -7,9 +7,9 @@ and a launcher whose C source is generated and hashed again. That is about 3 ms 
 H200 machine, where the goal is 1 ms.
 
 After a warm-up, zerojit writes a *restore index* next to Triton's cache
-(``<cache>/.zerojit/restore-<plan>-<target>-triton<version>.pkl``): for each key, the entry Triton produced
-(its folder, files, ``ASTSource`` arguments) and the in-process cache key Triton filed it under.
-The next warm-up of the same key space, when the index's fingerprint still matches, puts each
+(``<cache>/.zerojit/restore-<plan>-<target>-triton<version>.json``): for each key, the entry Triton
+produced (its folder, files, ``ASTSource`` arguments) and the in-process cache key Triton filed it
+under. The next warm-up of the same key space, when the index's fingerprint still matches, puts each
 variant straight into the kernel's in-process cache:
 
 * the ``CompiledKernel`` is built from the metadata JSON and the cubin only (the IR files load
@@ -31,9 +31,21 @@ the first field that differs (an index moved from another Triton version names
 the normal warm-up. Nothing is ever half-restored (a variant enters the cache only once it is
 fully loaded).
 
+The index is JSON, never pickle: reading one runs no code, whoever wrote it. Values go through
+:func:`zerojit.manifest.encode_exact` (constexprs, specializations; a key holding a value with no
+exact JSON form, such as an infinite float constexpr, is not indexed and takes the normal
+warm-up). The file is a header line holding the SHA-256 of the rest, then the body; it is written
+atomically (a temporary file in the same folder, flushed and fsynced, then renamed). The digest detects damage
+(a cut file, a flipped bit), not tampering: whoever can write the index can write a matching
+digest, which is why a cache folder that other users can write to is warned about
+(:func:`cache_folder_warnings`). An index that cannot be used (any failure to read or parse it, a
+digest that does not match, a field missing or of the wrong type anywhere in it) is not used at
+all: one ``WarmupStats.recovered`` line names the file and what is wrong, the warm-up runs
+normally and rewrites it. An index of an older zerojit (``restore-*.pkl``) is never read.
+
 On the H200 machine restoring costs ~0.6 ms a key (lookup, module and function load, launcher)
-for a 111-key space. The same records travel between the ranks of a process group, which
-restore each other's keys (:mod:`zerojit.distributed`).
+for a 111-key space. The same records (the index's body, as JSON values) travel between the ranks
+of a process group, which restore each other's keys (:mod:`zerojit.distributed`).
 
 ``ZEROJIT_RESTORE=0`` turns the index off (no restore, no index written): every key then goes
 through Triton's own disk-cache lookup, as with plain Triton.
@@ -48,11 +60,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import grp
 import hashlib
 import json
 import os
-import pickle
+import pwd
+import stat
 import sys
+import uuid
 from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -61,11 +76,14 @@ from . import triton_compat as _tc
 from .cache import cache_dir, use_fast_triton_key
 from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
+from .manifest import decode_exact, encode_exact
+from .specialization import SpecClass
 
 __all__ = ["restore_variants", "restore_records", "records", "save_index", "index_path", "build_compiled_kernel",
-           "install", "shared_launchers", "fingerprint_mismatch", "FINGERPRINT_FIELDS"]
+           "install", "shared_launchers", "fingerprint_mismatch", "FINGERPRINT_FIELDS", "cache_folder_warnings"]
 
-_FORMAT = 6
+_FORMAT = 7  # 7: JSON (a header line with the body's SHA-256, then the body), no pickle
+_HEADER = "zerojit-restore-index"  # the header line's "format"
 
 #: The fields of an index's fingerprint, in the order they are checked (the first that differs is
 #: named when an index is refused).
@@ -75,13 +93,13 @@ FINGERPRINT_FIELDS = ("format", "triton_version", "triton_build", "python", "zer
 
 @dataclass(frozen=True)
 class _Entry:
-    """One key's restore record."""
+    """One key's restore record, as read back (:func:`_parse_entry`)."""
 
     function: str  # "module:qualname" of the triton.jit function
     triton_key: str  # the key of Triton's in-process cache (specialization + options)
     group: tuple[tuple[str, str], ...]  # (file name, path relative to the cache folder)
-    src: bytes  # pickle of ASTSource's (signature, constants, attrs)
-    specialization: tuple
+    src: tuple  # ASTSource's (signature, constants, attrs)
+    specialization: tuple[SpecClass, ...]
     param_names: tuple[str, ...]
     key_memo: tuple = ()  # Triton's (specialization, options) -> triton_key memo entries of this variant
 
@@ -90,7 +108,7 @@ def index_path(digest: str, target: Any) -> str:
     """The restore index of the key space with plan digest ``digest`` for Triton ``target``, by
     this Triton version (several versions sharing a cache folder keep one index each)."""
     return os.path.join(cache_dir(), ".zerojit",
-                        f"restore-{digest[:32]}-{target.backend}-{target.arch}-triton{_tc.TRITON_VERSION}.pkl")
+                        f"restore-{digest[:32]}-{target.backend}-{target.arch}-triton{_tc.TRITON_VERSION}.json")
 
 
 def _supported() -> bool:
@@ -101,15 +119,16 @@ def _supported() -> bool:
 
 
 def _global_fingerprint(target: Any) -> dict:
-    """What an index is valid for (:data:`FINGERPRINT_FIELDS`)."""
+    """What an index is valid for (:data:`FINGERPRINT_FIELDS`), as JSON values (lists, not
+    tuples: compared with an index's as read)."""
     return {
         "format": _FORMAT,
         "triton_version": _tc.TRITON_VERSION,
         "triton_build": hashlib.sha256(use_fast_triton_key().encode()).hexdigest(),
-        "python": sys.version_info[:2],
+        "python": list(sys.version_info[:2]),
         "zerojit_version": __version__,
-        "target": (target.backend, target.arch, target.warp_size),
-        "cache_env": sorted(_tc.cache_invalidating_env().items()),
+        "target": [target.backend, target.arch, target.warp_size],
+        "cache_env": [[k, v] for k, v in sorted(_tc.cache_invalidating_env().items())],
         "custom_pipeline": _tc.stages_hook_fingerprint(),  # Triton 3.7+: part of its keys
     }
 
@@ -155,23 +174,25 @@ def _restorable(kernel: Any) -> bool:
     return isinstance(kernel, TritonJitKernel) and not kernel.fast_path
 
 
-def _key_memo(jit_fn: Any, device: Any, triton_key: str) -> tuple:
+def _key_memo(jit_fn: Any, device: Any, triton_key: str) -> Any:
     """The entries of Triton's per-device ``kernel_key_cache`` (``(specialization, options)`` ->
     in-process key, filled by ``compute_cache_key`` at a launch) that lead to ``triton_key``:
     restored with the variant, so the first request does not recompute them (~0.1 ms a kernel
-    in ``replace_callables``). Only those that pickle."""
+    in ``replace_callables``). As :func:`zerojit.manifest.encode_exact` writes them; none when
+    one has no exact JSON form."""
     with _DEVICE_CACHE_LOCK:
         memo = _tc.key_memo(jit_fn, device)
-    found = tuple(k for k, v in list(memo.items()) if v == triton_key)
     try:
-        pickle.dumps(found, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # e.g. a constexpr function in the specialization
-        return ()
-    return found
+        return encode_exact(tuple(k for k, v in list(memo.items()) if v == triton_key))
+    except TypeError:  # e.g. a constexpr function in the specialization
+        return encode_exact(())
 
 
-def _entry(variant: CompiledVariant, root: str, device: Any) -> _Entry | None:
-    """The restore record of a warmed variant, or None where it cannot be restored."""
+def _entry(job: int, variant: CompiledVariant, root: str, device: Any) -> dict | None:
+    """The restore record of job ``job``'s warmed variant, as JSON values (read back by
+    :func:`_parse_entry`); None where it cannot be restored, or holds a value with no exact JSON
+    form (:func:`zerojit.manifest.encode_exact`: an infinite float, ...): that key then takes
+    the normal warm-up."""
     compiled = variant.compiled
     source = _tc.source_of(compiled)
     if source is None or not variant.triton_key:
@@ -182,36 +203,44 @@ def _entry(variant: CompiledVariant, root: str, device: Any) -> _Entry | None:
         rel = os.path.relpath(path, root)
         if rel.startswith(".."):
             return None
-        group.append((name, rel))
+        group.append([name, rel])
     try:
-        payload = pickle.dumps((signature, constants, attrs), protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception:  # e.g. a constexpr that does not pickle
+        src = encode_exact((signature, constants, attrs))
+        specialization = [[s.type, encode_exact(s.attr)] for s in variant.specialization]
+    except TypeError:
         return None
-    return _Entry(_function_name(fn), variant.triton_key, tuple(group), payload,
-                  variant.specialization, variant.param_names, _key_memo(fn, device, variant.triton_key))
+    return {"job": job, "function": _function_name(fn), "triton_key": variant.triton_key, "group": group, "src": src,
+            "specialization": specialization, "param_names": list(variant.param_names),
+            "key_memo": _key_memo(fn, device, variant.triton_key)}
+
+
+def _plan_names(state: Any) -> list[list[str]]:
+    # the LaunchSpec.kwargs name sets of the kernel class's argument plans; only identifiers, as
+    # the reader demands (they name keyword arguments in generated code)
+    return [list(names) for names in (state.plans if state is not None else ())
+            if all(type(n) is str and n.isidentifier() for n in names)]
 
 
 def records(jobs: Sequence[tuple[Any, Any]], variants: dict[int, CompiledVariant], target: Any) -> dict | None:
-    """The restore records of ``variants`` (job index -> its warmed variant): what a restore index
-    holds, and what ranks of a process group send each other (:mod:`zerojit.distributed`).
-    None when nothing of it can be restored."""
+    """The restore records of ``variants`` (job index -> its warmed variant), as JSON values:
+    what a restore index holds, and what ranks of a process group send each other
+    (:mod:`zerojit.distributed`). None when nothing of it can be restored."""
     if not _supported():
         return None
     root = cache_dir()
     device = _tc.current_device()
-    entries: dict[int, _Entry] = {}
-    stamps: dict[str, tuple] = {}
+    entries: list[dict] = []
+    stamps: dict[str, list] = {}
     sources: dict[str, str] = {}
-    plans: dict[str, tuple] = {}
-    for i, variant in variants.items():
+    plans: dict[str, list] = {}
+    for i, variant in sorted(variants.items()):
         kernel = jobs[i][0]
-        entry = _entry(variant, root, device) if variant is not None and _restorable(kernel) else None
+        entry = _entry(i, variant, root, device) if variant is not None and _restorable(kernel) else None
         if entry is not None:
-            entries[i] = entry
-            stamps[kernel.name] = _class_stamp(kernel)
-            sources[entry.function] = _tc.source_hash(kernel.kernel)
-            state = type(kernel)._launch_state
-            plans[kernel.name] = tuple(state.plans) if state is not None else ()
+            entries.append(entry)
+            stamps[kernel.name] = list(_class_stamp(kernel))
+            sources[entry["function"]] = _tc.source_hash(kernel.kernel)
+            plans[kernel.name] = _plan_names(type(kernel)._launch_state)
     if not entries:
         return None
     return {"fingerprint": _global_fingerprint(target), "keys": len(jobs), "classes": stamps, "functions": sources,
@@ -222,45 +251,216 @@ def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVaria
                target: Any) -> str | None:
     """Write the restore index of ``jobs`` (``variants[i]``: job i's result, None if it failed).
 
-    Written atomically (a temporary file, then a rename), so a concurrent reader sees the old
-    index or the new one. Returns the path, or None when nothing here can be restored (or the
-    folder is not writable: the index only speeds up the next warm start).
+    The file is a header line (``{"format": "zerojit-restore-index", "sha256": ...}``: the
+    SHA-256 of the rest) and the :func:`records` body as JSON. Written atomically (a temporary
+    file in the same folder, flushed and fsynced, then renamed over the old one), so a reader
+    sees the old index or the new one, whole. Returns the path, or None when nothing here can be
+    restored (or the folder is not writable: the index only speeds up the next warm start).
     """
     body = records(jobs, {i: v for i, v in enumerate(variants) if v is not None}, target)
     if body is None:
         return None
+    data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
+    header = json.dumps({"format": _HEADER, "sha256": hashlib.sha256(data).hexdigest()}).encode()
     path = index_path(digest, target)
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(tmp, "wb") as f:
-            pickle.dump(body, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:
+        # open()'s mode, not mkstemp's 0600: ranks or users sharing the cache folder read it too
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(header + b"\n" + data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
             os.unlink(tmp)
-        except OSError:
-            pass
+            raise
+    except OSError:
         return None
     return path
 
 
-def _load_index(path: str, notes: list[str] | None) -> dict | None:
-    """The index at ``path``; None when there is none or it is torn or foreign (noted: the warm-up
-    then runs normally and rewrites it)."""
+class _Unusable(ValueError):
+    """An index or a body of records that cannot be used (damaged, cut, not zerojit's, or a field
+    of the wrong type); the message says what is wrong."""
+
+
+def _read_index(path: str) -> Any:
+    """The body of the index at ``path``, parsed but not yet checked (:func:`_parse_records`);
+    None when there is none.
+
+    Raises:
+        _Unusable: no header line, another format, or a SHA-256 that does not match the body.
+        Exception: whatever reading or parsing raised (OSError, UnicodeDecodeError, ...).
+    """
     try:
         with open(path, "rb") as f:
-            body = pickle.load(f)
+            data = f.read()
     except FileNotFoundError:
         return None
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError, ValueError) as e:
-        body = e
-    if not isinstance(body, dict):
-        if notes is not None:
-            notes.append(f"restore index {path} is unreadable (torn, or not zerojit's); warmed up normally and "
-                         "rewritten")
-        return None
-    return body
+    head, newline, rest = data.partition(b"\n")
+    header = json.loads(head) if newline else None
+    if type(header) is not dict or header.get("format") != _HEADER:
+        raise _Unusable("no zerojit restore index header line")
+    if header.get("sha256") != hashlib.sha256(rest).hexdigest():
+        raise _Unusable("its body does not match the SHA-256 in its header: damaged, a cut file or a flipped bit")
+    return json.loads(rest)
+
+
+def _field(data: dict, name: str, kind: type, where: str) -> Any:
+    if name not in data:
+        raise _Unusable(f"{where}: field {name!r} is missing")
+    value = data[name]
+    if type(value) is not kind:
+        article = "an" if kind.__name__[0] in "aeiou" else "a"
+        raise _Unusable(f"{where}: field {name!r} must be {article} {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if type(value) is not list or any(type(v) is not str for v in value):
+        raise _Unusable(f"{where} must be a list of strings")
+    return tuple(value)
+
+
+def _decoded(data: Any, where: str) -> Any:
+    try:
+        return decode_exact(data, where)
+    except ValueError as e:
+        raise _Unusable(str(e)) from None
+
+
+def _parse_entry(data: Any, where: str) -> _Entry:
+    """A record of :func:`_entry`, checked field by field.
+
+    Raises:
+        _Unusable: a field missing or of the wrong type, a file path outside the cache folder.
+    """
+    if type(data) is not dict:
+        raise _Unusable(f"{where} must be an object, not {type(data).__name__}")
+    group = []
+    for pair in _field(data, "group", list, where):
+        if (type(pair) is not list or len(pair) != 2 or any(type(p) is not str or not p for p in pair)
+                or "/" in pair[0] or os.path.isabs(pair[1]) or ".." in pair[1].split("/")):
+            raise _Unusable(f"{where}: 'group' entry {_short(pair)} is no (file name, path in the cache folder) pair")
+        group.append((pair[0], pair[1]))
+    src = _decoded(_field(data, "src", dict, where), f"{where}: 'src'")
+    if (type(src) is not tuple or len(src) != 3 or any(type(d) is not dict for d in src)
+            or any(type(k) is not str for k in src[0])):
+        raise _Unusable(f"{where}: 'src' is no (signature, constants, attrs) of an ASTSource")
+    specialization = []
+    for pair in _field(data, "specialization", list, where):
+        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+            raise _Unusable(f"{where}: 'specialization' entry {_short(pair)} is no (type, attr) pair")
+        specialization.append(SpecClass(pair[0], _decoded(pair[1], f"{where}: 'specialization'")))
+    memo = _decoded(_field(data, "key_memo", dict, where), f"{where}: 'key_memo'")
+    if type(memo) is not tuple:
+        raise _Unusable(f"{where}: 'key_memo' must be a tuple")
+    try:
+        hash(memo)  # dict keys of Triton's memo
+    except TypeError:
+        raise _Unusable(f"{where}: 'key_memo' holds a list") from None
+    return _Entry(function=_field(data, "function", str, where), triton_key=_field(data, "triton_key", str, where),
+                  group=tuple(group), src=src, specialization=tuple(specialization),
+                  param_names=_strings(_field(data, "param_names", list, where), f"{where}: 'param_names'"),
+                  key_memo=memo)
+
+
+@dataclass(frozen=True)
+class _Records:
+    """A body of :func:`records`, checked (:func:`_parse_records`)."""
+
+    classes: dict[str, tuple]  # kernel name -> _class_stamp
+    functions: dict[str, str]  # "module:qualname" -> Triton's source hash
+    plans: dict[str, tuple[tuple[str, ...], ...]]  # kernel name -> LaunchSpec.kwargs name sets
+    entries: dict[int, _Entry]  # job index -> its record
+
+
+def _parse_records(body: dict, num_jobs: int) -> _Records:
+    """The fields of ``body`` (a :func:`records` body whose fingerprint matched) past the
+    fingerprint, checked: every type, every job index within ``num_jobs`` and given once.
+
+    Raises:
+        _Unusable: naming the first field that is wrong.
+    """
+    keys = _field(body, "keys", int, "the body")
+    if keys != num_jobs:
+        raise _Unusable(f"field 'keys' is {keys}, this key space has {num_jobs}")
+    classes = {}
+    for name, stamp in _field(body, "classes", dict, "the body").items():
+        if (type(stamp) is not list or len(stamp) != 2 or type(stamp[0]) is not str
+                or stamp[1] is not None and type(stamp[1]) is not str):
+            raise _Unusable(f"'classes' entry {name!r} is no (class name, module SHA-256) pair")
+        classes[name] = tuple(stamp)
+    functions = {}
+    for name, source_hash in _field(body, "functions", dict, "the body").items():
+        if type(source_hash) is not str:
+            raise _Unusable(f"'functions' entry {name!r} must be a str, not {type(source_hash).__name__}")
+        functions[name] = source_hash
+    plans = {}
+    for name, sets in _field(body, "plans", dict, "the body").items():
+        if type(sets) is not list:
+            raise _Unusable(f"'plans' entry {name!r} must be a list, not {type(sets).__name__}")
+        plans[name] = tuple(_strings(s, f"'plans' entry {name!r}") for s in sets)
+        if not all(n.isidentifier() for names in plans[name] for n in names):  # they name kwargs in generated code
+            raise _Unusable(f"'plans' entry {name!r} holds a name that is no identifier")
+    entries: dict[int, _Entry] = {}
+    for n, data in enumerate(_field(body, "entries", list, "the body")):
+        job = _field(data, "job", int, f"entry {n}") if type(data) is dict else None
+        if job is None or not 0 <= job < num_jobs or job in entries:
+            raise _Unusable(f"entry {n}: 'job' is no job index of this key space, or one given twice")
+        entries[job] = _parse_entry(data, f"entry {n} (job {job})")
+    return _Records(classes, functions, plans, entries)
+
+
+def _why(error: Exception) -> str:
+    text = str(error) if isinstance(error, _Unusable) else f"{type(error).__name__}: {error}"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def cache_folder_warnings() -> list[str]:
+    """One warning line (none when all is well) when Triton's cache folder, or zerojit's
+    ``.zerojit`` folder in it, can be written by other users: their restore index and digests
+    decide which compiled code a warm-up loads, so whoever can write there chooses the code.
+
+    The rule (mode bits only, of those two folders, not of the folders above them): writable
+    by others (``S_IWOTH``, sticky bit or not: the sticky bit keeps others from replacing a file,
+    not from adding one), or writable by the group when that group is not the user's private
+    group (a group named as the user, with no other member). Only a warning (the index is still
+    used): a JSON index never runs code, and every file it names is checked as any other entry.
+    """
+    root = cache_dir()
+    shared = []
+    for folder in (root, os.path.join(root, ".zerojit")):
+        try:
+            st = os.stat(folder)
+        except OSError:  # none yet (created with this user's umask)
+            continue
+        if st.st_mode & stat.S_IWOTH or st.st_mode & stat.S_IWGRP and not _private_group(st.st_gid):
+            who = "every user" if st.st_mode & stat.S_IWOTH else f"group {_group_name(st.st_gid)}"
+            shared.append(f"{folder} (mode {stat.S_IMODE(st.st_mode):o}: {who})")
+    if not shared:
+        return []
+    return [f"WARNING: other users can write to {' and '.join(shared)}: the restore index and digests there decide "
+            "which compiled code is loaded; make it writable by you only (chmod go-w)"]
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
+def _private_group(gid: int) -> bool:
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        group = grp.getgrgid(gid)
+    except KeyError:  # a user or group with no name here (a container's numeric ids)
+        return False
+    return group.gr_name == user and set(group.gr_mem) <= {user}
 
 
 @functools.lru_cache(maxsize=None)
@@ -444,34 +644,53 @@ def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, 
         jobs: the warm-up's ``(kernel, key)`` jobs, in plan order (``digest`` is their digest).
         target: the Triton target being warmed for.
         load: load modules, functions and launchers (on a GPU).
-        notes: gets one line when an index is there but refused: unreadable, or a fingerprint
-            field that differs (named: ``triton_version`` for an index of another Triton).
+        notes: gets one line when an index is there but not used, naming the file and why:
+            unreadable (any failure to read or parse it, a SHA-256 that does not match, a field
+            missing or of the wrong type), or a fingerprint field that differs (named:
+            ``triton_version`` for an index of another Triton). The warm-up then runs normally
+            and rewrites the index.
 
     Returns:
         ``{job index: (variant, seconds)}`` for each restored job; every other job still needs a
-        normal warm-up. Never raises for a stale or missing index (it restores nothing).
+        normal warm-up. Never raises for a stale, damaged or missing index (it restores nothing).
     """
     if not _supported():
         return {}
     path = index_path(digest, target)
-    return restore_records(jobs, _load_index(path, notes), target, load=load, notes=notes,
-                           what=f"restore index {path}")
+    try:
+        body = _read_index(path)
+    except Exception as e:  # whatever a damaged file makes the reader raise: never a failed warm-up
+        if notes is not None:
+            notes.append(f"restore index {path} is unreadable ({_why(e)}); warmed up normally and rewritten")
+        return {}
+    return restore_records(jobs, body, target, load=load, notes=notes, what=f"restore index {path}")
 
 
-def restore_records(jobs: Sequence[tuple[Any, Any]], body: dict | None, target: Any, *, load: bool,
+def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, load: bool,
                     notes: list[str] | None = None,
                     what: str = "restore records") -> dict[int, tuple[CompiledVariant, float]]:
-    """Restore the variants of :func:`records` ``body`` (made for these very ``jobs``) that still
-    match this process (fingerprint, kernel classes, ``triton.jit`` source hashes, files on disk).
+    """Restore the variants of :func:`records` ``body`` (made for these very ``jobs``; None:
+    there are none) that still match this process (fingerprint, kernel classes, ``triton.jit``
+    source hashes, files on disk).
 
-    Returns ``{job index: (variant, seconds)}``; never raises for a stale or broken record. A
-    fingerprint that differs refuses the whole body, with a line in ``notes`` (``"<what> refused:
-    field 'triton_version' differs: ..."``)."""
+    Returns ``{job index: (variant, seconds)}``; never raises for a stale or broken record. A body
+    not used at all gives one line in ``notes``: ``"<what> refused: field 'triton_version'
+    differs: ..."`` (another fingerprint) or ``"<what> is unreadable (<why>)"`` (a field missing
+    or of the wrong type, anywhere: nothing of it is used then)."""
     import time
 
-    if not _supported() or not isinstance(body, dict) or body.get("keys") != len(jobs):
+    if not _supported() or body is None:
         return {}
-    why = fingerprint_mismatch(body.get("fingerprint"), target)
+    try:
+        fingerprint = _field(body, "fingerprint", dict, "the body") if type(body) is dict else None
+        if fingerprint is None:
+            raise _Unusable(f"the body is a {type(body).__name__}, not an object")
+        why = fingerprint_mismatch(fingerprint, target)
+        parsed = _parse_records(body, len(jobs)) if why is None else None
+    except Exception as e:  # a damaged body: it may hold anything JSON can
+        if notes is not None:
+            notes.append(f"{what} is unreadable ({_why(e)}); warmed up normally and rewritten")
+        return {}
     if why is not None:
         if notes is not None:
             notes.append(f"{what} refused: {why}; warmed up normally")
@@ -483,25 +702,25 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: dict | None, target: 
     planned: set[str] = set()
     restored: dict[int, tuple[CompiledVariant, float]] = {}
     with shared_launchers() if load else contextlib.nullcontext():
-        for i, entry in body["entries"].items():
+        for i, entry in parsed.entries.items():
             start = time.perf_counter()
             kernel, key = jobs[i]
-            if not _restorable(kernel) or body["classes"].get(kernel.name) != _class_stamp(kernel):
+            if not _restorable(kernel) or parsed.classes.get(kernel.name) != _class_stamp(kernel):
                 continue
             jit_fn = kernel.kernel
             if entry.function != _function_name(jit_fn):
                 continue
             ok = functions_ok.get(entry.function)
             if ok is None:
-                ok = functions_ok[entry.function] = body["functions"].get(entry.function) == _tc.source_hash(jit_fn)
+                ok = functions_ok[entry.function] = parsed.functions.get(entry.function) == _tc.source_hash(jit_fn)
             if not ok:
                 continue
             group = {name: os.path.join(root, rel) for name, rel in entry.group}
             try:
-                compiled = install(jit_fn, device, entry.triton_key, group, pickle.loads(entry.src), backends, load=load)
-            except Exception:  # a file gone, a load refused: the normal warm-up says why
+                compiled = install(jit_fn, device, entry.triton_key, group, entry.src, backends, load=load)
+                _prepare_launches(kernel, device, entry, parsed.plans.get(kernel.name, ()), planned)
+            except Exception:  # a file gone, a load refused, a plan refused: the normal warm-up says why
                 continue
-            _prepare_launches(kernel, device, entry, body.get("plans", {}).get(kernel.name, ()), planned)
             variant = CompiledVariant(kernel=kernel.name, key=key, triton_key=entry.triton_key,
                                       specialization=entry.specialization, param_names=entry.param_names,
                                       loaded=load, compiled=compiled)
