@@ -67,7 +67,6 @@ import os
 import pwd
 import stat
 import sys
-import uuid
 from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
@@ -77,6 +76,7 @@ from .cache import cache_dir, use_fast_triton_key
 from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
 from .manifest import decode_exact, encode_exact
+from .outputs import write_output
 from .specialization import SpecClass
 
 __all__ = ["restore_variants", "restore_records", "records", "save_index", "index_path", "build_compiled_kernel",
@@ -263,20 +263,9 @@ def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVaria
     data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
     header = json.dumps({"format": _HEADER, "sha256": hashlib.sha256(data).hexdigest()}).encode()
     path = index_path(digest, target)
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        # open()'s mode, not mkstemp's 0600: ranks or users sharing the cache folder read it too
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(header + b"\n" + data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        write_output(path, header + b"\n" + data)
     except OSError:
         return None
     return path
