@@ -22,9 +22,10 @@ This module provides:
   CUDA launcher modules a warm-up's workers built (Triton 3.6; later versions build none), kept
   per Triton install, so a cold warm-up into a new cache folder on that install copies them
   instead of building them again;
-* bundles: :func:`export_bundle` writes the entries of a warm-up as one archive with a manifest,
-  :func:`import_bundle` verifies everything (manifest fields, every file's SHA-256) before
-  installing anything, then moves whole entries into the cache folder.
+* bundles: :func:`export_bundle` writes the entries of a warm-up as one archive with a manifest
+  (never an entry that fails its check: :mod:`zerojit.integrity`), :func:`import_bundle`
+  verifies everything (manifest fields, every file's SHA-256, each file's structure) before
+  installing anything, then moves whole entries into the cache folder, their digests recorded.
 
 A bundle is a ``tar.gz``: ``manifest.json`` first, then ``entries/<entry>/<file>``. The manifest
 (:class:`BundleManifest`) names the Triton version and build, Python, target, ``ptxas``, the
@@ -723,8 +724,10 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
 
     Raises:
         TypeError: ``path`` is not a path (str or os.PathLike).
-        BundleError: a failed warm-up (a bundle must be complete), a missing cache file, no
-            target known, ``path`` not a regular file (it is never replaced), or the write failed.
+        BundleError: a failed warm-up (a bundle must be complete), a missing cache file, a
+            damaged one (named; its entry is dropped from the cache, so an export run again
+            compiles it afresh), no target known, ``path`` not a regular file (it is never
+            replaced), or the write failed.
     """
 
     path = _bundle_path(path)

@@ -13,7 +13,9 @@ The next warm-up of the same key space, when the index's fingerprint still match
 variant straight into the kernel's in-process cache:
 
 * the ``CompiledKernel`` is built from the metadata JSON and the cubin only (the IR files load
-  when ``asm`` is read), with one metadata ``namedtuple`` class per field set;
+  when ``asm`` is read), with one metadata ``namedtuple`` class per field set; the entry's group
+  file and each file are checked as they are read (:mod:`zerojit.integrity`: a damaged one is
+  named once and its key goes through the normal warm-up, which compiles it again);
 * on a GPU, the module and function load as before (:func:`zerojit.triton_compat.load_compiled`), and
   kernels with the same signature and launch metadata share one launcher object instead of each
   importing the launcher module again.
