@@ -756,12 +756,13 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         for name, p in files.items():
             with open(p, "rb") as f:
                 blobs[(entry, name)] = f.read()
-            try:  # never pack a damaged entry (zerojit.integrity)
-                if name.startswith("__grp__"):
-                    integrity.read_group_file(p)
-                else:
-                    digests = integrity.digests_of(os.path.dirname(p)) if digests is None else digests
-                    integrity.check_data(p, blobs[(entry, name)], digests)
+            try:  # never pack a damaged entry (zerojit.integrity); the error below names it, not a log line
+                with integrity.collecting():
+                    if name.startswith("__grp__"):
+                        integrity.read_group_file(p)
+                    else:
+                        digests = integrity.digests_of(os.path.dirname(p)) if digests is None else digests
+                        integrity.check_data(p, blobs[(entry, name)], digests)
             except integrity.DamagedFileError as e:
                 raise BundleError(f"{e}: not packed, and the entry was dropped from the cache; run the export again "
                                   "to compile it afresh") from None
