@@ -201,7 +201,8 @@ def test_an_entry_first_seen_with_no_digest_is_checked_by_its_structure(cache, m
         folder = os.path.dirname(path_of(warm, i, ".cubin"))
         with open(cache / ".zerojit" / "digests" / f"{os.path.basename(folder)}.json") as f:
             digests = json.load(f)["files"]
-        assert digests == {n: hashlib.sha256(d).hexdigest() for n, d in before[i].items() if not n.startswith("__grp__")}
+        assert digests == {n: hashlib.sha256(d).hexdigest() for n, d in before[i].items()
+                           if not n.startswith("__grp__")}
 
 
 def test_compile_workers_record_digests_before_the_group_file(cache):
@@ -314,8 +315,7 @@ def test_after_warm_up_a_runtime_compile_meeting_a_damaged_group_file_is_a_miss(
     assert open(path, "rb").read() == before[0][os.path.basename(path)]
 
 
-def test_a_damaged_launcher_module_is_built_again_and_a_damaged_remembered_copy_is_not_used(cache, tmp_path,
-                                                                                            monkeypatch, caplog):
+def test_a_damaged_launcher_module_is_built_again_and_a_damaged_remembered_copy_is_not_used(cache, caplog):
     """Triton 3.6 caches each signature's C launcher module alone (``__triton_launcher.so``, no
     group file), and zerojit remembers a copy per install. Any ELF file stands in for one here
     (building a real one needs ``libcuda``)."""

@@ -357,8 +357,7 @@ def install_remembered_launcher(launcher_key: str) -> bool:
             expected = f.read().strip()
     except (OSError, ValueError):
         expected = None
-    why = integrity.file_problem(launcher_file(), data) if expected is None else (
-        None if integrity.sha256(data) == expected else "its SHA-256 differs from the digest recorded when it was stored")
+    why = integrity.problem(launcher_file(), data, expected)
     if why is not None:
         integrity.note_damaged(path, why)
         for p in (path, f"{path}.sha256"):

@@ -49,8 +49,8 @@ from typing import Iterator, Mapping
 from . import triton_compat as _tc
 
 __all__ = ["DamagedFileError", "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
-           "note_damaged", "check_data", "read_checked", "check_files", "read_group_file", "checked_manager_class", "install_checked_manager",
-           "plain_manager_class", "collecting", "drop_entry"]
+           "problem", "note_damaged", "check_data", "read_checked", "check_files", "read_group_file", "drop_entry",
+           "checked_manager_class", "install_checked_manager", "plain_manager_class", "collecting"]
 
 logger = logging.getLogger("zerojit.integrity")
 
@@ -184,7 +184,10 @@ def file_problem(name: str, data: bytes) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _why(name: str, data: bytes, expected: str | None) -> str | None:
+def problem(name: str, data: bytes, expected: str | None) -> str | None:
+    """What is wrong with ``data``, the content of cache file ``name``, or None: its SHA-256
+    against ``expected`` (the digest recorded when it was stored), or with none
+    :func:`file_problem`."""
     if expected is not None:
         return None if sha256(data) == expected else "its SHA-256 differs from the digest recorded when it was stored"
     return file_problem(name, data)
@@ -218,7 +221,7 @@ def check_data(path: str, data: bytes, digests: Mapping[str, str] | None = None)
     folder, name = os.path.split(path)
     if digests is None:
         digests = digests_of(folder)
-    why = _why(name, data, digests.get(name))
+    why = problem(name, data, digests.get(name))
     if why is not None:
         raise _damaged(path, why)
     if name not in digests:
@@ -257,7 +260,7 @@ def check_files(files: Mapping[str, str]) -> None:
                 data = f.read()
         except OSError as e:
             raise _damaged(path, f"it cannot be read: {e.strerror or e}") from None
-        why = _why(name, data, digests.get(name))
+        why = problem(name, data, digests.get(name))
         if why is not None:
             raise _damaged(path, why)
         if name not in digests:
