@@ -277,7 +277,8 @@ class WarmupSession:
 
         self._closed = False
         self._hook, self._listener = jit_cache_hook, listener
-        self._manager = _manager_class(self, checked_manager_class(_tc.cache_manager_class() or _tc.default_cache_manager))
+        self._manager = _manager_class(self, checked_manager_class(_tc.cache_manager_class()
+                                                                   or _tc.default_cache_manager))
         _tc.set_cache_hook(jit_cache_hook)
         _tc.set_compile_listener(listener)
         self._restore_manager = _tc.set_cache_manager_class(self._manager)

@@ -111,7 +111,8 @@ __all__ = [
     "set_launcher_class", "launcher_share_key",
     # the disk cache and the toolchain
     "cache_manager", "default_cache_manager", "cache_manager_class", "set_cache_manager_class", "metadata_file_name",
-    "group_file_name", "read_group_file", "metadata_problem", "BINARY_EXTENSIONS", "build_key_function", "set_build_key_function", "backends_in_tree",
+    "group_file_name", "read_group_file", "metadata_problem", "BINARY_EXTENSIONS", "build_key_function",
+    "set_build_key_function", "backends_in_tree",
     "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch",
     # autotune and heuristics wrappers
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
