@@ -20,7 +20,7 @@ LAYERS = {
                      "zerojit.triton_compat", "zerojit.outputs"],
     "contract": ["zerojit.context", "zerojit.lint", "zerojit.autotune", "zerojit._launch", "zerojit.kernel",
                  "zerojit.inputs"],
-    "warm-up": ["zerojit.reports", "zerojit._primer", "zerojit.loading", "zerojit.cache", "zerojit.restore",
+    "warm-up": ["zerojit.reports", "zerojit.integrity", "zerojit._primer", "zerojit.loading", "zerojit.cache", "zerojit.restore",
                 "zerojit._compile_worker", "zerojit.precompile", "zerojit.distributed", "zerojit.registry",
                 "zerojit.manifest"],
     "observation": ["zerojit.growth", "zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording"],

@@ -211,6 +211,7 @@ class Worker:
         # that its boot imports no more of zerojit than compiling needs.
         from zerojit import triton_compat
         from zerojit.compile_only import CompileOnlyDriver
+        from zerojit.integrity import checked_manager_class
 
         self.tc = triton_compat
         triton_compat.set_cache_dir(setup["cache_dir"])
@@ -219,6 +220,9 @@ class Worker:
         # the parent's exact target (warp size included), checked there: not asked of ptxas again
         drv = CompileOnlyDriver(f"{self.target.backend}:{self.target.arch}", gpu_target=self.target)
         triton_compat.set_driver(drv)
+        # digests of what it stores, written before each entry's group file; a damaged entry is a miss
+        triton_compat.set_cache_manager_class(
+            checked_manager_class(triton_compat.cache_manager_class() or triton_compat.default_cache_manager))
         self.functions: dict = {}
         self.hit: list = []  # the current compile's cache hits, from Triton's listener
         self.stages: list = []  # and its (stage, seconds)

@@ -22,9 +22,10 @@ This module provides:
   CUDA launcher modules a warm-up's workers built (Triton 3.6; later versions build none), kept
   per Triton install, so a cold warm-up into a new cache folder on that install copies them
   instead of building them again;
-* bundles: :func:`export_bundle` writes the entries of a warm-up as one archive with a manifest,
-  :func:`import_bundle` verifies everything (manifest fields, every file's SHA-256) before
-  installing anything, then moves whole entries into the cache folder.
+* bundles: :func:`export_bundle` writes the entries of a warm-up as one archive with a manifest
+  (never an entry that fails its check: :mod:`zerojit.integrity`), :func:`import_bundle`
+  verifies everything (manifest fields, every file's SHA-256, each file's structure) before
+  installing anything, then moves whole entries into the cache folder, their digests recorded.
 
 A bundle is a ``tar.gz``: ``manifest.json`` first, then ``entries/<entry>/<file>``. The manifest
 (:class:`BundleManifest`) names the Triton version and build, Python, target, ``ptxas``, the
@@ -34,6 +35,7 @@ cache-relevant environment, every kernel with its keys, and every file with its 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -52,6 +54,7 @@ from typing import Any, Iterable, Mapping
 
 from . import _version
 from . import autotune as _autotune
+from . import integrity
 from . import triton_compat as _tc
 from ._primer import primer
 from .compile_only import active_compile_only, current_target_name, target_name
@@ -321,28 +324,52 @@ def remembered_launcher(launcher_key: str) -> str:
 
 def remember_launcher(launcher_key: str) -> None:
     """Keep a copy of the launcher module of ``launcher_key`` that is in the cache folder (written
-    whole: a copy, then a rename); nothing there, or a read-only home, is not an error
-    (remembering is only an optimisation)."""
+    whole: a copy, then a rename), its SHA-256 beside it (``<copy>.sha256``, written first:
+    :mod:`zerojit.integrity`); nothing there, or a read-only home, is not an error (remembering
+    is only an optimisation)."""
     path = remembered_launcher(launcher_key)
     built = _tc.cache_manager(launcher_key).get_file(launcher_file())
     if built is None or os.path.exists(path):
         return
+    tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        shutil.copyfile(built, tmp)
+        with open(built, "rb") as f:
+            data = f.read()
+        _autotune.write_atomically(f"{path}.sha256", integrity.sha256(data).encode())
+        with open(tmp, "wb") as f:
+            f.write(data)
         os.replace(tmp, path)
     except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def install_remembered_launcher(launcher_key: str) -> bool:
     """Put the remembered launcher module of ``launcher_key`` into the cache folder, where Triton
     looks for it (its cache manager writes the file whole); False when none is remembered or it
-    cannot be read (the caller then builds it)."""
+    cannot be read (the caller then builds it). A copy that fails its check (its digest, or with
+    none an ELF file that fits its size: :mod:`zerojit.integrity`) is named once in the warm-up
+    report and deleted, so the next build is remembered again."""
+    path = remembered_launcher(launcher_key)
     try:
-        with open(remembered_launcher(launcher_key), "rb") as f:
+        with open(path, "rb") as f:
             data = f.read()
+    except OSError:
+        return False
+    try:
+        with open(f"{path}.sha256", encoding="ascii") as f:
+            expected = f.read().strip()
+    except (OSError, ValueError):
+        expected = None
+    why = integrity.problem(launcher_file(), data, expected)
+    if why is not None:
+        integrity.note_damaged(path, why)
+        for p in (path, f"{path}.sha256"):
+            with contextlib.suppress(OSError):
+                os.unlink(p)
+        return False
+    try:
         _tc.cache_manager(launcher_key).put(data, launcher_file(), binary=True)
     except OSError:
         return False
@@ -702,8 +729,9 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
 
     Raises:
         TypeError: ``path`` is not a path (str or os.PathLike).
-        BundleError: a failed warm-up (a bundle must be complete), a missing cache file, or no
-            target known.
+        BundleError: a failed warm-up (a bundle must be complete), a missing cache file, a
+            damaged one (named; its entry is dropped from the cache, so an export run again
+            compiles it afresh), or no target known.
         zerojit.outputs.OutputError: ``path`` is not a regular file (it is never replaced), or
             the write failed (a full disk); ``path`` is as it was.
     """
@@ -730,9 +758,20 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         k["keys"].append(_key_fields(v.key))
     blobs: dict[tuple[str, str], bytes] = {}
     for entry, files in entries.items():
+        digests = None
         for name, p in files.items():
             with open(p, "rb") as f:
                 blobs[(entry, name)] = f.read()
+            try:  # never pack a damaged entry (zerojit.integrity); the error below names it, not a log line
+                with integrity.collecting():
+                    if name.startswith("__grp__"):
+                        integrity.read_group_file(p)
+                    else:
+                        digests = integrity.digests_of(os.path.dirname(p)) if digests is None else digests
+                        integrity.check_data(p, blobs[(entry, name)], digests)
+            except integrity.DamagedFileError as e:
+                raise BundleError(f"{e}: not packed, and the entry was dropped from the cache; run the export again "
+                                  "to compile it afresh") from None
     tuning: dict[str, bytes] = {}
     folder = os.path.join(cache_dir(), _autotune.TUNING_FOLDER)
     for name in sorted(kernels):  # a kernel's tuning files: "<kernel>-<source hash>.json"
@@ -1045,12 +1084,15 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
     paths to the entry's final place, then moves each entry in under its entry lock: a missing
     entry folder is renamed into place at once; an existing incomplete one, or one whose files
     differ from the bundle's (a damaged or tampered cubin: the bundle's files are verified), gets
-    its files first and its group file last; one identical to the bundle's is kept. Stale
-    leftovers of killed imports and Triton writes are removed first (:func:`remove_leftovers`).
-    Returns ``(installed, already_present)``.
+    its files first and its group file last; one identical to the bundle's is kept. Each entry's
+    digests (:mod:`zerojit.integrity`) are recorded before it is moved in. Stale leftovers of
+    killed imports and Triton writes are removed first (:func:`remove_leftovers`). Returns
+    ``(installed, already_present)``.
 
     Raises:
-        BundleCorruptError: an entry without exactly one ``__grp__`` file or an unreadable one.
+        BundleCorruptError: an entry without exactly one ``__grp__`` file or an unreadable one, or
+            a file that fails :func:`zerojit.integrity.file_problem` (a cubin cut short, metadata
+            Triton cannot use: exported damaged by an older zerojit); nothing is installed then.
         BundleCacheDirError: the cache folder cannot be created or written (read-only, a file,
             disk full); nothing was installed, or (says how many) only whole entries.
     """
@@ -1059,6 +1101,10 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
         groups = [n for n in names if n.startswith("__grp__")]
         if len(groups) != 1:
             raise BundleCorruptError(f"cache entry {entry} has {len(groups)} __grp__ files, not 1")
+        for name, data in names.items():  # exported damaged (its SHA-256 then agrees): zerojit.integrity
+            why = None if name in groups else integrity.file_problem(name, data)
+            if why is not None:
+                raise BundleCorruptError(f"cache entry {entry}: {name} is damaged ({why}); nothing was installed")
     try:
         os.makedirs(root, exist_ok=True)
         remove_leftovers(root)
@@ -1088,6 +1134,8 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
             folder = os.path.join(staging, entry)
             group = next(n for n in names if n.startswith("__grp__"))
             with entry_lock(entry, root):
+                # the digests first: the entry counts as stored once its group file is in place
+                integrity.record(final, {n: integrity.sha256(d) for n, d in names.items() if n != group}, replace=True)
                 if all(_same_file(os.path.join(final, n), os.path.join(folder, n)) for n in names):
                     present.append(entry)
                     continue

@@ -60,7 +60,6 @@ import contextlib
 import contextvars
 import dataclasses
 import hashlib
-import json
 import os
 import pickle
 import subprocess
@@ -78,6 +77,7 @@ from .cache import (cache_dir, entry_lock, entry_lock_path, install_remembered_l
                     launcher_lock_path, remember_compile_seconds, remember_launcher, remembered_compile_seconds,
                     use_fast_triton_key)
 from .compile_only import active_compile_only, warm_target
+from .integrity import checked_manager_class
 from .kernel import _DEVICE_CACHE_LOCK, _WARMUP_SINK, CompiledVariant, TritonJitKernel
 from .reports import WarmupStats, count
 from .restore import index_path, install, shared_launchers
@@ -116,7 +116,8 @@ class _JobState:
 
 def _manager_class(session: "WarmupSession", base: type) -> type:
     """Triton's cache manager class, with ``get_group`` (Triton's disk lookup in ``compile``)
-    reporting to ``session`` for its own warm-up jobs; everything else is ``base``'s."""
+    reporting to ``session`` for its own warm-up jobs; everything else is ``base``'s (a
+    :func:`zerojit.integrity.checked_manager_class`: a damaged entry is a miss)."""
     class ZerojitCacheManager(base):  # type: ignore[misc, valid-type]
         _zerojit_base = base  # the manager it stands in for (zerojit.restore checks it)
 
@@ -129,34 +130,10 @@ def _manager_class(session: "WarmupSession", base: type) -> type:
             if _SESSION.get() is session and not session._closed:
                 job = _JOB.get()
                 if job is not None and job.pending is not None and filename == _tc.metadata_file_name(job.pending[0]):
-                    return session._on_lookup(self, base, filename, _whole(self, filename, group), job)
+                    return session._on_lookup(self, base, filename, group, job)
             return group
 
     return ZerojitCacheManager
-
-
-def _whole(manager: Any, filename: str, group: Any) -> Any:
-    """``group`` when every file its group file lists exists, else None (a miss).
-
-    Triton's ``get_group`` drops the files that are gone and reports a hit if the metadata is
-    left, so an entry that lost its cubin (a disk fault, a hand-deleted file) would fail every
-    warm-up with ``KeyError: 'cubin'``, and one whose metadata file holds garbage with a bare
-    ``JSONDecodeError``; as a miss, the warm-up compiles it again and Triton rewrites the entry
-    whole.
-    """
-    folder = getattr(manager, "cache_dir", None)
-    if not group or not folder:
-        return group
-    try:
-        listed = _tc.read_group_file(os.path.join(folder, _tc.group_file_name(filename)))
-        if len(group) != len(listed):  # Triton 3.6/3.7 drop a missing file (3.8 returns None)
-            return None
-        with open(group[filename], encoding="utf-8") as f:  # the metadata Triton's compile reads first
-            if not isinstance(json.load(f), dict):
-                return None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return group
 
 
 @dataclass(frozen=True)
@@ -300,7 +277,8 @@ class WarmupSession:
 
         self._closed = False
         self._hook, self._listener = jit_cache_hook, listener
-        self._manager = _manager_class(self, _tc.cache_manager_class() or _tc.default_cache_manager)
+        self._manager = _manager_class(self, checked_manager_class(_tc.cache_manager_class()
+                                                                   or _tc.default_cache_manager))
         _tc.set_cache_hook(jit_cache_hook)
         _tc.set_compile_listener(listener)
         self._restore_manager = _tc.set_cache_manager_class(self._manager)
@@ -372,7 +350,7 @@ class WarmupSession:
         lock = entry_lock(entry)
         lock.acquire()
         job.locks.append(lock)
-        group = _whole(manager, filename, base.get_group(manager, filename))
+        group = base.get_group(manager, filename)
         if group and filename in group:  # missing before the lock: another process compiled it meanwhile
             with self._lock:
                 self.counts.lock_waits += 1

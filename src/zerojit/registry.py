@@ -34,7 +34,7 @@ from .triton_compat import import_launch_path_modules
 # `import zerojit` imports the registry, and every compile worker pays that import when its
 # kernels' modules import zerojit.kernel (the three cost 17 ms of a worker's ~0.4 s boot on the
 # 2-core CI machine). None of them imports the registry, so these imports close no cycle.
-from . import loading
+from . import integrity, loading
 from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers
 from .kernel import TritonJitKernel
 from .manifest import RecordedKernel, read_manifest, warmup_plan
@@ -489,34 +489,38 @@ class JitWarmupRegistry:
         # said in recovered: an index that is there but refused (another Triton, damaged, ...), and a
         # cache folder that other users can write to
         refused: list[str] = cache_folder_warnings() if compiles else []
-        t0 = time.perf_counter()
-        if group is None and restore_target is not None:
-            restored = restore_variants(jobs, digest, restore_target, load=not dry, notes=refused)
-            if extra and restore_variants(extra, plan_digest(extra), restore_target, load=not dry, notes=refused):
-                extra = []  # the primer has an index of its own: it is not part of every warm-up
-        restore_seconds = time.perf_counter() - t0
-        imports_seconds = None
-        if restored:  # no warm-up launch ran: pay the launch path's lazy imports here, once per process
+        # from here on, for the process's lifetime, Triton's cache records digests and checks them
+        integrity.install_checked_manager()
+        with integrity.collecting() as damaged:  # each damaged cache file found, named once in recovered
             t0 = time.perf_counter()
-            import_launch_path_modules()
-            imports_seconds = time.perf_counter() - t0
-        rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
-        if compiles:  # killed imports' and Triton writes' stale leftovers (entry folders: only when compiling)
-            remove_leftovers(entries=bool(rest))
-        choice = made or choose_workers(workers, cores=usable_cores(), to_compile=len(rest), restored=len(restored),
-                                        sharded=group is not None)
+            if group is None and restore_target is not None:
+                restored = restore_variants(jobs, digest, restore_target, load=not dry, notes=refused)
+                if extra and restore_variants(extra, plan_digest(extra), restore_target, load=not dry, notes=refused):
+                    extra = []  # the primer has an index of its own: it is not part of every warm-up
+            restore_seconds = time.perf_counter() - t0
+            imports_seconds = None
+            if restored:  # no warm-up launch ran: pay the launch path's lazy imports here, once per process
+                t0 = time.perf_counter()
+                import_launch_path_modules()
+                imports_seconds = time.perf_counter() - t0
+            rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
+            if compiles:  # killed imports' and Triton writes' stale leftovers (entry folders: only when compiling)
+                remove_leftovers(entries=bool(rest))
+            choice = made or choose_workers(workers, cores=usable_cores(), to_compile=len(rest), restored=len(restored),
+                                            sharded=group is not None)
 
-        prestarted, self._prestarted = self._prestarted, None  # start_workers': used or stopped by the session
-        with WarmupSession(workers=choice.workers, pool=prestarted) as session:
-            session.counts.recovered.extend(refused)
-            if group is not None:
-                from .distributed import sharded_warmup
+            prestarted, self._prestarted = self._prestarted, None  # start_workers': used or stopped by the session
+            with WarmupSession(workers=choice.workers, pool=prestarted) as session:
+                session.counts.recovered.extend(refused)
+                if group is not None:
+                    from .distributed import sharded_warmup
 
-                ran = sharded_warmup(session, rest, group, progress=progress)
-            elif rest:
-                ran = session.run(rest, progress=progress, expect_warm=imported is not None or bool(restored))
-            else:
-                ran = []
+                    ran = sharded_warmup(session, rest, group, progress=progress)
+                elif rest:
+                    ran = session.run(rest, progress=progress, expect_warm=imported is not None or bool(restored))
+                else:
+                    ran = []
+        session.counts.recovered.extend(damaged)
         ran_iter = iter(ran)
         outcomes = [JobOutcome(*restored[i], None) if i in restored else next(ran_iter) for i in range(len(jobs))]
         if restore_target is not None:

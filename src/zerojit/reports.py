@@ -74,8 +74,9 @@ class WarmupStats:
             into it from those remembered for this Triton install (built by an earlier
             warm-up's workers; see :func:`zerojit.cache.remembered_launcher`), not built again.
         recovered: what workers could not do (this process did it instead), or did only slowly
-            (a kernels' module that imports torch), one line per cause, ending ``[N keys]`` when
-            N keys gave the same line.
+            (a kernels' module that imports torch), and each damaged cache file found (named
+            once: :mod:`zerojit.integrity`), one line per cause, ending ``[N keys]`` when N keys
+            gave the same line.
         bundle_entries: cache entries installed from a bundle.
         restored: variants put straight into the in-process caches from zerojit's restore index
             (a warm start: no Triton lookup; see :mod:`zerojit.restore`).

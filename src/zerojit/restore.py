@@ -13,7 +13,9 @@ under. The next warm-up of the same key space, when the index's fingerprint stil
 variant straight into the kernel's in-process cache:
 
 * the ``CompiledKernel`` is built from the metadata JSON and the cubin only (the IR files load
-  when ``asm`` is read), with one metadata ``namedtuple`` class per field set;
+  when ``asm`` is read), with one metadata ``namedtuple`` class per field set; the entry's group
+  file and each file are checked as they are read (:mod:`zerojit.integrity`: a damaged one is
+  named once and its key goes through the normal warm-up, which compiles it again);
 * on a GPU, the module and function load as before (:func:`zerojit.triton_compat.load_compiled`), and
   kernels with the same signature and launch metadata share one launcher object instead of each
   importing the launcher module again.
@@ -73,6 +75,7 @@ from typing import Any, Iterator, Sequence
 
 from . import triton_compat as _tc
 from .cache import cache_dir, use_fast_triton_key
+from .integrity import digests_of, plain_manager_class, read_checked, read_group_file
 from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
 from .manifest import decode_exact, encode_exact
@@ -112,8 +115,7 @@ def index_path(digest: str, target: Any) -> str:
 
 
 def _supported() -> bool:
-    manager = _tc.cache_manager_class()
-    manager = getattr(manager, "_zerojit_base", manager)  # a warm-up session's manager wraps Triton's
+    manager = plain_manager_class(_tc.cache_manager_class())  # zerojit's managers wrap Triton's
     return (os.environ.get("ZEROJIT_RESTORE", "1") != "0" and not _tc.interpreting()
             and manager in (None, _tc.default_cache_manager))  # None: Triton's default, the file cache
 
@@ -468,12 +470,8 @@ def _lazy_asm_class() -> type:
             self._binary_ext = binary_ext
 
         def _read(self, ext: str) -> Any:
-            path = self._files[ext]
-            if ext == self._binary_ext:
-                with open(path, "rb") as f:
-                    return f.read()
-            with open(path, encoding="utf-8") as f:
-                return f.read()
+            data = read_checked(self._files[ext])  # zerojit.integrity: its digest, else its structure
+            return data if ext == self._binary_ext else data.decode("utf-8")
 
         def _load_all(self) -> None:
             for ext in self._files:
@@ -531,23 +529,35 @@ def build_compiled_kernel(jit_fn: Any, group: dict[str, str], src: tuple, backen
     use) and the per-kernel namedtuple class. ``backends``: a cache of Triton backends by target,
     shared across calls.
 
+    The entry's group file, metadata and binary are checked as they are read
+    (:mod:`zerojit.integrity`), IR files when ``asm`` reads them.
+
     Raises:
+        zerojit.integrity.DamagedFileError: a file of the entry fails its check (named once in the
+            warm-up report; the entry is dropped, so Triton compiles it again).
         OSError: a file of the entry is gone.
+        ValueError: its group file lists other files than ``group`` (the entry was stored again).
         StopIteration: the group has no metadata file.
     """
     global _LazyAsm
     if _LazyAsm is None:
         _LazyAsm = _lazy_asm_class()
-    meta_path = next(p for name, p in group.items() if name.endswith(".json") and not name.startswith("__grp__"))
-    with open(meta_path, encoding="utf-8") as f:
-        metadata = json.load(f)
+    meta_name, meta_path = next((name, p) for name, p in group.items()
+                                if name.endswith(".json") and not name.startswith("__grp__"))
+    folder = os.path.dirname(meta_path)
+    if set(read_group_file(os.path.join(folder, _tc.group_file_name(meta_name)))) != set(group):
+        raise ValueError(f"the group file of cache entry {folder} lists other files")
+    digests = digests_of(folder)
+    metadata = json.loads(read_checked(meta_path, digests))
     t = metadata["target"]
     metadata["target"] = _tc.gpu_target(t["backend"], t["arch"], t["warp_size"])
     md = _metadata_class(tuple(sorted(metadata)))(**metadata)
     backend = _tc.backend_for(md.target, backends)
     files = {os.path.splitext(p)[1][1:]: p for name, p in group.items() if not name.endswith(".json")}
-    return _tc.new_compiled_kernel(jit_fn=jit_fn, src=src, metadata=md, metadata_group=group,
-                                   asm=_LazyAsm(files, backend.binary_ext), backend=backend)
+    asm = _LazyAsm(files, backend.binary_ext)
+    asm[backend.binary_ext] = read_checked(files[backend.binary_ext], digests)
+    return _tc.new_compiled_kernel(jit_fn=jit_fn, src=src, metadata=md, metadata_group=group, asm=asm,
+                                   backend=backend)
 
 
 def install(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], src: tuple, backends: dict, *,

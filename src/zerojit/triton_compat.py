@@ -111,7 +111,8 @@ __all__ = [
     "set_launcher_class", "launcher_share_key",
     # the disk cache and the toolchain
     "cache_manager", "default_cache_manager", "cache_manager_class", "set_cache_manager_class", "metadata_file_name",
-    "group_file_name", "read_group_file", "build_key_function", "set_build_key_function", "backends_in_tree",
+    "group_file_name", "read_group_file", "metadata_problem", "BINARY_EXTENSIONS", "build_key_function",
+    "set_build_key_function", "backends_in_tree",
     "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch",
     # autotune and heuristics wrappers
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
@@ -905,6 +906,39 @@ def read_group_file(path: str) -> dict[str, str]:
     if not isinstance(children, dict):
         raise TypeError(f"{path}: child_paths is not a mapping")
     return children
+
+
+#: The extensions of the binaries Triton's backends write into an entry (NVIDIA: ``cubin``, AMD:
+#: ``hsaco``), both ELF files; the other members are text (IR) and the metadata JSON.
+BINARY_EXTENSIONS = ("cubin", "hsaco")
+
+
+def metadata_problem(metadata: Any) -> str | None:
+    """What is wrong with an entry's parsed metadata JSON for Triton 3.6-3.9 (the fields a
+    ``CompiledKernel`` and the backends' ``pack_metadata`` read, each with a sane value), or None.
+    A structural check only: a stray edit that keeps every field sane is not caught."""
+    if not isinstance(metadata, dict):
+        return f"a JSON {type(metadata).__name__}, not an object"
+    target = metadata.get("target")
+    if not (isinstance(target, dict) and isinstance(target.get("backend"), str)
+            and isinstance(target.get("arch"), (int, str)) and _positive_int(target.get("warp_size"))):
+        return "its 'target' is not {backend, arch, warp_size}"
+    for name in ("name", "hash"):
+        if not (isinstance(metadata.get(name), str) and metadata[name]):
+            return f"its {name!r} is not a name"
+    warps = metadata.get("num_warps")
+    if not (_positive_int(warps) and warps & (warps - 1) == 0):
+        return f"'num_warps' is {warps!r}, not a power of two"
+    if not _positive_int(metadata.get("num_ctas")):
+        return f"'num_ctas' is {metadata.get('num_ctas')!r}, not a positive whole number"
+    shared = metadata.get("shared")
+    if not (isinstance(shared, int) and not isinstance(shared, bool) and shared >= 0):
+        return f"'shared' is {shared!r}, not a byte count"
+    return None
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def build_key_function() -> Callable[[], str]:

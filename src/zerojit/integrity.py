@@ -1,0 +1,438 @@
+"""Damage in Triton's disk cache: a digest of every file zerojit stores or first sees, checked
+as each file is read.
+
+Digests detect damage (a file cut short, a flipped bit, a stray edit), not tampering: whoever
+can write the cache folder can write the digests beside it too. A cache folder other users can
+write to is as trusted as they are.
+
+* **Recorded.** Each entry's files get a SHA-256 each in ``<cache>/.zerojit/digests/<entry>.json``,
+  written atomically (a temporary file, then a rename) *before* the entry counts as stored: in
+  :func:`checked_manager_class`'s ``put_group``, before Triton writes the group file (an entry's
+  commit point), and, for a C module Triton caches alone (Triton 3.6's per-signature launcher
+  ``__triton_launcher<EXT_SUFFIX>``, its ``cuda_utils``), in ``put``, before the module is renamed
+  into place. The warm-up's process and its compile workers use that manager; after a warm-up
+  it stays installed for the process's lifetime (:func:`install_checked_manager`), so runtime
+  compiles (the monitor's warn and off modes, ``zerojit exec``) store and check the same way.
+  ``bundle import`` records the digests of what it installs; zerojit's per-install copies of
+  launcher modules (:func:`zerojit.cache.remember_launcher`) keep theirs beside each copy
+  (``<copy>.sha256``).
+* **Checked** as each file is read: every member of an entry when Triton's lookup
+  (``get_group``) finds it (Triton then reads them all), the metadata and binary when zerojit's
+  restore builds a kernel (IR files only when ``asm`` reads them), every file ``bundle export``
+  packs. A file with no digest yet (an entry plain Triton wrote, or one from before digests)
+  gets a structural check that needs none, then its digest is recorded: a binary or C module
+  must be an ELF file whose headers and sections all fit in its size (which catches a cubin cut
+  short), the metadata must parse to the fields Triton reads with sane values
+  (:func:`zerojit.triton_compat.metadata_problem`), an IR file must be UTF-8 text.
+* **A failed check is a miss.** The file is named once (in the warm-up report's
+  ``WarmupStats.recovered``; outside a warm-up, one ``logging`` warning on logger
+  ``"zerojit.integrity"``) and the entry's group file is removed, so every reader (Triton's
+  lookup, the restore index, ``bundle export``) sees a miss until Triton compiles the entry
+  again and writes it whole, with new digests. A group file that does not parse, or lists a file
+  that is gone, is a miss too (Triton 3.6 raised ``JSONDecodeError`` for the former).
+
+Checking costs one SHA-256 per file read (see docs/start-up.md for the warm start).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import struct
+import sysconfig
+import threading
+from typing import Iterator, Mapping
+
+from . import triton_compat as _tc
+
+__all__ = ["DamagedFileError", "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
+           "problem", "note_damaged", "check_data", "read_checked", "check_files", "read_group_file", "drop_entry",
+           "checked_manager_class", "install_checked_manager", "plain_manager_class", "collecting"]
+
+logger = logging.getLogger("zerojit.integrity")
+
+_FORMAT = 1
+_MODULE_SUFFIX = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
+
+
+class DamagedFileError(OSError):
+    """A cache file that fails its check: its SHA-256 differs from the digest recorded when it was
+    stored, or (no digest yet) its structure is broken, or it is gone. ``path`` names it."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(f"cache file {path} is damaged ({why})")
+        self.path = path
+        self.why = why
+
+
+def sha256(data: bytes) -> str:
+    """The SHA-256 of ``data``, hex."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def digest_path(folder: str) -> str:
+    """The digests file of the cache entry in ``folder``: ``<cache>/.zerojit/digests/<entry>.json``."""
+    root, entry = os.path.split(os.path.normpath(folder))
+    return os.path.join(root, ".zerojit", "digests", f"{entry}.json")
+
+
+def digests_of(folder: str) -> dict[str, str]:
+    """The digests recorded for the entry in ``folder`` (file name -> SHA-256 hex); empty when none
+    are (or the digests file is unreadable: its files are then checked by structure and it is
+    written again)."""
+    try:
+        with open(digest_path(folder), "rb") as f:
+            body = json.loads(f.read())
+    except (OSError, ValueError):
+        return {}
+    files = body.get("files") if isinstance(body, dict) and body.get("format") == _FORMAT else None
+    if not isinstance(files, dict):
+        return {}
+    return {n: h for n, h in files.items() if isinstance(n, str) and isinstance(h, str)}
+
+
+def record(folder: str, digests: Mapping[str, str], *, replace: bool = False) -> None:
+    """Record ``digests`` (file name -> SHA-256 hex) for the entry in ``folder``, merged into those
+    recorded unless ``replace``. Written atomically (a temporary file, then a rename). A folder
+    that cannot be written records nothing and is no error (its files are then checked by
+    structure at each read)."""
+    path = digest_path(folder)
+    body = dict(digests) if replace else {**digests_of(folder), **digests}
+    tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump({"format": _FORMAT, "files": body}, f, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+# ---------------------------------------------------------------------------------------------
+# Structural checks (no digest needed)
+# ---------------------------------------------------------------------------------------------
+
+_ELF_HEADER = {1: "16xHHIIIIIHHHHHH", 2: "16xHHIQQQIHHHHHH"}  # ELF32 / ELF64 (System V gABI)
+_ELF_SECTION = {1: "IIIIIIIIII", 2: "IIQQQQIIQQ"}  # sh_offset, sh_size: fields 4 and 5 in both
+_SHT_NOBITS = 8
+
+
+def elf_problem(data: bytes) -> str | None:
+    """What is wrong with ``data`` as an ELF file (a cubin, a C module), or None: the header is
+    valid and the program headers, the section header table (``e_shoff + e_shnum *
+    e_shentsize``) and each section's extent fit in its size. A file cut short loses its section
+    header table (it comes last), so a cut is caught; a flipped bit inside a section is not (a
+    digest catches that)."""
+    size = len(data)
+    if size < 16 or data[:4] != b"\x7fELF":
+        return "not an ELF file"
+    cls, order, version = data[4], data[5], data[6]
+    if cls not in _ELF_HEADER or order not in (1, 2) or version != 1:
+        return "not an ELF file: its identification bytes are invalid"
+    end = "<" if order == 1 else ">"
+    header = struct.Struct(end + _ELF_HEADER[cls])
+    section = struct.Struct(end + _ELF_SECTION[cls])
+    if size < header.size:
+        return f"cut short: {size} bytes, less than an ELF header"
+    (_, _, _, _, phoff, shoff, _, _, phentsize, phnum, shentsize, shnum, _) = header.unpack_from(data)
+    if phnum and phoff + phnum * phentsize > size:
+        return f"cut short: its program headers end at byte {phoff + phnum * phentsize}, the file has {size}"
+    if not shoff:
+        return None
+    if shentsize < section.size:
+        return f"its section headers are {shentsize} bytes, not {section.size}"
+    if shnum == 0:  # more than 0xff00 sections: the count is section 0's sh_size
+        if shoff + section.size > size:
+            return f"cut short: its section headers start at byte {shoff}, the file has {size}"
+        shnum = section.unpack_from(data, shoff)[5]
+    if shoff + shnum * shentsize > size:
+        return f"cut short: its section headers end at byte {shoff + shnum * shentsize}, the file has {size}"
+    for i in range(shnum):
+        fields = section.unpack_from(data, shoff + i * shentsize)
+        if fields[1] not in (0, _SHT_NOBITS) and fields[4] + fields[5] > size:
+            return f"cut short: its section {i} ends at byte {fields[4] + fields[5]}, the file has {size}"
+    return None
+
+
+def file_problem(name: str, data: bytes) -> str | None:
+    """What is wrong with ``data``, the content of cache file ``name``, by its kind alone (no
+    digest), or None: a binary or C module is an ELF file (:func:`elf_problem`); the metadata
+    JSON holds what Triton reads (:func:`zerojit.triton_compat.metadata_problem`); anything else
+    (IR) is UTF-8 text."""
+    ext = name.rpartition(".")[2]
+    if ext in _tc.BINARY_EXTENSIONS or name.endswith(_MODULE_SUFFIX):
+        return elf_problem(data)
+    if ext == "json":
+        try:
+            metadata = json.loads(data)
+        except ValueError as e:
+            return f"its metadata is not JSON: {e}"
+        return _tc.metadata_problem(metadata)
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"not UTF-8 text: {e.reason} at byte {e.start}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Checked reads
+# ---------------------------------------------------------------------------------------------
+
+
+def problem(name: str, data: bytes, expected: str | None) -> str | None:
+    """What is wrong with ``data``, the content of cache file ``name``, or None: its SHA-256
+    against ``expected`` (the digest recorded when it was stored), or with none
+    :func:`file_problem`."""
+    if expected is not None:
+        return None if sha256(data) == expected else "its SHA-256 differs from the digest recorded when it was stored"
+    return file_problem(name, data)
+
+
+def note_damaged(path: str, why: str) -> DamagedFileError:
+    """The error for damaged file ``path``, named once (in the warm-up report being collected,
+    else in one logged warning)."""
+    error = DamagedFileError(path, why)
+    _note(error)
+    return error
+
+
+def _damaged(path: str, why: str, folder: str | None = None) -> DamagedFileError:
+    """The error for ``path`` (in the entry in ``folder``, default its own), named once and its
+    entry dropped."""
+    error = note_damaged(path, why)
+    drop_entry(folder or os.path.dirname(path))
+    return error
+
+
+def check_data(path: str, data: bytes, digests: Mapping[str, str] | None = None) -> None:
+    """Check ``data``, read from cache file ``path``: against its recorded digest (``digests``:
+    its entry's, when the caller read them already; else read here), or, with none, by
+    :func:`file_problem` (then its digest is recorded).
+
+    Raises:
+        DamagedFileError: the check failed (the file is named once in the warm-up report and its
+            entry dropped: see the module's docstring).
+    """
+    folder, name = os.path.split(path)
+    if digests is None:
+        digests = digests_of(folder)
+    why = problem(name, data, digests.get(name))
+    if why is not None:
+        raise _damaged(path, why)
+    if name not in digests:
+        record(folder, {name: sha256(data)})
+
+
+def read_checked(path: str, digests: Mapping[str, str] | None = None) -> bytes:
+    """The bytes of cache file ``path``, once they pass :func:`check_data`.
+
+    Raises:
+        DamagedFileError: the check failed.
+        OSError: the file cannot be read (gone).
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    check_data(path, data, digests)
+    return data
+
+
+def check_files(files: Mapping[str, str]) -> None:
+    """Check every file of one entry (file name -> path), as :func:`read_checked` does, recording
+    the digests of those seen first.
+
+    Raises:
+        DamagedFileError: the first file that fails (or is gone), named.
+    """
+    found: dict[str, dict[str, str]] = {}
+    first_seen: dict[str, dict[str, str]] = {}
+    for path in files.values():
+        folder, name = os.path.split(path)
+        digests = found.get(folder)
+        if digests is None:
+            digests = found[folder] = digests_of(folder)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise _damaged(path, f"it cannot be read: {e.strerror or e}") from None
+        why = problem(name, data, digests.get(name))
+        if why is not None:
+            raise _damaged(path, why)
+        if name not in digests:
+            first_seen.setdefault(folder, {})[name] = sha256(data)
+    for folder, digests in first_seen.items():
+        record(folder, digests)
+
+
+def read_group_file(path: str) -> dict[str, str]:
+    """The files the group file at ``path`` lists (name -> absolute path), each of which exists.
+
+    Raises:
+        DamagedFileError: it does not parse as a group file, or a file it lists is gone (named).
+        FileNotFoundError: there is no group file (an entry not stored yet: a plain miss).
+    """
+    try:
+        children = _tc.read_group_file(path)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as e:  # UnicodeDecodeError is a ValueError
+        raise _damaged(path, f"an unreadable group file: {type(e).__name__}") from None
+    if not all(isinstance(n, str) and isinstance(p, str) for n, p in children.items()):
+        raise _damaged(path, "a group file whose paths are not names")
+    for p in children.values():
+        if not os.path.exists(p):
+            raise _damaged(p, "it is gone; its entry's group file lists it", os.path.dirname(path))
+    return children
+
+
+def drop_entry(folder: str) -> None:
+    """Remove the group file(s) of the entry in ``folder``: it is then a miss for every reader
+    until Triton stores it again (a read-only cache keeps it; each read then finds the damage)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            if name.startswith(_tc.group_file_name("")):
+                os.unlink(os.path.join(folder, name))
+
+
+# ---------------------------------------------------------------------------------------------
+# Triton's cache manager, checking
+# ---------------------------------------------------------------------------------------------
+
+_CLASSES: dict[type, type] = {}
+_CLASSES_LOCK = threading.Lock()
+
+
+def checked_manager_class(base: type) -> type:
+    """Triton cache manager class ``base`` (``FileCacheManager`` or a user's), storing digests
+    and checking what it hands out:
+
+    * ``get_group``: a miss (None) for a group file that does not parse or lists a file that is
+      gone, or a member that fails its check; else ``base``'s group;
+    * ``put_group``: records the members' digests, then writes the group file;
+    * ``put`` of a C module (``*<EXT_SUFFIX>``, cached alone): records its digest, then writes
+      it; ``get_file`` of one: None when it fails its check (Triton builds it again).
+
+    ``base`` itself when it checks already. The class has ``_zerojit_base`` = ``base``
+    (:func:`plain_manager_class`)."""
+    if getattr(base, "_zerojit_checks", False):
+        return base
+    with _CLASSES_LOCK:
+        made = _CLASSES.get(base)
+        if made is None:
+            made = _CLASSES[base] = _make_checked(base)
+    return made
+
+
+def _make_checked(base: type) -> type:
+    class CheckedCacheManager(base):  # type: ignore[misc, valid-type]
+        _zerojit_base = base
+        _zerojit_checks = True
+
+        def get_group(self, filename: str):  # noqa: ANN201 (Triton's signature)
+            folder = getattr(self, "cache_dir", None)
+            if not folder:  # not a file cache: its own business
+                return super().get_group(filename)
+            try:
+                listed = read_group_file(os.path.join(folder, _tc.group_file_name(filename)))
+            except FileNotFoundError:
+                return None
+            except DamagedFileError:
+                return None
+            try:
+                group = super().get_group(filename)
+            except (OSError, ValueError, KeyError, TypeError):  # rewritten meanwhile: a miss, Triton compiles it
+                return None
+            if not group or set(group) != set(listed):
+                return None
+            try:
+                check_files(group)
+            except DamagedFileError:
+                return None
+            return group
+
+        def put_group(self, filename: str, group: dict):  # noqa: ANN201
+            folder = getattr(self, "cache_dir", None)
+            if folder:
+                digests = {}
+                for path in group.values():
+                    with contextlib.suppress(OSError):
+                        with open(path, "rb") as f:
+                            digests[os.path.basename(path)] = sha256(f.read())
+                record(folder, digests, replace=True)  # before the group file: the entry's commit point
+            return super().put_group(filename, group)
+
+        def put(self, data, filename: str, binary: bool = True):  # noqa: ANN001, ANN201
+            folder = getattr(self, "cache_dir", None)
+            if folder and isinstance(data, bytes) and filename.endswith(_MODULE_SUFFIX):
+                record(folder, {filename: sha256(data)}, replace=True)
+            return super().put(data, filename, binary)
+
+        def get_file(self, filename: str):  # noqa: ANN201
+            path = super().get_file(filename)
+            if path is not None and filename.endswith(_MODULE_SUFFIX):
+                try:
+                    read_checked(path)
+                except OSError:
+                    return None
+            return path
+
+    return CheckedCacheManager
+
+
+def plain_manager_class(cls: type | None) -> type | None:
+    """``cls`` without zerojit's wrappers (each names what it wraps as ``_zerojit_base``)."""
+    while cls is not None and getattr(cls, "_zerojit_base", None) is not None:
+        cls = cls._zerojit_base
+    return cls
+
+
+def install_checked_manager() -> None:
+    """Make Triton's cache manager check for the rest of this process (idempotent): the one set
+    (``TRITON_CACHE_MANAGER``, or Triton's file cache) wrapped by :func:`checked_manager_class`.
+    A warm-up calls it, so runtime compiles after it treat a damaged entry as a miss too."""
+    current = _tc.cache_manager_class()
+    if not getattr(current, "_zerojit_checks", False):
+        _tc.set_cache_manager_class(checked_manager_class(current or _tc.default_cache_manager))
+
+
+# ---------------------------------------------------------------------------------------------
+# Naming each damaged file once
+# ---------------------------------------------------------------------------------------------
+
+_NOTES_LOCK = threading.Lock()
+_collectors: list[dict[str, str]] = []
+_logged: set[str] = set()
+
+
+def _note(error: DamagedFileError) -> None:
+    message = f"{error}; treated as a miss (compiled again)"
+    with _NOTES_LOCK:
+        if _collectors:
+            _collectors[-1].setdefault(error.path, message)
+            return
+        if error.path in _logged:
+            return
+        _logged.add(error.path)
+    logger.warning("zerojit: %s", message)
+
+
+@contextlib.contextmanager
+def collecting() -> Iterator[list[str]]:
+    """Within this block, each damaged file found (in this process) is noted once, in the list
+    yielded (filled as the block ends: a warm-up adds it to ``WarmupStats.recovered``), instead
+    of being logged."""
+    found: dict[str, str] = {}
+    notes: list[str] = []
+    with _NOTES_LOCK:
+        _collectors.append(found)
+    try:
+        yield notes
+    finally:
+        with _NOTES_LOCK:
+            _collectors.remove(found)
+        notes.extend(found.values())

@@ -1,0 +1,350 @@
+"""A damaged disk cache is never used (``zerojit.integrity``): each damage is a miss that is
+compiled again, named once in the warm-up report, and the result afterwards is what the cold
+warm-up compiled (its bytes, read before the damage, are the reference).
+
+Damage: a cubin cut to half, one flipped bit in a cubin, ``"num_warps": 4`` -> ``5`` in a
+metadata JSON that stays valid, one bad byte in a ``__grp__`` group file; through the restore
+index and through Triton's own lookup (``ZEROJIT_RESTORE=0``); with digests and, for an entry
+zerojit sees first (no digest), by the structural checks. Then ``bundle export`` and ``import``,
+a runtime compile after the warm-up, the launcher modules (Triton 3.6) and compile workers.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import glob
+import hashlib
+import json
+import logging
+import shutil
+import tarfile
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton import knobs
+
+from zerojit import cache as zcache
+from zerojit import triton_compat as tc
+from zerojit.cache import BundleCorruptError, BundleError, export_bundle, import_bundle, install_entries
+from zerojit.compile_only import compile_only
+from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
+from zerojit.keyspace import choices, trace_dispatch
+from zerojit.monitor import JitMonitor
+from zerojit.registry import JitWarmupRegistry
+from zerojit.specialization import WarmupTensor
+
+
+@triton.jit
+def _scale_kernel(out_ptr, value, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value, mask=offs < n)
+
+
+class Scale(TritonJitKernel["Scale.CompileKey"]):
+    """Two keys (two blocks), so a damaged entry's key is told from a sound one's."""
+
+    kernel = _scale_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        block: int
+
+    def get_warmup_keys(self) -> list:
+        return trace_dispatch(self.CompileKey)(block=choices(32, 64))
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(out=WarmupTensor(torch.float32, (key.block * 4,)), value=3, n=key.block * 4 - 1, block=key.block)
+
+    @kernel_launcher(host_only=("block",))
+    def __call__(self, *, out, value: int, n: int, block: int = 32) -> LaunchSpec:
+        return LaunchSpec(grid=(triton.cdiv(n, block),), kwargs=dict(BLOCK=block), returns=out)
+
+
+@pytest.fixture(autouse=True)
+def co():
+    with compile_only("cuda:90") as drv:
+        yield drv
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def warm_up(kernel, **kw):
+    kernel.kernel.device_caches.clear()  # every warm-up starts as a new process would
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        kernel.register_warmup()
+    report = registry.warmup(progress=False, **kw)
+    assert report.ok, report.failures
+    return report
+
+
+def files_of(report, i: int) -> dict[str, str]:
+    """Key ``i``'s entry files (name -> path) and their bytes now, the group file included."""
+    group = dict(report.variants[i].compiled.metadata_group)
+    meta = next(n for n in group if n.endswith(".json"))
+    group[tc.group_file_name(meta)] = os.path.join(os.path.dirname(group[meta]), tc.group_file_name(meta))
+    return group
+
+
+def snapshot(report) -> list[dict[str, bytes]]:
+    return [{n: open(p, "rb").read() for n, p in files_of(report, i).items()} for i in range(len(report.variants))]
+
+
+def path_of(report, i: int, suffix: str) -> str:
+    """Key ``i``'s file ending in ``suffix`` (``"__grp__"``: its group file)."""
+    files = files_of(report, i)
+    if suffix == "__grp__":
+        return next(p for n, p in files.items() if n.startswith("__grp__"))
+    return next(p for n, p in files.items() if n.endswith(suffix) and not n.startswith("__grp__"))
+
+
+def cut_to_half(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def flip_bit(data: bytes) -> bytes:
+    i = len(data) // 2  # inside the code, far from the headers a structural check reads
+    return data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1:]
+
+
+def five_warps(data: bytes) -> bytes:
+    meta = json.loads(data)
+    assert meta["num_warps"] == 4
+    out = data.replace(b'"num_warps": 4', b'"num_warps": 5')
+    assert out != data and json.loads(out)["num_warps"] == 5  # still valid JSON
+    return out
+
+
+def bad_byte(data: bytes) -> bytes:
+    i = len(data) // 2
+    return data[:i] + b"\xff" + data[i + 1:]
+
+
+DAMAGE = {"cubin cut to half": (".cubin", cut_to_half), "one flipped bit in the cubin": (".cubin", flip_bit),
+          "num_warps 4 -> 5": (".json", five_warps), "one bad byte in the group file": ("__grp__", bad_byte)}
+
+
+def damage(report, i: int, how: str) -> str:
+    suffix, edit = DAMAGE[how]
+    path = path_of(report, i, suffix)
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(edit(data))
+    return path
+
+
+def naming(report, path: str) -> list[str]:
+    return [line for line in report.stats.recovered if path in line]
+
+
+def assert_sound_again(kernel, cold, before, damaged_key: int) -> None:
+    """The next warm-ups compile nothing, name nothing, and hold the cold warm-up's bytes."""
+    again = warm_up(kernel)
+    assert again.stats.compiled == 0 and not [line for line in again.stats.recovered if "damaged" in line]
+    assert snapshot(again) == before
+    assert [v.triton_key for v in again.variants] == [v.triton_key for v in cold.variants]
+    assert again.variants[damaged_key].compiled.kernel == before[damaged_key][
+        next(n for n in before[damaged_key] if n.endswith(".cubin"))]
+
+
+@pytest.mark.parametrize("index", ["restore index", "ZEROJIT_RESTORE=0"])
+@pytest.mark.parametrize("how", list(DAMAGE))
+def test_a_damaged_entry_is_compiled_again_and_named_once(cache, monkeypatch, how, index):
+    if index == "ZEROJIT_RESTORE=0":
+        monkeypatch.setenv("ZEROJIT_RESTORE", "0")
+    kernel = Scale()
+    cold = warm_up(kernel)
+    assert cold.stats.compiled == 2
+    before = snapshot(cold)
+    path = damage(cold, 1, how)
+
+    warm = warm_up(kernel)
+    assert warm.stats.compiled == 1  # that key alone: the other is restored or a disk hit
+    assert len(naming(warm, path)) == 1, warm.stats.recovered
+    (line,) = naming(warm, path)
+    assert line.startswith(f"cache file {path} is damaged (") and "[" not in line.partition(")")[2]
+    assert snapshot(warm) == before  # Triton wrote the entry again: the cold warm-up's bytes
+    assert warm.variants[1].compiled.kernel == cold.variants[1].compiled.kernel
+    assert_sound_again(kernel, cold, before, 1)
+
+
+@pytest.mark.parametrize("how, why", [("cubin cut to half", "cut short"),
+                                      ("num_warps 4 -> 5", "'num_warps' is 5, not a power of two")])
+def test_an_entry_first_seen_with_no_digest_is_checked_by_its_structure(cache, monkeypatch, how, why):
+    """An entry plain Triton wrote (no digests beside it): a cubin must be an ELF file whose
+    section headers fit in its size; metadata must hold what Triton reads, with sane values."""
+    monkeypatch.setenv("ZEROJIT_RESTORE", "0")
+    kernel = Scale()
+    cold = warm_up(kernel)
+    before = snapshot(cold)
+    shutil.rmtree(cache / ".zerojit" / "digests", ignore_errors=True)
+    path = damage(cold, 0, how)
+    warm = warm_up(kernel)
+    assert warm.stats.compiled == 1
+    (line,) = naming(warm, path)
+    assert why in line
+    assert snapshot(warm) == before
+    for i in range(2):  # digests recorded for every file now: the sound entry's as first seen
+        folder = os.path.dirname(path_of(warm, i, ".cubin"))
+        with open(cache / ".zerojit" / "digests" / f"{os.path.basename(folder)}.json") as f:
+            digests = json.load(f)["files"]
+        assert digests == {n: hashlib.sha256(d).hexdigest() for n, d in before[i].items()
+                           if not n.startswith("__grp__")}
+
+
+def test_compile_workers_record_digests_before_the_group_file(cache):
+    kernel = Scale()
+    cold = warm_up(kernel, workers=2)
+    assert cold.stats.worker_compiled == 2
+    for i, files in enumerate(snapshot(cold)):
+        folder = os.path.dirname(path_of(cold, i, ".cubin"))
+        with open(cache / ".zerojit" / "digests" / f"{os.path.basename(folder)}.json") as f:
+            assert json.load(f)["files"] == {n: hashlib.sha256(d).hexdigest() for n, d in files.items()
+                                             if not n.startswith("__grp__")}
+
+
+def test_bundle_export_never_packs_a_damaged_entry(cache, tmp_path):
+    """A damaged IR file (read by no warm start: the restore index loads IR lazily) is found
+    when the export reads it: the export refuses, naming it, and writes nothing; the entry is
+    dropped, so the next export compiles it afresh and packs the sound bytes."""
+    kernel = Scale()
+    cold = warm_up(kernel)
+    before = snapshot(cold)
+    ptx = damage_ir(cold, 1)
+    report = warm_up(kernel)  # a warm start: the PTX is not read
+    assert report.stats.restored == 2
+    out = tmp_path / "b.tar.gz"
+    with pytest.raises(BundleError) as info:
+        export_bundle(report, out, target="cuda:90")
+    assert f"cache file {ptx} is damaged" in str(info.value) and not out.exists()
+
+    again = warm_up(kernel)
+    assert again.stats.compiled == 1
+    export_bundle(again, out, target="cuda:90")
+    with tarfile.open(out) as tar:
+        packed = {m.name.rpartition("/")[2]: tar.extractfile(m).read() for m in tar if m.name.endswith(".ptx")}
+    name = os.path.basename(ptx)
+    assert packed[name] == before[1][name]
+
+
+def damage_ir(report, i: int) -> str:
+    path = path_of(report, i, ".ptx")
+    with open(path, "rb") as f:
+        data = f.read()
+    with open(path, "wb") as f:
+        f.write(data.replace(b".reg", b".rag", 1))  # a stray edit, still text
+    return path
+
+
+def test_a_damaged_cubin_is_recompiled_before_bundle_export_packs_it(cache, tmp_path):
+    kernel = Scale()
+    cold = warm_up(kernel)
+    before = snapshot(cold)
+    damage(cold, 0, "cubin cut to half")
+    report = warm_up(kernel)  # what `zerojit bundle export` runs first
+    out = tmp_path / "b.tar.gz"
+    export_bundle(report, out, target="cuda:90")
+    assert packed_cubins(out, cold) == [next(d for n, d in files.items() if n.endswith(".cubin")) for files in before]
+
+
+def packed_cubins(bundle, report) -> list[bytes]:
+    """The cubin of each of ``report``'s keys in ``bundle``."""
+    with tarfile.open(bundle) as tar:
+        packed = {m.name: tar.extractfile(m).read() for m in tar}
+    return [packed[f"entries/{os.path.basename(os.path.dirname(p))}/{os.path.basename(p)}"]
+            for p in (path_of(report, i, ".cubin") for i in range(len(report.variants)))]
+
+
+def test_bundle_import_refuses_a_cut_cubin_and_records_the_digests_of_what_it_installs(cache, tmp_path):
+    kernel = Scale()
+    cold = warm_up(kernel)
+    out = tmp_path / "b.tar.gz"
+    export_bundle(cold, out, target="cuda:90")
+    fresh = tmp_path / "fresh"
+
+    # exported damaged (by a zerojit before digests): its SHA-256 sums agree with the cut cubin
+    files = zcache.pack_entries(zcache.entries_of(cold.variants))
+    entry, names = next((e, n) for e, n in files.items() if any(k.endswith(".cubin") for k in n))
+    cubin = next(k for k in names if k.endswith(".cubin"))
+    names[cubin] = cut_to_half(names[cubin])
+    with pytest.raises(BundleCorruptError, match=f"cache entry {entry}: {cubin} is damaged .*cut short"):
+        install_entries(files, str(fresh))
+    assert not glob.glob(str(fresh / "[A-Z2-7]*"))  # nothing installed
+
+    result = import_bundle(out, target="cuda:90", into=str(fresh))
+    with tarfile.open(out) as tar:
+        manifest = json.loads(tar.extractfile("manifest.json").read())
+    assert result.installed
+    for e in result.installed:
+        with open(fresh / ".zerojit" / "digests" / f"{e}.json") as f:
+            recorded = json.load(f)["files"]
+        assert recorded == {n: h for n, h in manifest["entries"][e]["files"].items() if not n.startswith("__grp__")}
+
+
+@pytest.mark.parametrize("mode", ["warn", "off"])
+def test_after_warm_up_a_runtime_compile_meeting_a_damaged_group_file_is_a_miss(cache, monkeypatch, mode):
+    """Triton's own lookup at run time (no restore index there) reads the group file: Triton 3.6
+    raised UnicodeDecodeError from ``json.load`` at the launch."""
+    kernel = Scale()
+    cold = warm_up(kernel)
+    before = snapshot(cold)
+    key = cold.variants[0].key
+    path = damage(cold, 0, "one bad byte in the group file")
+    kernel.kernel.device_caches.clear()  # the key is gone from the process: its launch looks on disk
+    out = torch.empty(key.block * 4, dtype=torch.float32, device="meta")
+    if mode == "warn":
+        with JitMonitor("warn") as monitor:
+            kernel(out=out, value=3, n=key.block * 4 - 1, block=key.block)
+            assert monitor.counts().runtime_compiles == 1
+    else:
+        kernel(out=out, value=3, n=key.block * 4 - 1, block=key.block)
+    assert snapshot(cold)[0] == before[0]  # compiled again, the entry whole again
+    assert open(path, "rb").read() == before[0][os.path.basename(path)]
+
+
+def test_a_damaged_launcher_module_is_built_again_and_a_damaged_remembered_copy_is_not_used(cache, caplog):
+    """Triton 3.6 caches each signature's C launcher module alone (``__triton_launcher.so``, no
+    group file), and zerojit remembers a copy per install. Any ELF file stands in for one here
+    (building a real one needs ``libcuda``)."""
+    import _ctypes
+
+    with open(_ctypes.__file__, "rb") as f:
+        module = f.read()
+    warm_up(Scale())  # after a warm-up, Triton's cache checks for the process's lifetime
+    key, name = "cd" * 32, zcache.launcher_file()
+    manager = tc.cache_manager(key)
+    stored = manager.put(module, name, binary=True)
+    assert manager.get_file(name) == stored
+    zcache.remember_launcher(key)
+    kept = zcache.remembered_launcher(key)
+    assert open(kept, "rb").read() == module
+
+    with open(stored, "wb") as f:
+        f.write(cut_to_half(module))
+    caplog.set_level(logging.WARNING, logger="zerojit.integrity")
+    assert tc.cache_manager(key).get_file(name) is None  # Triton builds it again
+    assert tc.cache_manager(key).get_file(name) is None
+    assert [r.getMessage() for r in caplog.records if stored in r.getMessage()] == [
+        f"zerojit: cache file {stored} is damaged (its SHA-256 differs from the digest recorded when it was stored); "
+        "treated as a miss (compiled again)"]
+
+    with open(kept, "wb") as f:
+        f.write(flip_bit(module))
+    assert not zcache.install_remembered_launcher(key)  # the caller builds it instead
+    assert [r for r in caplog.records if kept in r.getMessage()] and not os.path.exists(kept)
+    tc.cache_manager(key).put(module, name, binary=True)  # built again
+    zcache.remember_launcher(key)
+    assert zcache.install_remembered_launcher(key) and open(kept, "rb").read() == module
