@@ -363,8 +363,8 @@ def test_a_bundle_import_removes_stale_leftovers_first(leftovers):
     from zerojit.cache import install_entries
 
     root, made = leftovers
-    group = json.dumps({"child_paths": {"n.json": "/elsewhere/n.json"}}).encode()
-    installed, _ = install_entries({"QRSTUVWXYZ67": {"n.json": b"{}", "__grp__n.json": group}}, str(root))
+    group = json.dumps({"child_paths": {"n.ptx": "/elsewhere/n.ptx"}}).encode()  # a text member: no metadata check
+    installed, _ = install_entries({"QRSTUVWXYZ67": {"n.ptx": b"// ptx", "__grp__n.json": group}}, str(root))
     assert installed == ["QRSTUVWXYZ67"]
     assert _left(made) == {name: not gone for name, (_, gone) in made.items()}
 
@@ -398,8 +398,8 @@ def test_import_staging_folders_and_export_temporaries_name_this_host(tmp_path, 
     made = []
     mkdtemp = tempfile.mkdtemp
     monkeypatch.setattr(tempfile, "mkdtemp", lambda *a, **k: made.append(k.get("prefix")) or mkdtemp(*a, **k))
-    group = json.dumps({"child_paths": {"n.json": "/elsewhere/n.json"}}).encode()
-    install_entries({"QRSTUVWXYZ67": {"n.json": b"{}", "__grp__n.json": group}}, str(tmp_path))
+    group = json.dumps({"child_paths": {"n.ptx": "/elsewhere/n.ptx"}}).encode()  # a text member: no metadata check
+    install_entries({"QRSTUVWXYZ67": {"n.ptx": b"// ptx", "__grp__n.json": group}}, str(tmp_path))
     assert made == [f".zerojit-import-{_host()}-"]
     name = outputs.temporary_name(str(tmp_path / "b.tar.gz"))
     assert os.path.basename(name).startswith(f"b.tar.gz.tmp-{_host()}-{os.getpid()}-")
