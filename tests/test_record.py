@@ -791,3 +791,32 @@ def test_an_autotuner_of_several_configs_records_every_config_under_compile_only
     assert tuner.cache == {}
     written = [f for _, _, files in os.walk(tmp_path / "triton-cache") for f in files if f.endswith(".autotune.json")]
     assert written == []
+
+
+def test_the_nearest_key_of_an_int_of_another_width_is_the_key_of_its_class(kernels, compile_only_target, tmp_path):
+    """An i64 n divisible by 16 differs from the i32 divisible-by-16 key only in width, and from
+    the equal-to-one key (warmed first) in class: the width-only key is the nearer."""
+    fn = kernels.add_one_kernel
+    path = tmp_path / "m.json"
+    write_manifest(_record(fn, [(1, {}), (64, {})]), path)
+    report = JitWarmupRegistry().warmup(manifest=path, progress=False)
+    assert [str(k) for k in report.keys_by_kernel()[f"{kernels.__name__}.add_one_kernel"]] == [
+        "RecordedKey(*fp32:D, *fp32:D, =1, =128)", "RecordedKey(*fp32:D, *fp32:D, i32:D, =128)"]
+    with JitMonitor("error", report=report), pytest.raises(RuntimeJitError) as raised:
+        _launch_all(fn, launches=[(2**32 + 16, {})])  # Triton's binder: i64, divisible by 16
+    miss = raised.value.compile
+    assert miss.nearest_key == "RecordedKey(*fp32:D, *fp32:D, i32:D, =128)" and miss.nearest_index == 2
+    assert [str(d) for d in miss.differences] == ["n: warmed as i32 divisible-by-16, called as i64 divisible-by-16"]
+
+
+def test_a_library_warm_up_draws_no_progress_bar_into_output_that_is_no_terminal(kernels, compile_only_target,
+                                                                                    tmp_path, capfd):
+    """registry.warmup()'s default progress=True draws its bar only where stderr is a terminal (as
+    tqdm's disable=None): a log would fill with its redraws."""
+    path = tmp_path / "m.json"
+    write_manifest(_record(kernels.add_one_kernel), path)
+    capfd.readouterr()
+    report = JitWarmupRegistry().warmup(manifest=path)  # keys to compile: a bar would be drawn
+    assert report.num_keys == 3 and report.stats.restored == 0  # each key went through the warm-up session
+    err = capfd.readouterr().err
+    assert "zerojit warm-up" not in err and "\r" not in err, err

@@ -420,7 +420,9 @@ class JitWarmupRegistry:
                 they suit (more than one worker). A :class:`WorkerChoice` is taken as made (its
                 count, and its words in the report): a caller that changed what it was asked
                 (the CLI caps ``--workers`` to the cores) says so there.
-            progress: show a tqdm progress bar.
+            progress: show a tqdm progress bar on stderr where it is a terminal (as tqdm's
+                ``disable=None``: a redirected stderr is a log, which a bar's redraws fill with
+                carriage returns; a notebook still shows it).
             raise_on_failure: raise :class:`WarmupError` after trying every key if any failed.
             target: recorded in the report (the caller's compile target); also the target a
                 ``bundle`` must be for (``"device"``: the GPU's or the compile-only target).
