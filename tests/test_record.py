@@ -353,21 +353,16 @@ def test_kernels_that_cannot_be_warmed_are_skipped_per_kernel(kernels, compile_o
     }
     merged = Manifest(good.triton_version, good.target, good.command,
                       good.kernels + tuple(m.kernels[0] for m, _ in cases.values()))
-    path, other = tmp_path / "m.json", tmp_path / "other-triton.json"
+    path = tmp_path / "m.json"
     write_manifest(merged, path)
-    write_manifest(_edited(good, source_hash="0" * 64, triton_version="3.0.0"), other)
     with compile_only("cuda:80"):
         report = JitWarmupRegistry().warmup(manifest=path, progress=False)
-        elsewhere = JitWarmupRegistry().warmup(manifest=other, progress=False)
     assert report.ok and report.num_keys == 3  # the good kernel is warmed
     assert len(report.skipped) == 3
     for skip, (_, reason) in zip(report.skipped, cases.values()):
         assert skip.kernel == f"{kernels.__name__}.add_one_kernel" or skip.kernel.endswith(".add_one_kernel")
         assert reason in skip.reason
     assert "SKIPPED" in report.summary()
-    [skip] = elsewhere.skipped
-    assert elsewhere.ok and elsewhere.num_keys == 0
-    assert f"recorded with Triton 3.0.0, this is Triton {TRITON_VERSION}" in skip.reason
 
 
 def test_growth_names_each_parameter_and_what_bounding_it_saves(kernels, compile_only_target):
