@@ -913,15 +913,15 @@ def test_record_without_a_gpu_or_target_is_refused_before_the_program_runs(recor
     """Without a GPU or --target the program's first launch fails ("0 active drivers", an empty
     manifest): record refuses before it starts, asking by Triton's own driver test (creating no
     driver, so no CUDA context in the process that only waits for the program)."""
-    from zerojit.triton_compat import gpu_driver_available
-
-    assert gpu_driver_available() is torch.cuda.is_available() is False
     root, module, cache = recorded_app
     rec = _zerojit(["record", "-o", str(tmp_path / "m.json"), "--", "python", "app/app.py", "100"], cache, root)
     assert rec.returncode == 2 and "kernel module" not in rec.stdout, rec.stderr  # the program never started
     assert rec.stderr == ("zerojit record: no GPU is visible here: pass the compile-only target to record for (e.g. "
                           "--target cuda:90): every launch is then a dry launch, which needs no GPU\n")
     assert not (tmp_path / "m.json").exists()
+    from zerojit.triton_compat import gpu_driver_available
+
+    assert gpu_driver_available() is torch.cuda.is_available() is False  # Triton's driver test, as torch's
 
 
 def test_a_python_path_that_is_not_this_interpreter_is_refused(recorded_app, tmp_path):
