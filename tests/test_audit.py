@@ -232,3 +232,28 @@ def test_the_audit_table_counts_in_the_singular_too():
     assert "hit   K(1)  (1 launch)" in table
     assert "(1 miss: 1 compiled, 0 from disk cache, 0 blocked; 1 launch)" in table
     assert table.endswith("1 runtime compile after warm-up; 0 dead warm-up keys")
+
+
+def test_a_miss_nearest_to_a_dead_recorded_key_says_the_run_left_the_recording_not_dispatch():
+    """A raw kernel warmed from a manifest has no dispatch to disagree with its warm-up: its keys
+    are the recorded launches, so a miss nearest to a dead one is a launch the recording did not
+    make (the zerojit kernel beside it keeps the dispatch note)."""
+    import dataclasses
+
+    from zerojit.audit import KernelCoverage, RuntimeMiss, WarmedKey
+
+    recorded = "RecordedKey(*fp32:D, *fp32:D, i32, =128)"
+    miss = RuntimeMiss("n: i32 divisible-by-16", 1, 0, 0, 1, nearest_key=recorded,
+                       differences=("n: warmed as not-divisible-by-16, called as divisible-by-16",))
+    raw = KernelCoverage("kern.add_kernel", warmed=(WarmedKey("RecordedKey(*fp32:D, *fp32:D, =1, =128)", 2),
+                                                    WarmedKey(recorded, 0)), misses=(miss,))
+    contract = KernelCoverage("k", warmed=(WarmedKey("K(block=16)", 3), WarmedKey("K(block=32)", 0)),
+                              misses=(dataclasses.replace(miss, nearest_key="K(block=32)"),))
+    assert CoverageAudit(kernels=(raw,)).dead_notes() == [
+        "a miss nearest to a dead recorded key (kern.add_kernel): this run launched the kernel in classes its "
+        "recording did not (a raw kernel has no dispatch: its keys are the recorded launches); compare that MISS "
+        "with its nearest recorded key, and record the program again with this workload"]
+    notes = CoverageAudit(kernels=(raw, contract)).dead_notes()
+    assert [n.split(":")[0] for n in notes] == ["a miss nearest to a dead key (k)",
+                                                 "a miss nearest to a dead recorded key (kern.add_kernel)"]
+    assert "may disagree" in notes[0] and "dispatch may disagree" not in notes[1]

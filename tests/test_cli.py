@@ -117,6 +117,15 @@ def test_config_directory_is_named_a_directory(tmp_path):
     assert "does not exist" not in text
 
 
+def test_config_directory_named_without_a_separator_is_named_a_directory(tmp_path, monkeypatch):
+    """`--config configs` (a folder here, no path separator) is not an unknown shipped name."""
+    (tmp_path / "configs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    text = refused(run_cli("--config", "configs"), "zerojit run: invalid config path: 'configs' is a directory, not a "
+                   "JSON file")
+    assert "unknown config" not in text
+
+
 def test_config_field_set_twice_is_refused_naming_it(tmp_path):
     cfg = tmp_path / "twice.json"  # json.loads would keep the last block_size silently
     cfg.write_text('{"block_size": 64, "compress_ratios": [4], "index_topk": 2048, "block_size": 256}')

@@ -353,21 +353,16 @@ def test_kernels_that_cannot_be_warmed_are_skipped_per_kernel(kernels, compile_o
     }
     merged = Manifest(good.triton_version, good.target, good.command,
                       good.kernels + tuple(m.kernels[0] for m, _ in cases.values()))
-    path, other = tmp_path / "m.json", tmp_path / "other-triton.json"
+    path = tmp_path / "m.json"
     write_manifest(merged, path)
-    write_manifest(_edited(good, source_hash="0" * 64, triton_version="3.0.0"), other)
     with compile_only("cuda:80"):
         report = JitWarmupRegistry().warmup(manifest=path, progress=False)
-        elsewhere = JitWarmupRegistry().warmup(manifest=other, progress=False)
     assert report.ok and report.num_keys == 3  # the good kernel is warmed
     assert len(report.skipped) == 3
     for skip, (_, reason) in zip(report.skipped, cases.values()):
         assert skip.kernel == f"{kernels.__name__}.add_one_kernel" or skip.kernel.endswith(".add_one_kernel")
         assert reason in skip.reason
     assert "SKIPPED" in report.summary()
-    [skip] = elsewhere.skipped
-    assert elsewhere.ok and elsewhere.num_keys == 0
-    assert f"recorded with Triton 3.0.0, this is Triton {TRITON_VERSION}" in skip.reason
 
 
 def test_growth_names_each_parameter_and_what_bounding_it_saves(kernels, compile_only_target):
@@ -418,6 +413,10 @@ for rows, cols in ((4, 64), (3, 100)):
     LigerRMSNormFunction.apply(torch.randn(rows, cols, dtype=dtype), torch.ones(cols, dtype=dtype), 1e-6)
 print("ran")
 '''
+
+
+# record's --target where there is no GPU (it is refused without one there); on a GPU, none: launches run
+NO_GPU_TARGET = [] if torch.cuda.is_available() else ["--target", "cuda:90"]
 
 
 def _zerojit(args, cache, cwd) -> subprocess.CompletedProcess:
@@ -511,8 +510,8 @@ def test_runner_recorded_then_executed_matches_its_contract_audit(tmp_path):
     primer = len(primer_batches(load_config("dsv4-like"))) * PRIMER_ROUNDS  # steps
 
     cache = tmp_path / "cache"
-    rec = _zerojit(["record", "-o", "m.json", "--", "zerojit", "run", "--requests", "4", "--no-progress",
-                    "--json", "run.json"], cache, tmp_path)
+    rec = _zerojit(["record", "-o", "m.json", *NO_GPU_TARGET, "--", "zerojit", "run", "--requests", "4",
+                    "--no-progress", "--json", "run.json"], cache, tmp_path)
     assert rec.returncode == 0, rec.stderr
     manifest = read_manifest(tmp_path / "m.json")
     audit = json.loads((tmp_path / "run.json").read_text())["audit"]["detail"]
@@ -576,7 +575,7 @@ def test_a_programs_exception_reads_as_python_prints_it_and_zerojits_summary_fol
     report, traceback = run.stderr.split("Traceback", 1)
     assert "warm-up: 0 keys" in report
     assert "Traceback" + traceback == python.stderr + "zerojit exec: 0 monitored launches, 0 runtime compiles\n"
-    rec = _zerojit(["record", "-o", "r.json", "--", "python", str(script)], tmp_path / "c", tmp_path)
+    rec = _zerojit(["record", "-o", "r.json", *NO_GPU_TARGET, "--", "python", str(script)], tmp_path / "c", tmp_path)
     assert rec.returncode == 1 and rec.stderr == python.stderr + "zerojit record: the program exited with status 1\n"
     assert read_manifest(tmp_path / "r.json").command == ("python", str(script))
 
@@ -587,7 +586,8 @@ def test_ctrl_c_during_record_ends_in_one_line_after_the_manifest_is_written(tmp
     (tmp_path / "slow.py").write_text('import time\nprint("started", flush=True)\ntime.sleep(120)\n')
     env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "c"), "PYTHONPATH": str(SRC)}
     env.pop("TRITON_INTERPRET", None)
-    proc = subprocess.Popen([sys.executable, "-m", "zerojit", "record", "-o", "m.json", "--", "python", "slow.py"],
+    proc = subprocess.Popen([sys.executable, "-m", "zerojit", "record", "-o", "m.json", *NO_GPU_TARGET, "--", "python",
+                             "slow.py"],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -604,8 +604,13 @@ def test_a_program_that_launches_nothing_needs_no_target_to_warm(tmp_path):
     from zerojit.compile_only import current_target_name
 
     assert Recorder().manifest(["python", "-c", "pass"], target="cuda:80").target == "cuda:80"  # what it ran under
-    rec = _zerojit(["record", "-o", "e.json", "--", "python", "-c", "print('no kernel')"], tmp_path / "c", tmp_path)
-    assert rec.returncode == 0 and rec.stdout.startswith("no kernel\n"), rec.stderr
+    assert Recorder().manifest(["python", "-c", "pass"]).target == "device"  # a GPU's recording of no launch
+    if current_target_name() is not None:  # (with no GPU, record needs --target: the manifest is written here)
+        rec = _zerojit(["record", "-o", "e.json", "--", "python", "-c", "print('no kernel')"], tmp_path / "c", tmp_path)
+        assert rec.returncode == 0 and rec.stdout.startswith("no kernel\n"), rec.stderr
+    else:
+        write_manifest(Manifest(TRITON_VERSION, "device", ("python", "-c", "print('no kernel')"), ()),
+                       tmp_path / "e.json")
     manifest = read_manifest(tmp_path / "e.json")
     assert manifest.kernels == () and manifest.target == (current_target_name() or "device")
     out = _zerojit(["warmup", "--manifest", "e.json", "--no-progress"], tmp_path / "c", tmp_path)
@@ -674,9 +679,6 @@ def test_a_manifest_of_a_kernel_beside_the_program_warms_from_anywhere_and_fails
     (app / "app.py").write_text(f"import torch\nfrom {module} import add_kernel\n"
                                 "x = torch.zeros(100)\nadd_kernel[(1,)](x, torch.empty_like(x), 100, BLOCK=128)\n")
     cache = tmp_path / "cache"
-    if not torch.cuda.is_available():  # no GPU and no --target: Triton finds no driver; the note says what to pass
-        rec = _zerojit(["record", "-o", "m.json", "--", "python", "app.py"], cache, app)
-        assert rec.returncode == 1 and "pass a compile-only target (--target cuda:90)" in rec.stderr, rec.stderr
     rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app/app.py"], cache, tmp_path)
     assert rec.returncode == 0, rec.stderr
     assert read_manifest(tmp_path / "m.json").program_folder == str(app)
@@ -791,3 +793,200 @@ def test_an_autotuner_of_several_configs_records_every_config_under_compile_only
     assert tuner.cache == {}
     written = [f for _, _, files in os.walk(tmp_path / "triton-cache") for f in files if f.endswith(".autotune.json")]
     assert written == []
+
+
+# ---------------------------------------------------------------------------------------------
+# exec runs the program's own code, and manifests say who they are (issue 28, section 4)
+# ---------------------------------------------------------------------------------------------
+
+EXEC_APP = '''
+import sys
+
+import torch
+
+import {module} as kern
+
+print("kernel module", kern.__file__, flush=True)
+
+
+def main(n):
+    x = torch.zeros(128)
+    kern.add_kernel[(1,)](x, torch.empty_like(x), n, BLOCK=128)
+
+
+main(int(sys.argv[1]))
+print("ran")
+'''
+
+
+@pytest.fixture(scope="module")
+def recorded_app(tmp_path_factory):
+    """An app (app/app.py) whose kernel lives in a module beside it, recorded for cuda:90 with n=100
+    (an i32 not divisible by 16): ``(root, module name, cache)``; each test copies what it edits."""
+    root = tmp_path_factory.mktemp("exec-app")
+    module = f"zj_exec_kern_{uuid.uuid4().hex[:8]}"
+    app = root / "app"
+    app.mkdir()
+    (app / f"{module}.py").write_text(APP_KERNEL)
+    (app / "app.py").write_text(EXEC_APP.format(module=module))
+    cache = root / "cache"
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app/app.py", "100"], cache, root)
+    assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr
+    return root, module, cache
+
+
+def test_exec_imports_the_programs_own_copy_and_source_checks_its_file(recorded_app, tmp_path):
+    """A copy of the recorded app whose kernel module was edited: exec imports the copy's module,
+    as `python copy/app.py` would (not the recorded folder's, which the manifest names), so the
+    source check compares the copy's file and skips the edited kernel, naming that file."""
+    import shutil
+
+    root, module, cache = recorded_app
+    copy = tmp_path / "copy"
+    shutil.copytree(root / "app", copy)
+    kern = copy / f"{module}.py"
+    kern.write_text(kern.read_text() + "    pass  # edited in the copy\n")
+    run = _zerojit(["exec", "--manifest", str(root / "m.json"), "--no-progress", "--", "python", "copy/app.py", "100"],
+                   cache, tmp_path)
+    assert f"kernel module {kern}\n" in run.stdout, run.stdout + run.stderr  # python's own choice: the copy's
+    assert f"SKIPPED {module}.add_kernel: source hash" in run.stderr
+    assert f"(its source or a function it calls changed since recording; compared: {kern})" in run.stderr
+    assert run.returncode == 1 and "ran" not in run.stdout  # its launch compiles: blocked in error mode
+
+
+def _launch_line(root) -> int:
+    return next(i for i, line in enumerate((root / "app" / "app.py").read_text().splitlines(), start=1)
+                if "add_kernel[" in line)
+
+
+def test_a_blocked_compile_under_exec_names_the_programs_frame_and_closes_with_the_counts(recorded_app):
+    """n=64 (divisible by 16) was never recorded: the error says where the program launched it
+    (the frame in app.py, not Triton's or zerojit's) and the closing line follows it."""
+    root, module, cache = recorded_app
+    run = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "python", "app/app.py", "64"], cache, root)
+    assert run.returncode == 1 and "ran" not in run.stdout, run.stderr
+    lines = run.stderr.splitlines()
+    head = lines.index(f"zerojit exec: kernel '{module}.add_kernel' would compile at run time, after warm-up; the JIT "
+                       "monitor is in error mode, so nothing was compiled")
+    assert lines[head + 1] == f"  launched at app/app.py:{_launch_line(root)} (in main)"
+    assert "n: warmed as not-divisible-by-16, called as divisible-by-16" in run.stderr
+    assert lines[-1] == "zerojit exec: 0 monitored launches, 1 runtime compile (1 blocked)"
+    assert "Traceback" not in run.stderr
+
+
+def test_exec_with_the_monitor_off_says_nothing_was_counted(recorded_app):
+    """Off installs no monitor: the runtime compile of n=64 goes unseen, so exec cannot exit 1 for
+    it; its closing line says so instead of staying silent (the program's own status: 0)."""
+    root, module, cache = recorded_app
+    run = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--jit-monitor-mode", "off", "--", "python",
+                    "app/app.py", "64"], cache, root)
+    assert run.returncode == 0 and "ran" in run.stdout, run.stderr
+    assert run.stderr.splitlines()[-1] == "zerojit exec: monitor off: runtime compiles not counted"
+
+
+def test_a_manifest_of_another_triton_version_is_refused_whole(recorded_app, tmp_path):
+    """Triton's source hash does not include its version, so every kernel of a manifest recorded
+    with another Triton would pass the source check: the manifest is refused, naming the field
+    and both versions (exit 1), by the API and by exec."""
+    root, module, cache = recorded_app
+    data = json.loads((root / "m.json").read_text())
+    assert data["triton_version"] == TRITON_VERSION
+    other = tmp_path / "m-9.json"
+    other.write_text(json.dumps({**data, "triton_version": "9.9.9"}))
+    expected = f"field 'triton_version' is '9.9.9', but this is Triton {TRITON_VERSION!r}"
+    sys.path.insert(0, str(root / "app"))
+    try:
+        with compile_only("cuda:90"), pytest.raises(ManifestError, match=f"{other}: {expected}"):
+            JitWarmupRegistry().warmup(manifest=other, progress=False)
+    finally:
+        sys.path.remove(str(root / "app"))
+        sys.modules.pop(module, None)
+    run = _zerojit(["exec", "--manifest", str(other), "--no-progress", "--", "python", "app/app.py", "100"], cache,
+                   root)
+    assert run.returncode == 1 and "ran" not in run.stdout, run.stderr
+    assert run.stderr == f"zerojit exec: {other}: {expected}: a manifest warms only with the Triton it was recorded " \
+        "with; record the program again with this Triton\n"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible: record needs no --target")
+def test_record_without_a_gpu_or_target_is_refused_before_the_program_runs(recorded_app, tmp_path):
+    """Without a GPU or --target the program's first launch fails ("0 active drivers", an empty
+    manifest): record refuses before it starts, asking by Triton's own driver test (creating no
+    driver, so no CUDA context in the process that only waits for the program)."""
+    root, module, cache = recorded_app
+    rec = _zerojit(["record", "-o", str(tmp_path / "m.json"), "--", "python", "app/app.py", "100"], cache, root)
+    assert rec.returncode == 2 and "kernel module" not in rec.stdout, rec.stderr  # the program never started
+    assert rec.stderr == ("zerojit record: no GPU is visible here: pass the compile-only target to record for (e.g. "
+                          "--target cuda:90): every launch is then a dry launch, which needs no GPU\n")
+    assert not (tmp_path / "m.json").exists()
+    from zerojit.triton_compat import gpu_driver_available
+
+    assert gpu_driver_available() is torch.cuda.is_available() is False  # Triton's driver test, as torch's
+
+
+def test_a_python_path_that_is_not_this_interpreter_is_refused(recorded_app, tmp_path):
+    """`record -- /usr/bin/python3 app.py` would run this zerojit's interpreter, whatever the
+    path: a bare name means this interpreter, a path only this interpreter's own (symlinks not
+    resolved: a venv's python links to the system one, which lacks the venv's packages)."""
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    root, module, cache = recorded_app
+    other = tmp_path / "python3"
+    other.symlink_to(sys.executable)  # the same program, but not this interpreter's path
+    script = str(root / "app" / "app.py")
+    rec = _zerojit(["record", "-o", str(tmp_path / "m.json"), "--target", "cuda:90", "--", str(other), "app/app.py",
+                    "100"], cache, root)
+    assert rec.returncode == 2 and "kernel module" not in rec.stdout, rec.stdout + rec.stderr
+    assert rec.stderr.startswith(f"zerojit record: '{other}' is not this interpreter: zerojit runs the program in a "
+                                 f"child Python process, under its own Python {sys.executable} ")
+    assert not (tmp_path / "m.json").exists()
+    audited = CliRunner().invoke(app, ["audit", "--", str(other), script])
+    assert audited.exit_code == 2 and f"'{other}' is not this interpreter" in audited.output, audited.output
+
+    from zerojit.recording import Program, ProgramError, names_this_python
+
+    saved = list(sys.path)
+    try:
+        assert Program([sys.executable, script]).script == script
+        candidates = [str(other), "python2"] + ([os.path.realpath(sys.executable)]
+                                                if os.path.realpath(sys.executable) != sys.executable else [])
+        for word in candidates:  # exec takes its program through Program too
+            with pytest.raises(ProgramError, match=f"{word!r} is not this interpreter: .* its own Python "
+                                                   f"{sys.executable} "):
+                Program([word, script])
+    finally:
+        sys.path[:] = saved
+    for word in ("python", "python3", "python%d.%d" % sys.version_info[:2], sys.executable):
+        assert names_this_python(word, where="this process")
+    assert not names_this_python("zerojit", where="this process") and not names_this_python("app.py", where="x")
+
+
+def test_the_nearest_key_of_an_int_of_another_width_is_the_key_of_its_class(kernels, compile_only_target, tmp_path):
+    """An i64 n divisible by 16 differs from the i32 divisible-by-16 key only in width, and from
+    the equal-to-one key (warmed first) in class: the width-only key is the nearer."""
+    fn = kernels.add_one_kernel
+    path = tmp_path / "m.json"
+    write_manifest(_record(fn, [(1, {}), (64, {})]), path)
+    report = JitWarmupRegistry().warmup(manifest=path, progress=False)
+    assert [str(k) for k in report.keys_by_kernel()[f"{kernels.__name__}.add_one_kernel"]] == [
+        "RecordedKey(*fp32:D, *fp32:D, =1, =128)", "RecordedKey(*fp32:D, *fp32:D, i32:D, =128)"]
+    with JitMonitor("error", report=report), pytest.raises(RuntimeJitError) as raised:
+        _launch_all(fn, launches=[(2**32 + 16, {})])  # Triton's binder: i64, divisible by 16
+    miss = raised.value.compile
+    assert miss.nearest_key == "RecordedKey(*fp32:D, *fp32:D, i32:D, =128)" and miss.nearest_index == 2
+    assert [str(d) for d in miss.differences] == ["n: warmed as i32 divisible-by-16, called as i64 divisible-by-16"]
+
+
+def test_a_library_warm_up_draws_no_progress_bar_into_output_that_is_no_terminal(kernels, compile_only_target,
+                                                                                    tmp_path, capfd):
+    """registry.warmup()'s default progress=True draws its bar only where stderr is a terminal (as
+    tqdm's disable=None): a log would fill with its redraws."""
+    path = tmp_path / "m.json"
+    write_manifest(_record(kernels.add_one_kernel), path)
+    capfd.readouterr()
+    report = JitWarmupRegistry().warmup(manifest=path)  # keys to compile: a bar would be drawn
+    assert report.num_keys == 3 and report.stats.restored == 0  # each key went through the warm-up session
+    err = capfd.readouterr().err
+    assert "zerojit warm-up" not in err and "\r" not in err, err

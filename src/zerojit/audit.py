@@ -211,17 +211,24 @@ class CoverageAudit:
 
         A dead key that no miss is nearest to: the part of the declared key space this traffic
         did not reach (a longer or different trace may), also beside misses near other keys. A
-        miss whose nearest warmed key is dead: warm-up and dispatch may disagree (the runtime
-        launch differs from that key in the arguments its differences name).
+        miss whose nearest warmed key is dead: for a zerojit kernel, warm-up and dispatch may
+        disagree (the runtime launch differs from that key in the arguments its differences
+        name); for a kernel warmed from a manifest (a raw ``triton.jit`` function: no dispatch,
+        its keys are what the recording launched), this run launched it in classes the
+        recording did not.
         """
         def near_dead(k: KernelCoverage) -> bool:
             dead = {w.key for w in k.dead}
             return any(m.nearest_key in dead for m in k.misses)
 
+        def recorded(k: KernelCoverage) -> bool:
+            return all(w.key.startswith("RecordedKey(") for w in k.warmed)
+
         untuned = [k.kernel for k in self.kernels if k.dead and all(w.key.startswith("TunedKey(") for w in k.dead)]
         unreached = [k.kernel for k in self.kernels if k.dead and not k.misses and k.kernel not in untuned]
         beside = [k.kernel for k in self.kernels if k.dead and k.misses and not near_dead(k)]
-        suspect = [k.kernel for k in self.kernels if k.dead and near_dead(k)]
+        suspect = [k.kernel for k in self.kernels if k.dead and near_dead(k) and not recorded(k)]
+        unrecorded = [k.kernel for k in self.kernels if k.dead and near_dead(k) and recorded(k)]
         notes = []
         if untuned:
             notes.append(f"dead keys that are autotune configs ({', '.join(untuned)}): compiled at warm-up, not chosen "
@@ -235,6 +242,11 @@ class CoverageAudit:
         if suspect:
             notes.append(f"a miss nearest to a dead key ({', '.join(suspect)}): warm-up and dispatch may "
                          "disagree; compare that MISS with its nearest warmed key")
+        if unrecorded:
+            notes.append(f"a miss nearest to a dead recorded key ({', '.join(unrecorded)}): this run launched the "
+                         "kernel in classes its recording did not (a raw kernel has no dispatch: its keys are the "
+                         "recorded launches); compare that MISS with its nearest recorded key, and record the program "
+                         "again with this workload")
         return notes
 
     def kernel(self, name: str) -> KernelCoverage:

@@ -529,16 +529,20 @@ def demo(target: str = typer.Option("cuda:90", metavar="TARGET", help="compile-o
 
 
 def _this_install(command: list[str]) -> list[str]:
-    """``command`` with a bare ``python`` / ``python3`` / ``python3.N`` or ``zerojit`` as its program
-    run by this install: this interpreter (``sys.executable``), or ``sys.executable -m zerojit``, as
-    ``record`` and ``exec`` run ``python``. A console script run from a virtual environment that is
-    not activated would otherwise start whatever PATH finds first (the system's Python, without
-    torch). A path (``./venv/bin/python``) or any other program is run as given."""
-    import re
+    """``command`` with a Python interpreter or a bare ``zerojit`` as its program run by this
+    install: this interpreter (``sys.executable``), or ``sys.executable -m zerojit``, as ``record``
+    and ``exec`` run ``python``. A console script run from a virtual environment that is not
+    activated would otherwise start whatever PATH finds first (the system's Python, without
+    torch), and the child imports this zerojit, which another Python's packages do not fit: an
+    interpreter is taken as :func:`zerojit.recording.names_this_python` takes it (a bare
+    ``python``, ``python3`` or ``python3.N`` of this version, or this interpreter's path; another
+    raises :class:`~zerojit.recording.ProgramError`). Any other program is run as given."""
     import sys
 
+    from zerojit.recording import names_this_python
+
     program, rest = command[0], list(command[1:])
-    if re.fullmatch(r"python(3(\.\d+)?)?", program):
+    if names_this_python(program, where="a child process"):
         return [sys.executable, *rest]
     if program == "zerojit":
         return [sys.executable, "-m", "zerojit", *rest]
@@ -560,13 +564,14 @@ def audit(
     The script runs as a child process with ZEROJIT_JIT_MONITOR=warn;
     its zerojit warm-up installs the monitor; it writes its audit at exit.
     A bare 'python' (python3, python3.N) or 'zerojit' as COMMAND runs with
-    this zerojit's interpreter, as in record and exec.
+    this zerojit's interpreter, as in record and exec; a path to another
+    Python than this one is refused (exit 2), naming this one.
 
     Exit status: 1 when anything compiled, or an autotuner benchmarked, at
     run time, else the script's own status (128 + N when signal N killed
     it); 2 when the script ran no
-    zerojit warm-up and exited 0, or cannot be run, or --json cannot be
-    written.
+    zerojit warm-up and exited 0, or cannot be run (another Python), or
+    --json cannot be written.
     """
     import json
     import signal
@@ -678,8 +683,10 @@ def record(
     manifest (docs/manifest.md) is written atomically, also when the program fails. With --target
     the launches are dry launches through the compile-only target: Triton's binder and cache
     lookup, compiling on a miss, nothing executed, so a CPU machine records a program that uses CPU
-    tensors, and the program's outputs are not computed. Exit status: the program's own; 2 when
-    the program cannot be run or an option is invalid.
+    tensors, and the program's outputs are not computed; where there is no GPU, --target is
+    required. Exit status: the program's own; 2 when the program cannot be run (another Python
+    than this one included) or an option is invalid, or there is neither a GPU nor --target (no
+    manifest is written then).
     """
     import subprocess
     import sys
@@ -688,11 +695,15 @@ def record(
 
     from zerojit.manifest import read_manifest, unimportable
     from zerojit.recording import Program, growth_report
+    from zerojit.triton_compat import gpu_driver_available
 
     _check_output_file("record", "--output", output)
     if target is not None:
         _check_target("record", target)
     Program(command, where="a child Python process")  # refused here (exit 2), before a child starts
+    if target is None and not gpu_driver_available():  # else the program's first launch fails: no driver
+        _refuse("record", "no GPU is visible here: pass the compile-only target to record for (e.g. --target "
+                "cuda:90): every launch is then a dry launch, which needs no GPU")
     src_root = str(Path(__file__).resolve().parent.parent)  # the child imports this same zerojit
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
@@ -807,16 +818,21 @@ def exec_command(
 ) -> None:
     """Warm a manifest, install the JIT monitor, then run the unmodified program in this process.
 
-    The warm-up report goes to stderr. The program's raw launches of recorded kernels are counted
-    as hits (and are dry launches under a compile-only target: outputs are not computed). In error
-    mode a specialization the manifest lacks raises RuntimeJitError before compiling, naming the
-    kernel and each argument whose class differs from the nearest recorded one. A triton.autotune
+    The program's code is imported as 'python app.py' would: its folder (for -m and -c, the
+    current one) first on sys.path, not the folder it was recorded in, so a copy of the program
+    warms and runs its own kernels. The warm-up report goes to stderr. The program's raw launches
+    of recorded kernels are counted as hits (and are dry launches under a compile-only target:
+    outputs are not computed). In error mode a specialization the manifest lacks is blocked
+    before compiling, ending the program: the error names the kernel, where the program launched
+    it, and each argument whose class differs from the nearest recorded one. A triton.autotune
     kernel's choices recorded on a GPU are put back into its autotuner before the program runs,
     so their tuning keys benchmark nothing (a recording under a compile-only target has none: a
-    new tuning key is benchmarked, which error mode blocks). An exception the
-    program raises is printed as python prints it. Exit status: 1 when anything compiled at run
-    time (or a corrupted manifest), else the program's own (1 for an exception, as python's); 2
-    when the program cannot be run or an option is invalid.
+    new tuning key is benchmarked, which error mode blocks). An exception the program raises is
+    printed as python prints it. A closing line counts the monitored launches and runtime
+    compiles; with --jit-monitor-mode off nothing is counted, and it says so. Exit status: 1 when
+    anything compiled (or was blocked) at run time, or for a corrupted manifest or one recorded
+    with another Triton version, else the program's own (1 for an exception, as python's; the
+    only status with the monitor off); 2 when the program cannot be run or an option is invalid.
     """
     from zerojit import monitor as _monitor
     from zerojit.compile_only import compile_only
@@ -826,13 +842,15 @@ def exec_command(
     from zerojit.registry import JitWarmupRegistry, count
 
     _check_input_file("exec", "manifest", manifest)
-    program = Program(command)
+    program = Program(command)  # (its folder goes first on sys.path, as python puts it: the warm-up imports from it)
     chosen = _manifest_target("exec", target, manifest)
-    apply_jit_monitor_mode(jit_monitor_mode or "error")
+    mode = jit_monitor_mode or "error"
+    apply_jit_monitor_mode(mode)
+    blocked = None
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
         registry = JitWarmupRegistry()
         report = registry.warmup(manifest=manifest, workers=_capped_workers("exec", workers),
-                                 progress=_progress(no_progress), target=chosen or "device")
+                                 progress=_progress(no_progress), target=chosen or "device", program_folder=False)
         typer.echo(report.summary(), err=True)
         recorded = [k for k in registry.kernels if isinstance(k, RecordedKernel)]
         tuned, notes = restore_tunings(recorded)
@@ -844,14 +862,24 @@ def exec_command(
         restore = count_raw_launches(recorded)
         try:
             rc = program.run(propagate=(RuntimeJitError,))  # its own exceptions: its traceback, status 1
+        except RuntimeJitError as e:  # a blocked compile: explained where the program launched it
+            blocked, rc = e, 1
         finally:
             restore()
+    if blocked is not None:
+        head, _, rest = str(blocked).removeprefix("zerojit: ").partition("\n")
+        site = program.launch_site(blocked)
+        lines = [f"zerojit exec: {head}", *([f"  launched at {site}"] if site else []), *([rest] if rest else [])]
+        typer.echo("\n".join(lines), err=True)
     watching = _monitor.current()
     counts = watching.counts() if watching is not None else None
     if counts is not None:
         compiles = counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads
         typer.echo(f"zerojit exec: {count(counts.launches, 'monitored launch', 'monitored launches')}, "
-                   f"{count(compiles, 'runtime compile')}", err=True)
+                   f"{count(compiles, 'runtime compile')}" + (f" ({counts.blocked} blocked)" if counts.blocked else ""),
+                   err=True)
+    elif mode == "off":  # nothing installed: a compile at run time goes unseen, and the status cannot say
+        typer.echo("zerojit exec: monitor off: runtime compiles not counted", err=True)
     raise typer.Exit(1 if counts is not None and counts.any_runtime_compile else rc)
 
 

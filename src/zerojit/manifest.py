@@ -19,7 +19,10 @@ A kernel that cannot be warmed (its module no longer imports, its source hash di
 defined in the program's ``__main__``) is skipped and reported (:class:`ManifestSkip`), never
 failing the warm-up; a specialization holding a value JSON cannot carry (a constexpr function, a
 tensor descriptor) likewise. A file that is not a manifest, is truncated or corrupted raises
-:class:`ManifestError`. :func:`write_manifest` writes atomically (:mod:`zerojit.outputs`).
+:class:`ManifestError`, and so does a warm-up of a manifest recorded with another Triton version
+(its keys and launch options are that Triton's, and Triton's source hash does not include its
+version, so no per-kernel check would notice). :func:`write_manifest` writes atomically
+(:mod:`zerojit.outputs`).
 """
 
 from __future__ import annotations
@@ -589,6 +592,12 @@ def _recorded_object(record: KernelRecord) -> Any:
     return obj
 
 
+def _module_file(module: str) -> str:
+    """The file module ``module`` (imported) was loaded from, as a skip reason names it: which
+    copy of the program's code a source check compared."""
+    return str(getattr(sys.modules.get(module), "__file__", None) or f"module {module!r}")
+
+
 def _import_function(record: KernelRecord) -> Any:
     """The recorded ``triton.jit`` function, imported again; raises LookupError naming what failed."""
     obj = _recorded_object(record)
@@ -639,24 +648,49 @@ def restore_tunings(kernels: Sequence["RecordedKernel"]) -> tuple[int, list[str]
     return restored, notes
 
 
-def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[ManifestSkip], float]:
+def _check_triton_version(manifest: Manifest, where: str = "manifest") -> None:
+    """Refuse ``manifest`` unless it was recorded with this Triton's version, exactly
+    (``triton.__version__``): its specializations and launch options are keys of the Triton that
+    recorded them, and Triton's source hash does not include its version, so the per-kernel
+    source check would pass a manifest of another Triton.
+
+    Raises:
+        ManifestError: another version, naming ``where`` (the file), the field and both values.
+    """
+    if manifest.triton_version != _tc.TRITON_VERSION:
+        raise ManifestError(f"{where}: field 'triton_version' is {manifest.triton_version!r}, but this is Triton "
+                            f"{_tc.TRITON_VERSION!r}: a manifest warms only with the Triton it was recorded with; "
+                            "record the program again with this Triton")
+
+
+def warmup_plan(manifest: Manifest, *, where: str = "manifest",
+                program_folder: bool = True) -> tuple[list[RecordedKernel], list[ManifestSkip], float]:
     """One :class:`RecordedKernel` per recorded function that can be warmed here, a
     :class:`ManifestSkip` for each kernel (or specialization) that cannot, and the seconds spent
     importing the recorded functions' modules (most of the time, when they import torch).
 
-    The program's folder (:attr:`Manifest.program_folder`, where it still exists) goes first on
-    ``sys.path``, as it was for the program. A kernel is skipped when its function does not import
-    any more, is defined in ``__main__``,
-    or its source hash differs from the recorded one (its source or a dependency changed, or it
-    was recorded with another Triton, whose hash differs: both named). A specialization is skipped
-    when it holds a value a manifest cannot reproduce. Nothing raises for one kernel's problem.
+    With ``program_folder`` (warmup, bundle export: no program runs), the program's folder
+    (:attr:`Manifest.program_folder`, where it still exists) goes first on ``sys.path``, as it was
+    for the program. Without it the modules import from ``sys.path`` as the caller set it up:
+    ``zerojit exec`` puts the folder of the program it is about to run there, as ``python app.py``
+    does, so a copy of the program warms (and source-checks) the copy's own kernels, not the
+    recorded folder's. A kernel is skipped when its function does not import any more, is
+    defined in ``__main__``, or its source hash differs from the recorded one (its source or a
+    dependency changed). A specialization is skipped when it holds a value a manifest cannot
+    reproduce. Nothing raises for one kernel's problem.
+
+    Raises:
+        ManifestError: the manifest was recorded with another Triton version
+            (``where``: the file, for the message): its keys and launch options are that
+            Triton's, and Triton's source hash does not include its version, so the per-kernel
+            source check would pass them.
     """
+    _check_triton_version(manifest, where)
     kernels: list[RecordedKernel] = []
     skipped: list[ManifestSkip] = []
-    other_triton = manifest.triton_version != _tc.TRITON_VERSION
     folder = manifest.program_folder
-    if folder and os.path.isdir(folder) and folder not in sys.path:  # where the program's modules imported from
-        sys.path.insert(0, folder)
+    if program_folder and folder and os.path.isdir(folder) and folder not in sys.path:
+        sys.path.insert(0, folder)  # where the program's modules imported from
     import_seconds = 0.0
     for record in manifest.kernels:
         t0 = time.perf_counter()
@@ -669,10 +703,10 @@ def warmup_plan(manifest: Manifest) -> tuple[list[RecordedKernel], list[Manifest
             import_seconds += time.perf_counter() - t0
         now = _tc.source_hash(jit_fn)
         if now != record.source_hash:
-            why = (f"recorded with Triton {manifest.triton_version}, this is Triton {_tc.TRITON_VERSION}"
-                   if other_triton else "its source or a function it calls changed since recording")
             skipped.append(ManifestSkip(record.name, f"source hash {now[:12]}... differs from the recorded "
-                                        f"{record.source_hash[:12]}... ({why}): record the program again"))
+                                        f"{record.source_hash[:12]}... (its source or a function it calls changed "
+                                        f"since recording; compared: {_module_file(record.module)}): record the "
+                                        "program again"))
             continue
         if _tc.parameter_names(jit_fn) != record.parameters:
             skipped.append(ManifestSkip(record.name, f"parameters {list(_tc.parameter_names(jit_fn))} differ from the "

@@ -1076,6 +1076,12 @@ class JitMonitor:
         return list(found) if found else [v for v in self._variants if v.kernel == name]
 
     def _explain(self, jit_fn: Any, name: str, spec: tuple[SpecClass, ...], triton_key: str, direct: bool) -> RuntimeCompile:
+        """The runtime compile of ``jit_fn`` with classes ``spec``, explained against the nearest
+        warmed key of the kernel: the one with the fewest arguments whose class differs (a launch
+        option that differs counts as one), then the fewest ints that differ only in width (an
+        i64 ``n`` divisible by 16 is nearer the i32 divisible-by-16 key, one value range away,
+        than the equal-to-one key: Triton's value classes are what a key space chooses, a width
+        follows the value's size), then the first warmed."""
         params = tuple(p.name for p in jit_fn.params) if jit_fn is not None else ()
         fn = getattr(jit_fn, "fn", None)
         function = f"{fn.__module__}.{fn.__qualname__}" if fn is not None else name
@@ -1097,7 +1103,8 @@ class JitMonitor:
                                 + ", called with " + (", ".join(f"{k}={co[k]!r}" for k in names if k in co) or "defaults"))
                     if not names:  # the same options, passed in another order: Triton keys on str(options)
                         opt_diff = f"launch options in another order: warmed with {warmed_text}, called with {called_text}"
-            score = len(diffs) + (opt_diff is not None)
+            widths = sum(d.warmed.kind == d.called.kind == "int" and d.warmed.attr == d.called.attr for d in diffs)
+            score = (len(diffs) - widths + (opt_diff is not None), widths)
             if best is None or score < best[0]:
                 best = (score, order, v, diffs, opt_diff)
         record = RuntimeCompile(

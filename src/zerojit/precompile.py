@@ -525,7 +525,8 @@ class WarmupSession:
         entries: dict[int, list] = {}
         shipped: dict[int, _Shipped] = {}
         deferred: list[int] = []
-        with tqdm(total=len(jobs), desc=desc, unit="key", disable=not progress) as bar:
+        # disable=None: drawn only where stderr is a terminal (tqdm.auto's notebook bar is always drawn)
+        with tqdm(total=len(jobs), desc=desc, unit="key", disable=None if progress else True) as bar:
 
             def done(i: int, result: tuple) -> None:
                 status, value, seconds, state = result

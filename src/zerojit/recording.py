@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import re
 import runpy
 import sys
 import threading
@@ -46,8 +47,8 @@ from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecializ
                        encode_config, encode_specialization, encode_value, write_manifest)
 from .specialization import bind, scalar_rep
 
-__all__ = ["ProgramError", "Program", "Recorder", "record_child", "count_raw_launches", "Growth", "growth",
-           "growth_report", "bounded_together"]
+__all__ = ["ProgramError", "Program", "names_this_python", "Recorder", "record_child", "count_raw_launches", "Growth",
+           "growth", "growth_report", "bounded_together"]
 
 _INT_TYPES = ("i32", "i64", "u64")
 
@@ -57,19 +58,48 @@ class ProgramError(ValueError):
     option, a script that does not exist); the message says what to pass instead."""
 
 
+def names_this_python(word: str, *, where: str) -> bool:
+    """Whether ``word``, a command's program, names this interpreter (``sys.executable``), which
+    runs the program whatever the command names: True for a bare ``python``, ``python3`` or
+    ``python3.N`` of this version (PATH is not searched: a console script run from a virtual
+    environment that is not activated would find the system's), and for this interpreter's own
+    path (``os.path.abspath``, symlinks not resolved: a virtual environment's ``python`` links to
+    the system one, which lacks the environment's packages); False for a word that names no
+    Python interpreter (a script, ``zerojit``). ``where``: where the program runs, for the message
+    ("this process", "a child process").
+
+    Raises:
+        ProgramError: another interpreter (``/usr/bin/python3``, ``python2``), which zerojit
+            would not run: it names ``sys.executable``.
+    """
+    name = os.path.basename(word)
+    if not re.fullmatch(r"python[0-9.]*", name):
+        return False
+    if word == name and name in ("python", f"python{sys.version_info[0]}", "python%d.%d" % sys.version_info[:2]):
+        return True
+    if word != name and os.path.abspath(word) == os.path.abspath(sys.executable):
+        return True
+    raise ProgramError(f"{word!r} is not this interpreter: zerojit runs the program in {where}, under its own "
+                       f"Python {sys.executable} ({'.'.join(map(str, sys.version_info[:2]))}); pass 'python' or that "
+                       "path, or run the zerojit installed for the other Python")
+
+
 class Program:
     """A Python program to run in this process, from a command line.
 
     Accepted: ``python SCRIPT ARGS...``, ``python -m MODULE ARGS...`` and ``python -c CODE
-    ARGS...`` (any ``python*`` executable name), ``SCRIPT.py ARGS...``, and ``zerojit ARGS...``
-    (``python -m zerojit``). ``sys.path[0]`` is what ``python`` puts there (the script's folder,
-    else the current folder: :attr:`folder`), already in ``__init__``, so that a warm-up before
-    :meth:`run` imports the program's kernel modules. ``where``: where it runs, for the messages
+    ARGS...`` (``python`` as :func:`names_this_python` takes it: this interpreter, by a bare name
+    or its path), ``SCRIPT.py ARGS...``, and ``zerojit ARGS...`` (``python -m zerojit``).
+    ``sys.path[0]`` is what ``python`` puts there (the script's folder, else the current folder:
+    :attr:`folder`), already in ``__init__``, so that a warm-up before :meth:`run` imports the
+    program's kernel modules. ``where``: where it runs, for the messages
     (``zerojit exec``: this process; ``zerojit record``: a child Python process).
 
     Raises:
         ProgramError: an empty command, another ``python`` option, a script that does not exist,
-            a ``-m`` module whose top-level package is not found, or another executable (zerojit runs the program in a Python process it patches).
+            a ``-m`` module whose top-level package is not found, another Python interpreter than
+            this one, or another executable (zerojit runs the program in a Python process it
+            patches).
     """
 
     def __init__(self, command: Sequence[str], *, where: str = "this process") -> None:
@@ -78,7 +108,7 @@ class Program:
         if not argv:
             raise ProgramError("no program given: pass it after '--' (e.g. -- python app.py)")
         head = os.path.basename(argv[0])
-        if head.startswith("python"):
+        if names_this_python(argv[0], where=where):
             argv = argv[1:]
         elif head == "zerojit":
             argv = ["-m", "zerojit", *argv[1:]]
@@ -158,6 +188,33 @@ class Program:
             return 1
         return 0
 
+    def launch_site(self, error: BaseException) -> str | None:
+        """Where the launch that raised ``error`` (a compile the monitor blocked) was made, from its
+        traceback: ``"app.py:12 (in main)"``, the innermost frame outside Triton, zerojit and
+        ``runpy``; when that frame is a library's (Liger-Kernel's launch), followed by the
+        innermost frame of the program's own files (under its :attr:`folder`, or its ``-c`` code):
+        ``"…/rms_norm.py:301 (in rms_norm_forward), from app.py:9 (in <module>)"``. None when no
+        frame is outside Triton and zerojit (the program is zerojit's own, ``zerojit run``)."""
+        import traceback
+
+        import triton
+
+        inside = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (triton.__file__, __file__))
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if not os.path.abspath(f.filename).startswith(inside) and f.filename != runpy.__file__]
+        if not frames:
+            return None
+        own = [f for f in frames if f.filename == "<string>"
+               or os.path.abspath(f.filename).startswith(os.path.join(self.folder, ""))]
+
+        def where(f: traceback.FrameSummary) -> str:
+            return f"{f.filename}:{f.lineno} (in {f.name})"
+
+        site = where(frames[-1])
+        if own and own[-1] is not frames[-1]:
+            site += f", from {where(own[-1])}"
+        return site
+
     @staticmethod
     def _run_code(code: str) -> None:
         """``python -c CODE``: the code as the ``__main__`` module, named ``<string>`` in tracebacks."""
@@ -192,8 +249,6 @@ class Recorder:
         self._specs: dict[int, dict[Any, list]] = {}  # id(fn) -> key -> [spec, values, options, count]
         self._restore: Callable[[], None] | None = None
         self._target: str | None = None  # what the first recorded launch was keyed for
-        #: a launch raised where there is neither a GPU nor a compile-only target (Triton finds no driver)
-        self.failed_without_device = False
 
     def install(self) -> "Recorder":
         """Replace ``JITFunction.run`` (a no-op when installed). Returns self."""
@@ -215,12 +270,7 @@ class Recorder:
             # run) as warmup=True: a dry launch, recorded like a real one.
             if (not warmup or active_compile_only() is not None) and not in_warmup():
                 note(jit_fn, args, kwargs)
-            try:
-                return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
-            except Exception:
-                if current_target_name() is None:  # no GPU, no compile-only target: why it failed
-                    self.failed_without_device = True
-                raise
+            return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
 
         return run
 
@@ -331,9 +381,6 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
     finally:
         recorder.uninstall()
         write_manifest(recorder.manifest(command, target=target or current_target_name(), folder=program.folder), out)
-        if recorder.failed_without_device:
-            print("zerojit record: note: a launch failed: no GPU is visible here; to record on this machine, pass a "
-                  "compile-only target (--target cuda:90): every launch is then a dry launch", file=sys.stderr)
 
 
 def count_raw_launches(kernels: Sequence[RecordedKernel]) -> Callable[[], None]:

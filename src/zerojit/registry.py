@@ -406,6 +406,7 @@ class JitWarmupRegistry:
         bundle: str | os.PathLike | None = None,
         group: Any = None,
         manifest: str | os.PathLike | None = None,
+        program_folder: bool = True,
     ) -> WarmupReport:
         """Compile (and on a GPU load) every key of every registered kernel.
 
@@ -420,7 +421,9 @@ class JitWarmupRegistry:
                 they suit (more than one worker). A :class:`WorkerChoice` is taken as made (its
                 count, and its words in the report): a caller that changed what it was asked
                 (the CLI caps ``--workers`` to the cores) says so there.
-            progress: show a tqdm progress bar.
+            progress: show a tqdm progress bar on stderr where it is a terminal (as tqdm's
+                ``disable=None``: a redirected stderr is a log, which a bar's redraws fill with
+                carriage returns; a notebook still shows it).
             raise_on_failure: raise :class:`WarmupError` after trying every key if any failed.
             target: recorded in the report (the caller's compile target); also the target a
                 ``bundle`` must be for (``"device"``: the GPU's or the compile-only target).
@@ -431,8 +434,13 @@ class JitWarmupRegistry:
             manifest: a recording (``zerojit record``, :mod:`zerojit.manifest`): every recorded
                 specialization of every recorded ``triton.jit`` function is warmed too, as a
                 :class:`~zerojit.manifest.RecordedKernel`; a kernel that cannot be (its source
-                changed, another Triton, no longer importable) is skipped and listed in the
-                report's ``skipped``, never failing the warm-up.
+                changed, no longer importable) is skipped and listed in the
+                report's ``skipped``, never failing the warm-up. One recorded with another Triton
+                version is refused whole (``ManifestError``).
+            program_folder: with ``manifest``, import its kernels' modules with the recorded
+                program's folder first on ``sys.path`` (:func:`~zerojit.manifest.warmup_plan`);
+                False when the caller has set ``sys.path`` up as the program it then runs will
+                have it (``zerojit exec``), so the program's own code is what is warmed.
 
         Whatever ``workers``, ``bundle`` or ``group``, every compile of an entry missing from the
         disk cache holds that entry's file lock, so processes sharing a cache folder compile each
@@ -449,7 +457,8 @@ class JitWarmupRegistry:
             zerojit.cache.CacheFolderError: Triton's cache folder is empty, a file, or cannot be
                 created (a bundle's: also not writable).
             TypeError: ``bundle`` is not a path.
-            zerojit.manifest.ManifestError: ``manifest`` is truncated, corrupted or no manifest.
+            zerojit.manifest.ManifestError: ``manifest`` is truncated, corrupted or no manifest, or
+                was recorded with another Triton version.
             OSError: ``manifest`` cannot be read.
             ValueError: ``target`` names another target than the one this process compiles for.
         """
@@ -467,7 +476,8 @@ class JitWarmupRegistry:
         manifest_phases: dict[str, float] = {}
         if manifest is not None:  # reading it imports the recorded functions' modules (torch, a library...)
             t0 = time.perf_counter()
-            recorded, skipped, import_seconds = warmup_plan(read_manifest(manifest))
+            recorded, skipped, import_seconds = warmup_plan(read_manifest(manifest), where=os.fspath(manifest),
+                                                            program_folder=program_folder)
             for kernel in recorded:
                 self.register(kernel)
             manifest_phases = {"manifest": time.perf_counter() - t0 - import_seconds, "modules": import_seconds}

@@ -90,6 +90,7 @@ __all__ = [
     "JITFunction", "GPUTarget", "DriverBase", "AsmDict",
     # knobs and the driver
     "interpreting", "cache_dir", "set_cache_dir", "triton_home", "active_driver", "peek_driver", "set_driver",
+    "gpu_driver_available",
     "current_device", "current_target", "gpu_target", "cache_invalidating_env",
     # compile hooks
     "get_cache_hook", "set_cache_hook", "get_post_compile_hook", "set_post_compile_hook", "get_compile_listener",
@@ -186,6 +187,21 @@ def peek_driver() -> Any | None:
     Hot paths bind :data:`DRIVER` (Triton's ``DriverConfig``) once and read this slot,
     ``DRIVER._active``, themselves (3.6-3.9 all keep the active driver there)."""
     return DRIVER._active
+
+
+def gpu_driver_available() -> bool:
+    """Whether Triton would find a GPU driver to create (one of its backends' drivers is active:
+    for NVIDIA and AMD, ``torch.cuda.is_available()``), without creating it: no CUDA context, which
+    a process that only starts another (``zerojit record``'s) must not hold on the GPU."""
+    from triton.backends import backends
+
+    def active(backend: Any) -> bool:
+        try:
+            return bool(backend.driver.is_active())
+        except Exception:  # a backend whose runtime is missing or broken: Triton cannot use it either
+            return False
+
+    return any(active(b) for b in backends.values())
 
 
 def set_driver(drv: Any | None) -> None:

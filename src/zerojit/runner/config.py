@@ -92,7 +92,8 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
         The validated :class:`~zerojit.kernels.mla.config.ModelConfig`.
 
     Raises:
-        ConfigError: an unknown name (listing the shipped names), a missing or unreadable file,
+        ConfigError: an unknown name (listing the shipped names), a directory (also one named
+            without a path separator, ``--config configs``), a missing or unreadable file,
             invalid JSON, a non-object top level or a field set twice; otherwise every unknown key, every
             :data:`REQUIRED_FIELDS` field neither the file nor the overrides set (one line each),
             and every invalid field of the file merged with the overrides, all in one error
@@ -107,6 +108,8 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
             raise ConfigError([f"{str(path)!r} does not exist"], what="config path")
     else:
         path = CONFIG_DIR / f"{name_or_path}.json"
+        if not path.is_file() and Path(name_or_path).is_dir():  # a folder named like a config, e.g. 'configs'
+            raise ConfigError([f"{os.fspath(name_or_path)!r} is a directory, not a JSON file"], what="config path")
         if not path.is_file():
             raise ConfigError(
                 [

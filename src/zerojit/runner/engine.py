@@ -131,7 +131,7 @@ class RunOptions:
         dcp_size, dcp_rank, num_speculative_tokens: override the config's (None: keep).
         backend: attention backend name (None: the config's default).
         seed: seeds the top-k draws and the check sampling.
-        progress: show progress bars.
+        progress: show progress bars on stderr where it is a terminal (tqdm's ``disable=None``).
         kv_cache_tokens: context tokens the paged KV cache holds (over all DCP ranks).
         step_interval_s: simulated seconds per scheduler step (arrivals replayed in that time).
         workers: zerojit warm-up compile worker processes (1: compile in this process; None:
@@ -860,7 +860,8 @@ def _triton_warmup(registry: JitWarmupRegistry, config: ModelConfig, target: str
     start = time.perf_counter()
     plan, failures = registry.warmup_keys(config)
     kernels = []
-    with tqdm(total=sum(len(v) for v in plan.values()), desc="triton warmup()", unit="key", disable=not progress) as bar:
+    with tqdm(total=sum(len(v) for v in plan.values()), desc="triton warmup()", unit="key",
+              disable=None if progress else True) as bar:
         for kernel, keys in plan.items():
             done, t_kernel = [], 0.0
             for key in keys:
@@ -1121,7 +1122,7 @@ def replay_trace(
     to_check = set(check_steps)
     replay = Replay()
     checked, outputs, mismatches, check_s = [], 0, [], 0.0
-    bar = tqdm(total=len(trace), desc="replay", unit="req", disable=not progress)
+    bar = tqdm(total=len(trace), desc="replay", unit="req", disable=None if progress else True)
     if not on_gpu:  # a dry step's tensors come from the C allocator (a GPU's from PyTorch's cache)
         serving_allocator()
     with serving_collector(), _CollectorWatch(replay.collections) as watch:
