@@ -111,7 +111,7 @@ def commands(manifest: str) -> dict[str, tuple[list[str], str]]:
         "run": (["run", "--device", "cpu", "--no-progress", "--requests", "1", "--json", "OUT"], "--json"),
         "warmup": (["warmup", "--manifest", manifest, "--no-progress", "--json", "OUT"], "--json"),
         "audit": (["audit", "--json", "OUT", "--", sys.executable, "-c", "pass"], "--json"),
-        "record": (["record", "-o", "OUT", "--", "python", "-c", "pass"], "--output"),
+        "record": (["record", "-o", "OUT", "--target", "cuda:90", "--", "python", "-c", "pass"], "--output"),
         "bundle export": (["bundle", "export", "-o", "OUT", "--manifest", manifest, "--no-progress"], "--output"),
     }
 
@@ -228,7 +228,7 @@ def test_audit_json_dash_through_a_pipe_is_pure_json(tmp_path):
 def test_record_to_dash_writes_the_manifest_alone_on_stdout(capfd, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     program = "print('the program', 'speaks')"  # (the manifest holds the command)
-    result = invoke("record", "-o", "-", "--", "python", "-c", program)
+    result = invoke("record", "-o", "-", "--target", "cuda:90", "--", "python", "-c", program)
     assert result.exit_code == 0, result.output
     recorded = json.loads(result.stdout)
     assert recorded["format"] == "zerojit-manifest" and recorded["command"] == ["python", "-c", program]
