@@ -185,6 +185,56 @@ def test_a_compile_that_stops_again_fails_naming_kernel_key_and_seconds(tmp_path
     assert gone([pid for pair in compiles for pid in pair])
 
 
+def test_a_wait_for_another_processs_lock_on_the_entry_is_no_hang(tmp_path, compile_only_target):
+    """This process holds the entry's lock (as another warm-up compiling it would) until 3 s
+    after a worker waits for it (the kernel's lock table, /proc/locks, shows the waiter), with a
+    stall limit of 1 s: the worker is not killed for that wait; it compiles once the lock is
+    free. There its ptxas stops it once: that, and only that, is a hang (its worker killed,
+    the key compiled by another)."""
+    import threading
+
+    from filelock import FileLock
+
+    from _kernels import StoreN
+    from zerojit.cache import entry_lock_path
+    from zerojit.registry import JitWarmupRegistry
+
+    registry = JitWarmupRegistry()  # the entry's name (Triton's hash: the same in every cache folder)
+    with registry.activate():
+        StoreN().register_warmup()
+    StoreN.kernel.device_caches.clear()
+    assert registry.warmup(workers=1, progress=False).ok
+    folder = Path(knobs_cache_dir())
+    [entry] = [e.name for e in folder.iterdir() if any(f.name.startswith("__grp__") for f in e.iterdir())]
+    path = entry_lock_path(entry, str(tmp_path / "cache"))
+    lock = FileLock(path, thread_local=False)  # released by another thread
+    lock.acquire()
+    waiter = re.compile(rf"^\d+: -> FLOCK .* [0-9a-f]+:[0-9a-f]+:{os.stat(path).st_ino} ", re.M)
+
+    def release_once_waited_for() -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not waiter.search(Path("/proc/locks").read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(3.0)
+        lock.release()
+
+    threading.Thread(target=release_once_waited_for, daemon=True).start()
+    result = run_scenario(tmp_path, 2, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, "worker", "once")),
+                          ZEROJIT_COMPILE_STALL_S="1")
+    compiles = logged(tmp_path)
+    assert len(compiles) == 2 and compiles[0][1] != compiles[1][1]  # the first worker waited, then ran ptxas
+    assert result["failures"] == [] and (result["compiled"], result["worker_compiled"]) == (0, 1)
+    hung = [r for r in result["recovered"] if "stopped answering" in r]
+    assert len(hung) == 1 and hung[0].startswith(f"compile worker {compiles[0][1]} stopped answering"), hung
+    assert float(re.search(r"; (\d+\.\d) s waited\)", hung[0])[1]) >= 4.0  # the lock's 3 s, then the stall
+
+
+def knobs_cache_dir() -> str:
+    from triton import knobs
+
+    return knobs.cache.dir
+
+
 def test_an_in_process_ptxas_that_stops_fails_its_key(tmp_path):
     """``workers=1``: the ptxas Triton runs in the warm-up's own process stops; after 2 s
     without CPU time it is killed and the key fails, naming kernel, key and seconds."""
@@ -291,3 +341,17 @@ def test_a_sleeping_process_is_hung_and_a_busy_one_is_not():
         for p in (sleeping, busy):
             p.kill()
             p.wait()
+
+
+def test_a_bad_stall_setting_exits_2_naming_it_on_the_command_line(tmp_path, monkeypatch):
+    from triton import knobs
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "cache"))
+    result = CliRunner().invoke(app, ["demo"], env={"ZEROJIT_COMPILE_STALL_S": "soon"})
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "Traceback" not in result.output
+    assert [line for line in result.output.splitlines() if line.startswith("zerojit ")] == [
+        "zerojit demo: ZEROJIT_COMPILE_STALL_S='soon': give a number of seconds above 0 (default 60)"]

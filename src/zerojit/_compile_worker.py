@@ -85,8 +85,8 @@ def entry_locked(path: str, waiting=None):
     """Hold the lock file ``path`` exclusively, excluding the ``filelock.FileLock`` that
     :func:`zerojit.cache.entry_lock` and :func:`zerojit.cache.launcher_lock` take on it in other
     processes. ``waiting(True)`` is called before it waits for another process's lock, and
-    ``waiting(False)`` once it holds it (the warm-up does not count that wait against the
-    worker's stall rule: the other process's compile is watched by its own warm-up).
+    ``waiting(False)`` once it holds it (the warm-up does not count that wait as time without
+    CPU: the other process's compile is watched by its own warm-up).
 
     filelock's Unix lock is ``fcntl.flock`` on the lock file, which stays in place; this takes
     the same ``flock`` (tests/test_parallel_warmup.py checks both ways against filelock), blocking

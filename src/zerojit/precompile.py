@@ -1373,8 +1373,8 @@ class _WorkerPool:
 
         Raises:
             _Hung: the compile stopped answering (:mod:`zerojit.watchdog`): its worker's group
-                used no CPU time for the stall seconds, or it passed its wall-time limit
-                (waiting for another process's lock on the entry counts for neither).
+                used no CPU time for the stall seconds (a wait for another process's lock on the
+                entry does not count), or it passed its wall-time limit.
             EOFError: the worker ended.
         """
         import select

@@ -103,30 +103,30 @@ def group_cpu_seconds(pgid: int) -> float | None:
 
 
 class Watch:
-    """Watches one compile in process group ``pgid``: :meth:`hung` says why it counts as hung
-    (no CPU time for ``stall_s`` seconds, or ``wall_s`` seconds of wall time), else None; it
-    reads ``/proc`` at most every ``poll_s / 2`` seconds, however often it is asked.
-    :meth:`pause` (e.g. while the compile waits for another process's lock on its entry) stops
-    both clocks until :meth:`resume`."""
+    """Watches one compile in process group ``pgid`` (None: unknown, the wall-time rule only):
+    :meth:`hung` says why it counts as hung (no CPU time for ``stall_s`` seconds, or ``wall_s``
+    seconds since the watch began), else None; it reads ``/proc`` at most every ``poll_s / 2``
+    seconds, however often it is asked. :meth:`pause` stops the CPU rule until :meth:`resume`
+    (while the compile waits for another process's lock on its entry, whose holder has its own
+    watch); the wall-time rule goes on, so a lock held forever is not waited for forever."""
 
     def __init__(self, pgid: int | None, *, stall_s: float, wall_s: float) -> None:
         self.pgid, self.stall_s, self.wall_s = pgid, stall_s, wall_s
         self.poll_s = min(max(stall_s / 8, 0.05), 2.0)  # how often a caller asks
         self.started = time.monotonic()
         self.paused = False
-        self._resume()
+        self._idle_from_now()
 
-    def _resume(self) -> None:
-        self.since = time.monotonic()  # the wall clock counts from here
+    def _idle_from_now(self) -> None:
         self.cpu = group_cpu_seconds(self.pgid) if self.pgid is not None else None
-        self.idle_since = self.checked = self.since
+        self.idle_since = self.checked = time.monotonic()
 
     def pause(self) -> None:
         self.paused = True
 
     def resume(self) -> None:
         self.paused = False
-        self._resume()
+        self._idle_from_now()
 
     @property
     def waited(self) -> float:
@@ -135,17 +135,17 @@ class Watch:
 
     def hung(self) -> str | None:
         now = time.monotonic()
-        if self.paused or now - self.checked < self.poll_s / 2:
+        if now - self.checked < self.poll_s / 2:
             return None
         self.checked = now
-        if self.cpu is not None:
+        if self.cpu is not None and not self.paused:
             cpu = group_cpu_seconds(self.pgid)
             if cpu != self.cpu:
                 self.cpu, self.idle_since = cpu, now
             elif now - self.idle_since >= self.stall_s:
                 return f"no CPU time for {now - self.idle_since:.1f} s ({STALL_ENV}={self.stall_s:g})"
-        if now - self.since >= self.wall_s:
-            return f"still running after {now - self.since:.0f} s (its limit: {self.wall_s:.0f} s)"
+        if now - self.started >= self.wall_s:
+            return f"still running after {now - self.started:.0f} s (its limit: {self.wall_s:.0f} s)"
         return None
 
 
@@ -176,11 +176,9 @@ def run(*popenargs: Any, input: Any = None, capture_output: bool = False, timeou
     if capture_output:
         kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
     kwargs["start_new_session"] = True  # its own group: its own children die with it
-    wall = wall_limit(expected_seconds.get())
-    watch = Watch(None, stall_s=stall_seconds(), wall_s=wall if timeout is None else min(wall, timeout))
+    stall_s, wall_s = stall_seconds(), wall_limit(expected_seconds.get())
     with subprocess.Popen(*popenargs, **kwargs) as proc:
-        watch.pgid = proc.pid
-        watch.resume()
+        watch = Watch(proc.pid, stall_s=stall_s, wall_s=wall_s if timeout is None else min(wall_s, timeout))
         while True:
             try:
                 out, err = proc.communicate(input, timeout=watch.poll_s)
