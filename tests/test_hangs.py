@@ -355,3 +355,22 @@ def test_a_bad_stall_setting_exits_2_naming_it_on_the_command_line(tmp_path, mon
     assert "Traceback" not in result.output
     assert [line for line in result.output.splitlines() if line.startswith("zerojit ")] == [
         "zerojit demo: ZEROJIT_COMPILE_STALL_S='soon': give a number of seconds above 0 (default 60)"]
+
+
+def test_a_busy_compile_past_its_wall_limit_is_hung():
+    """The wall-time rule: a process group that keeps using CPU time is hung once the watch's
+    wall limit passes (here 1 s; a compile's is max(300 s, 10x its remembered seconds))."""
+    from zerojit import watchdog
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        watch, why = watchdog.Watch(busy.pid, stall_s=60.0, wall_s=1.0), None
+        deadline = time.monotonic() + 20
+        while why is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+            why = watch.hung()
+        assert why == "still running after 1 s (its limit: 1 s)" and 1.0 <= watch.waited < 5.0
+    finally:
+        busy.kill()
+        busy.wait()

@@ -50,7 +50,9 @@ ever sees a partial entry.
 Anything a worker cannot do (a function defined in ``__main__`` or in a function, an argument
 that does not pickle, a crash, a compile error) is done again in-process by the second sweep, so
 a failing key fails with the same error as in a serial warm-up; ``WarmupStats.recovered`` says
-what happened.
+what happened. But for a compile that stops answering (:mod:`zerojit.watchdog`): its worker is
+killed with its process group and the request tried once more in another worker; hung again,
+its keys fail, never compiled in this process (:meth:`_WorkerPool._hung`).
 """
 
 from __future__ import annotations
@@ -380,7 +382,9 @@ class WarmupSession:
         job.locks.append(lock)
         if self._remembered is None:
             self._remembered = remembered_compile_seconds()
-        job.expected = _watchdog.expected_seconds.set(self._remembered.get(entry))  # the wall limit of its ptxas
+        token = _watchdog.expected_seconds.set(self._remembered.get(entry))  # the wall limit of its ptxas
+        if job.expected is None:  # the first one: _attempt's reset of it undoes every later one too
+            job.expected = token
         group = _whole(manager, filename, base.get_group(manager, filename))
         if group and filename in group:  # missing before the lock: another process compiled it meanwhile
             with self._lock:
