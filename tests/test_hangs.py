@@ -3,8 +3,8 @@ once more in another worker, then reported failed; the fork of the workers canno
 another thread holds.
 
 Each scenario runs a warm-up in its own Python process under a deadline, so that a hang fails
-the test instead of stopping the suite; the process group of the scenario is killed at the
-deadline (the workers of a warm-up that hangs included). The stand-in for ``ptxas``
+the test instead of stopping the suite; the scenario, its session and its children are killed
+at the deadline (the workers of a warm-up that hangs included). The stand-in for ``ptxas``
 (``TRITON_PTXAS_PATH``) is a shell script that answers ``--version`` with the real one's and,
 for a compile, stops itself or its caller (the compile worker) with SIGSTOP, then runs the real
 ``ptxas``; it logs each compile's caller, so the tests see which workers ran it. The references
@@ -92,8 +92,8 @@ def fake_ptxas(tmp_path, who: str, mode: str) -> Path:
 
 
 def run_scenario(tmp_path, workers: int, *, race: bool = False, **env: str) -> dict:
-    """Run :data:`SCENARIO` in a new process group; its JSON. Fails (killing the group) if it has
-    not ended within :data:`DEADLINE_S` seconds."""
+    """Run :data:`SCENARIO` in a new session; its JSON. Fails (killing it and what it started) if
+    it has not ended within :data:`DEADLINE_S` seconds."""
     full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS)]),
                     TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_HOME=str(tmp_path / "home"), **env)
     full_env.pop("ZEROJIT_WORKER_START", None)  # forked workers: the default on Linux
@@ -103,7 +103,7 @@ def run_scenario(tmp_path, workers: int, *, race: bool = False, **env: str) -> d
     try:
         out, err = proc.communicate(timeout=DEADLINE_S)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)  # the warm-up, and the workers and ptxas still in its group
+        _kill_scenario(proc.pid)
         _kill_logged(tmp_path)
         proc.communicate()
         pytest.fail(f"the warm-up did not end within {DEADLINE_S:.0f} s: it hangs")
@@ -115,6 +115,25 @@ def logged(tmp_path) -> list[tuple[int, int]]:
     """(ptxas pid, its parent's pid) of each compile the stand-in saw."""
     log = tmp_path / "ptxas.log"
     return [tuple(map(int, line.split())) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _kill_scenario(pid: int) -> None:
+    """SIGKILL the scenario ``pid`` (a session leader) and what it started: its session (forked
+    workers in process groups of their own stay in it) and its children (spawned workers have
+    sessions of their own)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == pid or int(fields[1]) == pid or int(fields[3]) == pid:  # itself, a child, its session
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
 def _kill_logged(tmp_path) -> None:
