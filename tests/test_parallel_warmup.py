@@ -814,7 +814,6 @@ def test_forked_workers_leave_no_process_or_pipe_behind(monkeypatch, tmp_path):
     before = set(os.listdir("/proc/self/fd"))
     report = warm_ramp_with_two_workers()
     assert report.stats.worker_compiled == 2 and report.stats.workers == 2 and len(forked) == 2
-    assert _compile_worker._PARENT_ENDS == set()  # every pipe closed, none left for a later fork to close
     pids = [proc.pid for proc in forked]
     assert None not in pids and forked[0].child and not forked[1].child  # the second: forked by the first
     deadline = time.monotonic() + 30

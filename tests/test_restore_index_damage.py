@@ -23,7 +23,6 @@ import hashlib
 import json
 import pickle
 import random
-import stat
 import subprocess
 import sys
 from dataclasses import dataclass

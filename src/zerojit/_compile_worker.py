@@ -21,7 +21,11 @@ target, the modules that define the kernels), sent at start; the worker answers 
 ready message once booted. Then come ``launcher`` requests (Triton 3.6 only: a launcher module
 needs no build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key,
 unanswered: sent once the parent has it, before the first ``compile`` request), and ``compile``
-requests; each request is answered by one dict; ``None`` ends the worker.
+requests; each request is answered by one dict (before it, ``{"lock_wait": True}`` and
+``{"lock_wait": False}`` around a wait for another process's lock on the entry); ``None`` ends
+the worker. A worker runs in its own process group (a spawned one in its own session), with the
+``ptxas`` and C compiler it runs: the warm-up watches the group's CPU time and kills the group
+of a hung compile (:mod:`zerojit.watchdog`).
 
 A compile runs under the entry's file lock, so workers of several warm-ups (several processes on
 one host) compile each entry once; Triton's ``compile`` re-checks the disk cache inside the lock
@@ -77,10 +81,12 @@ def write_message(stream, obj) -> None:
 
 
 @contextlib.contextmanager
-def entry_locked(path: str):
+def entry_locked(path: str, waiting=None):
     """Hold the lock file ``path`` exclusively, excluding the ``filelock.FileLock`` that
     :func:`zerojit.cache.entry_lock` and :func:`zerojit.cache.launcher_lock` take on it in other
-    processes.
+    processes. ``waiting(True)`` is called before it waits for another process's lock, and
+    ``waiting(False)`` once it holds it (the warm-up does not count that wait as time without
+    CPU: the other process's compile is watched by its own warm-up).
 
     filelock's Unix lock is ``fcntl.flock`` on the lock file, which stays in place; this takes
     the same ``flock`` (tests/test_parallel_warmup.py checks both ways against filelock), blocking
@@ -95,7 +101,14 @@ def entry_locked(path: str):
     fd = None
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # held by another process
+            if waiting is not None:
+                waiting(True)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if waiting is not None:
+                waiting(False)
     except OSError:
         if fd is not None:
             os.close(fd)
@@ -224,6 +237,7 @@ class Worker:
         triton_compat.set_cache_manager_class(
             checked_manager_class(triton_compat.cache_manager_class() or triton_compat.default_cache_manager))
         self.functions: dict = {}
+        self.waiting = None  # called with True/False around a wait for another process's entry lock (serve)
         self.hit: list = []  # the current compile's cache hits, from Triton's listener
         self.stages: list = []  # and its (stage, seconds)
         previous = triton_compat.get_compile_listener()
@@ -275,7 +289,7 @@ class Worker:
             return {"ok": False, "unavailable": True, "error": f"{type(e).__name__}: {e}"}
         start = time.perf_counter()
         try:
-            with entry_locked(task["lock"]):
+            with entry_locked(task["lock"], self.waiting):
                 self.hit, self.stages = [], []
                 compiled = self.tc.compile_source(self.tc.ast_source(fn, signature, constants, attrs), self.target,
                                                   task["options"])
@@ -289,7 +303,7 @@ class Worker:
         ``CudaLauncher`` would at the kernel's first load (3.7 and later ask for none)."""
         start = time.perf_counter()
         try:
-            with entry_locked(task["lock"]):
+            with entry_locked(task["lock"], self.waiting):
                 self.tc.build_launcher(tuple(task["signature"]))
         except Exception as e:
             return {"ok": False, "error": f"{type(e).__name__}: {e}", "seconds": time.perf_counter() - start}
@@ -410,6 +424,8 @@ def serve(setup: dict, boot: dict, requests, replies, *, forked: bool = False) -
         return
     if forked:  # no throwaway compile: the parent's imports (its compiler's included) are its own already
         worker.use_triton_key(setup.get("triton_key"))
+    # between a request and its answer: the worker waits for another process's lock on the entry
+    worker.waiting = lambda waiting: write_message(replies, {"lock_wait": waiting})
     write_message(replies, {"ok": True, "ready": True, **boot, "ready_at": time.time(), "pid": os.getpid(),
                             "forked": forked, "torch_imported": not forked and not lazy_still("torch")})
     while True:
@@ -452,9 +468,6 @@ def main() -> None:
 # Forked workers: a copy of the parent, which has Triton and the kernels' modules imported already
 # ---------------------------------------------------------------------------------------------
 
-_PARENT_ENDS: set = set()  # the parent's ends of every forked worker's pipes: a new child closes them
-
-
 class ForkedProcess:
     """The parent's handle on a worker made by :func:`fork_workers`: the parts of
     ``subprocess.Popen`` the pool uses (``pid``, ``stdin``, ``stdout``, ``wait``, ``kill``).
@@ -468,7 +481,6 @@ class ForkedProcess:
         self.pid, self.stdin, self.stdout = pid, stdin, stdout
         self.child = child
         self.returncode = None
-        self._ends = (stdin.fileno(), stdout.fileno())
 
     def read(self):
         """The worker's next message. ``EOFError`` once it ended; a worker that ends with an error
@@ -528,9 +540,7 @@ class ForkedProcess:
                 pass
 
     def close(self) -> None:
-        """Close the parent's ends of its pipes. They leave the list a new child closes first: a
-        number closed here may be reused at once (by the next worker's pipes)."""
-        _PARENT_ENDS.difference_update(self._ends)
+        """Close the parent's ends of its pipes."""
         for f in (self.stdin, self.stdout):
             try:
                 f.close()
@@ -560,9 +570,11 @@ def fork_workers(setup: dict, stderr_fds: "list[int]") -> "list[ForkedProcess]":
     the child never needs those locks: it uses none of this process's objects but Triton's
     compiler, and Python re-creates its own locks at a fork. A C library's lock held by another
     thread at that moment (a compile running on another thread, inside LLVM) would block the
-    child; the pool forks from the thread that runs the warm-up, before its compiles (a thread
-    of the pool's may be running ``ptxas --version`` then: a subprocess, no lock the child needs).
-    The tree's other forks happen in a child, which has one thread.
+    child; the pool forks from the thread that runs the warm-up, before its compiles, once its
+    own thread running ``ptxas --version`` has ended. A descriptor another thread had open at
+    that moment (a subprocess's pipe, whose reader waits for its end) is closed in the child
+    first thing (:func:`_close_all_but`). The tree's other forks happen in a child, which has one
+    thread. Each worker moves to a process group of its own (:func:`_own_group`).
 
     Returns the workers' handles, in ``stderr_fds`` order (the first is this process's child).
 
@@ -585,14 +597,42 @@ def fork_workers(setup: dict, stderr_fds: "list[int]") -> "list[ForkedProcess]":
         raise
     if pid == 0:
         _forked_tree(setup, pipes, list(stderr_fds))
+    _own_group(pid)
     procs = []
     for i, (requests_r, requests_w, replies_r, replies_w) in enumerate(pipes):
         os.close(requests_r)
         os.close(replies_w)
-        _PARENT_ENDS.update((requests_w, replies_r))
-        procs.append(ForkedProcess(pid if i == 0 else None, os.fdopen(requests_w, "wb"), os.fdopen(replies_r, "rb"),
-                                   child=i == 0))
+        # replies unbuffered: the warm-up select()s on the pipe between messages, and a buffer
+        # could hold a whole message select() does not see
+        procs.append(ForkedProcess(pid if i == 0 else None, os.fdopen(requests_w, "wb"),
+                                   os.fdopen(replies_r, "rb", buffering=0), child=i == 0))
     return procs
+
+
+def _own_group(pid: int) -> None:
+    """Put forked worker ``pid`` in a process group of its own (called in the parent and in the
+    child, so neither has to wait for the other): the warm-up kills a hung worker's whole group,
+    its ``ptxas`` included, and no other worker's."""
+    try:
+        os.setpgid(pid, pid)
+    except OSError:  # the other side did it first and the child moved on (or it ended)
+        pass
+
+
+def _close_all_but(keep: set) -> None:
+    """Close every descriptor of this (forked, single-threaded) process but ``keep``; fd 0 reads
+    ``/dev/null``. A fork copies them all: a pipe another thread of the parent had open at that
+    moment (a ``subprocess``'s, say ``ptxas --version``'s) would otherwise stay open here, and
+    whoever waits for its end-of-file (that subprocess's caller) would wait for this worker."""
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    keep = set(keep) | {0, 1, 2}
+    try:
+        open_fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    except OSError:  # no /proc: every number up to the limit
+        open_fds = range(os.sysconf("SC_OPEN_MAX"))
+    _close(fd for fd in open_fds if fd not in keep)
 
 
 def _close(fds) -> None:
@@ -615,8 +655,16 @@ def _forked_tree(setup: dict, pipes: list, stderr_fds: list) -> None:
         # (walking them writes to each one, copying the pages the child shares with the parent;
         # measured: +34% CPU time per compile without this). Done once: the tree's forks inherit it.
         gc.freeze()
-        # the parent's ends: of earlier workers' pipes (EOF must reach them when the parent ends) and of these
-        _close(set(_PARENT_ENDS).union(fd for p in pipes for fd in (p[1], p[2])))
+        import signal
+
+        try:
+            signal.set_wakeup_fd(-1)  # not into the parent's event loop (whose descriptor closes next)
+        except ValueError:
+            pass
+        _own_group(0)
+        # Only the ends these workers use stay open: not the parent's ends of earlier workers' pipes
+        # (EOF must reach those workers when the parent ends) or of these, nor anything else.
+        _close_all_but({fd for p in pipes for fd in (p[0], p[3])} | set(stderr_fds))
         mine, children = list(range(len(pipes))), []
         while len(mine) > 1:
             keep, give = mine[:(len(mine) + 1) // 2], mine[(len(mine) + 1) // 2:]
@@ -625,10 +673,12 @@ def _forked_tree(setup: dict, pipes: list, stderr_fds: list) -> None:
             except OSError:  # those workers' pipes close with this process's: the parent sees them die
                 pid = -1
             if pid == 0:
+                _own_group(0)
                 started, mine, children = time.time(), give, []
                 _close(fd for i in keep for fd in (pipes[i][0], pipes[i][3]))
             else:
                 if pid > 0:  # it serves as give[0]: where to say how it ended (its exit status is ours)
+                    _own_group(pid)
                     children.append((pid, os.dup(pipes[give[0]][3])))
                 _close(fd for i in give for fd in (pipes[i][0], pipes[i][3]))
                 mine = keep
@@ -693,10 +743,6 @@ def _serve_forked(setup: dict, started: float, requests_fd: int, replies_fd: int
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # not the parent's handlers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        signal.set_wakeup_fd(-1)  # not into the parent's event loop
-    except ValueError:
-        pass
     serve(setup, {"started_at": started}, io.FileIO(requests_fd, "rb", closefd=False),
           os.fdopen(replies_fd, "wb"), forked=True)
 
@@ -707,6 +753,7 @@ def _plain_triton_state() -> None:
     from zerojit import triton_compat as tc
 
     tc.set_compile_listener(None)
+    tc.unwatch_toolchain()  # the warm-up watches this worker's group whole, its ptxas included
     manager = tc.cache_manager_class()
     base = getattr(manager, "_zerojit_base", None)
     while base is not None:  # a session's manager, perhaps over another session's

@@ -120,13 +120,16 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.registry import NoTargetError, WarmupError
     from zerojit.runner.engine import RunError
     from zerojit.runner.trace import TraceError
+    from zerojit.watchdog import StallSettingError
 
     # A cache folder that cannot be written is invalid input, also when a bundle import met it; so
-    # is the environment (a bad ZEROJIT_JIT_MONITOR, TRITON_INTERPRET=1 where compile-only is needed),
-    # a bundle file that cannot be read (permissions: there is no bundle to judge) and a program
-    # that cannot be run, and an output that cannot be written (a command names its flag: _output_errors).
+    # is the environment (a bad ZEROJIT_JIT_MONITOR or ZEROJIT_COMPILE_STALL_S, TRITON_INTERPRET=1
+    # where compile-only is needed), a bundle file that cannot be read (permissions: there is no
+    # bundle to judge) and a program that cannot be run, and an output that cannot be written (a
+    # command names its flag: _output_errors).
     if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
-                          MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError)):
+                          MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError,
+                          StallSettingError)):
         return 2
     if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError)):
         return 1

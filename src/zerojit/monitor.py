@@ -76,15 +76,13 @@ seen, but a compile finished on another thread may be counted as a direct compil
 from __future__ import annotations
 
 import ast
-import contextlib
-import contextvars
 import dataclasses
 import itertools
 import logging
 import os
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from . import triton_compat as _tc
 from . import kernel as _kernel

@@ -50,7 +50,9 @@ ever sees a partial entry.
 Anything a worker cannot do (a function defined in ``__main__`` or in a function, an argument
 that does not pickle, a crash, a compile error) is done again in-process by the second sweep, so
 a failing key fails with the same error as in a serial warm-up; ``WarmupStats.recovered`` says
-what happened.
+what happened. But for a compile that stops answering (:mod:`zerojit.watchdog`): its worker is
+killed with its process group and the request tried once more in another worker; hung again,
+its keys fail, never compiled in this process (:meth:`_WorkerPool._hung`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ import contextlib
 import contextvars
 import dataclasses
 import hashlib
+import io
 import os
 import pickle
 import subprocess
@@ -73,6 +76,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from . import _compile_worker as _wire
 from . import triton_compat as _tc
+from . import watchdog as _watchdog
 from .cache import (cache_dir, entry_lock, entry_lock_path, install_remembered_launcher, known_triton_key,
                     launcher_lock_path, remember_compile_seconds, remember_launcher, remembered_compile_seconds,
                     use_fast_triton_key)
@@ -112,6 +116,7 @@ class _JobState:
     launcher: Any = None  # (signature types, launcher key) when its launcher is missing
     shipped: Any = None  # _Shipped: what loading a worker's result needs
     kernel: str = ""  # the zerojit kernel's name (for what the report says about a worker)
+    expected: Any = None  # the token of watchdog.expected_seconds, set for an in-process compile
 
 
 def _manager_class(session: "WarmupSession", base: type) -> type:
@@ -240,6 +245,7 @@ class WarmupSession:
     """
 
     def __init__(self, *, workers: int | None = 1, pool: "_WorkerPool | None" = None) -> None:
+        _watchdog.stall_seconds()  # a bad ZEROJIT_COMPILE_STALL_S fails here, before anything runs
         self.workers = max(int(workers or 1), 1)
         self.counts = pool.counts if pool is not None else _Counts()
         self.counts.origin = time.perf_counter()  # a prestarted pool's boot lies before: negative times
@@ -250,9 +256,11 @@ class WarmupSession:
         self._launchers: dict[tuple, tuple[str, bool]] = {}
         self._launcher_tasks: dict[tuple, str] = {}  # signature types -> its launcher's pool task
         self._modules: list[str] = []  # the modules that define the jobs' Triton functions
+        self._remembered: dict[str, float] | None = None  # remembered_compile_seconds(), at the first in-process compile
 
     # ------------------------------------------------------------------ hooks
     def __enter__(self) -> "WarmupSession":
+        _tc.watch_toolchain(_watchdog.run, _watchdog.check_output)  # in-process ptxas runs: the stall rule too
         # Triton 3.6 on a GPU: launcher modules to build in workers (none from 3.7 on)
         self._need_launchers = active_compile_only() is None and self.workers > 1 and _tc.cuda_launchers_in_use()
         self._prev_hook = _tc.get_cache_hook()
@@ -350,6 +358,11 @@ class WarmupSession:
         lock = entry_lock(entry)
         lock.acquire()
         job.locks.append(lock)
+        if self._remembered is None:
+            self._remembered = remembered_compile_seconds()
+        token = _watchdog.expected_seconds.set(self._remembered.get(entry))  # the wall limit of its ptxas
+        if job.expected is None:  # the first one: _attempt's reset of it undoes every later one too
+            job.expected = token
         group = base.get_group(manager, filename)
         if group and filename in group:  # missing before the lock: another process compiled it meanwhile
             with self._lock:
@@ -484,9 +497,14 @@ class WarmupSession:
             return "ok", kernel.compile(key), time.perf_counter() - start, state
         except _Deferred:
             return "deferred", None, time.perf_counter() - start, state
+        except _watchdog.CompileHung as e:  # its ptxas stopped answering: say which key
+            return "error", _watchdog.CompileHung(f"kernel {state.kernel!r} key {key!r}: {e}"), \
+                time.perf_counter() - start, state
         except Exception as e:  # reported with the others, never hidden
             return "error", e, time.perf_counter() - start, state
         finally:
+            if state.expected is not None:
+                _watchdog.expected_seconds.reset(state.expected)
             _JOB.reset(token)
             for lock in state.locks:
                 lock.release()
@@ -605,6 +623,12 @@ class WarmupSession:
                         rest = []
                         for i in ready:
                             del needs[i]
+                            hung = [pool.failed[e] for e in entries.get(i, ()) if e in pool.failed]
+                            if hung:  # never compiled in this process: it fails, with the others
+                                error = _watchdog.CompileHung(
+                                    f"kernel {jobs[i][0].name!r} key {jobs[i][1]!r}: {hung[0]}")
+                                done(i, ("error", error, 0.0, _JobState()))
+                                continue
                             spent[i] += sum(pool.seconds.get(e, 0.0) for e in entries.get(i, ()) if not e.startswith("launcher:"))
                             t4 = time.perf_counter()
                             variant = loader.load(*jobs[i], shipped[i]) if i in shipped else None
@@ -691,6 +715,7 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
         return None
     if os.path.exists(_marker(jobs, target)) or os.path.exists(index_path(plan_digest(jobs), target)):
         return None  # warmed into this cache folder before (by workers, or serially: its restore index)
+    _tc.watch_toolchain(_watchdog.run, _watchdog.check_output)  # the backend hash's ptxas --version too
     pool = _WorkerPool(workers, target, _Counts(), threading.Lock(), modules)
     known = known_triton_key()
     if known is not None:  # a known install: every worker starts with it
@@ -704,11 +729,14 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
 def _prestart_workers(pool: "_WorkerPool", target: Any, count: int) -> None:
     """Start ``count`` workers of ``pool`` now. Forked ones (one tree, one fork of this thread's)
     first get here what each would otherwise do itself: Triton's build key when it costs no hash
-    (a known install: they start with it) and the modules Triton's compiler imports lazily.
-    Meanwhile a thread computes the backend's hash, which this process's first key needs
-    (``ptxas --version``, a subprocess of 10-70 ms on the H200 host; a forked worker computes its
-    own at its first compile). After the fork this process imports what only it needs before its
-    sweep: the modules Triton's launch path imports lazily (the workers launch nothing)."""
+    (a known install: they start with it), the modules Triton's compiler imports lazily, and the
+    backend's hash, which every first compile needs (``ptxas --version``, a subprocess of 10-70
+    ms on the H200 host, run on a thread during those imports). The fork waits for that thread:
+    a child forked while ``ptxas --version`` runs would hold that subprocess's pipes open, and
+    the thread would wait for the child forever (tests/test_hangs.py; each forked worker also
+    closes every descriptor it did not open). After the fork this process imports what only it
+    needs before its sweep: the modules Triton's launch path imports lazily (the workers launch
+    nothing). The ``ptxas`` run is bounded by the stall rule (:func:`zerojit.watchdog.run`)."""
     if pool.start_method != "fork":
         pool.prestart(count)
         return
@@ -719,9 +747,9 @@ def _prestart_workers(pool: "_WorkerPool", target: Any, count: int) -> None:
     primer = threading.Thread(target=_tc.prime_backend_hash, args=(target,), name="zerojit-backend-hash", daemon=True)
     primer.start()
     _tc.import_compiler_modules()
+    primer.join()  # before the fork (see above)
     pool.prestart(count)
     _tc.import_launch_path_modules()
-    primer.join()
 
 
 def _writable_cache() -> bool:
@@ -871,6 +899,10 @@ class _TaskQueue:
                 self._stops += 1
             self._cond.notify()
 
+    def expected(self, name: str) -> float | None:
+        """What request ``name``'s entry took to compile before on this install, if remembered."""
+        return self._expected.get(name)
+
     def took(self, function: str, seconds: float) -> None:
         """A worker compiled one of ``function``'s requests in ``seconds``."""
         with self._cond:
@@ -974,6 +1006,9 @@ class _WorkerPool:
         self._forked = 0  # workers forked
         self._stopping = False  # finish() was called: a worker still booting is not waited for
         self._spawned = 0  # worker indices handed out (the timeline's worker numbers)
+        self.stall_s = _watchdog.stall_seconds()
+        self.hangs: dict[str, float] = {}  # request -> seconds its first worker was waited for before it was killed
+        self.failed: dict[str, str] = {}  # request -> why it failed: it hung in two workers (never compiled here)
         self.setup = {
             "sys_path": [p if p else os.getcwd() for p in sys.path],
             "cache_dir": cache_dir(),
@@ -1185,8 +1220,9 @@ class _WorkerPool:
         popened, popened_wall = time.perf_counter(), time.time()
         try:
             # -S: no site (see _compile_worker.preload)
+            # its own session: a hung worker's group (it, and its ptxas) is killed whole
             proc = subprocess.Popen([sys.executable, "-S", _WORKER_SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=stderr, env=env, close_fds=True)
+                                    stderr=stderr, env=env, close_fds=True, start_new_session=True)
         except OSError as e:
             self._recovered(f"cannot start a compile worker: {e}")
             stderr.close()
@@ -1194,11 +1230,21 @@ class _WorkerPool:
         return _Started(proc, stderr, index, popened, popened_wall, forked=False)
 
     def _serve(self, started: "_Started | None") -> None:
+        """Feed one worker (``started``, else one spawned here), and the spawned worker that
+        replaces it each time one is killed as hung, until the pool stops."""
+        while self._serve_worker(started) and not self._stopping:
+            started = None  # spawned: forking is for the warm-up's thread (see _start_thread)
+
+    def _serve_worker(self, started: "_Started | None") -> bool:
+        """Feed one worker its requests; True when it was killed as hung with a request (the
+        caller starts another)."""
         if started is None:
             started = self._spawn()
             if started is None:
-                return
+                return False
         proc, stderr, index = started.proc, started.stderr, started.index
+        # a spawned worker's replies unbuffered: select() between messages must see every one
+        reader = proc.stdout if started.forked else io.FileIO(proc.stdout.fileno(), "rb", closefd=False)
         with self.lock:
             self.started += 1
         task, ready, link = None, False, _Link(proc.stdin)
@@ -1212,12 +1258,12 @@ class _WorkerPool:
             self._send_key(link)  # now, if known; else set_triton_key sends it (its boot then skips the throwaway)
             # Ready first, then a request: one taken now would wait out this worker's boot while a
             # ready worker (or this process) could run it.
-            status = self._await_ready(proc)
+            status = self._await_ready(proc, reader)
             if status is None:  # the warm-up ended first
-                return
+                return False
             if not status.get("ok"):
                 self._recovered(status.get("error", "compile worker set-up failed"))
-                return
+                return False
             ready = True
             if started.forked:
                 proc.learn_pid(status.get("pid"))
@@ -1238,19 +1284,23 @@ class _WorkerPool:
                         with self.lock:
                             self._put(task)
                         task = None
-                        return
+                        return False
                     self._send_key(link)
                 with link.lock:
                     _wire.write_message(proc.stdin, task)
                 sent = time.perf_counter()
-                reply = proc.read() if started.forked else _wire.read_message(proc.stdout)
+                reply = self._answer(proc, reader, task)
                 self._timed(f"{_outcome(task, reply)} {task.get('function') or task['name']}", index, sent,
                             time.perf_counter())
                 self._record(task, reply)
                 task = None
+        except _Hung as hung:
+            _watchdog.kill_group(proc.pid)  # its ptxas or C compiler too
+            self._hung(proc.pid, task, hung)
+            return task is not None
         except (EOFError, OSError, pickle.PickleError) as e:
             if not ready and self._stopping:  # stopped while it booted (a tree's worker: with the fork above it)
-                return
+                return False
             stderr.seek(0)
             tail = stderr.read()[-2000:].decode(errors="replace").strip()
             if not ready:
@@ -1265,9 +1315,11 @@ class _WorkerPool:
             if task is not None:  # the parent compiles it in-process
                 self._finished(task["name"])
         finally:
+            if not started.forked:
+                reader.close()
             with link.lock:
                 if started.forked:
-                    proc.close()  # also off the list of pipes later children close
+                    proc.close()
                 else:
                     for stream in (proc.stdin, proc.stdout):
                         try:
@@ -1279,15 +1331,82 @@ class _WorkerPool:
             stderr.close()
             # Every answer is in: its exit (~0.1 s of interpreter teardown) is not the warm-up's to wait for.
             threading.Thread(target=_reap, args=(proc,), name="zerojit-compile-reaper", daemon=True).start()
+        return False
 
-    def _await_ready(self, proc: Any) -> dict | None:
-        """The worker's ready message, or None once the pool stops first (the worker still booting)."""
+    def _await_ready(self, proc: Any, reader: Any) -> dict | None:
+        """The worker's ready message, or None once the pool stops first (the worker still booting).
+
+        Raises:
+            _Hung: the worker stopped answering (:mod:`zerojit.watchdog`: no CPU time, or past
+                the wall limit) before it was ready.
+        """
         import select
 
+        watch = _watchdog.Watch(proc.pid, stall_s=self.stall_s, wall_s=_watchdog.wall_limit(None))
         while not self._stopping:
-            if select.select([proc.stdout], [], [], 0.05)[0]:
-                return proc.read() if isinstance(proc, _wire.ForkedProcess) else _wire.read_message(proc.stdout)
+            if select.select([reader], [], [], 0.05)[0]:
+                return _read_reply(proc, reader)
+            why = watch.hung()
+            if why is not None:
+                raise _Hung(why, watch.waited)
         return None
+
+    def _answer(self, proc: Any, reader: Any, task: dict) -> dict:
+        """The worker's answer to ``task``, just sent.
+
+        Raises:
+            _Hung: the compile stopped answering (:mod:`zerojit.watchdog`): its worker's group
+                used no CPU time for the stall seconds (a wait for another process's lock on the
+                entry does not count), or it passed its wall-time limit.
+            EOFError: the worker ended.
+        """
+        import select
+
+        wall = _watchdog.wall_limit(self.tasks.expected(task["name"]))
+        watch = _watchdog.Watch(proc.pid, stall_s=self.stall_s, wall_s=wall)
+        while True:
+            if not select.select([reader], [], [], watch.poll_s)[0]:
+                why = watch.hung()
+                if why is not None:
+                    raise _Hung(why, watch.waited)
+                continue
+            message = _read_reply(proc, reader)
+            if message.keys() == {"lock_wait"}:
+                if message["lock_wait"]:
+                    watch.pause()
+                else:
+                    watch.resume()
+                continue
+            return message
+
+    def _hung(self, pid: int | None, task: dict | None, hung: "_Hung") -> None:
+        """Worker ``pid`` was killed as hung (``task``: what it was doing; None: its boot). A
+        request's first hang puts it back in the queue for another worker; its second fails it
+        (never compiled in this process: the warm-up reports it failed with the others)."""
+        who = f"compile worker {pid}" if pid is not None else "a compile worker"
+        if task is None:
+            self._recovered(f"{who} stopped answering while starting ({hung.why}; {hung.seconds:.1f} s waited); "
+                            "killed with its process group")
+            return
+        what = task.get("function") or f"launcher {task['signature']}"
+        if task.get("kernel"):
+            what = f"kernel {task['kernel']!r} ({what})"
+        name = task["name"]
+        with self.lock:
+            first = self.hangs.get(name)
+            if first is None:
+                self.hangs[name] = hung.seconds
+                self.counts.recovered.append(
+                    f"{who} stopped answering while compiling {what} ({hung.why}; {hung.seconds:.1f} s waited); killed "
+                    "with its process group, and the request tried once more in another worker")
+                self._put(task)
+                return
+            self.failed[name] = (f"its compile stopped answering in two compile workers, each killed with its process "
+                                 f"group ({first:.1f} s then {hung.seconds:.1f} s waited; the second: {hung.why}); not "
+                                 "compiled in this process")
+            self.counts.recovered.append(f"{who} stopped answering while compiling {what} again ({hung.why}; "
+                                         f"{hung.seconds:.1f} s waited): it fails")
+        self._finished(name)
 
     def _boot_timeline(self, started: "_Started", status: dict) -> None:
         """Put a worker's boot on the timeline, from the wall-clock times its ready message gives:
@@ -1355,6 +1474,19 @@ class _WorkerPool:
             self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
         remember_compile_seconds(self.compiled_seconds)  # the next cold warm-up on this install hands them out longest first
         return dict(self.seconds)
+
+
+class _Hung(Exception):
+    """A worker stopped answering (:mod:`zerojit.watchdog`): ``why``, after ``seconds`` waited."""
+
+    def __init__(self, why: str, seconds: float) -> None:
+        super().__init__(why)
+        self.why, self.seconds = why, seconds
+
+
+def _read_reply(proc: Any, reader: Any) -> dict:
+    """A worker's next message (a forked one's handle also reads how a tree worker ended)."""
+    return proc.read() if isinstance(proc, _wire.ForkedProcess) else _wire.read_message(reader)
 
 
 class _Link:

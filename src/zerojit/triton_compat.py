@@ -114,7 +114,7 @@ __all__ = [
     "cache_manager", "default_cache_manager", "cache_manager_class", "set_cache_manager_class", "metadata_file_name",
     "group_file_name", "read_group_file", "metadata_problem", "BINARY_EXTENSIONS", "build_key_function",
     "set_build_key_function", "backends_in_tree",
-    "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch",
+    "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch", "watch_toolchain", "unwatch_toolchain",
     # autotune and heuristics wrappers
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
     "autotune_configs", "config_arguments", "config_pre_hook", "prunes_configs", "prune_configs",
@@ -696,6 +696,40 @@ def prime_backend_hash(target: Any) -> None:
         make_backend(target).hash()
     except Exception:
         pass
+
+
+def watch_toolchain(run: Callable[..., Any], check_output: Callable[..., Any]) -> None:
+    """Have Triton's NVIDIA backend run its tools (``ptxas`` for each cubin and ``--version``
+    probes: ``subprocess.run`` / ``check_output`` in ``triton.backends.nvidia.compiler`` and
+    ``triton.knobs``) through ``run`` and ``check_output`` (same signatures as subprocess's);
+    everything else of ``subprocess`` there stays. Triton calls them with no timeout, so a
+    stopped ``ptxas`` would stop its compile for good (:mod:`zerojit.watchdog` bounds them).
+    For the whole process, once (:func:`unwatch_toolchain` undoes it); a later call changes
+    nothing. Without the NVIDIA backend, nothing to do."""
+    import subprocess
+    import types
+
+    for module in _toolchain_modules():
+        if isinstance(getattr(module, "subprocess", None), types.ModuleType):  # not watched yet
+            watched = types.SimpleNamespace(**vars(subprocess))
+            watched.run, watched.check_output = run, check_output
+            module.subprocess = watched
+
+
+def unwatch_toolchain() -> None:
+    """Undo :func:`watch_toolchain` (a forked compile worker: the warm-up watches it whole)."""
+    import subprocess
+
+    for module in _toolchain_modules():
+        module.subprocess = subprocess
+
+
+def _toolchain_modules() -> list:
+    try:
+        from triton.backends.nvidia import compiler as nvidia_compiler
+    except ImportError:
+        return []
+    return [nvidia_compiler, knobs]
 
 
 def import_launch_path_modules() -> None:

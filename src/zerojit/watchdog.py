@@ -1,0 +1,202 @@
+"""When a compile counts as hung, and what is done then (docs/start-up.md, "Hung compiles").
+
+A compile is hung when its process group (a compile worker and the ``ptxas`` or C compiler it
+runs; or, in this process, the ``ptxas`` Triton runs) uses no CPU time for
+``ZEROJIT_COMPILE_STALL_S`` seconds (default 60), or when its wall time passes
+``max(300 s, 10 x`` the entry's remembered compile seconds ``)`` (:func:`wall_limit`; the
+seconds are :func:`zerojit.cache.remembered_compile_seconds`). A stopped process (``SIGSTOP``, a
+debugger, a process frozen by its cgroup) uses none; a busy one, however slow, does.
+
+CPU time is read from ``/proc/<pid>/stat`` (Linux: ``utime + stime``, with the children's the
+processes reaped, of every process of the group). Where there is no ``/proc`` (macOS; zerojit's
+compile workers are spawned there, Triton's NVIDIA backend does not run on Windows) only the
+wall-time rule applies.
+
+Stdlib only: :mod:`zerojit.precompile` and :mod:`zerojit.triton_compat`'s ``ptxas`` hook use it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import math
+import os
+import signal
+import subprocess
+import time
+from typing import Any
+
+__all__ = ["STALL_ENV", "DEFAULT_STALL_S", "WALL_FLOOR_S", "WALL_FACTOR", "CompileHung", "StallSettingError", "stall_seconds",
+           "wall_limit", "group_cpu_seconds", "Watch", "kill_group", "run", "check_output", "expected_seconds"]
+
+#: ``ZEROJIT_COMPILE_STALL_S``: seconds without CPU time after which a compile is hung.
+STALL_ENV = "ZEROJIT_COMPILE_STALL_S"
+DEFAULT_STALL_S = 60.0
+WALL_FLOOR_S = 300.0  # a compile may always take this long (wall time)
+WALL_FACTOR = 10.0  # ... or this many times what the entry took before, if more
+
+#: The remembered compile seconds of the entry this context compiles in-process (set by the
+#: warm-up around an in-process compile): the wall-time rule for the ``ptxas`` it runs.
+expected_seconds: contextvars.ContextVar["float | None"] = contextvars.ContextVar("zerojit_expected_seconds",
+                                                                                default=None)
+
+
+class CompileHung(RuntimeError):
+    """A compile (a worker's, or a ``ptxas`` run) stopped answering and was killed; the message
+    says which, why (no CPU time, or past its wall-time limit) and how many seconds were waited."""
+
+
+class StallSettingError(ValueError):
+    """``ZEROJIT_COMPILE_STALL_S`` is set to something that is not a number of seconds above 0
+    (invalid input: the command line exits 2)."""
+
+
+def stall_seconds() -> float:
+    """``ZEROJIT_COMPILE_STALL_S`` as seconds (default :data:`DEFAULT_STALL_S`).
+
+    Raises:
+        StallSettingError: the variable is set to something that is not a finite number of
+            seconds above 0 (the message names the variable and its value).
+    """
+    raw = os.environ.get(STALL_ENV, "").strip()
+    if not raw:
+        return DEFAULT_STALL_S
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise StallSettingError(f"{STALL_ENV}={os.environ[STALL_ENV]!r}: give a number of seconds above 0 "
+                         f"(default {DEFAULT_STALL_S:g})")
+    return seconds
+
+
+def wall_limit(remembered: float | None) -> float:
+    """The wall-time limit of a compile that took ``remembered`` seconds before (None: unknown)."""
+    return max(WALL_FLOOR_S, WALL_FACTOR * (remembered or 0.0))
+
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def group_cpu_seconds(pgid: int) -> float | None:
+    """CPU seconds used so far by the processes of process group ``pgid`` (their own, and that of
+    the children they reaped); None where ``/proc`` cannot be read (not Linux)."""
+    total = 0
+    try:
+        entries = os.scandir("/proc")
+    except OSError:
+        return None
+    with entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:  # ended meanwhile
+                continue
+            fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm)": the name may hold spaces
+            # state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+            if len(fields) > 14 and int(fields[2]) == pgid:
+                total += sum(int(v) for v in fields[11:15])
+    return total / _TICK
+
+
+class Watch:
+    """Watches one compile in process group ``pgid`` (None: unknown, the wall-time rule only):
+    :meth:`hung` says why it counts as hung (no CPU time for ``stall_s`` seconds, or ``wall_s``
+    seconds since the watch began), else None; it reads ``/proc`` at most every ``poll_s / 2``
+    seconds, however often it is asked. :meth:`pause` stops the CPU rule until :meth:`resume`
+    (while the compile waits for another process's lock on its entry, whose holder has its own
+    watch); the wall-time rule goes on, so a lock held forever is not waited for forever."""
+
+    def __init__(self, pgid: int | None, *, stall_s: float, wall_s: float) -> None:
+        self.pgid, self.stall_s, self.wall_s = pgid, stall_s, wall_s
+        self.poll_s = min(max(stall_s / 8, 0.05), 2.0)  # how often a caller asks
+        self.started = time.monotonic()
+        self.paused = False
+        self._idle_from_now()
+
+    def _idle_from_now(self) -> None:
+        self.cpu = group_cpu_seconds(self.pgid) if self.pgid is not None else None
+        self.idle_since = self.checked = time.monotonic()
+
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+        self._idle_from_now()
+
+    @property
+    def waited(self) -> float:
+        """Seconds since the watch began."""
+        return time.monotonic() - self.started
+
+    def hung(self) -> str | None:
+        now = time.monotonic()
+        if now - self.checked < self.poll_s / 2:
+            return None
+        self.checked = now
+        if self.cpu is not None and not self.paused:
+            cpu = group_cpu_seconds(self.pgid)
+            if cpu != self.cpu:
+                self.cpu, self.idle_since = cpu, now
+            elif now - self.idle_since >= self.stall_s:
+                return f"no CPU time for {now - self.idle_since:.1f} s ({STALL_ENV}={self.stall_s:g})"
+        if now - self.started >= self.wall_s:
+            return f"still running after {now - self.started:.0f} s (its limit: {self.wall_s:.0f} s)"
+        return None
+
+
+def kill_group(pid: int | None) -> None:
+    """SIGKILL process group ``pid`` (a stopped member too), else the process alone."""
+    if pid is None:
+        return
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, AttributeError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def run(*popenargs: Any, input: Any = None, capture_output: bool = False, timeout: float | None = None,
+        check: bool = False, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run``, bounded by the stall rule: the process runs in its own process group,
+    which is killed once the watch calls it hung (wall limit: the entry's remembered seconds, see
+    :data:`expected_seconds`, or ``timeout`` if given and shorter).
+
+    Raises:
+        CompileHung: it was killed (the message names the command, why, and the seconds waited).
+        StallSettingError: ``ZEROJIT_COMPILE_STALL_S`` is not valid.
+        subprocess.CalledProcessError: ``check`` and it failed, as ``subprocess.run`` does.
+    """
+    if capture_output:
+        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
+    kwargs["start_new_session"] = True  # its own group: its own children die with it
+    stall_s, wall_s = stall_seconds(), wall_limit(expected_seconds.get())
+    with subprocess.Popen(*popenargs, **kwargs) as proc:
+        watch = Watch(proc.pid, stall_s=stall_s, wall_s=wall_s if timeout is None else min(wall_s, timeout))
+        while True:
+            try:
+                out, err = proc.communicate(input, timeout=watch.poll_s)
+                break
+            except subprocess.TimeoutExpired:
+                input = None  # sent already (communicate refuses it again)
+                why = watch.hung()
+                if why is not None:
+                    kill_group(proc.pid)
+                    proc.wait()
+                    name = os.path.basename(str(proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args))
+                    raise CompileHung(f"{name} (pid {proc.pid}) stopped answering: {why}; {watch.waited:.1f} s "
+                                      "waited, killed") from None
+    if check and proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def check_output(*popenargs: Any, **kwargs: Any) -> Any:
+    """``subprocess.check_output`` through :func:`run`."""
+    return run(*popenargs, stdout=subprocess.PIPE, check=True, **kwargs).stdout

@@ -1,0 +1,395 @@
+"""Nothing waits forever (issue 28, section 2): a compile that stops answering is killed, tried
+once more in another worker, then reported failed; the fork of the workers cannot catch a pipe
+another thread holds.
+
+Each scenario runs a warm-up in its own Python process under a deadline, so that a hang fails
+the test instead of stopping the suite; the scenario, its session and its children are killed
+at the deadline (the workers of a warm-up that hangs included). The stand-in for ``ptxas``
+(``TRITON_PTXAS_PATH``) is a shell script that answers ``--version`` with the real one's and,
+for a compile, stops itself or its caller (the compile worker) with SIGSTOP, then runs the real
+``ptxas``; it logs each compile's caller, so the tests see which workers ran it. The references
+are the processes themselves (``/proc``) and what the stand-in logged, not zerojit's counts alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from zerojit import triton_compat
+
+TESTS = Path(__file__).resolve().parent
+SRC = Path(triton_compat.__file__).resolve().parents[1]  # the zerojit under test (a scenario imports the same)
+DEADLINE_S = float(os.environ.get("ZEROJIT_TEST_HANG_DEADLINE_S", "150"))  # a scenario that hangs fails after this
+
+# A warm-up of StoreN's one key (tests/_kernels.py: a module compile workers import), printed as JSON.
+SCENARIO = r"""
+import json, os, sys, threading
+sys.path.insert(0, sys.argv[1])
+from _kernels import StoreN
+from zerojit import precompile, triton_compat
+from zerojit.compile_only import compile_only
+from zerojit.registry import JitWarmupRegistry
+
+workers, race = int(sys.argv[2]), sys.argv[3] == "race"
+if race:
+    # Stands for the backend hash's `ptxas --version`: a subprocess whose pipe its caller reads
+    # to the end. It holds the pipe open until a fork has happened (or 1 s passed), then waits for
+    # the end-of-file, which never comes while a forked child still has the write end.
+    forked = threading.Event()
+    os.register_at_fork(after_in_parent=forked.set)
+
+    def holds_a_pipe_across_the_fork(target):
+        r, w = os.pipe()
+        forked.wait(1.0)
+        os.close(w)
+        while os.read(r, 1):
+            pass
+        os.close(r)
+
+    triton_compat.prime_backend_hash = holds_a_pipe_across_the_fork
+registry = JitWarmupRegistry()
+with registry.activate():
+    StoreN().register_warmup()
+with compile_only("cuda:90"):
+    report = registry.warmup(workers=workers, progress=False, raise_on_failure=False)
+print(json.dumps({"failures": [[f.kernel, repr(f.key), f.error] for f in report.failures],
+                  "recovered": list(report.stats.recovered), "compiled": report.stats.compiled,
+                  "worker_compiled": report.stats.worker_compiled, "workers": report.stats.workers,
+                  "keys": [repr(k) for k in report.keys_by_kernel().get("store_n", ())]}))
+"""
+
+# The stand-in for ptxas: a compile (``-o FILE``) may stop; anything else (``--version``, ``--help``) is the real one.
+FAKE_PTXAS = """#!/bin/sh
+case " $* " in *" -o "*) ;; *) exec {real} "$@";; esac
+echo "$$ $PPID" >> {log}
+if [ {mode} = once ] && ! mkdir {dir}/stopped-once 2>/dev/null; then exec {real} "$@"; fi
+if [ {who} = worker ]; then kill -STOP $PPID; else kill -STOP $$; fi
+exec {real} "$@"
+"""
+
+
+def fake_ptxas(tmp_path, who: str, mode: str) -> Path:
+    """A ``ptxas`` that stops ``who`` (``worker``: its caller; ``ptxas``: itself) at ``mode``
+    (``once``: the first compile only; ``always``: every compile)."""
+    script = tmp_path / "ptxas"
+    script.write_text(FAKE_PTXAS.format(real=triton_compat.ptxas_path(90), log=tmp_path / "ptxas.log", dir=tmp_path,
+                                        mode=mode, who=who))
+    script.chmod(0o755)
+    return script
+
+
+def run_scenario(tmp_path, workers: int, *, race: bool = False, **env: str) -> dict:
+    """Run :data:`SCENARIO` in a new session; its JSON. Fails (killing it and what it started) if
+    it has not ended within :data:`DEADLINE_S` seconds."""
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS)]),
+                    TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_HOME=str(tmp_path / "home"), **env)
+    full_env.pop("ZEROJIT_WORKER_START", None)  # forked workers: the default on Linux
+    proc = subprocess.Popen([sys.executable, "-c", SCENARIO, str(TESTS), str(workers), "race" if race else "-"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        _kill_scenario(proc.pid)
+        _kill_logged(tmp_path)
+        proc.communicate()
+        pytest.fail(f"the warm-up did not end within {DEADLINE_S:.0f} s: it hangs")
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def logged(tmp_path) -> list[tuple[int, int]]:
+    """(ptxas pid, its parent's pid) of each compile the stand-in saw."""
+    log = tmp_path / "ptxas.log"
+    return [tuple(map(int, line.split())) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _kill_scenario(pid: int) -> None:
+    """SIGKILL the scenario ``pid`` (a session leader) and what it started: its session (forked
+    workers in process groups of their own stay in it) and its children (spawned workers have
+    sessions of their own)."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == pid or int(fields[1]) == pid or int(fields[3]) == pid:  # itself, a child, its session
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _kill_logged(tmp_path) -> None:
+    for pids in logged(tmp_path):
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs, stopped or not (a zombie has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def gone(pids, within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while any(alive(p) for p in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+STALL = {"ZEROJIT_COMPILE_STALL_S": "2"}
+
+
+@pytest.mark.parametrize("who", ["worker", "ptxas"])
+def test_a_compile_stopped_once_is_retried_in_another_worker(tmp_path, who):
+    """The worker (or its ptxas, a grandchild of this process) stops at the first compile: after
+    2 s without CPU time its group is killed and another worker compiles the key; nothing is
+    compiled in the warm-up's process and the key does not fail."""
+    result = run_scenario(tmp_path, 2, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, who, "once")), **STALL)
+    compiles = logged(tmp_path)
+    assert len(compiles) == 2 and compiles[0][1] != compiles[1][1]  # two workers ran ptxas
+    assert result["failures"] == [] and result["keys"] == ["SingleKey.CompileKey()"]
+    assert (result["compiled"], result["worker_compiled"]) == (0, 1)  # never in the warm-up's process
+    hung = [r for r in result["recovered"] if "stopped answering" in r]
+    assert len(hung) == 1 and hung[0].startswith(f"compile worker {compiles[0][1]} stopped answering while compiling "
+                                                 "kernel 'store_n'")
+    assert "no CPU time for 2." in hung[0] and "tried once more in another worker" in hung[0]
+    assert gone([compiles[0][0], compiles[0][1]])  # the stopped worker and its ptxas were killed
+
+
+@pytest.mark.parametrize("who", ["worker", "ptxas"])
+def test_a_compile_that_stops_again_fails_naming_kernel_key_and_seconds(tmp_path, who):
+    """Stopped again in the second worker: the key fails with the others (never compiled in the
+    warm-up's process), naming its kernel, key and the seconds waited in each worker."""
+    start = time.monotonic()
+    result = run_scenario(tmp_path, 2, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, who, "always")), **STALL)
+    compiles = logged(tmp_path)
+    assert len(compiles) == 2 and compiles[0][1] != compiles[1][1]
+    assert result["compiled"] == 0 and result["worker_compiled"] == 0 and result["keys"] == []
+    [(kernel, key, error)] = result["failures"]
+    assert (kernel, key) == ("store_n", "SingleKey.CompileKey()")
+    m = re.fullmatch(r"CompileHung: kernel 'store_n' key SingleKey\.CompileKey\(\): its compile stopped answering in "
+                     r"two compile workers, each killed with its process group \((\d+\.\d) s then (\d+\.\d) s waited; "
+                     r"the second: no CPU time for 2\.\d s \(ZEROJIT_COMPILE_STALL_S=2\)\); not compiled in this process",
+                     error)
+    assert m, error
+    first, second = float(m[1]), float(m[2])
+    assert 2.0 <= first and 2.0 <= second and first + second < time.monotonic() - start
+    assert gone([pid for pair in compiles for pid in pair])
+
+
+def test_a_wait_for_another_processs_lock_on_the_entry_is_no_hang(tmp_path, compile_only_target):
+    """This process holds the entry's lock (as another warm-up compiling it would) until 3 s
+    after a worker waits for it (the kernel's lock table, /proc/locks, shows the waiter), with a
+    stall limit of 1 s: the worker is not killed for that wait; it compiles once the lock is
+    free. There its ptxas stops it once: that, and only that, is a hang (its worker killed,
+    the key compiled by another)."""
+    import threading
+
+    from filelock import FileLock
+
+    from _kernels import StoreN
+    from zerojit.cache import entry_lock_path
+    from zerojit.registry import JitWarmupRegistry
+
+    registry = JitWarmupRegistry()  # the entry's name (Triton's hash: the same in every cache folder)
+    with registry.activate():
+        StoreN().register_warmup()
+    StoreN.kernel.device_caches.clear()
+    assert registry.warmup(workers=1, progress=False).ok
+    folder = Path(knobs_cache_dir())
+    [entry] = [e.name for e in folder.iterdir() if any(f.name.startswith("__grp__") for f in e.iterdir())]
+    path = entry_lock_path(entry, str(tmp_path / "cache"))
+    lock = FileLock(path, thread_local=False)  # released by another thread
+    lock.acquire()
+    waiter = re.compile(rf"^\d+: -> FLOCK .* [0-9a-f]+:[0-9a-f]+:{os.stat(path).st_ino} ", re.M)
+
+    def release_once_waited_for() -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not waiter.search(Path("/proc/locks").read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(3.0)
+        lock.release()
+
+    threading.Thread(target=release_once_waited_for, daemon=True).start()
+    result = run_scenario(tmp_path, 2, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, "worker", "once")),
+                          ZEROJIT_COMPILE_STALL_S="1")
+    compiles = logged(tmp_path)
+    assert len(compiles) == 2 and compiles[0][1] != compiles[1][1]  # the first worker waited, then ran ptxas
+    assert result["failures"] == [] and (result["compiled"], result["worker_compiled"]) == (0, 1)
+    hung = [r for r in result["recovered"] if "stopped answering" in r]
+    assert len(hung) == 1 and hung[0].startswith(f"compile worker {compiles[0][1]} stopped answering"), hung
+    assert float(re.search(r"; (\d+\.\d) s waited\)", hung[0])[1]) >= 4.0  # the lock's 3 s, then the stall
+
+
+def knobs_cache_dir() -> str:
+    from triton import knobs
+
+    return knobs.cache.dir
+
+
+def test_an_in_process_ptxas_that_stops_fails_its_key(tmp_path):
+    """``workers=1``: the ptxas Triton runs in the warm-up's own process stops; after 2 s
+    without CPU time it is killed and the key fails, naming kernel, key and seconds."""
+    start = time.monotonic()
+    result = run_scenario(tmp_path, 1, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, "ptxas", "always")), **STALL)
+    [(ptxas, parent)] = logged(tmp_path)
+    assert result["keys"] == [] and result["workers"] == 0
+    [(kernel, key, error)] = result["failures"]
+    assert (kernel, key) == ("store_n", "SingleKey.CompileKey()")
+    m = re.fullmatch(rf"CompileHung: kernel 'store_n' key SingleKey\.CompileKey\(\): ptxas \(pid {ptxas}\) stopped "
+                     r"answering: no CPU time for 2\.\d s \(ZEROJIT_COMPILE_STALL_S=2\); (\d+\.\d) s waited, killed",
+                     error)
+    assert m, error
+    assert 2.0 <= float(m[1]) < time.monotonic() - start
+    assert gone([ptxas])
+
+
+def test_the_workers_fork_holds_no_pipe_of_another_thread(tmp_path):
+    """The backend hash's thread holds a pipe (as ``ptxas --version`` does) and reads it to its
+    end; the workers' fork must not give a worker that pipe (the warm-up joins that thread before
+    forking, and a forked worker closes what it did not open). Without both, the warm-up waits
+    for that thread forever (4 of 4 runs of tests/test_library_kernels.py on a 2-core machine)."""
+    result = run_scenario(tmp_path, 2, race=True)
+    assert result["failures"] == [] and result["keys"] == ["SingleKey.CompileKey()"]
+    assert result["worker_compiled"] == 1 and result["workers"] >= 1
+
+
+def test_a_forked_worker_keeps_only_its_own_descriptors(tmp_path):
+    """A pipe of this process's, open at the fork and not the workers', is closed in the workers:
+    its reader sees end-of-file once this process closes its own end, while the workers live."""
+    from zerojit import _compile_worker
+
+    r, w = os.pipe()
+    stderr = os.open(os.devnull, os.O_WRONLY)
+    setup = {"sys_path": list(sys.path), "cache_dir": str(tmp_path), "target": ("cuda", 90, 32)}
+    try:
+        [proc] = _compile_worker.fork_workers(setup, [stderr])
+        try:
+            assert _compile_worker.read_message(proc.stdout)["ready"]  # it serves: alive, waiting for requests
+            os.close(w)
+            w = None
+            os.set_blocking(r, False)
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    assert os.read(r, 1) == b""  # end-of-file: no worker holds the write end
+                    break
+                except BlockingIOError:
+                    assert time.monotonic() < deadline, "a forked worker holds a pipe it did not open"
+                    time.sleep(0.05)
+            assert proc.poll() is None
+        finally:
+            proc.close()  # end-of-file on its requests: it exits
+            proc.wait(timeout=30)
+    finally:
+        for fd in (r, w, stderr):
+            if fd is not None:
+                os.close(fd)
+
+
+# --- the rule itself ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
+def test_a_bad_stall_setting_is_an_error_naming_it(monkeypatch, value):
+    from zerojit import precompile, watchdog
+
+    monkeypatch.setenv("ZEROJIT_COMPILE_STALL_S", value)
+    with pytest.raises(ValueError, match=rf"^ZEROJIT_COMPILE_STALL_S='{value}': give a number of seconds above 0"):
+        precompile.WarmupSession(workers=2)
+    monkeypatch.setenv("ZEROJIT_COMPILE_STALL_S", " 2.5 ")
+    assert watchdog.stall_seconds() == 2.5
+    monkeypatch.delenv("ZEROJIT_COMPILE_STALL_S")
+    assert watchdog.stall_seconds() == 60.0
+
+
+def test_the_wall_limit_is_300_s_or_ten_times_the_remembered_compile():
+    from zerojit import watchdog
+
+    assert [watchdog.wall_limit(s) for s in (None, 0.5, 30.0, 45.5)] == [300.0, 300.0, 300.0, 455.0]
+
+
+def test_a_sleeping_process_is_hung_and_a_busy_one_is_not():
+    """The CPU rule on two real process groups: ``sleep`` uses no CPU time, a loop does; the
+    reference for the CPU time is /proc/<pid>/stat read here."""
+    from zerojit import watchdog
+
+    sleeping = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        watches = {p: watchdog.Watch(p.pid, stall_s=1.0, wall_s=300.0) for p in (sleeping, busy)}
+        deadline, why = time.monotonic() + 20, None
+        while why is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+            why = watches[sleeping].hung()
+            assert watches[busy].hung() is None
+        assert why.startswith("no CPU time for 1.") and watches[sleeping].waited >= 1.0
+        with open(f"/proc/{busy.pid}/stat") as f:
+            assert sum(int(v) for v in f.read().rsplit(")", 1)[1].split()[11:13]) > 0
+        watchdog.kill_group(sleeping.pid)
+        assert sleeping.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        for p in (sleeping, busy):
+            p.kill()
+            p.wait()
+
+
+def test_a_bad_stall_setting_exits_2_naming_it_on_the_command_line(tmp_path, monkeypatch):
+    from triton import knobs
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "cache"))
+    result = CliRunner().invoke(app, ["demo"], env={"ZEROJIT_COMPILE_STALL_S": "soon"})
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "Traceback" not in result.output
+    assert [line for line in result.output.splitlines() if line.startswith("zerojit ")] == [
+        "zerojit demo: ZEROJIT_COMPILE_STALL_S='soon': give a number of seconds above 0 (default 60)"]
+
+
+def test_a_busy_compile_past_its_wall_limit_is_hung():
+    """The wall-time rule: a process group that keeps using CPU time is hung once the watch's
+    wall limit passes (here 1 s; a compile's is max(300 s, 10x its remembered seconds))."""
+    from zerojit import watchdog
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        watch, why = watchdog.Watch(busy.pid, stall_s=60.0, wall_s=1.0), None
+        deadline = time.monotonic() + 20
+        while why is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+            why = watch.hung()
+        assert why == "still running after 1 s (its limit: 1 s)" and 1.0 <= watch.waited < 5.0
+    finally:
+        busy.kill()
+        busy.wait()
