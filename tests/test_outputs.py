@@ -254,10 +254,11 @@ def disk_full_past(nbytes: int):
         signal.signal(signal.SIGXFSZ, handler)
 
 
-@pytest.fixture
+@contextlib.contextmanager
 def disk_fills_after_the_child(monkeypatch):
     """The disk fills once the command's child process (the program of ``record``, the script
-    of ``audit``) has ended: only this process's own write of the output fails."""
+    of ``audit``) has ended: only this process's own write of the output fails. The limit is
+    lifted when the block ends, before pytest writes the test's result (to a log file, in CI)."""
     stack = contextlib.ExitStack()
     wait = subprocess.Popen.wait
     full: list[bool] = []
@@ -269,13 +270,14 @@ def disk_fills_after_the_child(monkeypatch):
             stack.enter_context(disk_full_past(64))
         return rc
 
-    monkeypatch.setattr(subprocess.Popen, "wait", wait_then_fill)
-    with stack:
-        yield
+    with monkeypatch.context() as patch:
+        patch.setattr(subprocess.Popen, "wait", wait_then_fill)
+        with stack:
+            yield
 
 
 @pytest.mark.parametrize("command", ["run", "warmup", "audit", "record", "bundle export"])
-def test_a_full_disk_keeps_the_previous_output_and_names_the_flag(command, tmp_path, manifest, monkeypatch, request):
+def test_a_full_disk_keeps_the_previous_output_and_names_the_flag(command, tmp_path, manifest, monkeypatch):
     from zerojit import registry
     from zerojit.runner import engine
 
@@ -287,12 +289,8 @@ def test_a_full_disk_keeps_the_previous_output_and_names_the_flag(command, tmp_p
     if command == "audit":
         args = args[:-1] + [AUDIT_SCRIPT.format(audit=_audit_json())]
     args = [str(old) if a == "OUT" else a for a in args]
-    if command in ("audit", "record"):
-        request.getfixturevalue("disk_fills_after_the_child")
+    with disk_fills_after_the_child(monkeypatch) if command in ("audit", "record") else disk_full_past(200):
         result = invoke(*args)
-    else:
-        with disk_full_past(200):
-            result = invoke(*args)
     one_line(result, 2, f"zerojit {command}: {flag} {str(old)!r}: cannot write there: File too large")
     assert old.read_text() == "the previous output"
     assert sorted(os.listdir(tmp_path)) == ["in.json", "out"]  # no temporary file left
