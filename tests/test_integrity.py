@@ -348,3 +348,165 @@ def test_a_damaged_launcher_module_is_built_again_and_a_damaged_remembered_copy_
     tc.cache_manager(key).put(module, name, binary=True)  # built again
     zcache.remember_launcher(key)
     assert zcache.install_remembered_launcher(key) and open(kept, "rb").read() == module
+
+
+# ---------------------------------------------------------------------------------------------
+# A damaged digests file, and entry files that are not regular files
+# ---------------------------------------------------------------------------------------------
+
+
+def digests_file(report, i: int) -> str:
+    folder = os.path.dirname(path_of(report, i, ".cubin"))
+    return os.path.join(os.path.dirname(folder), ".zerojit", "digests", f"{os.path.basename(folder)}.json")
+
+
+def recorded(report, i: int) -> dict[str, str]:
+    with open(digests_file(report, i)) as f:
+        return json.load(f)["files"]
+
+
+def expected_digests(files: dict[str, bytes]) -> dict[str, str]:
+    return {n: hashlib.sha256(d).hexdigest() for n, d in files.items() if not n.startswith("__grp__")}
+
+
+def _empty(path: str) -> None:
+    open(path, "wb").close()
+
+
+def _garbage(path: str) -> None:
+    with open(path, "wb") as f:
+        f.write(bytes(range(256)) * 3)
+
+
+def _unreadable(path: str) -> None:
+    os.chmod(path, 0)
+
+
+def _a_folder(path: str) -> None:
+    os.remove(path)
+    os.makedirs(os.path.join(path, "inside"))
+
+
+def _folder_a_file(path: str) -> None:
+    folder = os.path.dirname(path)
+    shutil.rmtree(folder)
+    with open(folder, "w") as f:
+        f.write("not a folder")
+
+
+DIGESTS_DAMAGE = {"emptied": _empty, "garbage bytes": _garbage, "chmod 000": _unreadable, "a folder": _a_folder,
+                  "digests/ a plain file": _folder_a_file}
+
+
+@pytest.mark.parametrize("index", ["restore index", "ZEROJIT_RESTORE=0"])
+@pytest.mark.parametrize("how", list(DIGESTS_DAMAGE))
+def test_a_damaged_digests_file_makes_its_entry_a_miss(cache, monkeypatch, how, index):
+    """Damaged digests plus one flipped bit in the entry's cubin: the damage is never hidden (by
+    falling back to the structural check, which a flipped bit passes) nor made permanent (by
+    recording the damaged cubin's digest). With ``digests/`` a plain file every entry's digests
+    are lost: both entries are compiled again."""
+    if how == "chmod 000" and os.geteuid() == 0:
+        pytest.skip("root reads a file of mode 000")
+    if index == "ZEROJIT_RESTORE=0":
+        monkeypatch.setenv("ZEROJIT_RESTORE", "0")
+    kernel = Scale()
+    cold = warm_up(kernel)
+    before = snapshot(cold)
+    damage(cold, 1, "one flipped bit in the cubin")
+    DIGESTS_DAMAGE[how](digests_file(cold, 1))
+
+    warm = warm_up(kernel)
+    lost = how == "digests/ a plain file"
+    assert warm.stats.compiled == (2 if lost else 1)
+    for i in ((0, 1) if lost else (1,)):
+        (line,) = naming(warm, digests_file(cold, i))
+        assert line.startswith(f"cache file {digests_file(cold, i)} is damaged (")
+    assert snapshot(warm) == before  # the cold warm-up's bytes: the flipped bit is gone
+    assert [recorded(warm, i) for i in range(2)] == [expected_digests(files) for files in before]
+    assert_sound_again(kernel, cold, before, 1)
+
+
+def test_a_digests_folder_that_cannot_be_written_is_said_once(cache):
+    """``.zerojit`` a plain file: no digest can be recorded; the warm-up says so in one line (two
+    entries compiled, each recording nothing), and its entries are checked by their structure."""
+    os.makedirs(cache)
+    with open(cache / ".zerojit", "w") as f:
+        f.write("not a folder")
+    kernel = Scale()
+    cold = warm_up(kernel)
+    assert cold.stats.compiled == 2
+    folder = str(cache / ".zerojit" / "digests")
+    lines = [line for line in cold.stats.recovered if "digests cannot be recorded" in line]
+    assert lines == [f"digests cannot be recorded in {folder} (Not a directory); the cache's entries are "
+                     "checked by their structure only"]
+    before = snapshot(cold)
+    damage(cold, 0, "cubin cut to half")  # still caught: by its structure
+    warm = warm_up(kernel)
+    assert warm.stats.compiled == 1 and snapshot(warm) == before
+
+
+# Entry files that are not regular files. A FIFO blocks a plain open() forever and /dev/zero reads
+# without end, so the warm-up that meets them runs in a process of its own with a deadline (and a
+# memory limit); the cold one runs here.
+
+_WARM_UP_ELSEWHERE = """
+import json, os, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))  # /dev/zero read whole: a MemoryError, not the machine's memory
+sys.path.insert(0, sys.argv[1])
+from triton import knobs
+import test_integrity as t
+from zerojit.compile_only import compile_only
+knobs.cache.dir = sys.argv[2]
+with compile_only("cuda:90"):
+    report = t.warm_up(t.Scale())
+print(json.dumps({"compiled": report.stats.compiled, "recovered": list(report.stats.recovered)}))
+"""
+
+
+def warm_up_elsewhere(cache, env: dict | None = None) -> dict:
+    import subprocess
+    import sys
+
+    tests = os.path.dirname(os.path.abspath(__file__))
+    run = subprocess.run([sys.executable, "-c", _WARM_UP_ELSEWHERE, tests, str(cache)], capture_output=True,
+                         text=True, timeout=240, env={**os.environ, **(env or {})})
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _fifo(path: str) -> None:
+    os.remove(path)
+    os.mkfifo(path)
+
+
+def _dev_zero(path: str) -> None:
+    os.remove(path)
+    os.symlink("/dev/zero", path)
+
+
+NOT_REGULAR = {"a FIFO cubin": (".cubin", _fifo, "a FIFO"), "a FIFO group file": ("__grp__", _fifo, "a FIFO"),
+               "metadata a symbolic link to /dev/zero": (".json", _dev_zero, "a symbolic link"),
+               "a folder cubin": (".cubin", _a_folder, "a folder")}
+
+
+@pytest.mark.parametrize("index", ["restore index", "ZEROJIT_RESTORE=0"])
+@pytest.mark.parametrize("how", list(NOT_REGULAR))
+def test_an_entry_file_that_is_not_a_regular_file_is_removed_and_compiled_again(cache, how, index):
+    """Never opened as a file (a FIFO would block the open, /dev/zero read until memory runs out,
+    a folder made Triton's rewrite of the entry fail): the entry is a miss, the node removed (a
+    link itself, not /dev/zero), named once, and Triton writes the entry whole again."""
+    kernel = Scale()
+    cold = warm_up(kernel)
+    before = snapshot(cold)
+    suffix, make, what = NOT_REGULAR[how]
+    path = path_of(cold, 1, suffix)
+    make(path)
+
+    warm = warm_up_elsewhere(cache, {"ZEROJIT_RESTORE": "0"} if index == "ZEROJIT_RESTORE=0" else None)
+    assert warm["compiled"] == 1
+    assert [line for line in warm["recovered"] if path in line] == [
+        f"cache file {path} is damaged ({what}); treated as a miss (compiled again)"]
+    assert os.path.isfile(path) and not os.path.islink(path)
+    assert snapshot(cold) == before  # the entry whole again: the cold warm-up's bytes
+    assert not glob.glob(str(cache / "*" / "tmp.pid_*"))
+    assert_sound_again(kernel, cold, before, 1)

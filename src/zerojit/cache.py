@@ -353,8 +353,12 @@ def install_remembered_launcher(launcher_key: str) -> bool:
     report and deleted, so the next build is remembered again."""
     path = remembered_launcher(launcher_key)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = integrity.read_regular(path)  # a FIFO there cannot block
+    except integrity.NotRegularFileError as e:
+        integrity.note_damaged(path, e.what)
+        with contextlib.suppress(OSError):
+            os.unlink(path)  # the node itself, never what a link points to
+        return False
     except OSError:
         return False
     try:
@@ -760,15 +764,14 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
     for entry, files in entries.items():
         digests = None
         for name, p in files.items():
-            with open(p, "rb") as f:
-                blobs[(entry, name)] = f.read()
             try:  # never pack a damaged entry (zerojit.integrity); the error below names it, not a log line
                 with integrity.collecting():
                     if name.startswith("__grp__"):
                         integrity.read_group_file(p)
+                        blobs[(entry, name)] = integrity.read_regular(p)
                     else:
                         digests = integrity.digests_of(os.path.dirname(p)) if digests is None else digests
-                        integrity.check_data(p, blobs[(entry, name)], digests)
+                        blobs[(entry, name)] = integrity.read_checked(p, digests)  # a regular file only
             except integrity.DamagedFileError as e:
                 raise BundleError(f"{e}: not packed, and the entry was dropped from the cache; run the export again "
                                   "to compile it afresh") from None

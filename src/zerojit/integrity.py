@@ -30,6 +30,22 @@ write to is as trusted as they are.
   lookup, the restore index, ``bundle export``) sees a miss until Triton compiles the entry
   again and writes it whole, with new digests. A group file that does not parse, or lists a file
   that is gone, is a miss too (Triton 3.6 raised ``JSONDecodeError`` for the former).
+* **Damaged digests are damage.** A digests file that exists but cannot be read or parsed (or a
+  digests path that is not a regular file: a folder, a FIFO, ``digests/`` itself a plain file)
+  makes its entry damaged: the digests file is named, the entry is a miss, and its compile
+  writes the digests again, whole. Only a digests file that does not exist means "first seen".
+  Once zerojit has had to replace a ``digests`` path that was not a folder, every digest in it
+  was lost: an entry with none is then damaged too (``digests/.replaced`` says so), never first
+  seen. A digests folder that cannot be written is one line in the report (once per warm-up;
+  else one logged warning): entries there are checked by structure only.
+* **Only regular files are read.** Each checked read looks at the file first (``lstat``), then
+  opens it ``O_NONBLOCK | O_NOFOLLOW`` and checks the descriptor (``fstat``) before reading: a
+  FIFO cannot block the open, a device (``/dev/zero``) cannot be read without end. A member that
+  is not a regular file (a folder, FIFO, device, socket, or a symbolic link: Triton writes none
+  of these into an entry) is damaged, and it is removed (a link or node itself, never what it
+  points to; a folder with what it holds), only ever inside an entry folder of Triton's cache,
+  so Triton's compile can write the entry whole again (its ``os.replace`` fails onto a folder).
+  Triton reads an entry's files only after these checks (``get_group`` checks first).
 
 Checking costs one SHA-256 per file read (see docs/start-up.md for the warm start).
 """
@@ -37,10 +53,13 @@ Checking costs one SHA-256 per file read (see docs/start-up.md for the warm star
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
 import os
+import shutil
+import stat
 import struct
 import sysconfig
 import threading
@@ -48,7 +67,7 @@ from typing import Iterator, Mapping
 
 from . import triton_compat as _tc
 
-__all__ = ["DamagedFileError", "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
+__all__ = ["DamagedFileError", "NotRegularFileError", "read_regular", "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
            "problem", "note_damaged", "check_data", "read_checked", "check_files", "read_group_file", "drop_entry",
            "checked_manager_class", "install_checked_manager", "plain_manager_class", "collecting"]
 
@@ -68,6 +87,51 @@ class DamagedFileError(OSError):
         self.why = why
 
 
+class NotRegularFileError(OSError):
+    """A path that :func:`read_regular` refuses to read: not a regular file (``what`` says which
+    kind: "a folder", "a FIFO", "a symbolic link", ...)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(f"{path} is {what}, not a regular file")
+        self.path = path
+        self.what = what
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def read_regular(path: str) -> bytes:
+    """The bytes of ``path``, a regular file. Never blocks or reads without end: the path is
+    looked at first (``lstat``, a symbolic link not followed), then opened ``O_NONBLOCK |
+    O_NOFOLLOW`` (a FIFO swapped in meanwhile cannot block the open) and the descriptor checked
+    (``fstat``) before anything is read.
+
+    Raises:
+        NotRegularFileError: ``path`` is a folder, FIFO, device, socket or symbolic link.
+        OSError: it cannot be read (``FileNotFoundError``: it is not there).
+    """
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(path, _kind(mode))
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # a symbolic link swapped in since the lstat
+            raise NotRegularFileError(path, "a symbolic link") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(path, _kind(mode))
+        return f.read()
+
+
 def sha256(data: bytes) -> str:
     """The SHA-256 of ``data``, hex."""
     return hashlib.sha256(data).hexdigest()
@@ -79,37 +143,75 @@ def digest_path(folder: str) -> str:
     return os.path.join(root, ".zerojit", "digests", f"{entry}.json")
 
 
+_REPLACED = ".replaced"  # in the digests folder: it was rebuilt, every digest before lost
+
+
 def digests_of(folder: str) -> dict[str, str]:
-    """The digests recorded for the entry in ``folder`` (file name -> SHA-256 hex); empty when none
-    are (or the digests file is unreadable: its files are then checked by structure and it is
-    written again)."""
+    """The digests recorded for the entry in ``folder`` (file name -> SHA-256 hex); empty when its
+    digests file does not exist (the entry is first seen: its files are checked by structure,
+    then their digests recorded).
+
+    Raises:
+        DamagedFileError: the digests file exists but cannot be read or parsed, or is not a
+            regular file, or the ``digests`` folder is not a folder, or it was rebuilt after that
+            (``.replaced``) and holds none for this entry: the digests file is named once and the
+            entry dropped (a miss, compiled again, its digests written again whole).
+    """
+    path = digest_path(folder)
     try:
-        with open(digest_path(folder), "rb") as f:
-            body = json.loads(f.read())
-    except (OSError, ValueError):
+        body = json.loads(read_regular(path))
+    except FileNotFoundError:
+        if os.path.lexists(os.path.join(os.path.dirname(path), _REPLACED)):
+            raise _damaged(path, "none recorded since the digests folder was lost and made again", folder) from None
         return {}
+    except NotADirectoryError:
+        if os.path.isdir(os.path.dirname(os.path.dirname(path))):  # .zerojit is a folder, digests/ is not
+            raise _damaged(path, "the digests folder is not a folder", folder) from None
+        return {}  # .zerojit itself is no folder: nothing can be recorded (record says so)
+    except NotRegularFileError as e:
+        raise _damaged(path, f"the digests file is {e.what}", folder) from None
+    except OSError as e:
+        raise _damaged(path, f"the digests file cannot be read: {e.strerror or e}", folder) from None
+    except ValueError as e:  # UnicodeDecodeError too
+        raise _damaged(path, f"the digests file does not parse: {e}", folder) from None
     files = body.get("files") if isinstance(body, dict) and body.get("format") == _FORMAT else None
-    if not isinstance(files, dict):
-        return {}
-    return {n: h for n, h in files.items() if isinstance(n, str) and isinstance(h, str)}
+    if not (isinstance(files, dict) and all(isinstance(n, str) and isinstance(h, str) for n, h in files.items())):
+        raise _damaged(path, "the digests file is not a digests file of this zerojit", folder)
+    return files
 
 
 def record(folder: str, digests: Mapping[str, str], *, replace: bool = False) -> None:
     """Record ``digests`` (file name -> SHA-256 hex) for the entry in ``folder``, merged into those
-    recorded unless ``replace``. Written atomically (a temporary file, then a rename). A folder
-    that cannot be written records nothing and is no error (its files are then checked by
-    structure at each read)."""
+    recorded unless ``replace`` (or those are damaged). Written atomically (a temporary file,
+    then a rename), over whatever is at the digests file's path (a folder there is removed). A
+    ``digests`` path that is not a folder is replaced by one, marked ``.replaced`` (see
+    :func:`digests_of`). A folder that cannot be written records nothing and is no error: one
+    line in the warm-up report (else one logged warning) says so, once, and its files are then
+    checked by structure at each read."""
     path = digest_path(folder)
-    body = dict(digests) if replace else {**digests_of(folder), **digests}
+    body = dict(digests)
+    if not replace:
+        with contextlib.suppress(DamagedFileError):  # named as read; these replace them
+            body = {**digests_of(folder), **digests}
+    base = os.path.dirname(path)
     tmp = f"{path}.tmp.{os.getpid()}.{threading.get_ident()}"
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.lexists(base) and not os.path.isdir(base) and os.path.isdir(os.path.dirname(base)):
+            os.unlink(base)  # zerojit's own folder, replaced by a file: made again, its loss marked
+            os.makedirs(base, exist_ok=True)
+            with open(os.path.join(base, _REPLACED), "w", encoding="utf-8") as f:
+                f.write("the digests folder was not a folder; every digest recorded before was lost\n")
+        os.makedirs(base, exist_ok=True)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
         with open(tmp, "w", encoding="utf-8") as f:
             json.dump({"format": _FORMAT, "files": body}, f, sort_keys=True)
         os.replace(tmp, path)
-    except OSError:
+    except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        _note_once(base, f"digests cannot be recorded in {base} ({e.strerror or e}); the cache's entries are "
+                         "checked by their structure only")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,15 +330,48 @@ def check_data(path: str, data: bytes, digests: Mapping[str, str] | None = None)
         record(folder, {name: sha256(data)})
 
 
-def read_checked(path: str, digests: Mapping[str, str] | None = None) -> bytes:
-    """The bytes of cache file ``path``, once they pass :func:`check_data`.
+def _read_member(path: str) -> bytes:
+    """The bytes of entry member ``path`` (:func:`read_regular`); one that is not a regular file is
+    damaged: named once, its entry dropped, and the member removed (:func:`_remove_member`).
 
     Raises:
-        DamagedFileError: the check failed.
+        DamagedFileError: ``path`` is not a regular file.
+        OSError: it cannot be read (gone).
+    """
+    try:
+        return read_regular(path)
+    except NotRegularFileError as e:
+        error = _damaged(path, e.what)
+        _remove_member(path)
+        raise error from None
+
+
+def _remove_member(path: str) -> None:
+    """Remove ``path``, a member of an entry that is not a regular file, so Triton can write the
+    entry whole again (its ``os.replace`` fails onto a folder): a symbolic link, FIFO or device
+    node itself (never what it points to), a folder with what it holds. Only a path
+    ``<Triton's cache folder>/<entry>/<name>``; anything else is left alone."""
+    root = _tc.cache_dir()
+    folder = os.path.dirname(os.path.abspath(path))
+    if not root or os.path.dirname(folder) != os.path.abspath(root) or os.path.basename(folder).startswith("."):
+        return
+    with contextlib.suppress(OSError):
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+
+
+def read_checked(path: str, digests: Mapping[str, str] | None = None) -> bytes:
+    """The bytes of cache file ``path``, once they pass :func:`check_data`; read only if it is a
+    regular file (:func:`read_regular`).
+
+    Raises:
+        DamagedFileError: the check failed, or ``path`` is not a regular file (then removed), or
+            its entry's digests are damaged (:func:`digests_of`).
         OSError: the file cannot be read (gone).
     """
-    with open(path, "rb") as f:
-        data = f.read()
+    data = _read_member(path)
     check_data(path, data, digests)
     return data
 
@@ -246,7 +381,8 @@ def check_files(files: Mapping[str, str]) -> None:
     the digests of those seen first.
 
     Raises:
-        DamagedFileError: the first file that fails (or is gone), named.
+        DamagedFileError: the first file that fails (or is gone, or is not a regular file), named;
+            or the entry's digests are damaged (:func:`digests_of`).
     """
     found: dict[str, dict[str, str]] = {}
     first_seen: dict[str, dict[str, str]] = {}
@@ -256,8 +392,9 @@ def check_files(files: Mapping[str, str]) -> None:
         if digests is None:
             digests = found[folder] = digests_of(folder)
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = _read_member(path)
+        except DamagedFileError:
+            raise
         except OSError as e:
             raise _damaged(path, f"it cannot be read: {e.strerror or e}") from None
         why = problem(name, data, digests.get(name))
@@ -270,23 +407,25 @@ def check_files(files: Mapping[str, str]) -> None:
 
 
 def read_group_file(path: str) -> dict[str, str]:
-    """The files the group file at ``path`` lists (name -> absolute path), each of which exists.
+    """The files the group file at ``path`` lists (name -> absolute path), each of which exists. Read only if it is a regular file (:func:`read_regular`).
 
     Raises:
-        DamagedFileError: it does not parse as a group file, or a file it lists is gone (named).
+        DamagedFileError: it is not a regular file (then removed), does not parse as a group
+            file, or a file it lists is gone (named).
         FileNotFoundError: there is no group file (an entry not stored yet: a plain miss).
     """
+    folder = os.path.dirname(path)
     try:
-        children = _tc.read_group_file(path)
-    except FileNotFoundError:
+        children = _tc.parse_group_file(_read_member(path))
+    except (FileNotFoundError, DamagedFileError):
         raise
     except (OSError, ValueError, KeyError, TypeError) as e:  # UnicodeDecodeError is a ValueError
         raise _damaged(path, f"an unreadable group file: {type(e).__name__}") from None
     if not all(isinstance(n, str) and isinstance(p, str) for n, p in children.items()):
         raise _damaged(path, "a group file whose paths are not names")
     for p in children.values():
-        if not os.path.exists(p):
-            raise _damaged(p, "it is gone; its entry's group file lists it", os.path.dirname(path))
+        if not os.path.lexists(p):
+            raise _damaged(p, "it is gone; its entry's group file lists it", folder)
     return children
 
 
@@ -337,8 +476,9 @@ def _make_checked(base: type) -> type:
             folder = getattr(self, "cache_dir", None)
             if not folder:  # not a file cache: its own business
                 return super().get_group(filename)
-            try:
+            try:  # every file checked before Triton opens any (a FIFO would block its open)
                 listed = read_group_file(os.path.join(folder, _tc.group_file_name(filename)))
+                check_files(listed)
             except FileNotFoundError:
                 return None
             except DamagedFileError:
@@ -347,13 +487,7 @@ def _make_checked(base: type) -> type:
                 group = super().get_group(filename)
             except (OSError, ValueError, KeyError, TypeError):  # rewritten meanwhile: a miss, Triton compiles it
                 return None
-            if not group or set(group) != set(listed):
-                return None
-            try:
-                check_files(group)
-            except DamagedFileError:
-                return None
-            return group
+            return group if group == listed else None
 
         def put_group(self, filename: str, group: dict):  # noqa: ANN201
             folder = getattr(self, "cache_dir", None)
@@ -410,14 +544,18 @@ _logged: set[str] = set()
 
 
 def _note(error: DamagedFileError) -> None:
-    message = f"{error}; treated as a miss (compiled again)"
+    _note_once(error.path, f"{error}; treated as a miss (compiled again)")
+
+
+def _note_once(path: str, message: str) -> None:
+    """``message`` about ``path``, once per warm-up (collected), else once per process (logged)."""
     with _NOTES_LOCK:
         if _collectors:
-            _collectors[-1].setdefault(error.path, message)
+            _collectors[-1].setdefault(path, message)
             return
-        if error.path in _logged:
+        if path in _logged:
             return
-        _logged.add(error.path)
+        _logged.add(path)
     logger.warning("zerojit: %s", message)
 
 

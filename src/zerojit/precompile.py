@@ -81,7 +81,7 @@ from .cache import (cache_dir, entry_lock, entry_lock_path, install_remembered_l
                     launcher_lock_path, remember_compile_seconds, remember_launcher, remembered_compile_seconds,
                     use_fast_triton_key)
 from .compile_only import active_compile_only, warm_target
-from .integrity import checked_manager_class
+from .integrity import checked_manager_class, read_group_file
 from .kernel import _DEVICE_CACHE_LOCK, _WARMUP_SINK, CompiledVariant, TritonJitKernel
 from .reports import WarmupStats, count
 from .restore import index_path, install, shared_launchers
@@ -690,7 +690,7 @@ class _ShippedLoader:
         jit_fn = shipped.jit_fn
         try:
             _, specialization, _ = bind(jit_fn, **shipped.launch[0][1])
-            group = _tc.read_group_file(shipped.group_file)
+            group = read_group_file(shipped.group_file)  # checked: a FIFO there would block a plain open
             compiled = install(jit_fn, self.device, shipped.triton_key, group, shipped.src, self.backends,
                                load=self.gpu)
         except Exception:  # a missing file, a refused load: the second sweep reports it properly

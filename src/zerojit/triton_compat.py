@@ -112,7 +112,7 @@ __all__ = [
     "set_launcher_class", "launcher_share_key",
     # the disk cache and the toolchain
     "cache_manager", "default_cache_manager", "cache_manager_class", "set_cache_manager_class", "metadata_file_name",
-    "group_file_name", "read_group_file", "metadata_problem", "BINARY_EXTENSIONS", "build_key_function",
+    "group_file_name", "read_group_file", "parse_group_file", "metadata_problem", "BINARY_EXTENSIONS", "build_key_function",
     "set_build_key_function", "backends_in_tree",
     "cuda_backend_available", "ptxas_path", "ptxas_version", "sm_arch", "watch_toolchain", "unwatch_toolchain",
     # autotune and heuristics wrappers
@@ -951,10 +951,19 @@ def read_group_file(path: str) -> dict[str, str]:
     Raises:
         OSError: it cannot be read. ValueError, KeyError, TypeError: it is not a group file.
     """
-    with open(path, encoding="utf-8") as f:
-        children = json.load(f)["child_paths"]
+    with open(path, "rb") as f:
+        return parse_group_file(f.read())
+
+
+def parse_group_file(data: bytes) -> dict[str, str]:
+    """The files group file content ``data`` lists (name -> absolute path).
+
+    Raises:
+        ValueError (``UnicodeDecodeError`` too), KeyError, TypeError: it is not a group file.
+    """
+    children = json.loads(data.decode("utf-8"))["child_paths"]
     if not isinstance(children, dict):
-        raise TypeError(f"{path}: child_paths is not a mapping")
+        raise TypeError("child_paths is not a mapping")
     return children
 
 
