@@ -19,7 +19,11 @@ The cases (one file each; the entry damaged is the one of a kernel every decode 
 * the group file (``__grp__*.json``): one byte made invalid UTF-8, with the restore index applying,
   with ``ZEROJIT_RESTORE=0``, and with the index deleted;
 * Triton 3.6's launcher ``.so`` of the entry's signature, cut to half (only where one was built:
-  compile-only warm-ups build none, the case then says so).
+  compile-only warm-ups build none, the case then says so);
+* the entry's digests file emptied, and one flipped bit in its cubin (damaged digests must not
+  hide the damage, nor record the damaged cubin's digest);
+* the cubin replaced by a FIFO (a plain ``open`` blocks forever) and by a folder (Triton's
+  rewrite of the entry failed onto it).
 
 Printed: one row per case: ``detected`` (the warm-up report names the damaged file), ``recompiled``
 (keys compiled in this run, in this process or in workers), the exit status, the runtime compiles
@@ -124,6 +128,22 @@ def _half_cubin_first_seen(cache: str) -> str:
     return _cut_half(_entry_file(cache, ".cubin"))
 
 
+def _digests_emptied_bit_flipped(cache: str) -> str:
+    cubin = _flip_bit(_entry_file(cache, ".cubin"))
+    path = os.path.join(cache, ".zerojit", "digests", os.path.basename(os.path.dirname(cubin)) + ".json")
+    open(path, "wb").close()
+    return path
+
+
+def _cubin_replaced(make: Callable[[str], object]) -> Callable[[str], str]:
+    def apply(cache: str) -> str:
+        path = _entry_file(cache, ".cubin")
+        os.remove(path)
+        make(path)
+        return path
+    return apply
+
+
 def _half_launcher(cache: str) -> str | None:
     found = sorted(glob.glob(os.path.join(cache, "*", "*launcher*.so")))
     return _cut_half(found[0]) if found else None
@@ -144,6 +164,9 @@ CASES: list[tuple[str, Callable[[str], str | None], dict]] = [
     ("group file: bad byte, ZEROJIT_RESTORE=0", _bad_group_byte, {"ZEROJIT_RESTORE": "0"}),
     ("group file: bad byte, index deleted", _bad_group_byte_no_index, {}),
     ("launcher .so: cut to half", _half_launcher, {}),
+    ("digests: emptied, cubin one flipped bit", _digests_emptied_bit_flipped, {}),
+    ("cubin: a FIFO", _cubin_replaced(os.mkfifo), {}),
+    ("cubin: a folder", _cubin_replaced(os.mkdir), {}),
 ]
 
 
