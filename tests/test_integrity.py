@@ -510,3 +510,20 @@ def test_an_entry_file_that_is_not_a_regular_file_is_removed_and_compiled_again(
     assert snapshot(cold) == before  # the entry whole again: the cold warm-up's bytes
     assert not glob.glob(str(cache / "*" / "tmp.pid_*"))
     assert_sound_again(kernel, cold, before, 1)
+
+
+def test_a_member_linked_to_a_sound_file_is_removed_and_what_it_points_to_is_kept(cache, tmp_path):
+    """Triton writes no symbolic link into an entry: one is damaged even when it points to the very
+    bytes Triton wrote. The link goes; the file it points to stays as it was."""
+    kernel = Scale()
+    cold = warm_up(kernel)
+    before = snapshot(cold)
+    path = path_of(cold, 1, ".cubin")
+    outside = tmp_path / "kept.cubin"
+    shutil.move(path, outside)
+    os.symlink(outside, path)
+    warm = warm_up(kernel)
+    assert warm.stats.compiled == 1
+    assert naming(warm, path) == [f"cache file {path} is damaged (a symbolic link); treated as a miss (compiled again)"]
+    assert not os.path.islink(path) and snapshot(warm) == before
+    assert outside.read_bytes() == before[1][os.path.basename(path)]

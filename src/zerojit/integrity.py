@@ -451,7 +451,8 @@ def checked_manager_class(base: type) -> type:
     and checking what it hands out:
 
     * ``get_group``: a miss (None) for a group file that does not parse or lists a file that is
-      gone, or a member that fails its check; else ``base``'s group;
+      gone, or a member that fails its check or is not a regular file; else ``base``'s group
+      (every file checked before ``base`` opens any);
     * ``put_group``: records the members' digests, then writes the group file;
     * ``put`` of a C module (``*<EXT_SUFFIX>``, cached alone): records its digest, then writes
       it; ``get_file`` of one: None when it fails its check (Triton builds it again).
