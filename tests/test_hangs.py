@@ -20,6 +20,7 @@ import pytest
 if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
     pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
 
+import contextlib
 import json
 import re
 import signal
@@ -258,12 +259,13 @@ def test_an_in_process_ptxas_that_stops_fails_its_key(tmp_path):
     """``workers=1``: the ptxas Triton runs in the warm-up's own process stops; after 2 s
     without CPU time it is killed and the key fails, naming kernel, key and seconds."""
     start = time.monotonic()
-    result = run_scenario(tmp_path, 1, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, "ptxas", "always")), **STALL)
+    script = fake_ptxas(tmp_path, "ptxas", "always")
+    result = run_scenario(tmp_path, 1, TRITON_PTXAS_PATH=str(script), **STALL)
     [(ptxas, parent)] = logged(tmp_path)
     assert result["keys"] == [] and result["workers"] == 0
     [(kernel, key, error)] = result["failures"]
     assert (kernel, key) == ("store_n", "SingleKey.CompileKey()")
-    m = re.fullmatch(rf"CompileHung: kernel 'store_n' key SingleKey\.CompileKey\(\): ptxas \(pid {ptxas}\) stopped "
+    m = re.fullmatch(rf"CompileHung: kernel 'store_n' key SingleKey\.CompileKey\(\): {re.escape(str(script))} \(pid {ptxas}\) stopped "
                      r"answering: no CPU time for 2\.\d s \(ZEROJIT_COMPILE_STALL_S=2\); (\d+\.\d) s waited, killed",
                      error)
     assert m, error
@@ -312,6 +314,54 @@ def test_a_forked_worker_keeps_only_its_own_descriptors(tmp_path):
         for fd in (r, w, stderr):
             if fd is not None:
                 os.close(fd)
+
+
+# The stand-in for ptxas that stops itself (SIGSTOP) when asked ``{arg}``, logging its pid first;
+# anything else is the real one.
+PROBE_STOPS = """#!/bin/sh
+if [ "$1" = {arg} ]; then echo $$ >> {log}; kill -STOP $$; fi
+exec {real} "$@"
+"""
+
+
+@pytest.mark.parametrize("arg", ["--help", "--version"])
+def test_a_ptxas_that_stops_when_compile_only_asks_it_fails_the_command_at_once(tmp_path, arg):
+    """Compile-only asks Triton's ptxas which GPUs it compiles for (``--help``; Triton itself runs
+    ``--version`` to find it): a ptxas that stops there is killed after ``ZEROJIT_COMPILE_STALL_S``
+    (2 s) without CPU time, and the command fails at once (exit 1, one line naming its path, pid
+    and the seconds waited), instead of waiting 60 s and going on unchecked (``--help``) or
+    forever (``--version``). The references: the pid the stand-in logged, and /proc."""
+    script = tmp_path / "ptxas"
+    log = tmp_path / "stopped.log"
+    script.write_text(PROBE_STOPS.format(arg=arg, log=log, real=triton_compat.ptxas_path(90)))
+    script.chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=str(SRC), TRITON_CACHE_DIR=str(tmp_path / "cache"),
+               TRITON_HOME=str(tmp_path / "home"), TRITON_PTXAS_PATH=str(script), ZEROJIT_COMPILE_STALL_S="2")
+    env.pop("TRITON_INTERPRET", None)
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "zerojit", "demo", "--target", "cuda:90", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=45)
+    except subprocess.TimeoutExpired:
+        _kill_scenario(proc.pid)
+        proc.communicate()
+        pytest.fail(f"zerojit demo did not end within 45 s with a ptxas stopped at {arg}")
+    finally:
+        for pid in (map(int, log.read_text().split()) if log.exists() else ()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    seconds = time.monotonic() - start
+    [stopped] = map(int, log.read_text().split())
+    shown = f" {arg}" if arg == "--help" else ""
+    assert proc.returncode == 1 and out == "", (proc.returncode, out, err)
+    m = re.fullmatch(rf"zerojit demo: {re.escape(str(script))}{shown} \(pid {stopped}\) stopped answering: no CPU "
+                     r"time for 2\.\d s \(ZEROJIT_COMPILE_STALL_S=2\); (\d+\.\d) s waited, killed: Triton's ptxas "
+                     r"must answer for compile-only to know the GPUs it compiles for, and to compile "
+                     r"\(TRITON_PTXAS_PATH, TRITON_PTXAS_BLACKWELL_PATH: the ptxas Triton runs\)\n", err)
+    assert m, err
+    assert 2.0 <= float(m[1]) < seconds < 40
+    assert gone([stopped])
 
 
 # --- the rule itself ---------------------------------------------------------------------------

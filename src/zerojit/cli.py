@@ -11,7 +11,8 @@ Commands:
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
 cache folder that cannot serve, flags that conflict), 1 for a refused artefact (a bundle for
-another build or target, a corrupted one, a warm-up that failed) or a runtime compile, 130 for
+another build or target, a corrupted one, a warm-up that failed, a ``ptxas`` that stopped
+answering) or a runtime compile, 130 for
 Ctrl-C, 0 otherwise (``audit`` passes the script's own status on). A user error ends the command
 with one line ``zerojit COMMAND: what is wrong and what to change`` on stderr, never a traceback
 (:func:`_user_errors`; the parser's own errors: :func:`_one_line_usage_errors`); a traceback means
@@ -120,7 +121,7 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.registry import NoTargetError, WarmupError
     from zerojit.runner.engine import RunError
     from zerojit.runner.trace import TraceError
-    from zerojit.watchdog import StallSettingError
+    from zerojit.watchdog import CompileHung, StallSettingError
 
     # A cache folder that cannot be written is invalid input, also when a bundle import met it; so
     # is the environment (a bad ZEROJIT_JIT_MONITOR or ZEROJIT_COMPILE_STALL_S, TRITON_INTERPRET=1
@@ -131,7 +132,7 @@ def _exit_status(error: BaseException) -> int | None:
                           MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError,
                           StallSettingError)):
         return 2
-    if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError)):
+    if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError, CompileHung)):
         return 1
     return None
 

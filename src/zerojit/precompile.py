@@ -260,7 +260,7 @@ class WarmupSession:
 
     # ------------------------------------------------------------------ hooks
     def __enter__(self) -> "WarmupSession":
-        _tc.watch_toolchain(_watchdog.run, _watchdog.check_output)  # in-process ptxas runs: the stall rule too
+        _tc.watch_toolchain()  # in-process ptxas runs: the stall rule too
         # Triton 3.6 on a GPU: launcher modules to build in workers (none from 3.7 on)
         self._need_launchers = active_compile_only() is None and self.workers > 1 and _tc.cuda_launchers_in_use()
         self._prev_hook = _tc.get_cache_hook()
@@ -715,7 +715,7 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
         return None
     if os.path.exists(_marker(jobs, target)) or os.path.exists(index_path(plan_digest(jobs), target)):
         return None  # warmed into this cache folder before (by workers, or serially: its restore index)
-    _tc.watch_toolchain(_watchdog.run, _watchdog.check_output)  # the backend hash's ptxas --version too
+    _tc.watch_toolchain()  # the backend hash's ptxas --version too
     pool = _WorkerPool(workers, target, _Counts(), threading.Lock(), modules)
     known = known_triton_key()
     if known is not None:  # a known install: every worker starts with it

@@ -371,6 +371,7 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
     """
     recorder = Recorder().install()
     program = Program(command, where="a child Python process")
+    _tc.watch_toolchain()  # on a GPU too: the program's compiles run ptxas under the stall rule
     try:
         if target is not None:
             with compile_only(target):
