@@ -176,7 +176,8 @@ def _reflowed(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _check_output_file(command: str, option: str, path: Optional[str], *, stdout: bool = True) -> None:
     """Refuse (exit 2), before any work, an output file that cannot be written
-    (:func:`zerojit.outputs.output_problem`: an empty path, a folder missing, read-only or
+    (:func:`zerojit.outputs.output_problem`: an empty path, one that starts with ``-`` (an
+    option taken as the flag's value), a folder missing, read-only or
     refusing new files (``/proc``), or anything but a regular file at the path: a directory, a
     device, a FIFO, a symbolic link, which the atomic write would replace). ``-`` is standard
     output where ``stdout`` (see :func:`_stdout_is_for`), else refused."""
@@ -187,10 +188,9 @@ def _check_output_file(command: str, option: str, path: Optional[str], *, stdout
     if path == STDOUT and not stdout:
         _refuse(command, f"{option} '-': this output is written to a file only; give a path")
     problem = output_problem(path)
-    if not path:
-        _refuse(command, f"{option} '': {problem}")
     if problem:
-        _refuse(command, f"{option} {path!r}: cannot write there: {problem}")
+        where = "" if not path or path.startswith("-") else "cannot write there: "  # (else: the path itself is wrong)
+        _refuse(command, f"{option} {path!r}: {where}{problem}")
 
 
 @contextlib.contextmanager
