@@ -10,6 +10,7 @@ back) and check when it is called and what ``use_fast_triton_key`` returns.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 
@@ -90,8 +91,112 @@ def test_a_garbage_install_memo_is_ignored_and_rewritten(monkeypatch, tmp_path, 
     where(monkeypatch, tmp_path, "second")
     calls = fresh_triton_key(monkeypatch, "3.6.0-again")
     assert cache.use_fast_triton_key() == "3.6.0-again" and len(calls) == 1
-    assert json.loads(memo.read_text()) == {"triton_version": triton.__version__, "signature": signature,
-                                            "values": {"triton_key": "3.6.0-again"}}
+    body = {"triton_version": triton.__version__, "signature": signature, "values": {"triton_key": "3.6.0-again"}}
+    assert json.loads(memo.read_text()) == dict(body, sha256=content_digest(body))
+
+
+def content_digest(body: dict) -> str:
+    """The digest a remembered file records of its other fields: SHA-256 of their canonical JSON."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def edited(path, **fields) -> None:
+    """A stray edit of remembered file ``path``: ``fields`` changed, still valid JSON, its
+    digest left as it was."""
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, **fields}))
+
+
+def resealed(path, **fields) -> None:
+    """``fields`` changed and the digest recomputed: a file as zerojit would have written it."""
+    data = json.loads(path.read_text())
+    data.pop("sha256")
+    data.update(fields)
+    path.write_text(json.dumps(dict(data, sha256=content_digest(data))))
+
+
+def test_a_stray_edit_of_the_build_memos_is_not_believed_and_named_once(monkeypatch, tmp_path):
+    """The tester's case: ``triton_key`` changed in both memos (still valid JSON). Trusted, every
+    key would compile again under a made-up build key; now neither is used: the build is hashed
+    afresh, both files are written again with the true value, and each is named once."""
+    where(monkeypatch, tmp_path, "first")
+    fresh_triton_key(monkeypatch)
+    cache.use_fast_triton_key()
+    folder_memo, (install,) = tmp_path / "first" / ".zerojit" / "triton-build.json", install_memo(tmp_path)
+    for memo in (folder_memo, install):
+        assert json.loads(memo.read_text())["values"] == {"triton_key": "3.6.0-fake-build"}
+        edited(memo, values={"triton_key": "made-up"})
+    cache.take_damaged_notes()  # (this process's earlier notes)
+
+    calls = fresh_triton_key(monkeypatch)  # a new process: the same build
+    assert cache.use_fast_triton_key() == "3.6.0-fake-build" and len(calls) == 1
+    assert tcache.triton_key() == "3.6.0-fake-build"
+    for memo in (folder_memo, install):
+        data = json.loads(memo.read_text())
+        digest = data.pop("sha256")
+        assert data["values"] == {"triton_key": "3.6.0-fake-build"} and digest == content_digest(data)
+    assert cache.take_damaged_notes() == [
+        f"the remembered Triton build key {memo} does not match the digest it records (a stray edit or damage): not "
+        "used, Triton's build hashed afresh and the file written again" for memo in (folder_memo, install)]
+
+    calls = fresh_triton_key(monkeypatch, "must-not-be-called")  # the rewritten memos serve again
+    assert cache.use_fast_triton_key() == "3.6.0-fake-build" and calls == [] and cache.take_damaged_notes() == []
+
+
+def test_a_warm_up_names_an_edited_build_memo_and_restores_under_the_true_key(monkeypatch, tmp_path,
+                                                                             compile_only_target):
+    """End to end: after a warm-up, both memos' ``triton_key`` edited; the next warm-up restores
+    its key through the restore index (its fingerprint holds the true build), compiles nothing,
+    and its report names each memo once."""
+    from _kernels import StoreN
+    from zerojit.registry import JitWarmupRegistry
+
+    import inspect
+
+    monkeypatch.setenv("TRITON_HOME", str(tmp_path / "home"))
+    real = inspect.unwrap(tcache.triton_key)  # Triton's own hash, under a new process's empty lru_cache
+    monkeypatch.setattr(tcache, "triton_key", functools.lru_cache(None)(real))
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        StoreN().register_warmup()
+    StoreN.kernel.device_caches.clear()
+    assert registry.warmup(workers=1, progress=False).ok
+    folder_memo, (install,) = tmp_path / "triton-cache" / ".zerojit" / "triton-build.json", install_memo(tmp_path)
+    true_key = json.loads(install.read_text())["values"]["triton_key"]
+    for memo in (folder_memo, install):
+        edited(memo, values={"triton_key": "made-up"})
+    cache.take_damaged_notes()
+
+    StoreN.kernel.device_caches.clear()
+    monkeypatch.setattr(tcache, "triton_key", functools.lru_cache(None)(real))  # a new process
+    report = registry.warmup(workers=1, progress=False)
+    assert report.ok and (report.stats.restored, report.stats.compiled) == (1, 0), report.stats
+    named = [line for line in report.stats.recovered if "triton-build" in line]
+    assert named == [f"the remembered Triton build key {memo} does not match the digest it records (a stray edit or "
+                     "damage): not used, Triton's build hashed afresh and the file written again"
+                     for memo in (folder_memo, install)], report.stats.recovered
+    assert not [line for line in report.stats.recovered if "refused" in line], report.stats.recovered
+    assert json.loads(install.read_text())["values"]["triton_key"] == true_key
+
+
+def test_a_stray_edit_of_the_compile_seconds_is_not_believed(monkeypatch, tmp_path):
+    """The remembered compile seconds decide the order of a warm-up's compiles and each one's
+    wall-time limit (10x them): an edited figure (still valid JSON) is not believed; the file is
+    named once and removed, then written afresh."""
+    where(monkeypatch, tmp_path, "first")
+    cache.remember_compile_seconds({"entry-a": 0.5, "entry-b": 1.25})
+    assert cache.remembered_compile_seconds() == {"entry-a": 0.5, "entry-b": 1.25}
+    (memo,) = (tmp_path / "home" / ".triton" / "zerojit").glob("compile-seconds-*.json")
+    resealed(memo, seconds={"entry-a": 0.5, "entry-b": 2.5})  # as zerojit writes it: believed
+    assert cache.remembered_compile_seconds() == {"entry-a": 0.5, "entry-b": 2.5}
+    edited(memo, seconds={"entry-a": 0.5, "entry-b": 100000.0})
+    cache.take_damaged_notes()
+    assert cache.remembered_compile_seconds() == {} and not memo.exists()
+    assert cache.take_damaged_notes() == [
+        f"the remembered compile seconds {memo} does not match the digest it records (a stray edit or damage): not "
+        "used, compiles ordered and bounded as on a new install"]
+    cache.remember_compile_seconds({"entry-c": 0.75})
+    assert cache.remembered_compile_seconds() == {"entry-c": 0.75}
 
 
 def test_a_memo_of_another_triton_version_is_never_used(monkeypatch, tmp_path):
@@ -102,12 +207,13 @@ def test_a_memo_of_another_triton_version_is_never_used(monkeypatch, tmp_path):
     cache.use_fast_triton_key()
     memo_file = tmp_path / "first" / ".zerojit" / "triton-build.json"
     for path in (memo_file, *install_memo(tmp_path)):
-        data = json.loads(path.read_text())
-        path.write_text(json.dumps(dict(data, triton_version="3.5.0")))
+        resealed(path, triton_version="3.5.0")  # whole, as a zerojit with that Triton wrote it
+    cache.take_damaged_notes()
 
     calls = fresh_triton_key(monkeypatch, "3.6.0-this-version")
     assert cache.use_fast_triton_key() == "3.6.0-this-version" and len(calls) == 1
     assert json.loads(memo_file.read_text())["triton_version"] == triton.__version__
+    assert cache.take_damaged_notes() == []  # not damaged: another version's
 
 
 def test_the_signature_covers_the_files_triton_hashes():

@@ -20,6 +20,7 @@ import pytest
 if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
     pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
 
+import contextlib
 import json
 import re
 import signal
@@ -36,15 +37,33 @@ DEADLINE_S = float(os.environ.get("ZEROJIT_TEST_HANG_DEADLINE_S", "150"))  # a s
 
 # A warm-up of StoreN's one key (tests/_kernels.py: a module compile workers import), printed as JSON.
 SCENARIO = r"""
-import json, os, sys, threading
+import json, os, signal, sys, threading
 sys.path.insert(0, sys.argv[1])
 from _kernels import StoreN
 from zerojit import precompile, triton_compat
 from zerojit.compile_only import compile_only
 from zerojit.registry import JitWarmupRegistry
 
-workers, race = int(sys.argv[2]), sys.argv[3] == "race"
-if race:
+workers, mode = int(sys.argv[2]), sys.argv[3]
+if mode == "stop-after-store":
+    # A worker that stops (SIGSTOP) once it stored its entry, before it answers: the first one only.
+    from zerojit import _compile_worker
+
+    compile_ = _compile_worker.Worker.compile
+
+    def compile_then_stop_once(self, task):
+        reply = compile_(self, task)
+        try:
+            os.mkdir(os.environ["TRITON_CACHE_DIR"] + "-stopped")
+        except FileExistsError:
+            return reply
+        with open(os.environ["TRITON_CACHE_DIR"] + "-stopped/pid", "w") as f:
+            f.write(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return reply
+
+    _compile_worker.Worker.compile = compile_then_stop_once
+if mode == "race":
     # Stands for the backend hash's `ptxas --version`: a subprocess whose pipe its caller reads
     # to the end. It holds the pipe open until a fork has happened (or 1 s passed), then waits for
     # the end-of-file, which never comes while a forked child still has the write end.
@@ -66,8 +85,9 @@ with registry.activate():
 with compile_only("cuda:90"):
     report = registry.warmup(workers=workers, progress=False, raise_on_failure=False)
 print(json.dumps({"failures": [[f.kernel, repr(f.key), f.error] for f in report.failures],
+                  "origin": report.stats.origin(),
                   "recovered": list(report.stats.recovered), "compiled": report.stats.compiled,
-                  "worker_compiled": report.stats.worker_compiled, "workers": report.stats.workers,
+                  "lock_waits": report.stats.lock_waits, "worker_compiled": report.stats.worker_compiled, "workers": report.stats.workers,
                   "keys": [repr(k) for k in report.keys_by_kernel().get("store_n", ())]}))
 """
 
@@ -91,13 +111,14 @@ def fake_ptxas(tmp_path, who: str, mode: str) -> Path:
     return script
 
 
-def run_scenario(tmp_path, workers: int, *, race: bool = False, **env: str) -> dict:
-    """Run :data:`SCENARIO` in a new session; its JSON. Fails (killing it and what it started) if
-    it has not ended within :data:`DEADLINE_S` seconds."""
+def run_scenario(tmp_path, workers: int, *, mode: str = "-", **env: str) -> dict:
+    """Run :data:`SCENARIO` in a new session (``mode``: ``race``, ``stop-after-store`` or ``-``);
+    its JSON. Fails (killing it and what it started) if it has not ended within
+    :data:`DEADLINE_S` seconds."""
     full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS)]),
                     TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_HOME=str(tmp_path / "home"), **env)
     full_env.pop("ZEROJIT_WORKER_START", None)  # forked workers: the default on Linux
-    proc = subprocess.Popen([sys.executable, "-c", SCENARIO, str(TESTS), str(workers), "race" if race else "-"],
+    proc = subprocess.Popen([sys.executable, "-c", SCENARIO, str(TESTS), str(workers), mode],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
                             start_new_session=True)
     try:
@@ -204,6 +225,21 @@ def test_a_compile_that_stops_again_fails_naming_kernel_key_and_seconds(tmp_path
     assert gone([pid for pair in compiles for pid in pair])
 
 
+def test_a_retry_that_finds_the_entry_its_killed_worker_stored_is_no_lock_wait(tmp_path):
+    """A worker stops after it stored its entry, before it answers, and no other process exists:
+    after 2 s without CPU time it is killed, and the retry in another worker finds the entry on
+    disk. That is this warm-up's (killed) worker's compile, not one "compiled meanwhile by another
+    process (this warm-up waited for its lock)". The reference: the pid the stopped worker wrote."""
+    result = run_scenario(tmp_path, 2, mode="stop-after-store", **STALL)
+    stopped = int((tmp_path / "cache-stopped" / "pid").read_text())
+    assert result["failures"] == [] and result["keys"] == ["SingleKey.CompileKey()"]
+    assert (result["compiled"], result["worker_compiled"], result["lock_waits"]) == (0, 1, 0)
+    assert "another process" not in result["origin"] and result["origin"].startswith("1 compiled by "), result["origin"]
+    hung = [r for r in result["recovered"] if "stopped answering" in r]
+    assert len(hung) == 1 and hung[0].startswith(f"compile worker {stopped} stopped answering while compiling "), hung
+    assert gone([stopped])
+
+
 def test_a_wait_for_another_processs_lock_on_the_entry_is_no_hang(tmp_path, compile_only_target):
     """This process holds the entry's lock (as another warm-up compiling it would) until 3 s
     after a worker waits for it (the kernel's lock table, /proc/locks, shows the waiter), with a
@@ -258,12 +294,13 @@ def test_an_in_process_ptxas_that_stops_fails_its_key(tmp_path):
     """``workers=1``: the ptxas Triton runs in the warm-up's own process stops; after 2 s
     without CPU time it is killed and the key fails, naming kernel, key and seconds."""
     start = time.monotonic()
-    result = run_scenario(tmp_path, 1, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, "ptxas", "always")), **STALL)
+    script = fake_ptxas(tmp_path, "ptxas", "always")
+    result = run_scenario(tmp_path, 1, TRITON_PTXAS_PATH=str(script), **STALL)
     [(ptxas, parent)] = logged(tmp_path)
     assert result["keys"] == [] and result["workers"] == 0
     [(kernel, key, error)] = result["failures"]
     assert (kernel, key) == ("store_n", "SingleKey.CompileKey()")
-    m = re.fullmatch(rf"CompileHung: kernel 'store_n' key SingleKey\.CompileKey\(\): ptxas \(pid {ptxas}\) stopped "
+    m = re.fullmatch(rf"CompileHung: kernel 'store_n' key SingleKey\.CompileKey\(\): {re.escape(str(script))} \(pid {ptxas}\) stopped "
                      r"answering: no CPU time for 2\.\d s \(ZEROJIT_COMPILE_STALL_S=2\); (\d+\.\d) s waited, killed",
                      error)
     assert m, error
@@ -276,7 +313,7 @@ def test_the_workers_fork_holds_no_pipe_of_another_thread(tmp_path):
     end; the workers' fork must not give a worker that pipe (the warm-up joins that thread before
     forking, and a forked worker closes what it did not open). Without both, the warm-up waits
     for that thread forever (4 of 4 runs of tests/test_library_kernels.py on a 2-core machine)."""
-    result = run_scenario(tmp_path, 2, race=True)
+    result = run_scenario(tmp_path, 2, mode="race")
     assert result["failures"] == [] and result["keys"] == ["SingleKey.CompileKey()"]
     assert result["worker_compiled"] == 1 and result["workers"] >= 1
 
@@ -312,6 +349,54 @@ def test_a_forked_worker_keeps_only_its_own_descriptors(tmp_path):
         for fd in (r, w, stderr):
             if fd is not None:
                 os.close(fd)
+
+
+# The stand-in for ptxas that stops itself (SIGSTOP) when asked ``{arg}``, logging its pid first;
+# anything else is the real one.
+PROBE_STOPS = """#!/bin/sh
+if [ "$1" = {arg} ]; then echo $$ >> {log}; kill -STOP $$; fi
+exec {real} "$@"
+"""
+
+
+@pytest.mark.parametrize("arg", ["--help", "--version"])
+def test_a_ptxas_that_stops_when_compile_only_asks_it_fails_the_command_at_once(tmp_path, arg):
+    """Compile-only asks Triton's ptxas which GPUs it compiles for (``--help``; Triton itself runs
+    ``--version`` to find it): a ptxas that stops there is killed after ``ZEROJIT_COMPILE_STALL_S``
+    (2 s) without CPU time, and the command fails at once (exit 1, one line naming its path, pid
+    and the seconds waited), instead of waiting 60 s and going on unchecked (``--help``) or
+    forever (``--version``). The references: the pid the stand-in logged, and /proc."""
+    script = tmp_path / "ptxas"
+    log = tmp_path / "stopped.log"
+    script.write_text(PROBE_STOPS.format(arg=arg, log=log, real=triton_compat.ptxas_path(90)))
+    script.chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=str(SRC), TRITON_CACHE_DIR=str(tmp_path / "cache"),
+               TRITON_HOME=str(tmp_path / "home"), TRITON_PTXAS_PATH=str(script), ZEROJIT_COMPILE_STALL_S="2")
+    env.pop("TRITON_INTERPRET", None)
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "zerojit", "demo", "--target", "cuda:90", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=45)
+    except subprocess.TimeoutExpired:
+        _kill_scenario(proc.pid)
+        proc.communicate()
+        pytest.fail(f"zerojit demo did not end within 45 s with a ptxas stopped at {arg}")
+    finally:
+        for pid in (map(int, log.read_text().split()) if log.exists() else ()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    seconds = time.monotonic() - start
+    [stopped] = map(int, log.read_text().split())
+    shown = f" {arg}" if arg == "--help" else ""
+    assert proc.returncode == 1 and out == "", (proc.returncode, out, err)
+    m = re.fullmatch(rf"zerojit demo: {re.escape(str(script))}{shown} \(pid {stopped}\) stopped answering: no CPU "
+                     r"time for 2\.\d s \(ZEROJIT_COMPILE_STALL_S=2\); (\d+\.\d) s waited, killed: Triton's ptxas "
+                     r"must answer for compile-only to know the GPUs it compiles for, and to compile "
+                     r"\(TRITON_PTXAS_PATH, TRITON_PTXAS_BLACKWELL_PATH: the ptxas Triton runs\)\n", err)
+    assert m, err
+    assert 2.0 <= float(m[1]) < seconds < 40
+    assert gone([stopped])
 
 
 # --- the rule itself ---------------------------------------------------------------------------

@@ -17,11 +17,11 @@ PACKAGE = "zerojit"
 # docs/architecture.md: each layer imports only itself and the layers below it.
 LAYERS = {
     "triton facts": ["zerojit._version", "zerojit.specialization", "zerojit.keyspace", "zerojit.compile_only",
-                     "zerojit.triton_compat", "zerojit.outputs"],
+                     "zerojit.triton_compat", "zerojit.outputs", "zerojit.watchdog"],
     "contract": ["zerojit.context", "zerojit.lint", "zerojit.autotune", "zerojit._launch", "zerojit.kernel",
                  "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit.integrity", "zerojit._primer", "zerojit.loading", "zerojit.cache",
-                "zerojit.restore", "zerojit._compile_worker", "zerojit.watchdog", "zerojit.precompile",
+                "zerojit.restore", "zerojit._compile_worker", "zerojit.precompile",
                 "zerojit.distributed", "zerojit.registry", "zerojit.manifest"],
     "observation": ["zerojit.growth", "zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording"],
     "applications": ["zerojit.kernels", "zerojit.runner", "zerojit.examples", "zerojit.cli", "zerojit.__main__",
@@ -124,6 +124,14 @@ def test_the_graph_sees_function_local_and_relative_imports():
     assert "zerojit.kernel" in graph["zerojit.kernels.mla.slot_mapping"]  # absolute, module-level
     assert "zerojit.monitor" in graph["zerojit"]  # the package's facade
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_hang_rule_sits_below_every_tool_run():
+    """compile_only's ``ptxas --help`` and triton_compat's hold on Triton's tool runs use the
+    watchdog, so it is in their layer, and it imports nothing of zerojit."""
+    graph = import_graph()
+    assert "zerojit.watchdog" in graph["zerojit.compile_only"] and "zerojit.watchdog" in graph["zerojit.triton_compat"]
+    assert graph["zerojit.watchdog"] == set() and layer_of("zerojit.watchdog") == 0
 
 
 def test_no_import_cycle():

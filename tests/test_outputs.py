@@ -159,6 +159,20 @@ def test_every_output_refuses_what_is_not_a_regular_file(command, tmp_path, mani
     assert (tmp_path / "file.json").read_text() == "the file a symlink points to"
 
 
+@pytest.mark.parametrize("command", ["run", "warmup", "audit", "record", "bundle export"])
+def test_an_output_path_that_looks_like_an_option_is_refused(command, tmp_path, manifest, no_work, monkeypatch):
+    """``--json --`` wrote a file named ``--`` (the parser took ``--`` as the flag's value): a
+    path that starts with ``-``, other than ``-`` itself, is refused before any work, naming the
+    flag and how to name such a file."""
+    monkeypatch.chdir(tmp_path)
+    args, flag = commands(manifest)[command]
+    for path in ("--", "-x.json", "--no-progress"):
+        result = invoke(*[path if a == "OUT" else a for a in args])
+        one_line(result, 2, f"zerojit {command}: {flag} {path!r}: looks like an option; write ./{path} for a file "
+                            "of that name")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["in.json"], path
+
+
 def test_standard_output_is_no_bundle(tmp_path, manifest, no_work, monkeypatch):
     monkeypatch.chdir(tmp_path)
     one_line(invoke("bundle", "export", "-o", "-", "--manifest", manifest), 2,

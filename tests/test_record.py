@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -939,28 +940,84 @@ def test_a_python_path_that_is_not_this_interpreter_is_refused(recorded_app, tmp
     rec = _zerojit(["record", "-o", str(tmp_path / "m.json"), "--target", "cuda:90", "--", str(other), "app/app.py",
                     "100"], cache, root)
     assert rec.returncode == 2 and "kernel module" not in rec.stdout, rec.stdout + rec.stderr
-    assert rec.stderr.startswith(f"zerojit record: '{other}' is not this interpreter: zerojit runs the program in a "
-                                 f"child Python process, under its own Python {sys.executable} ")
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    assert rec.stderr.startswith(f"zerojit record: '{other}' is not this interpreter's path, nor another name of it in "
+                                 f"its folder {here}: zerojit runs the program in a child Python process, under its "
+                                 f"own Python {sys.executable} ")
     assert not (tmp_path / "m.json").exists()
     audited = CliRunner().invoke(app, ["audit", "--", str(other), script])
-    assert audited.exit_code == 2 and f"'{other}' is not this interpreter" in audited.output, audited.output
+    assert audited.exit_code == 2 and f"'{other}' is not this interpreter's path" in audited.output, audited.output
 
     from zerojit.recording import Program, ProgramError, names_this_python
 
     saved = list(sys.path)
     try:
         assert Program([sys.executable, script]).script == script
-        candidates = [str(other), "python2"] + ([os.path.realpath(sys.executable)]
-                                                if os.path.realpath(sys.executable) != sys.executable else [])
-        for word in candidates:  # exec takes its program through Program too
-            with pytest.raises(ProgramError, match=f"{word!r} is not this interpreter: .* its own Python "
-                                                   f"{sys.executable} "):
+        real = os.path.realpath(sys.executable)
+        candidates = [(str(other), "is not this interpreter's path"), ("python2", "is another Python than this one")]
+        if os.path.dirname(real) != here:  # the file a venv's python links to: another environment
+            candidates.append((real, "is not this interpreter's path"))
+        for word, why in candidates:  # exec takes its program through Program too
+            with pytest.raises(ProgramError, match=f"^{re.escape(repr(word))} {why}.*: zerojit runs the program in "
+                                                   f"this process, under its own Python {re.escape(sys.executable)} "):
                 Program([word, script])
     finally:
         sys.path[:] = saved
     for word in ("python", "python3", "python%d.%d" % sys.version_info[:2], sys.executable):
         assert names_this_python(word, where="this process")
     assert not names_this_python("zerojit", where="this process") and not names_this_python("app.py", where="x")
+
+
+def test_another_name_of_this_interpreter_in_its_folder_is_this_interpreter(tmp_path, monkeypatch):
+    """A virtual environment's ``bin/`` holds ``python``, ``python3`` and ``python3.N``, links to
+    one file; whichever started zerojit (``sys.executable``: a console script's first line names
+    ``python3``), the others name it too. A link to the same file from another folder (another
+    environment), or another file in the folder, is refused, naming ``sys.executable``."""
+    from zerojit.recording import ProgramError, names_this_python
+
+    real = os.path.realpath(sys.executable)
+    env, other = tmp_path / "venv" / "bin", tmp_path / "elsewhere"
+    env.mkdir(parents=True)
+    other.mkdir()
+    (env / "python3").symlink_to(real)
+    version = "python%d.%d" % sys.version_info[:2]
+    for name in ("python", version):
+        (env / name).symlink_to("python3")
+    (env / "python2").symlink_to("/bin/sh")  # another program in the same folder
+    (other / "python3").symlink_to(real)  # the same program from another folder
+    monkeypatch.setattr(sys, "executable", str(env / "python3"))
+    monkeypatch.chdir(env)
+    for word in (str(env / "python"), str(env / version), str(env / "python3"), "./python", "python", "python3"):
+        assert names_this_python(word, where="this process") is True, word
+    for word, why in ((str(other / "python3"), f"is not this interpreter's path, nor another name of it in its folder "
+                                               f"{env}"),
+                      (str(env / "python2"), "is not this interpreter's path"),
+                      (str(env / "python3.0"), "is not this interpreter's path"),  # none there
+                      ("python2", f"is another Python than this one ({version[6:]})")):
+        with pytest.raises(ProgramError) as refused:
+            names_this_python(word, where="a child Python process")
+        assert str(refused.value).startswith(f"{word!r} {why}"), refused.value
+        assert f": zerojit runs the program in a child Python process, under its own Python {env / 'python3'} " \
+            in str(refused.value)
+
+
+def test_record_takes_the_venvs_python_when_zerojit_runs_under_its_python3(recorded_app, tmp_path):
+    """The tester's case: `zerojit record -- .venv/bin/python app.py` where zerojit runs under
+    .venv/bin/python3 (another name of one interpreter, in its folder) records; it was refused
+    as "not this interpreter"."""
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    siblings = [os.path.join(here, n) for n in ("python", "python3", "python%d.%d" % sys.version_info[:2])
+                if os.path.join(here, n) != os.path.abspath(sys.executable)
+                and os.path.realpath(os.path.join(here, n)) == os.path.realpath(sys.executable)]
+    if not siblings:
+        pytest.skip(f"no other name of this interpreter in {here}")
+    root, module, cache = recorded_app
+    out = tmp_path / "m.json"
+    rec = _zerojit(["record", "-o", str(out), "--target", "cuda:90", "--", siblings[0], "app/app.py", "100"], cache,
+                   root)
+    assert rec.returncode == 0 and "ran" in rec.stdout, rec.stdout + rec.stderr
+    [kernel] = read_manifest(out).kernels
+    assert kernel.module == module and kernel.launches == 1
 
 
 def test_the_nearest_key_of_an_int_of_another_width_is_the_key_of_its_class(kernels, compile_only_target, tmp_path):

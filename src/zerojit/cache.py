@@ -15,7 +15,8 @@ This module provides:
 * :func:`fingerprint`: those facts for this machine, the fields a bundle's manifest records;
 * :func:`use_fast_triton_key`: Triton hashes its whole build (a 400 MB ``libtriton.so``) once per
   process, about 0.4 s; the result is remembered in the cache folder, keyed by the size, time
-  and inode of every file it hashes, so a warm start does not pay it again;
+  and inode of every file it hashes, so a warm start does not pay it again (each remembered file
+  records the digest of its content: a stray edit is not believed, :func:`take_damaged_notes`);
 * :func:`entry_lock`: a file lock per entry, so processes sharing a cache folder compile each
   entry once (the others wait, then load it);
 * remembered launchers (:func:`remembered_launcher`, :func:`install_remembered_launcher`): the
@@ -48,6 +49,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+import threading
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -73,6 +75,7 @@ __all__ = [
     "launcher_lock_path",
     "use_fast_triton_key",
     "known_triton_key",
+    "take_damaged_notes",
     "triton_build_hash",
     "current_target_name",
     "target_name",
@@ -220,15 +223,66 @@ def _memo_paths() -> list[str]:
         _install_dir("triton-build") + ".json"]
 
 
+# A remembered file (the build memos, the compile seconds) records the SHA-256 of its own content
+# ("sha256": over the other fields as canonical JSON), so that a stray edit that still parses is
+# not believed: such a file is not used, named once in the next warm-up's report, and removed (it
+# is written again as if it never was). Like the cache's digests (zerojit.integrity), this
+# detects damage, not tampering.
+_damaged_notes: list[str] = []
+_damaged_named: set[str] = set()
+_damaged_lock = threading.Lock()
+
+
+def _content_digest(body: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _sealed(body: dict) -> dict:
+    """``body`` with the digest of its content (what a remembered file holds)."""
+    return {**body, "sha256": _content_digest(body)}
+
+
+def _unsealed(data: Any, path: str, what: str, instead: str) -> dict | None:
+    """The fields of remembered file ``path`` (parsed: ``data``) but its digest, when the digest
+    matches them; None for a file without one (an earlier zerojit's, or not one of these), and
+    for one whose digest differs: that one is named once (``what`` it holds, what is done
+    ``instead``: :func:`take_damaged_notes`) and removed."""
+    if not isinstance(data, dict) or not isinstance(data.get("sha256"), str):
+        return None
+    body = {k: v for k, v in data.items() if k != "sha256"}
+    if data["sha256"] == _content_digest(body):
+        return body
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+    with _damaged_lock:
+        if path not in _damaged_named:
+            _damaged_named.add(path)
+            _damaged_notes.append(f"{what} {path} does not match the digest it records (a stray edit or damage): not "
+                                  f"used, {instead}")
+    return None
+
+
+def take_damaged_notes() -> list[str]:
+    """The lines naming each remembered file found damaged (its digest differs) since the last
+    call, once per file and process; a warm-up adds them to ``WarmupStats.recovered``."""
+    with _damaged_lock:
+        notes = list(_damaged_notes)
+        _damaged_notes.clear()
+    return notes
+
+
 def _read_memo(signature: str, path: str) -> dict:
     """The values remembered at ``path`` for this Triton version and build (``signature``: the
-    stat signature of its files); {} for another one (never half-used), a torn or a foreign file."""
+    stat signature of its files); {} for another one (never half-used), a torn or a foreign file,
+    or one whose content does not match its digest (named once, removed: :func:`_unsealed`)."""
     try:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError, RecursionError):  # RecursionError: a deeply nested array
         return {}
-    if not isinstance(data, dict) or data.get("triton_version") != _tc.TRITON_VERSION:
+    data = _unsealed(data, path, "the remembered Triton build key", "Triton's build hashed afresh and the file "
+                     "written again")
+    if data is None or data.get("triton_version") != _tc.TRITON_VERSION:
         return {}
     values = data.get("values") if data.get("signature") == signature else None
     return values if isinstance(values, dict) and all(isinstance(v, str) for v in values.values()) else {}
@@ -239,7 +293,7 @@ def _write_memo(signature: str, values: dict, path: str) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            json.dump({"triton_version": _tc.TRITON_VERSION, "signature": signature, "values": values}, f)
+            json.dump(_sealed({"triton_version": _tc.TRITON_VERSION, "signature": signature, "values": values}), f)
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only folder: the memo is only an optimisation
@@ -391,20 +445,26 @@ def _compile_seconds_path() -> str:
 def remembered_compile_seconds() -> dict[str, float]:
     """How long a worker took to compile each cache entry in earlier warm-ups on this Triton
     install: entry folder name -> seconds (:func:`remember_compile_seconds`); {} when none is
-    remembered, or the file is torn or foreign.
+    remembered, or the file is torn or foreign, or does not match the digest it records (then
+    it is named once in the warm-up's report and removed: the seconds decide the order of the
+    compiles and each one's wall-time limit, :func:`zerojit.watchdog.wall_limit`).
 
     An entry's folder name is Triton's hash of the kernel's source, its specialization, the
     options and Triton's build, so a new cache folder on the same install has the very same
     names: a warm-up there hands out its longest compiles first on what they took before
     (:class:`zerojit.precompile._TaskQueue`) instead of on a per-kernel guess."""
+    path = _compile_seconds_path()
     try:
-        with open(_compile_seconds_path()) as f:
+        with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError, RecursionError):  # RecursionError: a deeply nested array
         return {}
-    if not isinstance(data, dict):
+    data = _unsealed(data, path, "the remembered compile seconds", "compiles ordered and bounded as on a new "
+                     "install")
+    seconds = data.get("seconds") if data is not None else None
+    if not isinstance(seconds, dict):
         return {}
-    return {k: float(v) for k, v in data.items() if isinstance(k, str) and type(v) in (int, float)
+    return {k: float(v) for k, v in seconds.items() if isinstance(k, str) and type(v) in (int, float)
             and math.isfinite(v) and v >= 0}
 
 
@@ -426,7 +486,7 @@ def remember_compile_seconds(seconds: Mapping[str, float]) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            json.dump(merged, f)
+            json.dump(_sealed({"seconds": merged}), f)
         os.replace(tmp, path)
     except OSError:
         pass

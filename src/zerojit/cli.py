@@ -11,7 +11,8 @@ Commands:
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
 cache folder that cannot serve, flags that conflict), 1 for a refused artefact (a bundle for
-another build or target, a corrupted one, a warm-up that failed) or a runtime compile, 130 for
+another build or target, a corrupted one, a warm-up that failed, a ``ptxas`` that stopped
+answering) or a runtime compile, 130 for
 Ctrl-C, 0 otherwise (``audit`` passes the script's own status on). A user error ends the command
 with one line ``zerojit COMMAND: what is wrong and what to change`` on stderr, never a traceback
 (:func:`_user_errors`; the parser's own errors: :func:`_one_line_usage_errors`); a traceback means
@@ -120,7 +121,7 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.registry import NoTargetError, WarmupError
     from zerojit.runner.engine import RunError
     from zerojit.runner.trace import TraceError
-    from zerojit.watchdog import StallSettingError
+    from zerojit.watchdog import CompileHung, StallSettingError
 
     # A cache folder that cannot be written is invalid input, also when a bundle import met it; so
     # is the environment (a bad ZEROJIT_JIT_MONITOR or ZEROJIT_COMPILE_STALL_S, TRITON_INTERPRET=1
@@ -131,7 +132,7 @@ def _exit_status(error: BaseException) -> int | None:
                           MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError,
                           StallSettingError)):
         return 2
-    if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError)):
+    if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError, CompileHung)):
         return 1
     return None
 
@@ -175,7 +176,8 @@ def _reflowed(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _check_output_file(command: str, option: str, path: Optional[str], *, stdout: bool = True) -> None:
     """Refuse (exit 2), before any work, an output file that cannot be written
-    (:func:`zerojit.outputs.output_problem`: an empty path, a folder missing, read-only or
+    (:func:`zerojit.outputs.output_problem`: an empty path, one that starts with ``-`` (an
+    option taken as the flag's value), a folder missing, read-only or
     refusing new files (``/proc``), or anything but a regular file at the path: a directory, a
     device, a FIFO, a symbolic link, which the atomic write would replace). ``-`` is standard
     output where ``stdout`` (see :func:`_stdout_is_for`), else refused."""
@@ -186,10 +188,9 @@ def _check_output_file(command: str, option: str, path: Optional[str], *, stdout
     if path == STDOUT and not stdout:
         _refuse(command, f"{option} '-': this output is written to a file only; give a path")
     problem = output_problem(path)
-    if not path:
-        _refuse(command, f"{option} '': {problem}")
     if problem:
-        _refuse(command, f"{option} {path!r}: cannot write there: {problem}")
+        where = "" if not path or path.startswith("-") else "cannot write there: "  # (else: the path itself is wrong)
+        _refuse(command, f"{option} {path!r}: {where}{problem}")
 
 
 @contextlib.contextmanager

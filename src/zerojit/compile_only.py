@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from . import triton_compat as _tc
+from . import watchdog as _watchdog
 
 __all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "InterpreterProcessError", "compile_only", "parse_target",
            "supported_cuda_capabilities", "active_compile_only", "current_target_name", "is_target_name",
@@ -72,6 +73,7 @@ def parse_target(target: str):
     Raises:
         ValueError: the string is not of that form, or names a CUDA or HIP architecture this
             Triton cannot compile for (for CUDA the message lists those it can).
+        CompileHung: Triton's ``ptxas`` stopped answering when asked (:func:`supported_cuda_capabilities`).
     """
     m = _TARGET.match(target.strip())
     if not m:
@@ -155,16 +157,34 @@ def supported_cuda_capabilities() -> tuple[int, ...]:
     70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 120, 121; 3.7 and 3.8 (CUDA 13's ``ptxas``,
     where sm_101 became sm_110): 101 gives way to 110; 3.9 adds 107.
 
-    Returns ``()`` (no check) when the NVIDIA backend or its ``ptxas`` cannot be asked.
+    Returns ``()`` (no check) when the NVIDIA backend or its ``ptxas`` cannot be asked (none
+    there, or it fails: the first compile then fails with Triton's message).
+
+    Each ``ptxas`` run (Triton's ``--version``, this ``--help``) is bounded by the stall rule
+    (:func:`zerojit.watchdog.run`), as every compile's ``ptxas`` is from then on
+    (:func:`zerojit.triton_compat.watch_toolchain`).
+
+    Raises:
+        CompileHung: a ``ptxas`` stopped answering (no CPU time for ``ZEROJIT_COMPILE_STALL_S``
+            seconds, or past its wall limit) and was killed; the message names its path and the
+            seconds waited. A ``ptxas`` that does not answer its ``--help`` compiles nothing
+            either, so compile-only fails at once rather than go on unchecked.
+        StallSettingError: ``ZEROJIT_COMPILE_STALL_S`` is not a number of seconds above 0.
     """
     if not _tc.cuda_backend_available():
         return ()
+    _watchdog.stall_seconds()  # a bad setting is said as such, not taken for a ptxas that cannot be asked
+    _tc.watch_toolchain()
     known: dict[str, set[str]] = {}
     for arch in (MIN_CUDA_CAPABILITY, 100):  # the two ptxas Triton picks between
         try:
             path = _tc.ptxas_path(arch)
             if path not in known:
                 known[path] = _ptxas_gpu_names(path)
+        except _watchdog.CompileHung as e:
+            raise _watchdog.CompileHung(
+                f"{e}: Triton's ptxas must answer for compile-only to know the GPUs it compiles for, and to "
+                "compile (TRITON_PTXAS_PATH, TRITON_PTXAS_BLACKWELL_PATH: the ptxas Triton runs)") from None
         except Exception:
             return ()
     capabilities: set[int] = set()
@@ -178,10 +198,9 @@ def supported_cuda_capabilities() -> tuple[int, ...]:
 
 
 def _ptxas_gpu_names(path: str) -> set[str]:
-    """The ``--gpu-name`` values a ``ptxas`` lists in its ``--help``."""
-    import subprocess
-
-    text = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=60).stdout
+    """The ``--gpu-name`` values a ``ptxas`` lists in its ``--help`` (run under the stall rule:
+    :class:`~zerojit.watchdog.CompileHung` once it stops answering)."""
+    text = _watchdog.run([path, "--help"], capture_output=True, text=True, name=f"{path} --help").stdout
     section = text.partition("--gpu-name")[2].partition("Default value")[0]
     return set(re.findall(r"'(\w+)'", section))
 
@@ -257,8 +276,12 @@ def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
 
     Yields the driver. Restores the previous driver on exit (nesting works).
 
+    From then on Triton runs ``ptxas`` under the stall rule (:func:`zerojit.triton_compat.watch_toolchain`).
+
     Raises:
         ValueError: a malformed target (see :func:`parse_target`).
+        CompileHung: Triton's ``ptxas`` stopped answering when asked which GPUs it compiles for
+            (see :func:`supported_cuda_capabilities`).
         InterpreterProcessError: Triton was imported with ``TRITON_INTERPRET=1`` (nothing
             compiles there).
     """
@@ -266,6 +289,7 @@ def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
         raise InterpreterProcessError("compile_only() needs a process without TRITON_INTERPRET=1 (the interpreter "
                                       "compiles nothing): unset TRITON_INTERPRET")
     new = CompileOnlyDriver(target)
+    _tc.watch_toolchain()  # every ptxas the block's compiles run: the stall rule
     previous = _tc.peek_driver()
     _tc.set_driver(new)
     restore_run = _tc.patch_run_everywhere(_dry_run)

@@ -101,11 +101,14 @@ def output_problem(path: str) -> str | None:
     minutes of work: an empty path, something other than a regular file there
     (:func:`atomic_output` would replace it), a folder that does not exist, is not writable or
     refuses new files (``/proc``, a read-only mount: only creating one tells, also for root), an
-    existing file that is read-only. :data:`STDOUT` has no problem."""
+    existing file that is read-only, a path that starts with ``-`` (an option the parser took as
+    the flag's value: ``--json --`` wrote a file named ``--``). :data:`STDOUT` has no problem."""
     if path == STDOUT:
         return None
     if not path:
         return "the path is empty; give a file to write"
+    if path.startswith("-"):
+        return f"looks like an option; write ./{path} for a file of that name"
     full = os.path.abspath(path)
     folder = os.path.dirname(full)
     refused = _replace_problem(full)

@@ -260,7 +260,7 @@ class WarmupSession:
 
     # ------------------------------------------------------------------ hooks
     def __enter__(self) -> "WarmupSession":
-        _tc.watch_toolchain(_watchdog.run, _watchdog.check_output)  # in-process ptxas runs: the stall rule too
+        _tc.watch_toolchain()  # in-process ptxas runs: the stall rule too
         # Triton 3.6 on a GPU: launcher modules to build in workers (none from 3.7 on)
         self._need_launchers = active_compile_only() is None and self.workers > 1 and _tc.cuda_launchers_in_use()
         self._prev_hook = _tc.get_cache_hook()
@@ -715,7 +715,7 @@ def start_worker_pool(jobs: Sequence[tuple[Any, Any]], workers: int) -> "_Worker
         return None
     if os.path.exists(_marker(jobs, target)) or os.path.exists(index_path(plan_digest(jobs), target)):
         return None  # warmed into this cache folder before (by workers, or serially: its restore index)
-    _tc.watch_toolchain(_watchdog.run, _watchdog.check_output)  # the backend hash's ptxas --version too
+    _tc.watch_toolchain()  # the backend hash's ptxas --version too
     pool = _WorkerPool(workers, target, _Counts(), threading.Lock(), modules)
     known = known_triton_key()
     if known is not None:  # a known install: every worker starts with it
@@ -1352,7 +1352,8 @@ class _WorkerPool:
         return None
 
     def _answer(self, proc: Any, reader: Any, task: dict) -> dict:
-        """The worker's answer to ``task``, just sent.
+        """The worker's answer to ``task``, just sent (``"lock_waited"``: True added when the
+        worker waited for another process's lock on the entry).
 
         Raises:
             _Hung: the compile stopped answering (:mod:`zerojit.watchdog`): its worker's group
@@ -1364,6 +1365,7 @@ class _WorkerPool:
 
         wall = _watchdog.wall_limit(self.tasks.expected(task["name"]))
         watch = _watchdog.Watch(proc.pid, stall_s=self.stall_s, wall_s=wall)
+        waited = False
         while True:
             if not select.select([reader], [], [], watch.poll_s)[0]:
                 why = watch.hung()
@@ -1373,11 +1375,12 @@ class _WorkerPool:
             message = _read_reply(proc, reader)
             if message.keys() == {"lock_wait"}:
                 if message["lock_wait"]:
+                    waited = True
                     watch.pause()
                 else:
                     watch.resume()
                 continue
-            return message
+            return dict(message, lock_waited=True) if waited else message
 
     def _hung(self, pid: int | None, task: dict | None, hung: "_Hung") -> None:
         """Worker ``pid`` was killed as hung (``task``: what it was doing; None: its boot). A
@@ -1442,6 +1445,10 @@ class _WorkerPool:
                     self.counts.worker_compiled += 1
                     self.tasks.took(task["function"], reply.get("seconds", 0.0))
                     self.compiled_seconds[task["name"]] = reply.get("seconds", 0.0)
+                elif task["kind"] == "compile" and task["name"] in self.hangs and not reply.get("lock_waited"):
+                    # a retry that found the entry stored, with no lock to wait for: the worker killed for it
+                    # stored it (it held the entry's lock from its lookup on), no other process
+                    self.counts.worker_compiled += 1
                 elif task["kind"] == "compile":  # missing at this warm-up's lookup: another process compiled it meanwhile
                     self.counts.lock_waits += 1
                 elif task["kind"] == "launcher":

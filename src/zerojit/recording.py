@@ -62,34 +62,46 @@ def names_this_python(word: str, *, where: str) -> bool:
     """Whether ``word``, a command's program, names this interpreter (``sys.executable``), which
     runs the program whatever the command names: True for a bare ``python``, ``python3`` or
     ``python3.N`` of this version (PATH is not searched: a console script run from a virtual
-    environment that is not activated would find the system's), and for this interpreter's own
-    path (``os.path.abspath``, symlinks not resolved: a virtual environment's ``python`` links to
-    the system one, which lacks the environment's packages); False for a word that names no
-    Python interpreter (a script, ``zerojit``). ``where``: where the program runs, for the message
+    environment that is not activated would find the system's); for this interpreter's own path
+    (``os.path.abspath``, symlinks not resolved: a virtual environment's ``python`` links to the
+    system one, which lacks the environment's packages); and for a path in the same folder whose
+    links lead to the same file (``os.path.realpath``): ``python``, ``python3`` and ``python3.N``
+    of one virtual environment or install are one interpreter, whichever of them started zerojit
+    (a console script's first line names ``python3``). False for a word that names no Python
+    interpreter (a script, ``zerojit``). ``where``: where the program runs, for the message
     ("this process", "a child process").
 
     Raises:
-        ProgramError: another interpreter (``/usr/bin/python3``, ``python2``), which zerojit
-            would not run: it names ``sys.executable``.
+        ProgramError: another interpreter (``/usr/bin/python3``, ``python2``, a link to this one
+            from another folder: another environment), which zerojit would not run: it names
+            ``sys.executable``.
     """
     name = os.path.basename(word)
     if not re.fullmatch(r"python[0-9.]*", name):
         return False
-    if word == name and name in ("python", f"python{sys.version_info[0]}", "python%d.%d" % sys.version_info[:2]):
-        return True
-    if word != name and os.path.abspath(word) == os.path.abspath(sys.executable):
-        return True
-    raise ProgramError(f"{word!r} is not this interpreter: zerojit runs the program in {where}, under its own "
-                       f"Python {sys.executable} ({'.'.join(map(str, sys.version_info[:2]))}); pass 'python' or that "
-                       "path, or run the zerojit installed for the other Python")
+    this = os.path.abspath(sys.executable)
+    version = "%d.%d" % sys.version_info[:2]
+    if word == name:
+        if name in ("python", f"python{sys.version_info[0]}", f"python{version}"):
+            return True
+        problem = f"{word!r} is another Python than this one ({version})"
+    else:
+        path = os.path.abspath(word)
+        if path == this or (os.path.dirname(path) == os.path.dirname(this)
+                            and os.path.realpath(path) == os.path.realpath(this)):
+            return True
+        problem = (f"{word!r} is not this interpreter's path, nor another name of it in its folder "
+                   f"{os.path.dirname(this)}")
+    raise ProgramError(f"{problem}: zerojit runs the program in {where}, under its own Python {sys.executable} "
+                       f"({version}); pass 'python' or that path, or run the zerojit installed for the other Python")
 
 
 class Program:
     """A Python program to run in this process, from a command line.
 
     Accepted: ``python SCRIPT ARGS...``, ``python -m MODULE ARGS...`` and ``python -c CODE
-    ARGS...`` (``python`` as :func:`names_this_python` takes it: this interpreter, by a bare name
-    or its path), ``SCRIPT.py ARGS...``, and ``zerojit ARGS...`` (``python -m zerojit``).
+    ARGS...`` (``python`` as :func:`names_this_python` takes it: this interpreter, by a bare name,
+    its path or another name of it in its folder), ``SCRIPT.py ARGS...``, and ``zerojit ARGS...`` (``python -m zerojit``).
     ``sys.path[0]`` is what ``python`` puts there (the script's folder, else the current folder:
     :attr:`folder`), already in ``__init__``, so that a warm-up before :meth:`run` imports the
     program's kernel modules. ``where``: where it runs, for the messages
@@ -371,6 +383,7 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
     """
     recorder = Recorder().install()
     program = Program(command, where="a child Python process")
+    _tc.watch_toolchain()  # on a GPU too: the program's compiles run ptxas under the stall rule
     try:
         if target is not None:
             with compile_only(target):

@@ -35,7 +35,7 @@ from .triton_compat import import_launch_path_modules
 # kernels' modules import zerojit.kernel (the three cost 17 ms of a worker's ~0.4 s boot on the
 # 2-core CI machine). None of them imports the registry, so these imports close no cycle.
 from . import integrity, loading
-from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers
+from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers, take_damaged_notes
 from .kernel import TritonJitKernel
 from .manifest import RecordedKernel, read_manifest, warmup_plan
 from .reports import (KernelWarmup, NoTargetError, WarmupError, WarmupFailure, WarmupReport, WarmupStats,
@@ -531,6 +531,7 @@ class JitWarmupRegistry:
                 else:
                     ran = []
         session.counts.recovered.extend(damaged)
+        session.counts.recovered.extend(take_damaged_notes())  # remembered build keys, compile seconds
         ran_iter = iter(ran)
         outcomes = [JobOutcome(*restored[i], None) if i in restored else next(ran_iter) for i in range(len(jobs))]
         if restore_target is not None:

@@ -61,12 +61,14 @@ class WarmupStats:
 
     Attributes:
         compiled: variants Triton compiled in this process.
-        worker_compiled: variants compiled by this warm-up's worker processes.
+        worker_compiled: variants compiled by this warm-up's worker processes (one killed as
+            hung after it stored its entry included: the retry finds the entry stored).
         disk_loads: variants this process loaded from Triton's disk cache (compiled earlier, by
             its workers, by another process, or installed from a bundle).
         lock_waits: entries missing when this warm-up looked them up, then found on disk once
             this process (or one of its workers) held the entry's lock: another process compiled
             them meanwhile (this one waited for its lock, or came just after); loaded from disk.
+            A hung compile's retry is one only when it waited for another process's lock.
         workers: compile worker processes started (by this warm-up, or for it by
             :meth:`JitWarmupRegistry.start_workers`).
         worker_launchers: CUDA launcher modules built by workers (on a GPU).

@@ -78,6 +78,8 @@ from triton.compiler.compiler import ASTSource, AsmDict, CompiledKernel, make_ba
 from triton.runtime import cache as _tcache
 from triton.runtime.driver import driver as DRIVER  # Triton's DriverConfig (see peek_driver)
 from triton.runtime.autotuner import Autotuner as _Autotuner
+
+from . import watchdog as _watchdog
 from triton.runtime.autotuner import Config
 from triton.runtime.autotuner import Heuristics as _Heuristics
 from triton.runtime.jit import JITFunction, compute_cache_key
@@ -698,21 +700,22 @@ def prime_backend_hash(target: Any) -> None:
         pass
 
 
-def watch_toolchain(run: Callable[..., Any], check_output: Callable[..., Any]) -> None:
+def watch_toolchain() -> None:
     """Have Triton's NVIDIA backend run its tools (``ptxas`` for each cubin and ``--version``
     probes: ``subprocess.run`` / ``check_output`` in ``triton.backends.nvidia.compiler`` and
-    ``triton.knobs``) through ``run`` and ``check_output`` (same signatures as subprocess's);
-    everything else of ``subprocess`` there stays. Triton calls them with no timeout, so a
-    stopped ``ptxas`` would stop its compile for good (:mod:`zerojit.watchdog` bounds them).
-    For the whole process, once (:func:`unwatch_toolchain` undoes it); a later call changes
-    nothing. Without the NVIDIA backend, nothing to do."""
+    ``triton.knobs``) through :func:`zerojit.watchdog.run` and ``check_output``; everything else
+    of ``subprocess`` there stays. Triton calls them with no timeout, so a stopped ``ptxas``
+    would stop its compile for good; there one is killed and raises
+    :class:`~zerojit.watchdog.CompileHung`. For the whole process, from the first warm-up or
+    compile-only block on (:func:`unwatch_toolchain` undoes it); a later call changes nothing.
+    Without the NVIDIA backend, nothing to do."""
     import subprocess
     import types
 
     for module in _toolchain_modules():
         if isinstance(getattr(module, "subprocess", None), types.ModuleType):  # not watched yet
             watched = types.SimpleNamespace(**vars(subprocess))
-            watched.run, watched.check_output = run, check_output
+            watched.run, watched.check_output = _watchdog.run, _watchdog.check_output
             module.subprocess = watched
 
 

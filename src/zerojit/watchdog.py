@@ -12,7 +12,10 @@ processes reaped, of every process of the group). Where there is no ``/proc`` (m
 compile workers are spawned there, Triton's NVIDIA backend does not run on Windows) only the
 wall-time rule applies.
 
-Stdlib only: :mod:`zerojit.precompile` and :mod:`zerojit.triton_compat`'s ``ptxas`` hook use it.
+Stdlib only, in the bottom layer ("triton facts", docs/architecture.md): :mod:`zerojit.precompile`
+watches its workers with it; every tool run for the compiler goes through :func:`run`: Triton's
+``ptxas`` runs and ``--version`` probes (:func:`zerojit.triton_compat.watch_toolchain`) and
+compile-only's ``ptxas --help`` (:func:`zerojit.compile_only.supported_cuda_capabilities`).
 """
 
 from __future__ import annotations
@@ -163,13 +166,14 @@ def kill_group(pid: int | None) -> None:
 
 
 def run(*popenargs: Any, input: Any = None, capture_output: bool = False, timeout: float | None = None,
-        check: bool = False, **kwargs: Any) -> subprocess.CompletedProcess:
+        check: bool = False, name: str | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
     """``subprocess.run``, bounded by the stall rule: the process runs in its own process group,
     which is killed once the watch calls it hung (wall limit: the entry's remembered seconds, see
-    :data:`expected_seconds`, or ``timeout`` if given and shorter).
+    :data:`expected_seconds`, or ``timeout`` if given and shorter). ``name``: what the message
+    calls the process (default: its program, as given: Triton gives ``ptxas``'s full path).
 
     Raises:
-        CompileHung: it was killed (the message names the command, why, and the seconds waited).
+        CompileHung: it was killed (the message names the program, why, and the seconds waited).
         StallSettingError: ``ZEROJIT_COMPILE_STALL_S`` is not valid.
         subprocess.CalledProcessError: ``check`` and it failed, as ``subprocess.run`` does.
     """
@@ -189,7 +193,8 @@ def run(*popenargs: Any, input: Any = None, capture_output: bool = False, timeou
                 if why is not None:
                     kill_group(proc.pid)
                     proc.wait()
-                    name = os.path.basename(str(proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args))
+                    if name is None:
+                        name = str(proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args)
                     raise CompileHung(f"{name} (pid {proc.pid}) stopped answering: {why}; {watch.waited:.1f} s "
                                       "waited, killed") from None
     if check and proc.returncode:

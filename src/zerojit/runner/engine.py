@@ -634,8 +634,10 @@ class RunReport:
 # ---------------------------------------------------------------------------------------------
 
 
-def run(options: RunOptions = RunOptions()) -> RunReport:
-    """Run the reference runner (the pipeline in the module docstring) and return its report.
+def run(options: RunOptions | None = None) -> RunReport:
+    """Run the reference runner (the pipeline in the module docstring) and return its report
+    (``options`` None: the defaults, :class:`RunOptions` ``()``, checked when called: checking
+    the target asks Triton's ``ptxas``, which importing this module must not).
 
     Raises:
         ConfigError: an invalid config (every bad field listed), BackendError: a backend that
@@ -646,6 +648,7 @@ def run(options: RunOptions = RunOptions()) -> RunReport:
         are reported (``report.checks``, ``report.ok``), not raised.
     """
     start = time.perf_counter()
+    options = RunOptions() if options is None else options
     config = load_config(options.config, **options.config_overrides)                      # 1.
     device = options.resolved_device()
     trace = _load_trace(options, config)
