@@ -5,9 +5,9 @@ another thread holds.
 Each scenario runs a warm-up in its own Python process under a deadline, so that a hang fails
 the test instead of stopping the suite; the scenario, its session and its children are killed
 at the deadline (the workers of a warm-up that hangs included). The stand-in for ``ptxas``
-(``TRITON_PTXAS_PATH``) is a shell script that answers ``--version`` with the real one's and,
-for a compile, stops itself or its caller (the compile worker) with SIGSTOP, then runs the real
-``ptxas``; it logs each compile's caller, so the tests see which workers ran it. The references
+(``TRITON_PTXAS_PATH``, or Triton 3.9's ``TRITON_PTXAS_BLACKWELL_PATH``: :func:`ptxas_env`) is a
+shell script that answers ``--version`` with the real one's and, for a compile, stops itself or
+its caller (the compile worker) with SIGSTOP, then runs the real ``ptxas``; it logs each compile's caller, so the tests see which workers ran it. The references
 are the processes themselves (``/proc``) and what the stand-in logged, not zerojit's counts alone.
 """
 
@@ -111,6 +111,13 @@ def fake_ptxas(tmp_path, who: str, mode: str) -> Path:
     return script
 
 
+def ptxas_env(script) -> dict[str, str]:
+    """The variables that make Triton run ``script`` as its ``ptxas`` for ``cuda:90``: Triton 3.9
+    reads ``TRITON_PTXAS_BLACKWELL_PATH`` from capability 90 on, earlier versions
+    ``TRITON_PTXAS_PATH`` below 100 (each ignores the other's there)."""
+    return {"TRITON_PTXAS_PATH": str(script), "TRITON_PTXAS_BLACKWELL_PATH": str(script)}
+
+
 def run_scenario(tmp_path, workers: int, *, mode: str = "-", **env: str) -> dict:
     """Run :data:`SCENARIO` in a new session (``mode``: ``race``, ``stop-after-store`` or ``-``);
     its JSON. Fails (killing it and what it started) if it has not ended within
@@ -192,7 +199,7 @@ def test_a_compile_stopped_once_is_retried_in_another_worker(tmp_path, who):
     """The worker (or its ptxas, a grandchild of this process) stops at the first compile: after
     2 s without CPU time its group is killed and another worker compiles the key; nothing is
     compiled in the warm-up's process and the key does not fail."""
-    result = run_scenario(tmp_path, 2, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, who, "once")), **STALL)
+    result = run_scenario(tmp_path, 2, **ptxas_env(fake_ptxas(tmp_path, who, "once")), **STALL)
     compiles = logged(tmp_path)
     assert len(compiles) == 2 and compiles[0][1] != compiles[1][1]  # two workers ran ptxas
     assert result["failures"] == [] and result["keys"] == ["SingleKey.CompileKey()"]
@@ -209,7 +216,7 @@ def test_a_compile_that_stops_again_fails_naming_kernel_key_and_seconds(tmp_path
     """Stopped again in the second worker: the key fails with the others (never compiled in the
     warm-up's process), naming its kernel, key and the seconds waited in each worker."""
     start = time.monotonic()
-    result = run_scenario(tmp_path, 2, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, who, "always")), **STALL)
+    result = run_scenario(tmp_path, 2, **ptxas_env(fake_ptxas(tmp_path, who, "always")), **STALL)
     compiles = logged(tmp_path)
     assert len(compiles) == 2 and compiles[0][1] != compiles[1][1]
     assert result["compiled"] == 0 and result["worker_compiled"] == 0 and result["keys"] == []
@@ -274,7 +281,7 @@ def test_a_wait_for_another_processs_lock_on_the_entry_is_no_hang(tmp_path, comp
         lock.release()
 
     threading.Thread(target=release_once_waited_for, daemon=True).start()
-    result = run_scenario(tmp_path, 2, TRITON_PTXAS_PATH=str(fake_ptxas(tmp_path, "worker", "once")),
+    result = run_scenario(tmp_path, 2, **ptxas_env(fake_ptxas(tmp_path, "worker", "once")),
                           ZEROJIT_COMPILE_STALL_S="1")
     compiles = logged(tmp_path)
     assert len(compiles) == 2 and compiles[0][1] != compiles[1][1]  # the first worker waited, then ran ptxas
@@ -295,7 +302,7 @@ def test_an_in_process_ptxas_that_stops_fails_its_key(tmp_path):
     without CPU time it is killed and the key fails, naming kernel, key and seconds."""
     start = time.monotonic()
     script = fake_ptxas(tmp_path, "ptxas", "always")
-    result = run_scenario(tmp_path, 1, TRITON_PTXAS_PATH=str(script), **STALL)
+    result = run_scenario(tmp_path, 1, **ptxas_env(script), **STALL)
     [(ptxas, parent)] = logged(tmp_path)
     assert result["keys"] == [] and result["workers"] == 0
     [(kernel, key, error)] = result["failures"]
@@ -371,7 +378,7 @@ def test_a_ptxas_that_stops_when_compile_only_asks_it_fails_the_command_at_once(
     script.write_text(PROBE_STOPS.format(arg=arg, log=log, real=triton_compat.ptxas_path(90)))
     script.chmod(0o755)
     env = dict(os.environ, PYTHONPATH=str(SRC), TRITON_CACHE_DIR=str(tmp_path / "cache"),
-               TRITON_HOME=str(tmp_path / "home"), TRITON_PTXAS_PATH=str(script), ZEROJIT_COMPILE_STALL_S="2")
+               TRITON_HOME=str(tmp_path / "home"), **ptxas_env(script), ZEROJIT_COMPILE_STALL_S="2")
     env.pop("TRITON_INTERPRET", None)
     start = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "zerojit", "demo", "--target", "cuda:90", "--no-progress"],
