@@ -1104,6 +1104,88 @@ def wrap_run(jit_fn: Any, make: Callable[[Callable[..., Any]], Callable[..., Any
     jit_fn.run = make(original)
 
 
+def generic_function(jit_fn: Any, keep_one: tuple[str, ...] | frozenset[str] = ()) -> JITFunction:
+    """A second ``triton.jit`` function over ``jit_fn``'s Python function that specializes no
+    argument on its value: its *generic* variant serves every value class of a group of keys.
+
+    Every non-constexpr parameter goes into ``do_not_specialize`` (an int keeps only its width,
+    i32 / i64 / u64; a pointer drops its 16-byte alignment assumption: Triton's binder treats a
+    pointer named there like one named in ``do_not_specialize_on_alignment``), except the names in
+    ``keep_one``, which go into ``do_not_specialize_on_alignment`` only (the value 1 stays a
+    constexpr, every other value is one class). ``triton.jit`` refuses a ``JITFunction``, so the
+    Python function is taken from ``jit_fn.fn``; the kernel's ``debug``, ``noinline``, ``repr``
+    and ``launch_metadata`` are kept, and its own do-not-specialize lists are contained in the
+    new ones. The new function has its own in-process caches (``device_caches``) and the same
+    ``cache_key`` as ``jit_fn`` (same source, same dependencies: Triton's disk cache entries of
+    the two are keyed alike; checked, :class:`ValueError` otherwise).
+
+    Raises:
+        TypeError: ``jit_fn`` is not a ``triton.jit`` function (unwrap an autotuner or
+            heuristics object first: :func:`unwrap_jit_function`).
+        ValueError: a ``keep_one`` name is no non-constexpr parameter of ``jit_fn``, or the two
+            functions' ``cache_key`` differ.
+    """
+    if not isinstance(jit_fn, JITFunction):
+        raise TypeError(f"generic_function needs a triton.jit function, not {type(jit_fn).__name__}")
+    free = [p.name for p in jit_fn.params if not p.is_constexpr]
+    keep = set(keep_one)
+    unknown = sorted(keep - set(free))
+    if unknown:
+        raise ValueError(f"{jit_fn.fn.__qualname__}: generic_keep names {unknown}, which are not non-constexpr "
+                         f"parameters (those are {free})")
+    generic = triton.jit(
+        jit_fn.fn,
+        do_not_specialize=[n for n in free if n not in keep],
+        do_not_specialize_on_alignment=free,
+        debug=jit_fn.debug,
+        noinline=jit_fn.noinline,
+        repr=getattr(jit_fn, "_repr", None),
+        launch_metadata=getattr(jit_fn, "launch_metadata", None),
+    )
+    if generic.cache_key != jit_fn.cache_key:
+        raise ValueError(f"{jit_fn.fn.__qualname__}: its generic function hashes to another cache_key "
+                         f"({generic.cache_key[:12]}... vs {jit_fn.cache_key[:12]}...)")
+    return generic
+
+
+def intercept_misses(jit_fn: Any, handler: Callable[..., Any]) -> None:
+    """Route every in-process cache miss of ``jit_fn`` through ``handler`` before Triton compiles.
+
+    ``JITFunction.run`` calls ``self._do_compile(key, signature, device, constexprs, options,
+    attrs, warmup)`` on a miss of its in-process cache (Triton 3.6-3.9), then launches what it
+    returns. Here that method is replaced on the instance by one calling ``handler(jit_fn, key,
+    signature, device, constexprs, options, attrs, warmup)``: a ``CompiledKernel`` (or an object
+    with its launch fields: ``run``, ``function``, ``packed_metadata``, ``launch_metadata``)
+    returned is launched with this launch's arguments and nothing compiles; None lets Triton's
+    own ``_do_compile`` run (its ``jit_cache_hook``, then the compile). ``key`` is Triton's
+    in-process key string (``str(specialization) + str(options)``). Intercepting a function
+    already intercepted replaces the handler. Hits cost nothing extra.
+    """
+    original = jit_fn.__dict__.get("_zerojit_original_do_compile") or jit_fn._do_compile
+
+    def _do_compile(key: Any, signature: Any, device: Any, constexprs: Any, options: Any, attrs: Any,
+                    warmup: Any) -> Any:
+        served = handler(jit_fn, key, signature, device, constexprs, options, attrs, warmup)
+        if served is not None:
+            return served
+        return original(key, signature, device, constexprs, options, attrs, warmup)
+
+    jit_fn._zerojit_original_do_compile = original
+    jit_fn._do_compile = _do_compile
+
+
+def release_misses(jit_fn: Any) -> None:
+    """Undo :func:`intercept_misses` (a no-op when ``jit_fn`` is not intercepted)."""
+    if "_zerojit_original_do_compile" in jit_fn.__dict__:
+        del jit_fn.__dict__["_do_compile"]
+        del jit_fn.__dict__["_zerojit_original_do_compile"]
+
+
+def misses_intercepted(jit_fn: Any) -> bool:
+    """True when :func:`intercept_misses` routes ``jit_fn``'s misses."""
+    return "_zerojit_original_do_compile" in jit_fn.__dict__
+
+
 def wrapped_run(jit_fn: Any) -> bool:
     """True when :func:`wrap_run` wrapped ``jit_fn``."""
     return "_zerojit_original_run" in jit_fn.__dict__
