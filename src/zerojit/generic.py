@@ -19,19 +19,32 @@ The rules of a group (Triton's ``native_specialize_impl``, 3.6-3.9):
 
 This module holds the process's table of generic variants (filled by the warm-up, read by
 :mod:`zerojit.serving`): :func:`register`, :func:`lookup`.
+
+The warm-up (:meth:`zerojit.registry.JitWarmupRegistry.warmup`, ``generic=True``) makes them:
+:func:`plan` groups the warmed keys' variants; a group one of them already serves (its classes
+are the generic ones) is filed as it is; each other group becomes a job of a
+:class:`GenericKernel` (the generic function as a zerojit kernel, keyed by the group's classes
+and launch options), run by the same warm-up session as the keys (worker processes, restore
+index, bundles: a worker compiles the original function's source for the generic signature,
+the same disk entry, as ``cache_key`` is shared); :func:`file_variants` checks each result
+against its group and files it.
 """
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import threading
-from dataclasses import dataclass
-from typing import Any, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterable, Sequence
 
 from . import triton_compat as _tc
+from .kernel import CompiledVariant, TritonJitKernel
+from .manifest import KernelRecord, RecordedKernel, RecordedKey, encode_classes, recorded_kernel_class
 from .specialization import SpecClass
 
 __all__ = ["GenericGroup", "generic_classes", "options_text", "group_of", "register", "lookup", "generic_functions",
-           "forget"]
+           "forget", "keep_one_of", "generic_function_of", "GenericKernel", "GenericPlan", "plan", "file_variants"]
 
 _INT_TYPES = ("i32", "i64", "u64")
 
@@ -140,3 +153,150 @@ def generic_function_of(jit_fn: Any, keep_one: Iterable[str] = ()) -> Any:
     if fn is None:
         fn = made.setdefault(keep, _tc.generic_function(jit_fn, keep))
     return fn
+
+
+# One value of each int width, none equal to 1 nor divisible by 16 (any value of the width is
+# in the generic class; a generic_keep int's class is then "not one").
+_INT_VALUE = {"i32": 17, "i64": 2**32 + 1, "u64": 2**63 + 1}
+
+
+def _scalar_value(spec: SpecClass) -> Any:
+    """A value in the generic class ``spec`` of an int, float or bool parameter."""
+    if spec.kind == "int":
+        return 1 if spec.attr == 1 else _INT_VALUE[spec.type]
+    return True if spec.kind == "bool" else 0.5
+
+
+class GenericKernel(RecordedKernel):
+    """The generic function of a kernel's ``triton.jit`` function (:func:`generic_function_of`)
+    as a zerojit kernel, made by :func:`plan`: one key per group (a :class:`RecordedKey` of the
+    group's generic classes and launch options); ``warmup_inputs`` builds arguments in those
+    classes. Named ``"<kernel name> [generic]"``; never registered, its variants are no keys."""
+
+    #: Marks the generic kernels (the warm-up makes no generic variant of them).
+    generic: ClassVar[bool] = True
+    #: The specialized ``triton.jit`` function whose generic variants this kernel compiles.
+    source: ClassVar[Any] = None
+    #: The ``generic_keep`` names.
+    keep_one: ClassVar[tuple[str, ...]] = ()
+
+    def scalar_values(self, key: RecordedKey) -> dict[str, Any]:
+        """A value in each int, float and bool parameter's generic class, by name."""
+        return {name: _scalar_value(SpecClass(ty, attr))
+                for name, (ty, attr) in zip(self.record.parameters, key.specialization)
+                if ty != "constexpr" and not ty.startswith("*")}
+
+
+_KERNELS_LOCK = threading.Lock()
+
+
+def _generic_kernel(name: str, jit_fn: Any, keep_one: tuple[str, ...]) -> GenericKernel:
+    """The :class:`GenericKernel` of ``jit_fn`` and ``keep_one`` (made once, named after the
+    first zerojit kernel ``name`` that asked)."""
+    with _KERNELS_LOCK:
+        made = jit_fn.__dict__.setdefault("_zerojit_generic_kernels", {})
+        kernel = made.get(keep_one)
+        if kernel is None:
+            module, qualname = _tc.jit_identity(jit_fn)
+            record = KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
+                                  _tc.ordered_constexpr_parameters(jit_fn), ())
+            cls = recorded_kernel_class(generic_function_of(jit_fn, keep_one), f"{name} [generic]", record,
+                                        base=GenericKernel, prefix="Generic", source=jit_fn, keep_one=keep_one,
+                                        __module__=__name__)
+            kernel = made[keep_one] = cls()
+        return kernel
+
+
+def _launch_options(group: GenericGroup) -> tuple[tuple[str, Any], ...]:
+    """The launch options a launch passes to reach ``group``'s options text (those
+    ``JITFunction.run`` adds itself left out), in order.
+
+    Raises:
+        ValueError: the text is no dict of literals."""
+    options = ast.literal_eval(group.options) if group.options else {}
+    if not isinstance(options, dict):
+        raise ValueError(f"launch options {group.options!r} are no dict")
+    return tuple(_tc.run_options_removed(options).items())
+
+
+@dataclass
+class GenericPlan:
+    """What a warm-up does for generic variants (:func:`plan`).
+
+    Attributes:
+        jobs: ``(GenericKernel, RecordedKey)`` warm-up jobs, one per group no warmed variant serves.
+        groups: ``(jit function, keep_one, group)`` of each job, in job order.
+        served: ``(jit function, keep_one, group, variant)`` of each group a warmed key's variant
+            serves (its classes are the generic ones): filed as it is, no compile.
+        notes: groups that get no generic variant, and why (for the report's notes).
+    """
+
+    jobs: list[tuple[GenericKernel, RecordedKey]] = field(default_factory=list)
+    groups: list[tuple[Any, tuple[str, ...], GenericGroup]] = field(default_factory=list)
+    served: list[tuple[Any, tuple[str, ...], GenericGroup, CompiledVariant]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _groups(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVariant | None]) -> dict[tuple, list]:
+    """``(id(fn), keep_one, group) -> [zerojit kernel, fn, keep_one, group, serving variant]``
+    over the warmed variants of Triton kernels, first seen first."""
+    found: dict[tuple, list] = {}
+    for (kernel, _), variant in zip(jobs, variants):
+        if variant is None or not isinstance(kernel, TritonJitKernel) or getattr(kernel, "generic", False):
+            continue
+        fn = _tc.unwrap_jit_function(kernel.kernel)
+        keep = tuple(sorted(kernel.generic_keep))
+        group = group_of(fn, variant.specialization, variant.triton_key, keep)
+        slot = found.setdefault((id(fn), keep, group), [kernel, fn, keep, group, None])
+        if slot[4] is None and variant.specialization == group.classes:
+            slot[4] = variant
+    return found
+
+
+def plan(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVariant | None]) -> GenericPlan:
+    """The generic variants of a warm-up's ``jobs`` (``variants[i]``: job i's warmed variant,
+    None when it failed): one per group of each ``triton.jit`` function (:func:`group_of`, with
+    its zerojit kernel's ``generic_keep``). Kernels that are no :class:`TritonJitKernel` (or are
+    generic kernels) have none."""
+    out = GenericPlan()
+    for kernel, fn, keep, group, variant in _groups(jobs, variants).values():
+        if variant is not None:
+            out.served.append((fn, keep, group, variant))
+            continue
+        try:
+            job = (_generic_kernel(kernel.name, fn, keep), RecordedKey(encode_classes(group.classes),
+                                                                      _launch_options(group)))
+        except Exception as e:  # (a launcher parameter zerojit reserves, options that are no literals)
+            out.notes.append(f"{kernel.name}: no generic variant for launch options {group.options}: "
+                             f"{type(e).__name__}: {e}")
+            continue
+        out.jobs.append(job)
+        out.groups.append((fn, keep, group))
+    return out
+
+
+def file_variants(generic: GenericPlan, results: Sequence[CompiledVariant | BaseException],
+                  device: Any) -> tuple[list[CompiledVariant], list[str]]:
+    """File every generic variant of ``generic`` in the process's table (:func:`register`):
+    the served groups' warmed variants, and each job's result (``results[i]``: job i's variant,
+    or the error it failed with) when its classes and launch options are its group's.
+
+    Returns the variants filed (marked ``generic``, served groups first) and a note for each
+    job that failed or came out in another group (a miss of that group then compiles).
+    """
+    filed, notes = [], []
+    for fn, keep, group, variant in generic.served:
+        register(fn, device, group, variant.compiled, keep)
+        filed.append(dataclasses.replace(variant, generic=True))
+    for (kernel, key), (fn, keep, group), result in zip(generic.jobs, generic.groups, results):
+        if isinstance(result, BaseException):
+            notes.append(f"{kernel.name}: no generic variant for {key}: {type(result).__name__}: {result}")
+            continue
+        got = GenericGroup(result.specialization, options_text(result.triton_key))
+        if got != group:
+            notes.append(f"{kernel.name}: the generic variant compiled for {key} serves another group "
+                         f"({[str(c) for c in got.classes]}, {got.options}); not filed")
+            continue
+        register(fn, device, group, result.compiled, keep)
+        filed.append(dataclasses.replace(result, generic=True))
+    return filed, notes

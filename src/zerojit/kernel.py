@@ -157,6 +157,8 @@ class CompiledVariant:
         param_names: the kernel parameters' names, in order.
         loaded: the module and launcher are loaded (True on a GPU).
         compiled: Triton's ``CompiledKernel`` (not compared).
+        generic: a generic variant (:mod:`zerojit.generic`): it serves a group of keys, it is
+            none of the warmed keys (the audit and the monitor do not count it as one).
     """
 
     kernel: str
@@ -166,6 +168,7 @@ class CompiledVariant:
     param_names: tuple[str, ...]
     loaded: bool
     compiled: Any = field(default=None, compare=False, repr=False)
+    generic: bool = False
 
 
 # Set inside compile(key): the warm-up launch records its CompiledKernel here instead of launching.
@@ -498,6 +501,9 @@ class TritonJitKernel(JitKernel[KeyT]):
     #: Launch warmed variants directly, skipping Triton's binder (see :meth:`select_variant`).
     #: Set it on the class (or the instance) before warm-up: warm-up launches record the variants.
     fast_path: ClassVar[bool] = False
+    #: Names of int parameters whose equal-to-one class the kernel's generic variants keep
+    #: (:mod:`zerojit.generic`: a stride of 1 that vectorizes); checked at class creation.
+    generic_keep: ClassVar[tuple[str, ...]] = ()
     _arg_table: ClassVar[tuple[tuple[str, str, Any], ...]] = ()
     _launch_state: ClassVar[LaunchState | None] = None
     _kernel_params: ClassVar[frozenset[str]] = frozenset()
@@ -529,7 +535,8 @@ class TritonJitKernel(JitKernel[KeyT]):
             raise KernelDefinitionError(
                 f"{cls.__name__}: kernel {cls.kernel.fn.__name__} has keyword-only parameters {keyword_only}, which "
                 f"Triton {_tc.TRITON_VERSION} cannot compile (Triton 3.9 can): make them positional")
-        problem = lint.check_specialization_hints(cls.__name__, cls.kernel)
+        problem = (lint.check_specialization_hints(cls.__name__, cls.kernel)
+                   or lint.check_generic_keep(cls.__name__, cls.kernel, cls.generic_keep))
         if problem:
             raise KernelDefinitionError(problem)
         kparams = tuple(signature)

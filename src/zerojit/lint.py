@@ -31,7 +31,7 @@ from typing import Any, Iterable
 
 from . import triton_compat as _tc
 
-__all__ = ["check_specialization_hints", "check_host_only", "check_compile_key", "check_warmup_key",
+__all__ = ["check_specialization_hints", "check_generic_keep", "check_host_only", "check_compile_key", "check_warmup_key",
            "WarmupKeyCheck", "WARMUP_CHECK", "record_dispatch"]
 
 # Field types whose values cannot be hashed: a key with one fails the first time it is looked up.
@@ -64,6 +64,23 @@ def check_specialization_hints(kernel_cls: str, jit_fn: Any) -> str | None:
                 return (f"{kernel_cls}: {option} names {name!r}, a tl.constexpr parameter of kernel {listing}; a "
                         f"constexpr is always part of the compile key (Triton fails when it compiles): drop it "
                         f"from {option}, or make {name!r} a plain parameter")
+    return None
+
+
+def check_generic_keep(kernel_cls: str, jit_fn: Any, keep: Any) -> str | None:
+    """The problem with a kernel class's ``generic_keep`` (names of ints whose equal-to-one class
+    its generic variants keep, :mod:`zerojit.generic`), or None: it must be a tuple of names of
+    non-constexpr parameters of ``jit_fn`` (a typo would silently unspecialize the stride meant)."""
+    names = _parameter_names(jit_fn)
+    listing = f"{jit_fn.fn.__name__}({', '.join(names)})"
+    if not isinstance(keep, tuple) or not all(isinstance(n, str) for n in keep):
+        return f"{kernel_cls}: generic_keep must be a tuple of parameter names, not {keep!r}"
+    constexprs = _tc.constexpr_parameters(jit_fn)
+    for name in keep:
+        if name not in names or name in constexprs:
+            what = "a tl.constexpr parameter" if name in constexprs else "no parameter"
+            return (f"{kernel_cls}: generic_keep names {name!r}, {what} of kernel {listing}; it names ints whose "
+                    "equal-to-one class the generic variant keeps: spell a plain parameter")
     return None
 
 

@@ -43,12 +43,12 @@ import triton.language as tl
 from . import triton_compat as _tc
 from .kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .outputs import atomic_output
-from .specialization import WarmupTensor, bind
+from .specialization import SpecClass, WarmupTensor, bind
 
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
-           "encode_value", "decode_value", "encode_exact", "decode_exact", "encode_specialization", "encode_config",
-           "unimportable", "RecordedTuning", "restore_tunings"]
+           "recorded_kernel_class", "encode_classes", "encode_value", "decode_value", "encode_exact", "decode_exact",
+           "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings"]
 
 #: The ``format`` field of every manifest.
 FORMAT = "zerojit-manifest"
@@ -179,8 +179,14 @@ def encode_specialization(jit_fn: Any, specialization: list) -> tuple[tuple[str,
     """A :func:`~zerojit.specialization.bind` specialization as a manifest holds it: one
     ``(type, attr)`` pair per parameter (entries Triton adds after them dropped), constexpr
     values through :func:`encode_value`, hashable."""
-    return tuple((ty, _hashable(encode_value(attr)) if ty == "constexpr" else attr)
-                 for ty, attr in _tc.param_specialization(jit_fn, specialization))
+    return encode_classes(_tc.param_specialization(jit_fn, specialization))
+
+
+def encode_classes(pairs: Any) -> tuple[tuple[str, Any], ...]:
+    """``(type, attr)`` pairs (or :class:`~zerojit.specialization.SpecClass` values, one per
+    parameter) as a manifest holds them: constexpr values through :func:`encode_value`, hashable."""
+    pairs = [(p.type, p.attr) if isinstance(p, SpecClass) else p for p in pairs]
+    return tuple((ty, _hashable(encode_value(attr)) if ty == "constexpr" else attr) for ty, attr in pairs)
 
 
 @dataclass(frozen=True)
@@ -517,6 +523,13 @@ class RecordedKernel(TritonJitKernel[RecordedKey]):
         """Every recorded specialization that can be reproduced, in recording order."""
         return [RecordedKey(s.specialization, s.options) for s in self.record.specializations]
 
+    def scalar_values(self, key: RecordedKey) -> dict[str, Any]:
+        """The int, float and bool arguments of ``key``, by parameter name: the recorded
+        representatives of their classes."""
+        spec = next(s for s in self.record.specializations if s.specialization == key.specialization
+                    and s.options == key.options)
+        return dict(spec.values)
+
     def warmup_inputs(self, key: RecordedKey) -> dict[str, Any]:
         """Arguments in ``key``'s classes: WarmupTensors of the recorded dtype and alignment, the
         recorded representative ints, constexprs by value, the recorded launch options.
@@ -525,9 +538,7 @@ class RecordedKernel(TritonJitKernel[RecordedKey]):
             ValueError: a value the manifest cannot reproduce (a tensor descriptor, a constexpr
                 function), naming the parameter.
         """
-        spec = next(s for s in self.record.specializations if s.specialization == key.specialization
-                    and s.options == key.options)
-        values = dict(spec.values)
+        values = self.scalar_values(key)
         inputs: dict[str, Any] = {}
         if RecordedKernel._dtypes is None:
             RecordedKernel._dtypes = _torch_dtypes()
@@ -556,6 +567,21 @@ def _launcher(parameters: tuple[str, ...]):
     namespace: dict[str, Any] = {"zj_launch_spec": LaunchSpec}
     exec(f"def __call__(self, *, {signature}):\n    return zj_launch_spec(zj_grid, zj_options)\n", namespace)
     return kernel_launcher(namespace["__call__"], host_only=_LAUNCHER_NAMES[:2])
+
+
+def recorded_kernel_class(jit_fn: Any, name: str, record: KernelRecord, base: type = RecordedKernel,
+                          prefix: str = "Recorded", **attrs: Any) -> type:
+    """A ``base`` (:class:`RecordedKernel`) class over ``jit_fn`` named ``name`` in reports, whose
+    launcher takes every parameter of ``record`` by name (``attrs``: more class attributes). Its
+    class name (``<prefix>_<qualname>``) and module are fixed: the restore index stamps a kernel
+    class by them.
+
+    Raises:
+        KernelDefinitionError: a parameter zerojit's launch path cannot take (variadic, reserved).
+    """
+    return type(f"{prefix}_{record.qualname.replace('.', '_')}", (base,), {
+        "kernel": jit_fn, "name": name, "__call__": _launcher(record.parameters), "record": record,
+        "__module__": __name__, **attrs})
 
 
 def unimportable(record: KernelRecord) -> str | None:
@@ -727,12 +753,9 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
             else:
                 usable.append(s)
         try:
-            cls = type(f"Recorded_{record.qualname.replace('.', '_')}", (RecordedKernel,), {
-                "kernel": jit_fn, "name": record.name, "__call__": _launcher(record.parameters),
-                "record": KernelRecord(record.module, record.qualname, record.source_hash, record.parameters,
-                                       record.constexprs, tuple(usable), record.tunings),
-                "__module__": __name__,
-            })
+            cls = recorded_kernel_class(jit_fn, record.name, KernelRecord(
+                record.module, record.qualname, record.source_hash, record.parameters, record.constexprs,
+                tuple(usable), record.tunings))
         except KernelDefinitionError as e:  # a parameter zerojit's launch path cannot take (variadic, reserved)
             skipped.append(ManifestSkip(record.name, str(e)))
             continue

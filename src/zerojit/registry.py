@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from .compile_only import active_compile_only, current_target_name, is_target_name, warm_target
 from .context import active_sink, registering_into
 from .context import register as register  # the sink's entry, as before
-from .triton_compat import import_launch_path_modules
+from .triton_compat import current_device, import_launch_path_modules
 
 # precompile, restore and distributed are imported when a warm-up runs, not with this module:
 # `import zerojit` imports the registry, and every compile worker pays that import when its
@@ -36,6 +36,7 @@ from .triton_compat import import_launch_path_modules
 # 2-core CI machine). None of them imports the registry, so these imports close no cycle.
 from . import integrity, loading
 from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers, take_damaged_notes
+from .generic import file_variants, plan as generic_plan
 from .kernel import TritonJitKernel
 from .manifest import RecordedKernel, read_manifest, warmup_plan
 from .reports import (KernelWarmup, NoTargetError, WarmupError, WarmupFailure, WarmupReport, WarmupStats,
@@ -268,6 +269,40 @@ def _worker_note(choice: WorkerChoice, stats: WarmupStats) -> str:
     return f"{choice.why}; none started (see the notes)"
 
 
+def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any, progress: bool,
+                  notes: list[str]) -> tuple[list, int]:
+    """Make and file the generic variants of the warmed ``jobs`` (``outcomes``: their results)
+    in ``session`` (:mod:`zerojit.generic`): restored from their own restore index where it
+    covers them, else warm-up jobs of the session (sharded over ``group``'s ranks when given),
+    its index then written. Returns the variants filed and how many were restored; a group that
+    gets none is a line in the session's ``recovered`` notes (``notes``: a refused index)."""
+    from .precompile import JobOutcome, plan_digest  # see the note at the imports
+    from .restore import restore_variants, save_index
+
+    made = generic_plan(jobs, [o.variant if o.error is None else None for o in outcomes])
+    gjobs = made.jobs
+    target, dry = warm_target()
+    digest = plan_digest(gjobs)
+    restored = {}
+    if gjobs and group is None and target is not None:
+        restored = restore_variants(gjobs, digest, target, load=not dry, notes=notes)
+    rest = [job for i, job in enumerate(gjobs) if i not in restored]
+    if rest and group is not None:
+        from .distributed import sharded_warmup
+
+        ran = iter(sharded_warmup(session, rest, group, progress=progress))
+    else:
+        ran = iter(session.run(rest, progress=progress, desc="zerojit warm-up: generic variants",
+                               expect_warm=bool(restored)) if rest else [])
+    done = [JobOutcome(*restored[i], None) if i in restored else next(ran) for i in range(len(gjobs))]
+    if target is not None and len(restored) < len(gjobs):
+        save_index(gjobs, [o.variant if o.error is None else None for o in done], digest, target)
+    filed, problems = file_variants(made, [o.variant if o.error is None else o.error for o in done],
+                                    current_device())
+    session.counts.recovered.extend(made.notes + problems)
+    return filed, len(restored)
+
+
 class JitWarmupRegistry:
     """Collects warm-up requests and compiles their whole key space.
 
@@ -407,6 +442,7 @@ class JitWarmupRegistry:
         group: Any = None,
         manifest: str | os.PathLike | None = None,
         program_folder: bool = True,
+        generic: bool = True,
     ) -> WarmupReport:
         """Compile (and on a GPU load) every key of every registered kernel.
 
@@ -441,6 +477,16 @@ class JitWarmupRegistry:
                 program's folder first on ``sys.path`` (:func:`~zerojit.manifest.warmup_plan`);
                 False when the caller has set ``sys.path`` up as the program it then runs will
                 have it (``zerojit exec``), so the program's own code is what is warmed.
+            generic: also compile and load one *generic* variant per group of warmed keys (same
+                dtypes, constexprs, int widths and launch options): every int unspecialized
+                (its width kept; a kernel's ``generic_keep`` ints keep their equal-to-one
+                class), every pointer without the alignment assumption; filed in
+                :mod:`zerojit.generic`'s table, where serving finds a variant for a key the
+                warm-up missed. For every Triton kernel (contract, manifest, each autotune
+                config, heuristics), in the same session as the keys (workers, restore index);
+                a group whose warmed variant is generic already costs nothing. Counted apart
+                (``report.generic_variants``; never keys). A group that gets none (its compile
+                failed) is a note, not a failure. False: none.
 
         Whatever ``workers``, ``bundle`` or ``group``, every compile of an entry missing from the
         disk cache holds that entry's file lock, so processes sharing a cache folder compile each
@@ -530,15 +576,19 @@ class JitWarmupRegistry:
                     ran = session.run(rest, progress=progress, expect_warm=imported is not None or bool(restored))
                 else:
                     ran = []
+                ran_iter = iter(ran)
+                outcomes = [JobOutcome(*restored[i], None) if i in restored else next(ran_iter)
+                            for i in range(len(jobs))]
+                primer = list(ran_iter)
+                # generic variants: a second sweep of this session, once the keys' variants are known
+                generic_variants, generic_restored = _warm_generic(
+                    session, jobs, outcomes, group=group, progress=progress, notes=refused) if generic else ([], 0)
         session.counts.recovered.extend(damaged)
         session.counts.recovered.extend(take_damaged_notes())  # remembered build keys, compile seconds
-        ran_iter = iter(ran)
-        outcomes = [JobOutcome(*restored[i], None) if i in restored else next(ran_iter) for i in range(len(jobs))]
         if restore_target is not None:
             if len(restored) < len(jobs):
                 save_index(jobs, [o.variant if o.error is None else None for o in outcomes], digest, restore_target)
             if extra:
-                primer = list(ran_iter)
                 save_index(extra, [o.variant if o.error is None else None for o in primer], plan_digest(extra),
                            restore_target)
 
@@ -572,14 +622,15 @@ class JitWarmupRegistry:
             if any(isinstance(k, RecordedKernel) for k in plan):  # its program launches raw: prime that path too
                 loading.prime_raw_launch_path()
             phases["prime"] = time.perf_counter() - t0
-        stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0, restored=len(restored) + session.counts.restored,
+        stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0,
+                                     restored=len(restored) + generic_restored + session.counts.restored,
                                      phases=phases)
         stats = dataclasses.replace(stats, worker_choice=_worker_note(choice, stats))
         if target == "device":  # name what was really compiled for
             compile_only_driver = active_compile_only()
             target = compile_only_driver.target_name if compile_only_driver is not None else target
         report = WarmupReport(kernels=kernels, failures=tuple(failures), seconds=time.perf_counter() - start,
-                              target=target, stats=stats, skipped=tuple(skipped))
+                              target=target, stats=stats, skipped=tuple(skipped), generic=tuple(generic_variants))
 
         # From here on a compile is a runtime compile: the listeners (the runtime monitor, the
         # audit) hear of this warm-up; see add_warmup_listener.

@@ -206,6 +206,9 @@ class WarmupReport:
         stats: compile, disk-load and worker counts (None for a report not made by ``warmup``).
         skipped: recorded kernels (or specializations) of a ``warmup(manifest=...)`` that could
             not be warmed, each with its reason (:class:`zerojit.manifest.ManifestSkip`).
+        generic: the generic variants the warm-up filed (:mod:`zerojit.generic`), one per group
+            of keys, each a :class:`~zerojit.kernel.CompiledVariant` marked ``generic``; none of
+            them is a key (not in ``kernels``, ``num_keys`` or ``variants``).
     """
 
     kernels: tuple[KernelWarmup, ...]
@@ -214,10 +217,16 @@ class WarmupReport:
     target: str = "device"
     stats: WarmupStats | None = None
     skipped: tuple[Any, ...] = ()
+    generic: tuple[Any, ...] = ()
 
     @property
     def num_keys(self) -> int:
         return sum(len(k.keys) for k in self.kernels)
+
+    @property
+    def generic_variants(self) -> int:
+        """How many generic variants the warm-up filed (``len(generic)``)."""
+        return len(self.generic)
 
     @property
     def ok(self) -> bool:
@@ -235,6 +244,7 @@ class WarmupReport:
         """A JSON-ready summary (keys as their field dicts)."""
         return {
             "keys": self.num_keys,
+            "generic_variants": self.generic_variants,
             "seconds": round(self.seconds, 4),
             "target": self.target,
             "kernels": {
@@ -253,10 +263,13 @@ class WarmupReport:
             keys = f"{self.num_keys} of {count(self.num_keys + failed_keys, 'key')}"
         modules = dict(self.stats.phases).get("modules") if self.stats is not None else None
         imports = f"{modules:.2f} s of it importing the recorded kernels' modules; " if modules is not None else ""
+        if self.generic:
+            keys += f" + {count(self.generic_variants, 'generic variant')}"
         lines = [f"warm-up: {keys} over {count(len(self.kernels), 'kernel')} in "
                  f"{self.seconds:.2f} s ({imports}target {self.target}), {count(len(self.failures), 'failure')}"]
         if self.stats is not None:
-            lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
+            made = {id(getattr(v, 'compiled', v)) for v in [*self.variants, *self.generic]}
+            lines.append(f"  {self.stats.origin(len(made))}")
             if self.stats.worker_choice:
                 lines.append(f"  compile workers: {self.stats.worker_choice}")
             lines += self.stats.notes("  note: ")
