@@ -143,7 +143,7 @@ class Halve(TritonJitKernel["Halve.CompileKey"]):
         n: int
 
     def dispatch(self, *, n: int) -> "Halve.CompileKey":
-        return self.CompileKey(scalar_rep(n))
+        return self.CompileKey(n)  # one key per value: keys of one group
 
     def get_warmup_keys(self, *, ns=(16,)) -> list:
         return [self.dispatch(n=n) for n in ns]

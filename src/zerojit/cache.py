@@ -820,6 +820,10 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         k = kernels.setdefault(v.kernel, {"function": f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', '?')}",
                                           "keys": []})
         k["keys"].append(_key_fields(v.key))
+    generic = [v for v in getattr(report, "generic", ()) if v.compiled is not None]  # entries only: no keys
+    entries.update(entries_of(generic))
+    for v in generic:
+        entry_kernel.setdefault(_entry_of(v.compiled), v.kernel)
     blobs: dict[tuple[str, str], bytes] = {}
     for entry, files in entries.items():
         digests = None

@@ -191,11 +191,11 @@ _KERNELS_LOCK = threading.Lock()
 
 
 def _generic_kernel(name: str, jit_fn: Any, keep_one: tuple[str, ...]) -> GenericKernel:
-    """The :class:`GenericKernel` of ``jit_fn`` and ``keep_one`` (made once, named after the
-    first zerojit kernel ``name`` that asked)."""
+    """The :class:`GenericKernel` of ``jit_fn`` and ``keep_one`` named after the zerojit kernel
+    ``name`` (made once)."""
     with _KERNELS_LOCK:
         made = jit_fn.__dict__.setdefault("_zerojit_generic_kernels", {})
-        kernel = made.get(keep_one)
+        kernel = made.get((keep_one, name))
         if kernel is None:
             module, qualname = _tc.jit_identity(jit_fn)
             record = KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
@@ -203,7 +203,7 @@ def _generic_kernel(name: str, jit_fn: Any, keep_one: tuple[str, ...]) -> Generi
             cls = recorded_kernel_class(generic_function_of(jit_fn, keep_one), f"{name} [generic]", record,
                                         base=GenericKernel, prefix="Generic", source=jit_fn, keep_one=keep_one,
                                         __module__=__name__)
-            kernel = made[keep_one] = cls()
+            kernel = made[keep_one, name] = cls()
         return kernel
 
 

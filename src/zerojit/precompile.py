@@ -72,7 +72,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import _compile_worker as _wire
 from . import triton_compat as _tc
@@ -306,6 +306,17 @@ class WarmupSession:
         if self._prestarted is not None:  # no run needed them (every key restored)
             self._drop(self._prestarted)
         self._pool = self._prestarted = None
+
+    @contextlib.contextmanager
+    def counted_apart(self) -> Iterator[_Counts]:
+        """Count what the session runs inside the block in a tally of its own (yielded), not in
+        ``counts``: the warm-up's generic variants (:mod:`zerojit.generic`), which are no keys."""
+        saved = self.counts
+        self.counts = _Counts(origin=saved.origin)
+        try:
+            yield self.counts
+        finally:
+            self.counts = saved
 
     def _on_miss(self, *, fn: Any, compile: dict, key: Any = None, **_: Any) -> None:
         """Triton's in-process cache missed: note the request; the disk lookup that follows decides."""

@@ -270,12 +270,13 @@ def _worker_note(choice: WorkerChoice, stats: WarmupStats) -> str:
 
 
 def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any, progress: bool,
-                  notes: list[str]) -> tuple[list, int]:
+                  notes: list[str]) -> tuple[list, WarmupStats]:
     """Make and file the generic variants of the warmed ``jobs`` (``outcomes``: their results)
-    in ``session`` (:mod:`zerojit.generic`): restored from their own restore index where it
-    covers them, else warm-up jobs of the session (sharded over ``group``'s ranks when given),
-    its index then written. Returns the variants filed and how many were restored; a group that
-    gets none is a line in the session's ``recovered`` notes (``notes``: a refused index)."""
+    in ``session``, counted apart from the keys (:mod:`zerojit.generic`): restored from their own
+    index (``generic-*.json``) where it covers them, else warm-up jobs of the session (sharded
+    over ``group``'s ranks when given), the index then written. Returns the variants filed and
+    their stats; a group that gets none is a line in those stats' ``recovered`` (``notes``: a
+    refused index, said with the keys')."""
     from .precompile import JobOutcome, plan_digest  # see the note at the imports
     from .restore import restore_variants, save_index
 
@@ -283,24 +284,30 @@ def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any, progr
     gjobs = made.jobs
     target, dry = warm_target()
     digest = plan_digest(gjobs)
-    restored = {}
-    if gjobs and group is None and target is not None:
-        restored = restore_variants(gjobs, digest, target, load=not dry, notes=notes)
-    rest = [job for i, job in enumerate(gjobs) if i not in restored]
-    if rest and group is not None:
-        from .distributed import sharded_warmup
+    with session.counted_apart() as counts:
+        t0 = time.perf_counter()
+        restored = {}
+        if gjobs and group is None and target is not None:
+            restored = restore_variants(gjobs, digest, target, load=not dry, notes=notes, kind="generic")
+        counts.add_phase("restore", time.perf_counter() - t0)
+        counts.restored += len(restored)
+        rest = [job for i, job in enumerate(gjobs) if i not in restored]
+        if rest and group is not None:
+            from .distributed import sharded_warmup
 
-        ran = iter(sharded_warmup(session, rest, group, progress=progress))
-    else:
-        ran = iter(session.run(rest, progress=progress, desc="zerojit warm-up: generic variants",
-                               expect_warm=bool(restored)) if rest else [])
+            ran = iter(sharded_warmup(session, rest, group, progress=progress))
+        else:
+            ran = iter(session.run(rest, progress=progress, desc="zerojit warm-up: generic variants",
+                                   expect_warm=bool(restored)) if rest else [])
     done = [JobOutcome(*restored[i], None) if i in restored else next(ran) for i in range(len(gjobs))]
     if target is not None and len(restored) < len(gjobs):
-        save_index(gjobs, [o.variant if o.error is None else None for o in done], digest, target)
-    filed, problems = file_variants(made, [o.variant if o.error is None else o.error for o in done],
-                                    current_device())
-    session.counts.recovered.extend(made.notes + problems)
-    return filed, len(restored)
+        save_index(gjobs, [o.variant if o.error is None else None for o in done], digest, target, kind="generic")
+    filed, problems = [], []
+    if made.jobs or made.served:  # (a warm-up with no Triton kernel may have no target at all)
+        filed, problems = file_variants(made, [o.variant if o.error is None else o.error for o in done],
+                                        current_device())
+    counts.recovered.extend(made.notes + problems)
+    return filed, counts.stats()
 
 
 class JitWarmupRegistry:
@@ -581,8 +588,8 @@ class JitWarmupRegistry:
                             for i in range(len(jobs))]
                 primer = list(ran_iter)
                 # generic variants: a second sweep of this session, once the keys' variants are known
-                generic_variants, generic_restored = _warm_generic(
-                    session, jobs, outcomes, group=group, progress=progress, notes=refused) if generic else ([], 0)
+                generic_variants, generic_stats = _warm_generic(
+                    session, jobs, outcomes, group=group, progress=progress, notes=refused) if generic else ([], None)
         session.counts.recovered.extend(damaged)
         session.counts.recovered.extend(take_damaged_notes())  # remembered build keys, compile seconds
         if restore_target is not None:
@@ -623,14 +630,15 @@ class JitWarmupRegistry:
                 loading.prime_raw_launch_path()
             phases["prime"] = time.perf_counter() - t0
         stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0,
-                                     restored=len(restored) + generic_restored + session.counts.restored,
+                                     restored=len(restored) + session.counts.restored,
                                      phases=phases)
         stats = dataclasses.replace(stats, worker_choice=_worker_note(choice, stats))
         if target == "device":  # name what was really compiled for
             compile_only_driver = active_compile_only()
             target = compile_only_driver.target_name if compile_only_driver is not None else target
         report = WarmupReport(kernels=kernels, failures=tuple(failures), seconds=time.perf_counter() - start,
-                              target=target, stats=stats, skipped=tuple(skipped), generic=tuple(generic_variants))
+                              target=target, stats=stats, skipped=tuple(skipped), generic=tuple(generic_variants),
+                              generic_stats=generic_stats)
 
         # From here on a compile is a runtime compile: the listeners (the runtime monitor, the
         # audit) hear of this warm-up; see add_warmup_listener.

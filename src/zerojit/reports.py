@@ -209,6 +209,8 @@ class WarmupReport:
         generic: the generic variants the warm-up filed (:mod:`zerojit.generic`), one per group
             of keys, each a :class:`~zerojit.kernel.CompiledVariant` marked ``generic``; none of
             them is a key (not in ``kernels``, ``num_keys`` or ``variants``).
+        generic_stats: where the generic variants came from, counted apart from ``stats`` (which
+            counts the keys); None when the warm-up made none (``generic=False``).
     """
 
     kernels: tuple[KernelWarmup, ...]
@@ -218,6 +220,7 @@ class WarmupReport:
     stats: WarmupStats | None = None
     skipped: tuple[Any, ...] = ()
     generic: tuple[Any, ...] = ()
+    generic_stats: WarmupStats | None = None
 
     @property
     def num_keys(self) -> int:
@@ -245,6 +248,7 @@ class WarmupReport:
         return {
             "keys": self.num_keys,
             "generic_variants": self.generic_variants,
+            "generic_stats": self.generic_stats.to_dict() if self.generic_stats is not None else None,
             "seconds": round(self.seconds, 4),
             "target": self.target,
             "kernels": {
@@ -268,11 +272,14 @@ class WarmupReport:
         lines = [f"warm-up: {keys} over {count(len(self.kernels), 'kernel')} in "
                  f"{self.seconds:.2f} s ({imports}target {self.target}), {count(len(self.failures), 'failure')}"]
         if self.stats is not None:
-            made = {id(getattr(v, 'compiled', v)) for v in [*self.variants, *self.generic]}
-            lines.append(f"  {self.stats.origin(len(made))}")
+            lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
             if self.stats.worker_choice:
                 lines.append(f"  compile workers: {self.stats.worker_choice}")
             lines += self.stats.notes("  note: ")
+        if self.generic:
+            lines.append(f"  generic variants: {self._generic_origin()}")
+        if self.generic_stats is not None:
+            lines += self.generic_stats.notes("  note: ")
         listed = {f.kernel for f in self.failures if f.key is None}  # (a key listing that failed says so itself)
         for k in self.kernels:
             empty = "  (registered, but get_warmup_keys gave no key: a launch of it will compile)" \
@@ -285,6 +292,17 @@ class WarmupReport:
         lines += [f"  FAILED {f}" for f in self.failures]
         lines += [f"  SKIPPED {s}" for s in self.skipped]
         return "\n".join(lines)
+
+    def _generic_origin(self) -> str:
+        """Where the generic variants came from, e.g. ``"8 compiled in this process; 1 a warmed
+        key's variant (already generic)"``."""
+        keys = {id(getattr(v, "compiled", v)) for v in self.variants}
+        served = sum(id(v.compiled) in keys for v in self.generic)
+        origin = self.generic_stats.origin(len(self.generic) - served)
+        if not served:
+            return origin
+        return f"{origin}; {served} a warmed key's variant (already generic)" if len(self.generic) > served \
+            else f"{count(served, 'warmed key variant')} (already generic)"
 
     def __str__(self) -> str:
         return self.summary()

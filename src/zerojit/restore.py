@@ -107,11 +107,13 @@ class _Entry:
     key_memo: tuple = ()  # Triton's (specialization, options) -> triton_key memo entries of this variant
 
 
-def index_path(digest: str, target: Any) -> str:
+def index_path(digest: str, target: Any, kind: str = "restore") -> str:
     """The restore index of the key space with plan digest ``digest`` for Triton ``target``, by
-    this Triton version (several versions sharing a cache folder keep one index each)."""
+    this Triton version (several versions sharing a cache folder keep one index each).
+    ``kind``: the file's first word, ``"generic"`` for the index of a warm-up's generic variants
+    (:mod:`zerojit.generic`), which is kept apart from its keys'."""
     return os.path.join(cache_dir(), ".zerojit",
-                        f"restore-{digest[:32]}-{target.backend}-{target.arch}-triton{_tc.TRITON_VERSION}.json")
+                        f"{kind}-{digest[:32]}-{target.backend}-{target.arch}-triton{_tc.TRITON_VERSION}.json")
 
 
 def _supported() -> bool:
@@ -250,7 +252,7 @@ def records(jobs: Sequence[tuple[Any, Any]], variants: dict[int, CompiledVariant
 
 
 def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVariant | None], digest: str,
-               target: Any) -> str | None:
+               target: Any, kind: str = "restore") -> str | None:
     """Write the restore index of ``jobs`` (``variants[i]``: job i's result, None if it failed).
 
     The file is a header line (``{"format": "zerojit-restore-index", "sha256": ...}``: the
@@ -258,13 +260,14 @@ def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVaria
     file in the same folder, flushed and fsynced, then renamed over the old one), so a reader
     sees the old index or the new one, whole. Returns the path, or None when nothing here can be
     restored (or the folder is not writable: the index only speeds up the next warm start).
+    ``kind``: as for :func:`index_path`.
     """
     body = records(jobs, {i: v for i, v in enumerate(variants) if v is not None}, target)
     if body is None:
         return None
     data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode()
     header = json.dumps({"format": _HEADER, "sha256": hashlib.sha256(data).hexdigest()}).encode()
-    path = index_path(digest, target)
+    path = index_path(digest, target, kind)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_output(path, header + b"\n" + data)
@@ -636,7 +639,7 @@ def shared_launchers() -> Iterator[None]:
 
 
 def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, *, load: bool,
-                     notes: list[str] | None = None) -> dict[int, tuple[CompiledVariant, float]]:
+                     notes: list[str] | None = None, kind: str = "restore") -> dict[int, tuple[CompiledVariant, float]]:
     """Restore what the index of ``jobs`` covers into the kernels' in-process caches.
 
     Args:
@@ -648,6 +651,7 @@ def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, 
             missing or of the wrong type), or a fingerprint field that differs (named:
             ``triton_version`` for an index of another Triton). The warm-up then runs normally
             and rewrites the index.
+        kind: as for :func:`index_path`.
 
     Returns:
         ``{job index: (variant, seconds)}`` for each restored job; every other job still needs a
@@ -655,7 +659,7 @@ def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, 
     """
     if not _supported():
         return {}
-    path = index_path(digest, target)
+    path = index_path(digest, target, kind)
     try:
         body = _read_index(path)
     except Exception as e:  # whatever a damaged file makes the reader raise: never a failed warm-up
