@@ -66,7 +66,7 @@ def bundle(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp, compile_only("cuda:90"):
         mp.setattr(knobs.cache, "dir", str(root / "builder-cache"))
         forget()
-        report = registry().warmup(progress=False, target="cuda:90")
+        report = registry().warmup(progress=False, target="cuda:90", generic=False)
         path = root / "scale_add.tar.gz"
         manifest = export_bundle(report, path)
     return path, manifest, report
@@ -98,7 +98,7 @@ def test_import_then_warm_up_compiles_nothing(bundle, fresh_cache, monkeypatch):
     events = []
     monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
     with compile_only("cuda:90"):
-        report = registry().warmup(bundle=path, progress=False, target="cuda:90")
+        report = registry().warmup(bundle=path, progress=False, target="cuda:90", generic=False)
     assert events == [True] * 4  # Triton's listener: four disk loads, no compile
     s = report.stats
     assert (s.total_compiled, s.disk_loads, s.bundle_entries) == (0, 4, 5)
@@ -407,7 +407,8 @@ def test_built_without_a_gpu_imported_elsewhere_warms_with_zero_compiles(tmp_pat
     printed = zerojit("bundle", "export", "--config", "dsv4-like", "--target", "cuda:90", "-o", str(out),
                       "--workers", "2", "--no-progress", cache=tmp_path / "builder")
     assert "21 keys" in printed and out.is_file()
-    assert "imported 22 cache entries" in zerojit("bundle", "import", str(out), "--target", "cuda:90",
+    # 21 keys' entries, 20 generic variants' and the primer's
+    assert "imported 42 cache entries" in zerojit("bundle", "import", str(out), "--target", "cuda:90",
                                                    cache=tmp_path / "server")
     script = (
         "import json\n"
@@ -420,12 +421,13 @@ def test_built_without_a_gpu_imported_elsewhere_warms_with_zero_compiles(tmp_pat
         "cfg = load_config('dsv4-like')\n"
         "with compile_only('cuda:90'):\n"
         "    report = register_model(cfg, None).warmup(cfg, progress=False, workers=2, target='cuda:90')\n"
-        "print(json.dumps({'compiled': events.count(False), 'loaded': events.count(True), 'keys': report.num_keys}))\n"
+        "print(json.dumps({'compiled': events.count(False), 'loaded': events.count(True), 'keys': report.num_keys,\n"
+        "                  'generic': report.generic_variants}))\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], env=dict(env, TRITON_CACHE_DIR=str(tmp_path / "server")),
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"compiled": 0, "loaded": 21, "keys": 21}
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"compiled": 0, "loaded": 41, "keys": 21, "generic": 20}
 
 
 @pytest.mark.gpu

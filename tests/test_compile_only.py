@@ -53,7 +53,7 @@ def warmed(co):
         with reg.activate():
             for _layer in range(4):
                 scale_add.register_warmup(periods=(64,))
-        report = reg.warmup(progress=False, target="cuda:90")
+        report = reg.warmup(progress=False, target="cuda:90", generic=False)
         # snapshots taken right after warm-up, so that the tests do not depend on their order
         yield report, list(hooks), list(cache), cache
 

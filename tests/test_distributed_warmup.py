@@ -40,7 +40,7 @@ def _rank(rank: int, init_file: str, caches: list[str], out: str) -> None:
     config = load_config("dsv4-like")
     registry = register_model(config)
     with compile_only("cuda:90"):
-        report = registry.warmup(config, group=dist.group.WORLD, progress=False, target="cuda:90")
+        report = registry.warmup(config, group=dist.group.WORLD, progress=False, target="cuda:90", generic=False)
         with JitMonitor("error", report=report) as monitor:
             for kernel, keys in registry.warmup_keys(config)[0].items():
                 for key in keys:

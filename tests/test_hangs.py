@@ -83,7 +83,7 @@ registry = JitWarmupRegistry()
 with registry.activate():
     StoreN().register_warmup()
 with compile_only("cuda:90"):
-    report = registry.warmup(workers=workers, progress=False, raise_on_failure=False)
+    report = registry.warmup(workers=workers, progress=False, raise_on_failure=False, generic=False)
 print(json.dumps({"failures": [[f.kernel, repr(f.key), f.error] for f in report.failures],
                   "origin": report.stats.origin(),
                   "recovered": list(report.stats.recovered), "compiled": report.stats.compiled,
@@ -265,7 +265,7 @@ def test_a_wait_for_another_processs_lock_on_the_entry_is_no_hang(tmp_path, comp
     with registry.activate():
         StoreN().register_warmup()
     StoreN.kernel.device_caches.clear()
-    assert registry.warmup(workers=1, progress=False).ok
+    assert registry.warmup(workers=1, progress=False, generic=False).ok
     folder = Path(knobs_cache_dir())
     [entry] = [e.name for e in folder.iterdir() if any(f.name.startswith("__grp__") for f in e.iterdir())]
     path = entry_lock_path(entry, str(tmp_path / "cache"))

@@ -41,7 +41,7 @@ with compile_only("cuda:90"):
     open(os.path.join(gate, f"ready-{index}"), "w").close()
     while len(glob.glob(os.path.join(gate, "ready-*"))) < count:  # all start together
         time.sleep(0.005)
-    report = registry.warmup(config, workers=workers, progress=False, target="cuda:90")
+    report = registry.warmup(config, workers=workers, progress=False, target="cuda:90", generic=False)
     with JitMonitor("error", report=report) as monitor:  # serve every key: dry launches
         for kernel, keys in registry.warmup_keys(config)[0].items():
             for key in keys:

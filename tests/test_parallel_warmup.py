@@ -87,7 +87,7 @@ def serial_and_parallel(tmp_path_factory):
             forget_in_process(registry, config)
             events = []
             mp.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
-            report = registry.warmup(config, workers=workers, progress=False, target="cuda:90")
+            report = registry.warmup(config, workers=workers, progress=False, target="cuda:90", generic=False)
             out[name] = (report, list(events), entries(folder), str(folder))
     return out
 
@@ -329,7 +329,7 @@ def warm_ramp_with_two_workers():
     registry = JitWarmupRegistry()
     with registry.activate():
         ramp.register_warmup(blocks=(16, 32))
-    return registry.warmup(workers=2, progress=False)
+    return registry.warmup(workers=2, progress=False, generic=False)
 
 
 def failures_of(workers: int, kernel, **request) -> tuple:
@@ -477,7 +477,7 @@ def test_a_module_workers_cannot_import_is_tried_once_per_worker_and_reported_on
     registry = JitWarmupRegistry()
     with registry.activate():
         flaky().register_warmup(blocks=(16, 32, 64, 128, 256, 512))
-    report = registry.warmup(workers=2, progress=False)
+    report = registry.warmup(workers=2, progress=False, generic=False)
     assert report.ok and report.num_keys == 6 and report.stats.compiled == 6
     assert report.stats.recovered == (
         "kernel 'module' (worker_flaky_kernels:_module_kernel) cannot be loaded in a worker (ImportError: only in workers); "
@@ -890,7 +890,7 @@ def test_while_spawned_workers_boot_this_process_compiles_the_waiting_keys(monke
     events: list = []
     monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
     started = time.monotonic()
-    report = registry.warmup(workers=2, progress=False)
+    report = registry.warmup(workers=2, progress=False, generic=False)
     assert time.monotonic() - started < 50  # never waited for a boot (the workers were stopped still booting)
     s = report.stats
     assert report.ok and [k.block for k in report.keys_by_kernel()["module"]] == list(blocks)

@@ -239,7 +239,7 @@ def test_a_manifest_warm_up_with_workers_compiles_each_key_once_and_loads_it(ker
             fn.device_caches.pop(drv.device, None)
             events: list = []
             monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
-            report = JitWarmupRegistry().warmup(manifest=path, workers=workers, progress=False)
+            report = JitWarmupRegistry().warmup(manifest=path, workers=workers, progress=False, generic=False)
             monkeypatch.setattr(knobs.compilation, "listener", None)
             results[workers] = (report, events, set(kernel_cache(fn, drv.device)))
     (serial, s_events, s_keys), (parallel, p_events, p_keys) = results[1], results[2]
@@ -445,7 +445,8 @@ def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(
                    tmp_path)
     assert run.returncode == 0, run.stderr
     assert "ran" in run.stdout
-    assert "2 keys over 1 kernel" in run.stderr and "2 monitored launches, 0 runtime compiles" in run.stderr
+    assert "2 keys + 2 generic variants over 1 kernel" in run.stderr  # the generic ones: the program's misses' net
+    assert "2 monitored launches, 0 runtime compiles" in run.stderr
     assert "s of it importing the recorded kernels' modules; target cuda:90)" in run.stderr  # Liger's, torch's
 
     refused = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "python", "app.py", "bfloat16"],
@@ -463,7 +464,7 @@ def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(
     workers = _zerojit(["warmup", "--manifest", "m.json", "--workers", "2", "--no-progress", "--json", "w.json"],
                        tmp_path / "cache-w", tmp_path)  # the target: the manifest's (no GPU here)
     assert workers.returncode == 0, workers.stderr
-    assert "2 keys over 1 kernel" in workers.stdout and "target cuda:90" in workers.stdout
+    assert "2 keys + 2 generic variants over 1 kernel" in workers.stdout and "target cuda:90" in workers.stdout
     assert "2 compiled by 2 worker processes" in workers.stdout
     stats = json.loads((tmp_path / "w.json").read_text())["stats"]
     assert (stats["worker_compiled"], stats["compiled"], stats["disk_loads"]) == (2, 0, 2)  # each key once, loaded here

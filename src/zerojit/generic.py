@@ -245,6 +245,8 @@ def _groups(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVariant 
         if variant is None or not isinstance(kernel, TritonJitKernel) or getattr(kernel, "generic", False):
             continue
         fn = _tc.unwrap_jit_function(kernel.kernel)
+        if fn is None:  # (the interpreter's function: nothing compiles)
+            continue
         keep = tuple(sorted(kernel.generic_keep))
         group = group_of(fn, variant.specialization, variant.triton_key, keep)
         slot = found.setdefault((id(fn), keep, group), [kernel, fn, keep, group, None])

@@ -483,8 +483,11 @@ class TritonJitKernel(JitKernel[KeyT]):
     key into one :class:`~zerojit.autotune.TunedKey` per surviving config (:meth:`select_configs`
     can narrow them); :meth:`tuning_inputs` declares the tuning keys a GPU warm-up benchmarks.
 
+    ``generic_keep`` names int parameters whose equal-to-one class the kernel's generic variants
+    keep (:mod:`zerojit.generic`).
+
     Raises (at class creation): :class:`KernelDefinitionError` when an input maps to no kernel
-    parameter and is not ``host_only``; for a wrapped kernel, when a heuristic or an autotune
+    parameter and is not ``host_only``, or ``generic_keep`` names no plain parameter; for a wrapped kernel, when a heuristic or an autotune
     config names no kernel parameter, there are two autotuners, or a tuning autotuner has no
     valid ``tuning`` policy.
     """
