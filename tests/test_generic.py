@@ -345,3 +345,34 @@ def test_generic_variants_are_no_keys_of_the_audit():
     assert [k.kernel for k in report.kernels] == ["add_n"]
     audit = build_audit(report, JitMonitor("warn", report=report))
     assert [k.kernel for k in audit.kernels] == ["add_n"] and audit.dead_warmups == 2  # the two keys only
+
+
+def _rank(rank: int, init_file: str, caches: list[str], out: str) -> None:
+    """One rank of a two-rank gloo group warming REGISTRATIONS (test_distributed_warmup's pattern)."""
+    os.environ["TRITON_CACHE_DIR"] = caches[rank]
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    seen: list[bool] = []
+    knobs.compilation.listener = lambda *, cache_hit, **_: seen.append(cache_hit)
+    with compile_only("cuda:90"):
+        report = warm(*REGISTRATIONS, group=dist.group.WORLD)
+        found = lookup_for(K._add_n_kernel, (), *add_n_args(1, 3, aligned=False))
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"compiled": seen.count(False), "keys": report.num_keys, "generic": report.generic_variants,
+                   "generic_restored": report.generic_stats.restored, "found": found is not None}, f)
+    dist.destroy_process_group()
+
+
+def test_ranks_of_a_group_compile_each_generic_variant_once(tmp_path):
+    """Two ranks with their own cache folders: the generic jobs are sharded like the keys (each
+    compiled on one rank, the other restores it from that rank's records), every rank files all."""
+    import torch.multiprocessing as mp
+
+    caches = [str(tmp_path / "cache0"), str(tmp_path / "cache1")]
+    mp.spawn(_rank, args=(str(tmp_path / "init"), caches, str(tmp_path)), nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    keys = results[0]["keys"]
+    assert [(r["keys"], r["generic"], r["found"]) for r in results] == [(keys, 6, True)] * 2
+    assert sum(r["compiled"] for r in results) == keys + 6  # every key and generic variant compiled once
+    assert sum(r["generic_restored"] for r in results) == 6  # each rank restores the other's share
