@@ -154,3 +154,31 @@ class Halve(TritonJitKernel["Halve.CompileKey"]):
     @kernel_launcher
     def __call__(self, *, x, n) -> LaunchSpec:
         return LaunchSpec(grid=(1,), returns=x)
+
+
+@triton.jit
+def _first_n_kernel(x_ptr, n):
+    tl.store(x_ptr + tl.arange(0, n), 0)  # compiles only where n is a constant: Triton's equal-to-one class
+
+
+class FirstN(TritonJitKernel["FirstN.CompileKey"]):
+    """``x[:n] = 0`` for ``n = 1`` only: its generic variant (``n`` a plain i32) cannot compile."""
+
+    kernel = _first_n_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        pass
+
+    def dispatch(self) -> "FirstN.CompileKey":
+        return self.CompileKey()
+
+    def get_warmup_keys(self) -> list:
+        return [self.CompileKey()]
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(x=WarmupTensor(torch.int32, (4,)))
+
+    @kernel_launcher
+    def __call__(self, *, x) -> LaunchSpec:
+        return LaunchSpec(grid=(1,), kwargs=dict(n=1), returns=x)

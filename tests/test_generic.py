@@ -211,6 +211,18 @@ def test_a_generic_keep_name_that_is_no_plain_parameter_is_refused():
         type("BadKeep", (K.AddN,), {"kernel": K._add_n_kernel, "generic_keep": "stride"})
 
 
+def test_a_generic_variant_that_fails_to_compile_is_a_note_not_a_failure():
+    """FirstN compiles only with n in Triton's equal-to-one class (tl.arange needs a constant):
+    its key warms, its generic variant fails; the warm-up succeeds, the note says which and why,
+    and nothing is filed for the group (a miss there compiles as before)."""
+    report = warm((K.FirstN(), {}), (K.AddN(), dict(ns=(16,))))
+    assert report.ok and report.num_keys == 2 and report.generic_variants == 1  # AddN's only
+    (note,) = report.generic_stats.recovered
+    assert note.startswith("first_n [generic]: no generic variant for RecordedKey(*i32:nospec, i32:nospec): ")
+    assert "arange" in note and "note: first_n [generic]: no generic variant" in report.summary()
+    assert lookup_for(K._first_n_kernel, (), WarmupTensor(torch.int32, (4,)), 1) is None
+
+
 # -- autotune, heuristics, manifests ---------------------------------------------------------------
 
 def test_an_autotuned_kernel_gets_one_generic_variant_per_config():

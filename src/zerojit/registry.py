@@ -269,14 +269,14 @@ def _worker_note(choice: WorkerChoice, stats: WarmupStats) -> str:
     return f"{choice.why}; none started (see the notes)"
 
 
-def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any, progress: bool,
-                  notes: list[str]) -> tuple[list, WarmupStats]:
+def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any,
+                  progress: bool) -> tuple[list, WarmupStats]:
     """Make and file the generic variants of the warmed ``jobs`` (``outcomes``: their results)
     in ``session``, counted apart from the keys (:mod:`zerojit.generic`): restored from their own
     index (``generic-*.json``) where it covers them, else warm-up jobs of the session (sharded
     over ``group``'s ranks when given), the index then written. Returns the variants filed and
-    their stats; a group that gets none is a line in those stats' ``recovered`` (``notes``: a
-    refused index, said with the keys')."""
+    their stats; a group that gets none, or an index refused, is a line in those stats'
+    ``recovered``."""
     from .precompile import JobOutcome, plan_digest  # see the note at the imports
     from .restore import restore_variants, save_index
 
@@ -288,7 +288,8 @@ def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any, progr
         t0 = time.perf_counter()
         restored = {}
         if gjobs and group is None and target is not None:
-            restored = restore_variants(gjobs, digest, target, load=not dry, notes=notes, kind="generic")
+            restored = restore_variants(gjobs, digest, target, load=not dry, notes=counts.recovered,
+                                        kind="generic")
         counts.add_phase("restore", time.perf_counter() - t0)
         counts.restored += len(restored)
         rest = [job for i, job in enumerate(gjobs) if i not in restored]
@@ -589,7 +590,7 @@ class JitWarmupRegistry:
                 primer = list(ran_iter)
                 # generic variants: a second sweep of this session, once the keys' variants are known
                 generic_variants, generic_stats = _warm_generic(
-                    session, jobs, outcomes, group=group, progress=progress, notes=refused) if generic else ([], None)
+                    session, jobs, outcomes, group=group, progress=progress) if generic else ([], None)
         session.counts.recovered.extend(damaged)
         session.counts.recovered.extend(take_damaged_notes())  # remembered build keys, compile seconds
         if restore_target is not None:
