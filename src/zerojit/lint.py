@@ -11,6 +11,8 @@ The rules:
   indexes; Triton ignores an entry that is neither, so a typo (``num_tokenz``) silently
   specializes the parameter meant. An entry naming a ``tl.constexpr`` is refused by Triton 3.6
   only when it compiles; a constexpr is always part of the key.
+* ``generic_keep`` (:mod:`zerojit.generic`) names plain (non-constexpr) parameters: a typo would
+  silently drop the equal-to-one class of the stride meant from the kernel's generic variants.
 * ``host_only`` (:func:`zerojit.kernel.kernel_launcher`) names inputs the launcher takes.
 * A ``CompileKey`` is a dictionary key of the registry, the audit and the monitor: a frozen
   dataclass compared by value (``eq=True``), hashable, with no field of a mutable container type.
