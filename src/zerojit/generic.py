@@ -156,14 +156,15 @@ def generic_function_of(jit_fn: Any, keep_one: Iterable[str] = ()) -> Any:
 
 
 # One value of each int width, none equal to 1 nor divisible by 16 (any value of the width is
-# in the generic class; a generic_keep int's class is then "not one").
+# in the generic class; a generic_keep int's class is then "not one"). An annotated int of
+# another type (tl.uint8, ...) takes its type from the annotation: 17 then.
 _INT_VALUE = {"i32": 17, "i64": 2**32 + 1, "u64": 2**63 + 1}
 
 
 def _scalar_value(spec: SpecClass) -> Any:
     """A value in the generic class ``spec`` of an int, float or bool parameter."""
     if spec.kind == "int":
-        return 1 if spec.attr == 1 else _INT_VALUE[spec.type]
+        return 1 if spec.attr == 1 else _INT_VALUE.get(spec.type, 17)
     return True if spec.kind == "bool" else 0.5
 
 
