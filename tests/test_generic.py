@@ -105,7 +105,7 @@ def lookup_for(jit_fn, keep, *args):
 # -- generic classes: what Triton's binder gives the generic function --------------------------
 
 @triton.jit
-def _classes_kernel(x_ptr, y_ptr, n, stride, m: tl.int64, f, flag, none_arg, B: tl.constexpr):
+def _classes_kernel(x_ptr, y_ptr, n, stride, m: tl.int64, u: tl.uint8, f, flag, none_arg, B: tl.constexpr):
     pass
 
 
@@ -116,12 +116,12 @@ INTS = [1, 16, 17, 0, -16, 2**31 - 1, 2**31, 2**31 + 16, 2**32 + 1, 2**63 - 16, 
 @pytest.mark.parametrize("aligned", [True, False])
 @pytest.mark.parametrize("value", INTS)
 def test_generic_classes_are_what_tritons_binder_gives_the_generic_function(value, aligned, keep):
-    """For each int class and width (1, divisible by 16, other; i32, i64, u64), an annotated i64,
-    an aligned or misaligned pointer, a float, a bool, None and a constexpr: the classes
+    """For each int class and width (1, divisible by 16, other; i32, i64, u64), an annotated i64
+    and uint8, an aligned or misaligned pointer, a float, a bool, None and a constexpr: the classes
     zerojit computes from the specialized key equal Triton's binder on the generic function."""
     x = WarmupTensor(torch.float16, (64,), aligned=aligned)
     y = WarmupTensor(torch.float32, (64,), aligned=not aligned)
-    args = (x, y, value, value, min(value, 2**63 - 1), 1.5, True, None, 8)
+    args = (x, y, value, value, min(value, 2**63 - 1), 200, 1.5, True, None, 8)
     specialized = binder_classes(_classes_kernel, *args)
     gf = generic_function_of(_classes_kernel, keep)
     reference = binder_classes(gf, *args)
