@@ -254,6 +254,11 @@ class BackgroundCompiler:
                 t.start()
         self._queue.put(job)
 
+    def worker_pids(self) -> tuple[int, ...]:
+        """The process ids of the workers running now."""
+        with self._idle:
+            return tuple(w.pid for w in self._workers)
+
     def outstanding(self) -> int:
         """Jobs submitted and not finished."""
         return self._outstanding
