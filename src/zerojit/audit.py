@@ -18,7 +18,9 @@ Per kernel, from a warm-up report and a :class:`~zerojit.monitor.JitMonitor` tha
 
 Direct ``triton.compile`` calls after warm-up are listed apart, and so are *autotune benchmarks*
 after warm-up (an autotuner that met a tuning key with no choice: a runtime event of its own
-kind, :class:`AutotuneBenchmark`). Autotune configs a wrapped kernel warmed but its tuning table
+kind, :class:`AutotuneBenchmark`). The monitor's ``request_path_compiles`` and, in fallback
+mode (:mod:`zerojit.serving`), ``fallback_launches``, ``background_compiles`` and ``swaps`` are
+reported under those names. Autotune configs a wrapped kernel warmed but its tuning table
 did not choose for this traffic are dead keys, and a note says so. A :class:`CoverageAudit` is a
 plain frozen value: ``to_dict()``/``from_dict()`` round-trip through JSON, ``table()`` prints.
 

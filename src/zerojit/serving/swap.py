@@ -100,7 +100,7 @@ class Swapper:
     def apply_pending(self) -> int:
         """Apply every pending swap unless a CUDA-graph capture is open (then they wait); returns
         how many were applied."""
-        if _capture.capturing():
+        if not self._pending or _capture.capturing():  # (an unlocked peek: the engine calls this every step)
             return 0
         with self._lock:
             todo, self._pending = self._pending, []
