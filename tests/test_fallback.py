@@ -169,6 +169,10 @@ def test_a_worker_killed_mid_compile_is_replaced_and_the_request_retried(fresh):
         add_n_kernel[(1,)](x, out, 17, BLOCK=64)
         assert serving.wait_idle(WAIT_S)
         (pid,) = serving.active_server().background.worker_pids()
+        # one worker, spawned (a new interpreter running the worker script, not a fork), at nice 19
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            assert f.read().split(b"\0")[2].endswith(b"zerojit/_compile_worker.py")
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 19
         os.kill(pid, signal.SIGSTOP)  # it cannot take the next request before it dies
         add_n_kernel[(1,)](x[1:], out, 17, BLOCK=64)
         time.sleep(0.2)  # the request is in its pipe
@@ -217,6 +221,10 @@ def test_fallback_mode_installs_and_releases_the_handler_and_the_audit_reports_i
     monitor.install()
     try:
         assert tc.misses_intercepted(add_n_kernel)
+        second = JitMonitor("fallback", report=())
+        with pytest.raises(RuntimeError, match="a fallback is installed already"):
+            second.install()
+        assert not second.installed
         add_n_kernel[(1,)](x, out, 17, BLOCK=64)
         assert serving.wait_idle(WAIT_S) and serving.between_requests() == 1
         audit = build_audit(None, monitor).to_dict()

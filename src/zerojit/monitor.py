@@ -128,6 +128,8 @@ __all__ = [
     "class_words",
     "specialization_from_compile_info",
     "FallbackOptions",
+    "SWAP_POLICIES",
+    "FALLBACK_MISSES",
     "set_fallback_provider",
 ]
 
@@ -622,7 +624,8 @@ class MonitorCounts:
     #: waited for. Fallback mode's exit status is 0 iff this is 0.
     request_path_compiles: int = 0
     fallback_launches: int = 0  #: launches a generic variant served in place of a missing key (fallback mode)
-    background_compiles: int = 0  #: specialized keys compiled by background workers (fallback mode)
+    #: specialized keys a background worker made ready (compiled, or found on disk) (fallback mode)
+    background_compiles: int = 0
     swaps: int = 0  #: specialized variants swapped in over the generic one (fallback mode)
 
     @property
@@ -964,7 +967,12 @@ class JitMonitor:
         return self._fallback
 
     def _attach(self) -> None:
-        """Install the serving layer's fallback for this monitor (fallback mode, once)."""
+        """Install the serving layer's fallback for this monitor (fallback mode, once).
+
+        Raises:
+            RuntimeError: no provider is registered, or it refused (another fallback-mode
+                monitor is installed).
+        """
         with self._lock:
             if self._attachment is not None:
                 return
@@ -1045,7 +1053,11 @@ class JitMonitor:
             guard_hook_assignments(_guard("jit_cache_hook"), _guard("compile listener"))
             _repin()
         if self._mode == "fallback":
-            self._attach()
+            try:
+                self._attach()
+            except BaseException:  # (another fallback installed): not installed at all
+                self.uninstall()
+                raise
         return self
 
     def _note_replaced(self, slot: str, new: Any) -> None:

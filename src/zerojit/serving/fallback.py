@@ -96,6 +96,8 @@ class FallbackVariant:
         return self.generic.launch_metadata(grid, stream, *args)
 
     def __getattr__(self, name: str) -> Any:  # only for names not found above
+        if name in FallbackVariant.__slots__:  # a slot not set yet (a copy being made): no recursion
+            raise AttributeError(name)
         return getattr(self.generic, name)
 
     def __repr__(self) -> str:
