@@ -186,6 +186,22 @@ def test_a_worker_killed_mid_compile_is_replaced_and_the_request_retried(fresh):
         assert monitor.counts().background_compiles == 2
 
 
+def test_a_hung_worker_is_killed_by_the_watchdog_and_replaced(fresh, monkeypatch):
+    monkeypatch.setenv("ZEROJIT_COMPILE_STALL_S", "2")  # no CPU time for 2 s: hung
+    x, out = _tensors()
+    _file_generic(add_n_kernel, x, out, 16, BLOCK=64)
+    with JitMonitor("fallback", report=(), fallback=FallbackOptions(nice=0)) as monitor:
+        add_n_kernel[(1,)](x, out, 17, BLOCK=64)
+        assert serving.wait_idle(WAIT_S)
+        (pid,) = serving.active_server().background.worker_pids()
+        os.kill(pid, signal.SIGSTOP)  # a stopped process uses no CPU time
+        add_n_kernel[(1,)](x[1:], out, 17, BLOCK=64)
+        assert serving.wait_idle(WAIT_S)
+        (note,) = serving.active_server().notes()
+        assert f"worker {pid} stopped answering (no CPU time for" in note and "replaced" in note
+        assert serving.failures() == () and monitor.counts().background_compiles == 2
+
+
 def test_the_capture_gate_holds_a_swap_while_a_capture_is_open(fresh):
     x, out = _tensors()
     _file_generic(add_n_kernel, x, out, 16, BLOCK=64)

@@ -216,6 +216,8 @@ class BackgroundCompiler:
         nice: their niceness (0-19; 0: the serving process's).
         on_ready: ``on_ready(job, compiled)`` with the key's ``CompiledKernel`` (built from the
             disk cache; loaded on a GPU), called from the worker's thread.
+        build: False: only compile into the disk cache (``swap="never"``: nothing would use the
+            variant in this process), no ``CompiledKernel`` is built and ``on_ready`` is not called.
 
     Attributes:
         compiled: jobs that gave a variant (``background_compiles``).
@@ -224,9 +226,10 @@ class BackgroundCompiler:
         notes: what went wrong and was recovered from (a worker replaced), in order.
     """
 
-    def __init__(self, *, workers: int = 1, nice: int = 19, on_ready: Callable[[CompileJob, Any], None]) -> None:
+    def __init__(self, *, workers: int = 1, nice: int = 19, on_ready: Callable[[CompileJob, Any], None],
+                 build: bool = True) -> None:
         self.size, self.nice = workers, nice
-        self.on_ready = on_ready
+        self.on_ready, self.build = on_ready, build
         self._queue: queue.Queue[CompileJob | None] = queue.Queue()
         self._idle = threading.Condition()
         self._outstanding = 0
@@ -410,6 +413,10 @@ class BackgroundCompiler:
                 logger.warning("zerojit: %s", note)
         if not reply.get("ok"):
             self._fail(job, reply.get("error", "the compile worker gave no reason"))
+            return worker
+        if not self.build:
+            with self._idle:
+                self.compiled += 1
             return worker
         try:
             compiled = self._build(job, digest)

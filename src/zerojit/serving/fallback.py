@@ -133,7 +133,8 @@ class FallbackServer:
         self._placeholders: dict[tuple[int, Any, str], FallbackVariant] = {}  # (id(fn), device, key) -> it
         self._base = {"background_compiles": 0, "swaps": 0}  # counted before the last reset()
         self.swapper = Swapper(options.swap)
-        self.background = BackgroundCompiler(workers=options.workers, nice=options.nice, on_ready=self._ready)
+        self.background = BackgroundCompiler(workers=options.workers, nice=options.nice, on_ready=self._ready,
+                                             build=options.swap != "never")
         with _ACTIVE_LOCK:
             if _active is not None:
                 raise RuntimeError(f"zerojit: a fallback is installed already (by {_active.monitor!r}); uninstall that "
