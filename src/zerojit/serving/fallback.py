@@ -125,6 +125,11 @@ class FallbackServer:
 
     def __init__(self, monitor: JitMonitor) -> None:
         global _active
+        with _ACTIVE_LOCK:
+            if _active is not None:
+                raise RuntimeError(f"zerojit: a fallback is installed already (by {_active.monitor!r}); uninstall that "
+                                   "monitor first")
+            _active = self
         options: FallbackOptions = monitor.fallback_options
         self.monitor = monitor
         self.options = options
@@ -135,11 +140,6 @@ class FallbackServer:
         self.swapper = Swapper(options.swap)
         self.background = BackgroundCompiler(workers=options.workers, nice=options.nice, on_ready=self._ready,
                                              build=options.swap != "never")
-        with _ACTIVE_LOCK:
-            if _active is not None:
-                raise RuntimeError(f"zerojit: a fallback is installed already (by {_active.monitor!r}); uninstall that "
-                                   "monitor first")
-            _active = self
         _capture.install()
         self.refresh()
 
