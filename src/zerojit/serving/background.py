@@ -11,8 +11,10 @@ key with the ``triton.jit`` function as ``module:qualname``, the pickled ``(sign
 constants, attrs)``, the compile options and the entry's lock file; on a GPU with Triton 3.6 a
 ``launcher`` request first when the signature's launcher module is missing, so that this process
 only loads). They are spawned as new interpreters, never forked: a serving process runs threads
-and holds a CUDA context, which a fork does not copy safely. A worker starts at the first
-request and is kept for the next ones.
+and holds a CUDA context, which a fork does not copy safely. The fallback starts one when it is
+installed (:meth:`BackgroundCompiler.start`: it boots while the engine serves, so neither the
+first miss nor its swap waits for a Python start), else a worker starts at its first request;
+either is kept for the next ones.
 
 One thread per worker writes a request and waits for its reply (a blocking pipe read: the GIL
 is free meanwhile). Every wait has a deadline, :mod:`zerojit.watchdog`'s rule (no CPU time in
@@ -208,6 +210,13 @@ def _reap(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+@dataclass(frozen=True)
+class _Start:
+    """A queue item: start a worker for ``target`` before any request (:meth:`BackgroundCompiler.start`)."""
+
+    target: Any
+
+
 class BackgroundCompiler:
     """Compiles :class:`CompileJob`\\ s in worker processes, one thread per worker.
 
@@ -230,7 +239,7 @@ class BackgroundCompiler:
                  build: bool = True) -> None:
         self.size, self.nice = workers, nice
         self.on_ready, self.build = on_ready, build
-        self._queue: queue.Queue[CompileJob | None] = queue.Queue()
+        self._queue: queue.Queue[CompileJob | _Start | None] = queue.Queue()
         self._idle = threading.Condition()
         self._outstanding = 0
         self._threads: list[threading.Thread] = []
@@ -256,6 +265,18 @@ class BackgroundCompiler:
                 self._threads.append(t)
                 t.start()
         self._queue.put(job)
+
+    def start(self, target: Any) -> None:
+        """Start one worker for ``target`` (a ``GPUTarget``) and the current cache folder now,
+        on its thread, before any request (a failure to start is noted and left to the first
+        request to retry)."""
+        with self._idle:
+            if self._closed or self._threads:
+                return
+            t = threading.Thread(target=self._serve, name="zerojit-background-0", daemon=True)
+            self._threads.append(t)
+            t.start()
+        self._queue.put(_Start(target))
 
     def worker_pids(self) -> tuple[int, ...]:
         """The process ids of the workers running now."""
@@ -286,7 +307,7 @@ class BackgroundCompiler:
             threads = list(self._threads)
         while True:  # queued jobs will not run
             try:
-                if self._queue.get_nowait() is not None:
+                if isinstance(self._queue.get_nowait(), CompileJob):
                     self._done()
             except queue.Empty:
                 break
@@ -314,6 +335,9 @@ class BackgroundCompiler:
                 job = self._queue.get()
                 if job is None:
                     return
+                if isinstance(job, _Start):
+                    worker = self._started(job.target, worker)
+                    continue
                 try:
                     worker = self._run(job, worker)
                 except Exception as e:  # a bug here must not end the thread: report the job failed
@@ -329,16 +353,33 @@ class BackgroundCompiler:
         with self._idle:
             self._workers.discard(worker)
 
-    def _setup(self, job: CompileJob) -> dict:
-        target = job.target
+    def _setup(self, target: Any, modules: list[str]) -> dict:
         return {
             "sys_path": [p if p else os.getcwd() for p in sys.path],
             "cache_dir": cache_dir(),
             "target": (target.backend, target.arch, target.warp_size),
             "triton_file": os.path.abspath(sys.modules["triton"].__file__),
-            "modules": [job.jit_fn.fn.__module__],
+            "modules": modules,  # imported while it boots
             "nice": self.nice,
         }
+
+    def _started(self, target: Any, worker: _Worker | None) -> _Worker | None:
+        """A worker for ``target`` started ahead of requests (``worker``, when one runs already)."""
+        if worker is not None:
+            return worker
+        try:
+            if self._triton_key is None:
+                self._triton_key = use_fast_triton_key()
+            worker = _Worker(self._setup(target, []), self._triton_key)
+        except (_WorkerLost, OSError) as e:
+            note = f"a background compile worker could not be started ahead of requests ({e}); the first one starts it"
+            with self._idle:
+                self.notes.append(note)
+            logger.warning("zerojit: %s", note)
+            return None
+        with self._idle:
+            self._workers.add(worker)
+        return worker
 
     def _task(self, job: CompileJob) -> tuple[dict, dict | None, str]:
         """The compile request, the launcher request (or None) and the entry's disk hash."""
@@ -373,7 +414,7 @@ class BackgroundCompiler:
             return worker
         if self._triton_key is None:
             self._triton_key = use_fast_triton_key()  # (the first job only; remembered per Triton install)
-        setup = self._setup(job)
+        setup = self._setup(job.target, [job.jit_fn.fn.__module__])
         reply: dict = {}
         for attempt in (1, 2):
             try:

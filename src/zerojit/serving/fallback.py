@@ -141,6 +141,12 @@ class FallbackServer:
         self.background = BackgroundCompiler(workers=options.workers, nice=options.nice, on_ready=self._ready,
                                              build=options.swap != "never")
         _capture.install()
+        try:
+            target = _tc.current_target()
+        except Exception:  # no GPU and no compile-only target: a worker starts at the first request, if any
+            target = None
+        if target is not None:
+            self.background.start(target)
         self.refresh()
 
     # -- installing ------------------------------------------------------------------------------
