@@ -105,15 +105,15 @@ class BackgroundFailure:
 
 
 class _WorkerLost(Exception):
-    """The worker died or was killed as hung; ``why`` says which."""
+    """Worker ``pid`` died or was killed as hung; ``why`` says which."""
 
-    def __init__(self, why: str) -> None:
+    def __init__(self, why: str, pid: int) -> None:
         super().__init__(why)
-        self.why = why
+        self.why, self.pid = why, pid
 
 
 class _Worker:
-    """One spawned compile worker and its pipes."""
+    """One spawned compile worker and its pipes; :meth:`boot` waits for its ready message."""
 
     def __init__(self, setup: dict, triton_key: str) -> None:
         env = dict(os.environ, TRITON_CACHE_DIR=setup["cache_dir"], CUDA_VISIBLE_DEVICES="")
@@ -128,26 +128,28 @@ class _Worker:
         self.pid = self.proc.pid
         self.reader = io.FileIO(self.proc.stdout.fileno(), "rb", closefd=False)  # unbuffered: select sees each reply
         self.stall_s = _watchdog.stall_seconds()
+        self.ready = False
+        self.triton_key = triton_key
+
+    def boot(self) -> None:
+        """Send the set-up and Triton's build key, and wait for the ready message (raises
+        :class:`_WorkerLost`; the caller kills it)."""
         try:
-            _wire.write_message(self.proc.stdin, setup)
-            _wire.write_message(self.proc.stdin, {"triton_key": triton_key})
-            ready = self._reply(_watchdog.wall_limit(None))
-        except _WorkerLost:
-            self.stop()
-            raise
+            _wire.write_message(self.proc.stdin, self.setup)
+            _wire.write_message(self.proc.stdin, {"triton_key": self.triton_key})
         except OSError as e:
-            self.stop()
-            raise _WorkerLost(f"could not be started ({e})") from None
+            raise _WorkerLost(self._died(f": {e}"), self.pid) from None
+        ready = self._reply(_watchdog.wall_limit(None))
         if not ready.get("ok"):
-            self.stop()
-            raise _WorkerLost(ready.get("error", "its set-up failed"))
+            raise _WorkerLost(ready.get("error", "its set-up failed"), self.pid)
+        self.ready = True
 
     def ask(self, task: dict, wall_s: float) -> dict:
         """Send ``task``, return its reply (raises :class:`_WorkerLost`)."""
         try:
             _wire.write_message(self.proc.stdin, task)
         except OSError as e:
-            raise _WorkerLost(self._died(f": {e}")) from None
+            raise _WorkerLost(self._died(f": {e}"), self.pid) from None
         return self._reply(wall_s)
 
     def _reply(self, wall_s: float) -> dict:
@@ -157,12 +159,14 @@ class _Worker:
                 why = watch.hung()
                 if why is not None:
                     _watchdog.kill_group(self.pid)  # its ptxas too
-                    raise _WorkerLost(f"stopped answering ({why}; {watch.waited:.1f} s waited) and was killed")
+                    raise _WorkerLost(f"stopped answering ({why}; {watch.waited:.1f} s waited) and was killed",
+                                      self.pid)
                 continue
             try:
                 message = _wire.read_message(self.reader)
-            except (EOFError, OSError, pickle.PickleError) as e:
-                raise _WorkerLost(self._died("" if isinstance(e, EOFError) else f": {type(e).__name__}: {e}")) from None
+            except (EOFError, OSError, ValueError, pickle.PickleError) as e:  # its pipe closed (EOF): how a death shows
+                detail = "" if isinstance(e, EOFError) else f": {type(e).__name__}: {e}"
+                raise _WorkerLost(self._died(detail), self.pid) from None
             if message.keys() == {"lock_wait"}:  # waiting for another process's lock on the entry: not hung
                 if message["lock_wait"]:
                     watch.pause()
@@ -183,7 +187,7 @@ class _Worker:
 
     def stop(self) -> None:
         """Ask it to end (a ``None`` request), close the pipes, and reap it on a thread (killed
-        after 30 s)."""
+        after 30 s). Only from the thread that feeds it."""
         try:
             _wire.write_message(self.proc.stdin, None)
         except (OSError, ValueError):
@@ -198,8 +202,9 @@ class _Worker:
         threading.Thread(target=_reap, args=(self.proc,), name="zerojit-background-reaper", daemon=True).start()
 
     def kill(self) -> None:
+        """SIGKILL its process group (its ptxas too); from any thread: the feeding thread then
+        reads the end of its pipe and stops it."""
         _watchdog.kill_group(self.pid)
-        self.stop()
 
 
 def _reap(proc: subprocess.Popen) -> None:
@@ -313,6 +318,10 @@ class BackgroundCompiler:
                 break
         for _ in threads:
             self._queue.put(None)
+        with self._idle:
+            booting = [w for w in self._workers if not w.ready]
+        for worker in booting:  # not needed any more: not waited for
+            worker.kill()
         deadline = time.monotonic() + timeout
         for t in threads:
             t.join(max(deadline - time.monotonic(), 0.0))
@@ -363,23 +372,37 @@ class BackgroundCompiler:
             "nice": self.nice,
         }
 
+    def _new_worker(self, setup: dict) -> _Worker:
+        """A worker spawned with ``setup`` and booted (raises :class:`_WorkerLost`, ``OSError``:
+        it is killed)."""
+        if self._triton_key is None:
+            self._triton_key = use_fast_triton_key()  # (the first worker only; remembered per Triton install)
+        worker = _Worker(setup, self._triton_key)
+        with self._idle:
+            self._workers.add(worker)  # from now on close() sees it
+        try:
+            worker.boot()
+        except BaseException:
+            self._forget(worker)
+            worker.kill()
+            worker.stop()
+            raise
+        return worker
+
     def _started(self, target: Any, worker: _Worker | None) -> _Worker | None:
         """A worker for ``target`` started ahead of requests (``worker``, when one runs already)."""
         if worker is not None:
             return worker
         try:
-            if self._triton_key is None:
-                self._triton_key = use_fast_triton_key()
-            worker = _Worker(self._setup(target, []), self._triton_key)
+            return self._new_worker(self._setup(target, []))
         except (_WorkerLost, OSError) as e:
-            note = f"a background compile worker could not be started ahead of requests ({e}); the first one starts it"
-            with self._idle:
-                self.notes.append(note)
-            logger.warning("zerojit: %s", note)
+            if not self._closed:
+                note = (f"a background compile worker could not be started ahead of requests ({e}); the first "
+                        "request starts one")
+                with self._idle:
+                    self.notes.append(note)
+                logger.warning("zerojit: %s", note)
             return None
-        with self._idle:
-            self._workers.add(worker)
-        return worker
 
     def _task(self, job: CompileJob) -> tuple[dict, dict | None, str]:
         """The compile request, the launcher request (or None) and the entry's disk hash."""
@@ -412,8 +435,6 @@ class BackgroundCompiler:
         except Exception as e:
             self._fail(job, f"{type(e).__name__}: {e}")
             return worker
-        if self._triton_key is None:
-            self._triton_key = use_fast_triton_key()  # (the first job only; remembered per Triton install)
         setup = self._setup(job.target, [job.jit_fn.fn.__module__])
         reply: dict = {}
         for attempt in (1, 2):
@@ -424,9 +445,7 @@ class BackgroundCompiler:
                     worker.stop()
                     worker = None
                 if worker is None:
-                    worker = _Worker(setup, self._triton_key)
-                    with self._idle:
-                        self._workers.add(worker)
+                    worker = self._new_worker(setup)
                 if launcher is not None:
                     answer = worker.ask(launcher, _watchdog.wall_limit(None))
                     if not answer.get("ok"):
@@ -437,18 +456,19 @@ class BackgroundCompiler:
                 reply = worker.ask(task, _watchdog.wall_limit(None))
                 break
             except _WorkerLost as lost:
-                pid = worker.pid if worker is not None else None
-                if worker is not None:
+                if worker is not None:  # (one that failed to boot is stopped already)
                     self._forget(worker)
                     worker.kill()
+                    worker.stop()
                 worker = None
                 if self._closed:
                     return None
-                what = f"background compile worker {pid} {lost.why}" if pid else f"a background compile worker {lost.why}"
+                what = f"background compile worker {lost.pid} {lost.why}"
                 if attempt == 2:
                     self._fail(job, f"{what}, twice (its request was tried in a second worker)")
                     return None
-                note = f"{what} while compiling kernel {job.kernel!r} ({job.key}); replaced, and the request tried again"
+                note = (f"{what} while compiling kernel {job.kernel!r} ({job.key}); replaced, and the request "
+                        "tried again")
                 with self._idle:
                     self.notes.append(note)
                 logger.warning("zerojit: %s", note)

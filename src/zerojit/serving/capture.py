@@ -31,8 +31,8 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-__all__ = ["install", "capture_started", "capture_ended", "capturing", "open_captures", "wait_until_no_capture", "no_capture",
-           "add_end_listener", "remove_end_listener"]
+__all__ = ["install", "capture_started", "capture_ended", "capturing", "open_captures", "wait_until_no_capture",
+           "no_capture", "add_end_listener", "remove_end_listener"]
 
 _CONDITION = threading.Condition()
 _open = 0
