@@ -226,7 +226,8 @@ class BackgroundCompiler:
     """Compiles :class:`CompileJob`\\ s in worker processes, one thread per worker.
 
     Args:
-        workers: worker processes (each started at its first request).
+        workers: worker processes (each started at a request when the others are busy; the
+            first one by :meth:`start`, or at the first request).
         nice: their niceness (0-19; 0: the serving process's).
         on_ready: ``on_ready(job, compiled)`` with the key's ``CompiledKernel`` (built from the
             disk cache; loaded on a GPU), called from the worker's thread.
@@ -234,7 +235,7 @@ class BackgroundCompiler:
             variant in this process), no ``CompiledKernel`` is built and ``on_ready`` is not called.
 
     Attributes:
-        compiled: jobs that gave a variant (``background_compiles``).
+        compiled: jobs a worker made ready, compiled or found on disk (``background_compiles``).
         failures: every :class:`BackgroundFailure`, in order (each also logged once, as a
             warning); the key's generic variant keeps serving it.
         notes: what went wrong and was recovered from (a worker replaced), in order.
