@@ -257,7 +257,8 @@ class BackgroundCompiler:
         self._triton_key: str | None = None
 
     def submit(self, job: CompileJob) -> None:
-        """Queue ``job`` (returns at once); a worker thread starts if fewer than ``workers`` run.
+        """Queue ``job`` (returns at once); another worker thread (and process) starts when every
+        running one is busy and fewer than ``workers`` run.
 
         Raises:
             RuntimeError: the compiler was closed.
@@ -266,7 +267,7 @@ class BackgroundCompiler:
             if self._closed:
                 raise RuntimeError("zerojit: the background compiler was closed")
             self._outstanding += 1
-            if len(self._threads) < self.size:
+            if len(self._threads) < min(self.size, self._outstanding):  # another worker only while all are busy
                 t = threading.Thread(target=self._serve, name=f"zerojit-background-{len(self._threads)}", daemon=True)
                 self._threads.append(t)
                 t.start()
