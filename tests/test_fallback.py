@@ -126,7 +126,7 @@ def test_fallback_miss_error_raises_before_compiling_a_new_constexpr(fresh):
     x, out = _tensors(128)
     _file_generic(add_n_kernel, x, out, 16, BLOCK=64)
     with JitMonitor("fallback", report=(), fallback=FallbackOptions(fallback_miss="error")) as monitor:
-        with pytest.raises(RuntimeJitError, match="nothing was compiled"):
+        with pytest.raises(RuntimeJitError, match="no generic variant serves this key .* nothing was compiled"):
             add_n_kernel[(1,)](x, out, 16, BLOCK=128)  # a constexpr no generic variant has
         assert not any("('constexpr', 128)" in k for k in tc.kernel_cache(add_n_kernel, tc.current_device()))
         counts = monitor.counts()

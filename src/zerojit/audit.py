@@ -442,6 +442,8 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
         if ident in seen:
             variant_hits[ident] = variant_hits.get(ident, 0) + launch.count
             continue
+        if getattr(launch.compiled, "zerojit_fallback", False):  # a generic variant in place of a key: fallback_launches
+            continue
         fn_key = (id(getattr(launch.kernel, "kernel", None)), launch.triton_key or "")
         if fn_key in miss_keys:
             miss_hits[fn_key] = miss_hits.get(fn_key, 0) + launch.count

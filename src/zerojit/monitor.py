@@ -405,6 +405,8 @@ class RuntimeCompile:
         constexprs / alignment_unspecialized: the kernel's ``tl.constexpr`` parameters and those in
             ``do_not_specialize_on_alignment`` (for the words: "constexpr 1", "alignment not
             specialized").
+        fallback: a miss seen in fallback mode, which no generic variant served
+            (:mod:`zerojit.serving`).
         unguarded: a ``triton.jit`` compile Triton's listener reported while the monitor's
             ``jit_cache_hook`` had been replaced past its guard, so nothing could block it
             (``direct`` is True: it was seen only after it ran); the chain is repaired since.
@@ -455,6 +457,7 @@ class RuntimeCompile:
         return text + (f", or bound the argument{'s' if len(ints) + len(aligned) > 1 else ''} in its triton.jit "
                        f"decorator ({', '.join(bounds)}) so one variant serves every value" if bounds else "")
     unguarded: bool = False
+    fallback: bool = False  #: seen in fallback mode: no generic variant served it
     constexprs: frozenset[str] = frozenset()
     alignment_unspecialized: frozenset[str] = frozenset()
 
@@ -502,6 +505,10 @@ class RuntimeCompile:
         elif self.direct:
             head = (f"zerojit: direct triton.compile of {self.kernel!r} after warm-up (Triton reports a direct "
                     "compile only after it ran)")
+        elif blocked and self.fallback:
+            head = (f"zerojit: kernel {self.kernel!r} would compile at run time, after warm-up; no generic variant "
+                    "serves this key (another dtype, constexpr, int width or launch option than the warmed keys) and "
+                    "the JIT monitor's fallback_miss is 'error', so nothing was compiled")
         elif blocked:
             head = (f"zerojit: kernel {self.kernel!r} would compile at run time, after warm-up; the JIT monitor "
                     "is in error mode, so nothing was compiled")
@@ -1310,7 +1317,8 @@ class JitMonitor:
             return  # a user hook took the compile over, or this compile is deliberate
         jit_fn = hook_jit_function(fn)
         mode = self._mode
-        if mode == "fallback":  # a miss no generic variant served (zerojit.serving): as warn, or error when asked
+        fallback = mode == "fallback"
+        if fallback:  # a miss no generic variant served (zerojit.serving): as warn, or error when asked
             mode = "error" if self._fallback.fallback_miss == "error" else "warn"
         with self._lock:
             ident = (id(jit_fn), key)
@@ -1321,6 +1329,8 @@ class JitMonitor:
             if first:
                 spec = specialization_from_compile_info(jit_fn, request.signature, request.constants, request.attrs)
                 record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
+                if fallback:
+                    record = dataclasses.replace(record, fallback=True)
                 stats = self._misses[ident] = _Stats(record, jit_fn)
                 crossed, quiet = self._growth.observe(record.kernel, record.param_names, spec,
                                                       constexpr_parameters(jit_fn))
