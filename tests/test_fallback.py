@@ -16,7 +16,7 @@ import pytest
 import torch
 from triton import knobs
 
-from _fallback_kernels import add_n_kernel, div_n_kernel
+from _fallback_kernels import AddN, add_n_kernel, div_n_kernel
 from zerojit import generic, serving
 from zerojit import triton_compat as tc
 from zerojit.audit import build_audit
@@ -249,3 +249,20 @@ def test_fallback_mode_installs_and_releases_the_handler_and_the_audit_reports_i
     finally:
         monitor.uninstall()
     assert not tc.misses_intercepted(add_n_kernel) and serving.active_server() is None
+
+
+def test_launches_through_zerojit_count_every_fallback_launch_and_the_audit_lists_none_as_unwarmed(fresh):
+    x, out = _tensors()
+    _file_generic(add_n_kernel, x, out, 16, BLOCK=64)
+    kernel = AddN()
+    with JitMonitor("fallback", report=()) as monitor:
+        for _ in range(3):
+            kernel(x=x, out=out, n=17)  # one miss the generic variant serves, then two hits of it
+        counts = monitor.counts()
+        assert (counts.fallback_launches, counts.launches, counts.request_path_compiles) == (3, 3, 0)
+        audit = build_audit(None, monitor)
+        assert audit.kernels == () and audit.fallback_launches == 3  # no "unwarmed hit" of the generic variant
+        assert "fallback: 0 request-path compiles, 3 fallback launches" in audit.table()
+        assert serving.wait_idle(WAIT_S) and serving.between_requests() == 1
+        kernel(x=x, out=out, n=17)  # the specialized variant now: no more fallback launches
+        assert monitor.counts().fallback_launches == 3
