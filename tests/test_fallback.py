@@ -212,6 +212,9 @@ def test_the_capture_gate_holds_a_swap_while_a_capture_is_open(fresh):
             assert isinstance(served, FallbackVariant)
             with pytest.raises(CaptureCompileError, match="during a CUDA-graph capture"):
                 add_n_kernel[(1,)](*_tensors(dtype=torch.float16), 16, BLOCK=64)  # would compile: refused
+            with pytest.raises(CaptureCompileError, match="'div_n_kernel' missed"):  # no generic variants at all
+                div_n_kernel[(1,)](torch.zeros(4, dtype=torch.int32), 16)
+            assert not tc.every_kernel_cache(div_n_kernel)[0]
             assert serving.wait_idle(WAIT_S)
             key = _key(add_n_kernel, x, out, 17, BLOCK=64)
             assert tc.kernel_cache(add_n_kernel, tc.current_device())[key] is served
@@ -220,7 +223,7 @@ def test_the_capture_gate_holds_a_swap_while_a_capture_is_open(fresh):
             capture.capture_ended()  # the held swap is made now (immediate)
         assert not isinstance(tc.kernel_cache(add_n_kernel, tc.current_device())[key], FallbackVariant)
         counts = monitor.counts()
-        assert (counts.swaps, counts.request_path_compiles) == (1, 0)
+        assert (counts.swaps, counts.request_path_compiles, counts.compiled) == (1, 0, 0)
 
 
 def test_fallback_mode_installs_and_releases_the_handler_and_the_audit_reports_its_counts(fresh, monkeypatch):

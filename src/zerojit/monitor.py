@@ -211,7 +211,9 @@ def set_fallback_provider(provider: Callable[["JitMonitor"], Any] | None) -> Non
     ``provider(monitor)`` is called when a fallback-mode monitor is installed and returns an
     *attachment* with ``detach()`` (called at uninstall), ``counts(launches)`` (``launches``:
     ``id(compiled kernel)`` -> launches zerojit's launch path reported; returns a mapping with
-    ``fallback_launches``, ``background_compiles`` and ``swaps``) and ``reset()``. The monitor
+    ``fallback_launches``, ``background_compiles`` and ``swaps``), ``reset()`` and
+    ``before_inline_compile(kernel_name, triton_key)`` (called by the cache hook before a miss
+    no generic variant served compiles; it may raise to stop the compile). The monitor
     (observation layer) cannot import the serving layer above it (docs/architecture.md), hence
     this slot.
     """
@@ -1319,6 +1321,9 @@ class JitMonitor:
         mode = self._mode
         fallback = mode == "fallback"
         if fallback:  # a miss no generic variant served (zerojit.serving): as warn, or error when asked
+            attachment = self._attachment
+            if attachment is not None:  # (raises during a CUDA-graph capture: nothing may compile there)
+                attachment.before_inline_compile(self.kernel_name(jit_fn), key)
             mode = "error" if self._fallback.fallback_miss == "error" else "warn"
         with self._lock:
             ident = (id(jit_fn), key)

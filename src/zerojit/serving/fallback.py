@@ -21,10 +21,11 @@ it is True for every dry launch under compile-only):
    None and Triton compiles inline; the monitor's cache hook counts it as a request-path compile
    (warn), or, with ``FallbackOptions(fallback_miss="error")``, raises
    :class:`~zerojit.monitor.RuntimeJitError` before anything compiles (error mode's message).
-   While a CUDA-graph capture is open (:mod:`.capture`) such a miss raises
-   :class:`CaptureCompileError` instead, before anything happens: a compile and a module load
-   inside a capture would break it. A miss a generic variant serves is served during a capture
-   too (nothing loads).
+   While a CUDA-graph capture is open (:mod:`.capture`) such a miss, and any miss of a function
+   without generic variants, raises :class:`CaptureCompileError` from that hook
+   (:meth:`FallbackServer.before_inline_compile`) before anything compiles: a compile and a
+   module load inside a capture would break it. A miss a generic variant serves is served
+   during a capture too (nothing loads).
 
 Launching the generic ``CompiledKernel`` through the specialized function's ``run`` is valid: the
 two functions have the same parameters, and the generic variant's launcher takes the bound
@@ -195,6 +196,21 @@ class FallbackServer:
                 "background_compiles": self.background.compiled - self._base["background_compiles"],
                 "swaps": self.swapper.swaps - self._base["swaps"]}
 
+    def before_inline_compile(self, name: str, key: str) -> None:
+        """The monitor's cache hook, in fallback mode, before a miss no generic variant served
+        compiles (any ``triton.jit`` function's, intercepted or not).
+
+        Raises:
+            CaptureCompileError: a CUDA-graph capture is open: compiling and loading a module
+                inside it would break it, so nothing compiles.
+        """
+        if _capture.capturing():
+            raise CaptureCompileError(
+                f"zerojit: kernel {name!r} missed Triton key {key} during a CUDA-graph capture, and no generic variant "
+                "serves it (another dtype, constexpr, int width or launch option than every warmed key, or a kernel "
+                "without generic variants): compiling and loading a module inside the capture would break it, so "
+                "nothing was compiled. Warm this key before capturing.")
+
     def reset(self) -> None:
         """Count from zero again (the monitor's reset, which forgets the launches it saw too)."""
         with self._lock:
@@ -209,23 +225,15 @@ class FallbackServer:
         """The miss handler (:func:`zerojit.triton_compat.intercept_misses`): the
         :class:`FallbackVariant` filed under ``key``, or None (Triton compiles; see the module doc).
 
-        Raises:
-            CaptureCompileError: no generic variant serves the miss and a capture is open.
         """
         if in_warmup() or not isinstance(key, str):
             return None
         spec = specialization_from_compile_info(jit_fn, signature, constexprs, attrs)
         group = _generic.group_of(jit_fn, spec, key, _generic.keep_one_of(jit_fn))
         generic = _generic.lookup(jit_fn, device, group)
-        name = self.monitor.kernel_name(jit_fn)
-        if generic is None:
-            if _capture.capturing():
-                raise CaptureCompileError(
-                    f"zerojit: kernel {name!r} missed Triton key {key} during a CUDA-graph capture, and no generic "
-                    "variant serves it (another dtype, constexpr, int width or launch option than every warmed "
-                    "key): compiling and loading a module inside the capture would break it, so nothing was "
-                    "compiled. Warm this key before capturing.")
+        if generic is None:  # Triton compiles: its cache hook (the monitor, then before_inline_compile) first
             return None
+        name = self.monitor.kernel_name(jit_fn)
         cache = _tc.kernel_cache(jit_fn, device)
         placeholder = FallbackVariant(generic, jit_fn, key, name)
         filed = _tc.file_compiled(cache, key, placeholder)  # another thread's, if it filed one first
