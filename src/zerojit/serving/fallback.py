@@ -35,7 +35,6 @@ arguments by its own signature (constexprs ignored), Triton 3.6-3.9.
 from __future__ import annotations
 
 import ast
-import logging
 import sys
 import threading
 from typing import Any, Mapping
@@ -49,8 +48,6 @@ from .background import BackgroundCompiler, BackgroundFailure, CompileJob
 from .swap import PendingSwap, Swapper
 
 __all__ = ["FallbackVariant", "FallbackServer", "CaptureCompileError", "active_server"]
-
-logger = logging.getLogger("zerojit.serving")
 
 
 class CaptureCompileError(RuntimeError):
