@@ -1144,8 +1144,8 @@ class JitMonitor:
         return tuple(m.compile for m in self.misses() + self.direct_compiles())
 
     def counts(self) -> MonitorCounts:
-        """The totals (:class:`MonitorCounts`); fallback mode's four counts include those of
-        earlier installs of this monitor."""
+        """The totals (:class:`MonitorCounts`); ``fallback_launches``, ``background_compiles``
+        and ``swaps`` include those of earlier fallback-mode installs of this monitor."""
         with self._lock:
             misses = list(self._misses.values())
             direct = list(self._direct.values())
