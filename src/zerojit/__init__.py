@@ -3,7 +3,8 @@
 Each kernel describes its own compile-key space (:mod:`zerojit.kernel`, :mod:`zerojit.keyspace`);
 a registry compiles all of it at start-up and loads every module and launcher
 (:mod:`zerojit.registry`); a monitor proves while serving that nothing compiles afterwards
-(:mod:`zerojit.monitor`). Without a GPU, :mod:`zerojit.compile_only` compiles real cubins for a
+(:mod:`zerojit.monitor`), or serves a miss with a generic variant while the key compiles in the
+background (:mod:`zerojit.serving`). Without a GPU, :mod:`zerojit.compile_only` compiles real cubins for a
 named target and turns launches into dry launches.
 """
 
@@ -22,6 +23,7 @@ from .kernel import CompiledVariant, JitKernel, KernelDefinitionError, KernelInp
 from .keyspace import KeySpaceError, choices, int_range, trace_dispatch, zip_inputs
 from .monitor import JitMonitor, RuntimeJitError  # listens for warm-ups: ZEROJIT_JIT_MONITOR
 from .registry import JitWarmupRegistry, NoTargetError, WarmupError, WarmupReport
+from . import serving  # registers fallback mode with the monitor: ZEROJIT_JIT_MONITOR=fallback
 from .specialization import SpecClass, WarmupTensor, classify, scalar_rep
 
 __all__ = [

@@ -18,7 +18,8 @@ Protocol: the parent writes requests to stdin, the worker answers on its origina
 points its fd 1 at stderr, so stray prints cannot corrupt the stream). Each message is a 4-byte
 little-endian length and a pickle. The first request is the set-up (``sys.path``, cache folder,
 target, the modules that define the kernels), sent at start; the worker answers it with its
-ready message once booted. Then come ``launcher`` requests (Triton 3.6 only: a launcher module
+ready message once booted (a set-up's ``nice``, from :mod:`zerojit.serving.background`, is added
+to the worker's niceness first). Then come ``launcher`` requests (Triton 3.6 only: a launcher module
 needs no build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key,
 unanswered: sent once the parent has it, before the first ``compile`` request), and ``compile``
 requests; each request is answered by one dict (before it, ``{"lock_wait": True}`` and
@@ -461,6 +462,8 @@ def main() -> None:
     os.dup2(2, 1)  # anything printed from here on goes to stderr, never into the reply stream
     sys.stdout = sys.stderr
     setup = read_message(requests)  # sent at once: everything but Triton's build key
+    if setup.get("nice"):  # a serving process's background worker (zerojit.serving.background): lowest priority
+        os.nice(setup["nice"])  # (ptxas, which it runs, inherits it)
     serve(setup, preload(setup, requests), requests, replies)
 
 

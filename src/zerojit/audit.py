@@ -18,7 +18,9 @@ Per kernel, from a warm-up report and a :class:`~zerojit.monitor.JitMonitor` tha
 
 Direct ``triton.compile`` calls after warm-up are listed apart, and so are *autotune benchmarks*
 after warm-up (an autotuner that met a tuning key with no choice: a runtime event of its own
-kind, :class:`AutotuneBenchmark`). Autotune configs a wrapped kernel warmed but its tuning table
+kind, :class:`AutotuneBenchmark`). The monitor's ``request_path_compiles`` and, in fallback
+mode (:mod:`zerojit.serving`), ``fallback_launches``, ``background_compiles`` and ``swaps`` are
+reported under those names. Autotune configs a wrapped kernel warmed but its tuning table
 did not choose for this traffic are dead keys, and a note says so. A :class:`CoverageAudit` is a
 plain frozen value: ``to_dict()``/``from_dict()`` round-trip through JSON, ``table()`` prints.
 
@@ -54,6 +56,9 @@ __all__ = [
     "build_audit",
     "write_at_exit_if_requested",
 ]
+
+#: The counts the audit takes from the monitor as they are (JSON names = MonitorCounts' names).
+_SERVING_COUNTS = ("request_path_compiles", "fallback_launches", "background_compiles", "swaps")
 
 #: Set by ``zerojit audit``: the file the child process writes its audit JSON to at exit.
 AUDIT_OUT_ENV = "ZEROJIT_AUDIT_OUT"
@@ -179,6 +184,11 @@ class CoverageAudit:
         mode: the monitor's mode during the run.
         growing: parameters whose runtime values kept growing the key space, with the fix
             (:class:`~zerojit.growth.GrowingParameter`).
+        request_path_compiles / fallback_launches / background_compiles / swaps: the monitor's
+            counts of those names (:class:`~zerojit.monitor.MonitorCounts`): what a request waited
+            for (misses compiled or loaded on the request path, direct compiles), and, in
+            fallback mode, the launches generic variants served, the keys compiled in the
+            background and the variants swapped in.
     """
 
     kernels: tuple[KernelCoverage, ...]
@@ -186,6 +196,10 @@ class CoverageAudit:
     mode: str = "warn"
     benchmarks: tuple[AutotuneBenchmark, ...] = ()  #: autotune benchmarks after warm-up
     growing: tuple[GrowingParameter, ...] = ()
+    request_path_compiles: int = 0
+    fallback_launches: int = 0
+    background_compiles: int = 0
+    swaps: int = 0
 
     @property
     def runtime_compiles(self) -> int:
@@ -273,6 +287,7 @@ class CoverageAudit:
         return {
             "mode": self.mode,
             "runtime_compiles": self.runtime_compiles,
+            **{name: getattr(self, name) for name in _SERVING_COUNTS},
             "dead_warmups": self.dead_warmups,
             "dead_warmup_seconds": round(self.dead_seconds, 4),
             "kernels": [
@@ -312,6 +327,7 @@ class CoverageAudit:
             mode=data.get("mode", "warn"),
             benchmarks=tuple(AutotuneBenchmark(**b) for b in data.get("benchmarks", ())),
             growing=tuple(GrowingParameter(**g) for g in data.get("growing", ())),
+            **{name: data.get(name, 0) for name in _SERVING_COUNTS},
         )
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -357,6 +373,10 @@ class CoverageAudit:
             lines.append(f"growing: kernel {g.kernel!r} parameter {g.parameter!r} took {g.count} distinct values after "
                          f"warm-up: {g.fix}")
         lines += [f"note: {n}" for n in self.dead_notes()]
+        if self.mode == "fallback":
+            lines.append(f"fallback: {count(self.request_path_compiles, 'request-path compile')}, "
+                         f"{count(self.fallback_launches, 'fallback launch', 'fallback launches')}, "
+                         f"{count(self.background_compiles, 'background compile')}, {count(self.swaps, 'swap')}")
         if self.ok:
             lines.append(f"zero runtime compiles; {count(self.dead_warmups, 'dead warm-up key')}")
         elif self.runtime_compiles == 0:
@@ -422,6 +442,8 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
         if ident in seen:
             variant_hits[ident] = variant_hits.get(ident, 0) + launch.count
             continue
+        if getattr(launch.compiled, "zerojit_fallback", False):  # a generic variant in place of a key: fallback_launches
+            continue
         fn_key = (id(getattr(launch.kernel, "kernel", None)), launch.triton_key or "")
         if fn_key in miss_keys:
             miss_hits[fn_key] = miss_hits.get(fn_key, 0) + launch.count
@@ -457,7 +479,9 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
     )
     direct = tuple(_miss_from(d, prefix=f"{d.compile.kernel}: ") for d in snap.direct)
     benchmarks = tuple(AutotuneBenchmark(r.kernel, repr(r.tuning_key), r.configs, n) for r, n in snap.benchmarks)
-    return CoverageAudit(kernels=kernels, direct=direct, mode=snap.mode, benchmarks=benchmarks, growing=snap.growing)
+    counts = monitor.counts()
+    return CoverageAudit(kernels=kernels, direct=direct, mode=snap.mode, benchmarks=benchmarks, growing=snap.growing,
+                         **{name: getattr(counts, name) for name in _SERVING_COUNTS})
 
 
 _EXIT_LOCK = threading.Lock()

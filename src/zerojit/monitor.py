@@ -6,8 +6,8 @@ whether Triton then compiles the variant or loads it from its disk cache: both s
 counts the two apart, and also sees compiles that never pass through a ``triton.jit`` launch (a
 direct ``triton.compile``).
 
-Modes (``JitMonitor(mode)``, the environment variable ``ZEROJIT_JIT_MONITOR=off|warn|error``, or
-the CLI flag ``--jit-monitor-mode``):
+Modes (``JitMonitor(mode)``, the environment variable ``ZEROJIT_JIT_MONITOR=off|warn|error|fallback``,
+or the CLI flag ``--jit-monitor-mode``):
 
 * ``off``: nothing is installed.
 * ``warn``: the compile goes ahead; one ``logging`` line (logger ``"zerojit.monitor"``, level
@@ -19,6 +19,13 @@ the CLI flag ``--jit-monitor-mode``):
   Nothing is compiled or cached, so the process stays usable: warmed variants still launch.
   A direct ``triton.compile`` gives no hook before it runs; in error mode it raises *after* the
   compile (the only point Triton reports it), still naming what compiled.
+* ``fallback``: a miss that a *generic variant* serves (:mod:`zerojit.generic`) launches it at
+  once, with no compile and no module load on the request path, while the specialized key
+  compiles in a background worker process and is swapped in later (:mod:`zerojit.serving`, which
+  this module does not import: it registers itself with :func:`set_fallback_provider`). A miss no
+  generic variant serves behaves as in warn mode (compiles inline, logged once, counted in
+  ``request_path_compiles``), or as in error mode with ``FallbackOptions(fallback_miss="error")``.
+  The options: ``JitMonitor("fallback", fallback=FallbackOptions(...))``.
 
 How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
 
@@ -64,7 +71,7 @@ whatever thread the registry runs it) or inside :func:`allow_compiles` are ignor
 registry warming later is not a runtime compile. The monitor listens for warm-ups
 (:func:`zerojit.registry.add_warmup_listener`; the registry never imports the monitor): at the end
 of each, :func:`on_warmup_complete` installs the *process monitor* when ``ZEROJIT_JIT_MONITOR`` (or
-:func:`configure`) asks for warn/error, and hands the warm-up report to every installed monitor
+:func:`configure`) asks for warn, error or fallback, and hands the warm-up report to every installed monitor
 (warmed keys for the nearest-key explanation and the audit). A monitor you build yourself starts
 with every warm-up this process has completed and is armed as soon as it is installed.
 
@@ -120,10 +127,14 @@ __all__ = [
     "installed_monitors",
     "class_words",
     "specialization_from_compile_info",
+    "FallbackOptions",
+    "SWAP_POLICIES",
+    "FALLBACK_MISSES",
+    "set_fallback_provider",
 ]
 
 #: The monitor modes.
-MODES = ("off", "warn", "error")
+MODES = ("off", "warn", "error", "fallback")
 #: The environment variable that turns the process monitor on after warm-up.
 ENV_VAR = "ZEROJIT_JIT_MONITOR"
 
@@ -132,13 +143,82 @@ logger = logging.getLogger("zerojit.monitor")
 
 class MonitorModeError(ValueError):
     """A monitor mode (``JitMonitor(mode)``, :func:`configure`, ``ZEROJIT_JIT_MONITOR``) other than
-    off, warn or error; the message names where it came from."""
+    off, warn, error or fallback; the message names where it came from."""
 
 
 def _check_mode(mode: str, where: str = "JitMonitor mode", hint: str = "") -> str:
     if mode not in MODES:
         raise MonitorModeError(f"{where} must be one of {', '.join(MODES)}, not {mode!r}{hint}")
     return mode
+
+
+# ---------------------------------------------------------------------------------------------
+# Fallback mode: its options, and the serving layer that provides it
+# ---------------------------------------------------------------------------------------------
+
+#: ``FallbackOptions.swap`` values (see :mod:`zerojit.serving.swap` for what each means and why
+#: the default is ``"between-requests"``).
+SWAP_POLICIES = ("immediate", "between-requests", "never")
+#: ``FallbackOptions.fallback_miss`` values: what a miss no generic variant serves does.
+FALLBACK_MISSES = ("compile", "error")
+
+
+@dataclass(frozen=True)
+class FallbackOptions:
+    """How a monitor in ``fallback`` mode serves misses (:mod:`zerojit.serving`).
+
+    Attributes:
+        swap: when a specialized variant compiled in the background replaces the generic one
+            that served its key: ``"between-requests"`` (default: when the engine calls
+            :func:`zerojit.serving.between_requests`, so no request sees two variants of one
+            kernel), ``"immediate"`` (as soon as it is ready), ``"never"`` (the generic variant
+            keeps serving; the background compile still fills the disk cache for the next start).
+        fallback_miss: a miss no generic variant serves (a new dtype, constexpr or launch
+            option): ``"compile"`` (default: compiles inline, as warn mode, counted in
+            ``request_path_compiles``) or ``"error"`` (:class:`RuntimeJitError` before anything
+            compiles, as error mode).
+        workers: background compile worker processes (default 1).
+        nice: the workers' niceness (default 19, the lowest CPU priority: the serving process's
+            threads come first); 0 leaves it as the serving process's.
+
+    Raises:
+        ValueError: a value out of range; the message names the field.
+    """
+
+    swap: str = "between-requests"
+    fallback_miss: str = "compile"
+    workers: int = 1
+    nice: int = 19
+
+    def __post_init__(self) -> None:
+        if self.swap not in SWAP_POLICIES:
+            raise ValueError(f"FallbackOptions.swap must be one of {', '.join(SWAP_POLICIES)}, not {self.swap!r}")
+        if self.fallback_miss not in FALLBACK_MISSES:
+            raise ValueError(f"FallbackOptions.fallback_miss must be one of {', '.join(FALLBACK_MISSES)}, "
+                             f"not {self.fallback_miss!r}")
+        if type(self.workers) is not int or self.workers < 1:
+            raise ValueError(f"FallbackOptions.workers must be an int of at least 1, not {self.workers!r}")
+        if type(self.nice) is not int or not 0 <= self.nice <= 19:
+            raise ValueError(f"FallbackOptions.nice must be an int from 0 to 19, not {self.nice!r}")
+
+
+_fallback_provider: Callable[["JitMonitor"], Any] | None = None
+
+
+def set_fallback_provider(provider: Callable[["JitMonitor"], Any] | None) -> None:
+    """Register what serves misses in fallback mode (:mod:`zerojit.serving` does, at import).
+
+    ``provider(monitor)`` is called when a fallback-mode monitor is installed and returns an
+    *attachment* with ``detach()`` (called at uninstall), ``counts(launches)`` (``launches``:
+    ``id(compiled kernel)`` -> launches zerojit's launch path reported; returns a mapping with
+    ``fallback_launches``, ``background_compiles`` and ``swaps``), ``reset()`` and
+    ``before_inline_compile(kernel_name, triton_key)`` (called by the cache hook before a miss
+    no generic variant served compiles; it may raise to stop the compile). The monitor
+    (observation layer) cannot import the serving layer above it (docs/architecture.md), hence
+    this slot.
+    """
+    global _fallback_provider
+    _fallback_provider = provider
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,6 +407,8 @@ class RuntimeCompile:
         constexprs / alignment_unspecialized: the kernel's ``tl.constexpr`` parameters and those in
             ``do_not_specialize_on_alignment`` (for the words: "constexpr 1", "alignment not
             specialized").
+        fallback: a miss seen in fallback mode, which no generic variant served
+            (:mod:`zerojit.serving`).
         unguarded: a ``triton.jit`` compile Triton's listener reported while the monitor's
             ``jit_cache_hook`` had been replaced past its guard, so nothing could block it
             (``direct`` is True: it was seen only after it ran); the chain is repaired since.
@@ -377,6 +459,7 @@ class RuntimeCompile:
         return text + (f", or bound the argument{'s' if len(ints) + len(aligned) > 1 else ''} in its triton.jit "
                        f"decorator ({', '.join(bounds)}) so one variant serves every value" if bounds else "")
     unguarded: bool = False
+    fallback: bool = False  #: seen in fallback mode: no generic variant served it
     constexprs: frozenset[str] = frozenset()
     alignment_unspecialized: frozenset[str] = frozenset()
 
@@ -424,6 +507,10 @@ class RuntimeCompile:
         elif self.direct:
             head = (f"zerojit: direct triton.compile of {self.kernel!r} after warm-up (Triton reports a direct "
                     "compile only after it ran)")
+        elif blocked and self.fallback:
+            head = (f"zerojit: kernel {self.kernel!r} would compile at run time, after warm-up; no generic variant "
+                    "serves this key (another dtype, constexpr, int width or launch option than the warmed keys) and "
+                    "the JIT monitor's fallback_miss is 'error', so nothing was compiled")
         elif blocked:
             head = (f"zerojit: kernel {self.kernel!r} would compile at run time, after warm-up; the JIT monitor "
                     "is in error mode, so nothing was compiled")
@@ -540,6 +627,15 @@ class MonitorCounts:
     direct_disk_loads: int = 0
     launches: int = 0
     benchmarks: int = 0  #: autotune benchmarks after warm-up (runtime events of their own kind)
+
+    #: misses that compiled or loaded from Triton's disk cache on the request path, plus direct
+    #: compiles (``compiled + disk_loads + direct_compiles + direct_disk_loads``): what a request
+    #: waited for. Fallback mode's exit status is 0 iff this is 0.
+    request_path_compiles: int = 0
+    fallback_launches: int = 0  #: launches a generic variant served in place of a missing key (fallback mode)
+    #: specialized keys a background worker made ready (compiled, or found on disk) (fallback mode)
+    background_compiles: int = 0
+    swaps: int = 0  #: specialized variants swapped in over the generic one (fallback mode)
 
     @property
     def any_runtime_compile(self) -> bool:
@@ -801,10 +897,11 @@ _PROCESS_WARMUPS: Any = object()  # JitMonitor(report=...) left out: this proces
 
 
 class JitMonitor:
-    """Counts (warn) or blocks (error) every compile after warm-up; see the module doc.
+    """Counts (warn) or blocks (error) every compile after warm-up, or serves misses with generic
+    variants (fallback); see the module doc.
 
     Args:
-        mode: ``"off" | "warn" | "error"`` (``"off"``: :meth:`install` installs nothing).
+        mode: ``"off" | "warn" | "error" | "fallback"`` (``"off"``: :meth:`install` installs nothing).
         report: a :class:`~zerojit.registry.WarmupReport` (or a list of them; more via
             :meth:`add_report`) whose warmed keys explain misses and are audited. Left out: every
             warm-up this process has completed so far (:func:`zerojit.registry.warmup_reports`),
@@ -816,14 +913,21 @@ class JitMonitor:
         growth_limit: distinct runtime values of one parameter of one kernel after which the
             monitor logs one line naming it and the fix, and no longer one line per new value
             (:mod:`zerojit.growth`; default :data:`~zerojit.growth.DEFAULT_GROWTH_LIMIT`).
+        fallback: the :class:`FallbackOptions` of fallback mode (None: the defaults); kept, and
+            used, only while the mode is ``"fallback"``.
 
     Usable as a context manager (install on enter, uninstall on exit). Thread-safe: counters and
     records are updated under one lock; warn mode logs once per distinct (kernel, Triton key).
     """
 
     def __init__(self, mode: str = "warn", *, report: Any = _PROCESS_WARMUPS, no_warmup_note: str | None = None,
-                 growth_limit: int = DEFAULT_GROWTH_LIMIT) -> None:
+                 growth_limit: int = DEFAULT_GROWTH_LIMIT, fallback: FallbackOptions | None = None) -> None:
         self._mode = _check_mode(mode)
+        if fallback is not None and not isinstance(fallback, FallbackOptions):
+            raise TypeError(f"JitMonitor(fallback=...) takes a FallbackOptions, not {type(fallback).__name__}")
+        self._fallback = fallback or FallbackOptions()
+        self._attachment: Any = None  # the serving layer's, while installed in fallback mode
+        self._fallback_done = {"fallback_launches": 0, "background_compiles": 0, "swaps": 0}  # of past attachments
         self._growth = GrowthTracker(growth_limit)
         self._no_warmup_note = no_warmup_note
         self._lock = threading.RLock()
@@ -857,10 +961,43 @@ class JitMonitor:
     @mode.setter
     def mode(self, mode: str) -> None:
         self._mode = _check_mode(mode)
+        if self._links is not None and self._mode == "fallback":
+            self._attach()
+        elif self._links is not None:
+            self._detach()
         links = self._links
         if links is not None and self._mode == "off":  # counted no more: launches go to _on_launch
             links[2].counters.clear()
             _kernel.reset_launch_counters()  # (after the clear: the fast path asks the link again)
+
+    @property
+    def fallback_options(self) -> FallbackOptions:
+        """The :class:`FallbackOptions` of fallback mode."""
+        return self._fallback
+
+    def _attach(self) -> None:
+        """Install the serving layer's fallback for this monitor (fallback mode, once).
+
+        Raises:
+            RuntimeError: no provider is registered, or it refused (another fallback-mode
+                monitor is installed).
+        """
+        with self._lock:
+            if self._attachment is not None:
+                return
+            if _fallback_provider is None:
+                raise RuntimeError("zerojit: fallback mode needs zerojit.serving, which registers it when imported "
+                                   "(import zerojit does)")
+            self._attachment = _fallback_provider(self)
+
+    def _detach(self) -> None:
+        with self._lock:
+            attachment, self._attachment = self._attachment, None
+            if attachment is not None:
+                for k, v in attachment.counts(self._launch_counts()).items():
+                    self._fallback_done[k] += v
+        if attachment is not None:
+            attachment.detach()
 
     @property
     def installed(self) -> bool:
@@ -924,6 +1061,12 @@ class JitMonitor:
             _INSTALLED.append(self)
             guard_hook_assignments(_guard("jit_cache_hook"), _guard("compile listener"))
             _repin()
+        if self._mode == "fallback":
+            try:
+                self._attach()
+            except BaseException:  # (another fallback installed): not installed at all
+                self.uninstall()
+                raise
         return self
 
     def _note_replaced(self, slot: str, new: Any) -> None:
@@ -971,6 +1114,7 @@ class JitMonitor:
             if self in _INSTALLED:
                 _INSTALLED.remove(self)
             _repin()
+        self._detach()
 
     def __enter__(self) -> "JitMonitor":
         return self.install()
@@ -1000,20 +1144,34 @@ class JitMonitor:
         return tuple(m.compile for m in self.misses() + self.direct_compiles())
 
     def counts(self) -> MonitorCounts:
+        """The totals (:class:`MonitorCounts`); ``fallback_launches``, ``background_compiles``
+        and ``swaps`` include those of earlier fallback-mode installs of this monitor."""
         with self._lock:
             misses = list(self._misses.values())
             direct = list(self._direct.values())
+            served = dict(self._fallback_done)
+            if self._attachment is not None:
+                for k, v in self._attachment.counts(self._launch_counts()).items():
+                    served[k] += v
+            compiled, disk_loads = sum(s.compiled for s in misses), sum(s.disk_loads for s in misses)
+            direct_compiles, direct_loads = sum(s.compiled for s in direct), sum(s.disk_loads for s in direct)
             return MonitorCounts(
                 runtime_compiles=sum(s.misses for s in misses),
-                compiled=sum(s.compiled for s in misses),
-                disk_loads=sum(s.disk_loads for s in misses),
+                compiled=compiled,
+                disk_loads=disk_loads,
                 blocked=sum(s.blocked for s in misses),
                 distinct=len(misses),
-                direct_compiles=sum(s.compiled for s in direct),
-                direct_disk_loads=sum(s.disk_loads for s in direct),
+                direct_compiles=direct_compiles,
+                direct_disk_loads=direct_loads,
                 launches=sum(e.count for e in self._launches.values()),
                 benchmarks=sum(c for _, c in self._benchmarks.values()),
+                request_path_compiles=compiled + disk_loads + direct_compiles + direct_loads,
+                **served,
             )
+
+    def _launch_counts(self) -> dict[int, int]:
+        """id(compiled kernel) -> its launches seen so far (under the lock)."""
+        return {ident: entry.count for ident, entry in self._launches.items()}
 
     def benchmarks(self) -> tuple[tuple[RuntimeBenchmark, int], ...]:
         """Every distinct autotune benchmark after warm-up and how often it ran, first seen first."""
@@ -1051,6 +1209,9 @@ class JitMonitor:
             self._benchmarks.clear()
             self._bench_runs.clear()
             self._growth.reset()
+            self._fallback_done = dict.fromkeys(self._fallback_done, 0)
+            if self._attachment is not None:
+                self._attachment.reset()
 
     # -- naming and explaining -------------------------------------------------------------------
 
@@ -1158,6 +1319,12 @@ class JitMonitor:
             return  # a user hook took the compile over, or this compile is deliberate
         jit_fn = hook_jit_function(fn)
         mode = self._mode
+        fallback = mode == "fallback"
+        if fallback:  # a miss no generic variant served (zerojit.serving): as warn, or error when asked
+            attachment = self._attachment
+            if attachment is not None:  # (raises during a CUDA-graph capture: nothing may compile there)
+                attachment.before_inline_compile(self.kernel_name(jit_fn), key)
+            mode = "error" if self._fallback.fallback_miss == "error" else "warn"
         with self._lock:
             ident = (id(jit_fn), key)
             stats = self._misses.get(ident)
@@ -1167,6 +1334,8 @@ class JitMonitor:
             if first:
                 spec = specialization_from_compile_info(jit_fn, request.signature, request.constants, request.attrs)
                 record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
+                if fallback:
+                    record = dataclasses.replace(record, fallback=True)
                 stats = self._misses[ident] = _Stats(record, jit_fn)
                 crossed, quiet = self._growth.observe(record.kernel, record.param_names, spec,
                                                       constexpr_parameters(jit_fn))
@@ -1258,20 +1427,23 @@ class JitMonitor:
 
 _STATE_LOCK = threading.RLock()
 _configured: str | None = None
+_configured_fallback: FallbackOptions | None = None
 _process_monitor: JitMonitor | None = None
 
 
-def configure(mode: str | None) -> None:
+def configure(mode: str | None, *, fallback: FallbackOptions | None = None) -> None:
     """Set the process monitor's mode for warm-ups to come (None: follow ``ZEROJIT_JIT_MONITOR``).
 
-    ``"off"`` also uninstalls a process monitor already installed; ``"warn"``/``"error"`` switch
-    an installed one's mode at once.
+    ``"off"`` also uninstalls a process monitor already installed; ``"warn"``/``"error"``/
+    ``"fallback"`` switch an installed one's mode at once. ``fallback``: the
+    :class:`FallbackOptions` of a process monitor made from now on (None: the defaults).
     """
-    global _configured
+    global _configured, _configured_fallback
     if mode is not None:
         _check_mode(mode, "--jit-monitor-mode")
     with _STATE_LOCK:
         _configured = mode
+        _configured_fallback = fallback
         if _process_monitor is not None and mode is not None:
             if mode == "off":
                 shutdown(keep_configuration=True)
@@ -1283,7 +1455,7 @@ def configured_mode() -> str:
     """The mode :func:`on_warmup_complete` will use: :func:`configure`'s, else the env var, else off.
 
     Raises:
-        MonitorModeError: ``ZEROJIT_JIT_MONITOR`` holds something other than off, warn or error.
+        MonitorModeError: ``ZEROJIT_JIT_MONITOR`` holds something other than off, warn, error or fallback.
     """
     if _configured is not None:
         return _configured
@@ -1299,7 +1471,7 @@ def current() -> JitMonitor | None:
 def on_warmup_complete(report: Any) -> JitMonitor | None:
     """Called by :meth:`JitWarmupRegistry.warmup` at its end; returns the process monitor.
 
-    Installs the process monitor when the configured mode is warn/error (once; later warm-ups add
+    Installs the process monitor when the configured mode is warn/error/fallback (once; later warm-ups add
     their reports to it) and gives ``report`` to every installed monitor. The registry calls it
     (a warm-up listener, :func:`zerojit.registry.add_warmup_listener`) after recording ``report``
     among this process's warm-ups.
@@ -1309,7 +1481,7 @@ def on_warmup_complete(report: Any) -> JitMonitor | None:
     with _STATE_LOCK:
         if mode != "off":
             if _process_monitor is None:  # armed from this warm-up on, as before any user monitor
-                _process_monitor = JitMonitor(mode, report=())
+                _process_monitor = JitMonitor(mode, report=(), fallback=_configured_fallback)
             else:
                 _process_monitor.mode = mode
             _process_monitor.add_report(report)
@@ -1326,13 +1498,14 @@ _registry.add_warmup_listener(on_warmup_complete)
 
 def shutdown(*, keep_configuration: bool = False) -> None:
     """Uninstall and forget the process monitor (and, unless asked, the configured mode)."""
-    global _process_monitor, _configured
+    global _process_monitor, _configured, _configured_fallback
     with _STATE_LOCK:
         if _process_monitor is not None:
             _process_monitor.uninstall()
             _process_monitor = None
         if not keep_configuration:
             _configured = None
+            _configured_fallback = None
 
 
 def installed_monitors() -> tuple[JitMonitor, ...]:

@@ -108,7 +108,7 @@ __all__ = [
     "patch_run_everywhere", "parameter_names", "ordered_constexpr_parameters", "wrapped_config_kwargs",
     # compiled kernels
     "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
-    "compile_source", "load_compiled", "import_launch_path_modules", "import_compiler_modules",
+    "compile_source", "disk_cache_hash", "miss_compile_options", "load_compiled", "import_launch_path_modules", "import_compiler_modules",
     # launchers
     "cuda_launchers_in_use", "launcher_key", "launcher_file", "build_launcher", "direct_launch", "launcher_class",
     "set_launcher_class", "launcher_share_key",
@@ -627,6 +627,25 @@ def new_compiled_kernel(*, jit_fn: Any, src: tuple, metadata: Any, metadata_grou
 def compile_source(src: Any, target: GPUTarget, options: dict | None = None) -> Any:
     """``triton.compile(src, target=target, options=options)``: the disk cache first, else compile."""
     return triton.compile(src, target=target, options=options)
+
+
+def disk_cache_hash(src: Any, target: GPUTarget, options: dict | None = None) -> str:
+    """The SHA-256 hex digest under which :func:`compile_source` (``triton.compile``) files
+    ``src`` for ``target`` with ``options`` in the disk cache (its entry folder is the digest in
+    base 32, :func:`zerojit.cache.entry_name`): Triton's ``get_cache_key`` over the backend's
+    parsed options and the cache-invalidating environment, as ``compile`` computes it (3.6-3.9).
+    Compiles nothing."""
+    backend = make_backend(target)
+    parsed = backend.parse_options(dict(options or {}, **src.parse_options()))
+    key = _tcache.get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars())
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def miss_compile_options(options: Any) -> dict:
+    """The compile options of an in-process miss as a plain dict: ``_do_compile`` gets the
+    backend's parsed options object and hands ``triton.compile`` its ``__dict__`` (3.6-3.9);
+    this is what a compile worker is sent (picklable)."""
+    return dict(options.__dict__)
 
 
 @functools.lru_cache(maxsize=1)
