@@ -150,6 +150,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"summary": summary, "runs": runs}, f, indent=2)
+    sys.exit(1 if any("error" in r for r in runs) else 0)  # a run that gave no report fails the benchmark
 
 
 if __name__ == "__main__":
