@@ -406,12 +406,13 @@ def _background_workers_option() -> Any:
 
 
 def _configure_fallback(mode: str | None, swap: str, fallback_miss: str, workers: int) -> None:
-    """Give the process monitor these fallback options (``zerojit.serving.configure``) when it
-    serves in fallback mode."""
+    """Give the process monitor these fallback options (``monitor.configure(mode, fallback=)``)
+    when it serves in fallback mode."""
     if mode == "fallback":
-        from zerojit import serving
+        from zerojit import monitor
 
-        serving.configure(serving.FallbackOptions(swap=swap, fallback_miss=fallback_miss, workers=workers))
+        monitor.configure(mode, fallback=monitor.FallbackOptions(swap=swap, fallback_miss=fallback_miss,
+                                                                 workers=workers))
 
 
 def apply_jit_monitor_mode(mode: Optional[str]) -> None:
@@ -524,11 +525,6 @@ def run_command(
     paired = dict(warmup=warmup, jit_monitor_mode=jit_monitor_mode, workers=workers, cut_keyspace=cut_keyspace)
     for a, b, why in option_conflicts(**paired):
         _refuse("run", f"{_given(ctx, a, paired[a])} and {_given(ctx, b, paired[b])} conflict: {why}")
-    # The flag wins over ZEROJIT_JIT_MONITOR for the process monitor too, which otherwise reads
-    # the variable when warm-up completes (a value the option took from it is already checked).
-    from_flag = ctx.get_parameter_source("jit_monitor_mode").name == "COMMANDLINE"
-    apply_jit_monitor_mode(jit_monitor_mode if from_flag else None)
-    _configure_fallback(jit_monitor_mode, swap, fallback_miss, background_workers)
     overrides, given_as = _config_overrides(ctx, dcp_size=dcp_size, dcp_rank=dcp_rank,
                                             num_speculative_tokens=num_speculative_tokens)
     if overrides:  # checked here to name a bad value's flag (run() knows only fields); it loads it again
@@ -541,6 +537,13 @@ def run_command(
         generic=not no_generic, swap=swap, fallback_miss=fallback_miss, background_workers=background_workers,
         cut_keyspace=cut_keyspace,
     )
+    # The flag wins over ZEROJIT_JIT_MONITOR for the process monitor too, which otherwise reads
+    # the variable when warm-up completes (a value the option took from it is already checked).
+    # A run that serves in fallback mode has the process's one fallback server in its own
+    # monitor: the process monitor stays off then.
+    from_flag = ctx.get_parameter_source("jit_monitor_mode").name == "COMMANDLINE"
+    fallback = options.monitor_mode == "fallback"
+    apply_jit_monitor_mode("off" if fallback else jit_monitor_mode if from_flag else None)
     _capped_workers("run", workers)
     report = run(options)
     typer.echo(report.summary())

@@ -42,7 +42,8 @@ serves launches it at once and compiles the specialized key in the background,
 run). In fallback mode the runner calls :func:`zerojit.serving.between_requests` after every
 step, outside its timing, so a swap never lands inside a step (every launch of one step uses the
 same variant), and at the end waits up to :data:`BACKGROUND_WAIT_S` for the background compiles
-it started, then reports what happened (``background_idle`` says whether they all ended).
+it started, applies the swaps that are ready (after the last step: between requests), then
+reports what happened (``background_idle`` says whether they all ended).
 """
 
 from __future__ import annotations
@@ -272,7 +273,7 @@ class RunOptions:
 
     def fallback_options(self) -> Any:
         """This run's :class:`zerojit.serving.FallbackOptions` (fallback mode)."""
-        from zerojit.serving import FallbackOptions  # the serving layer, only where fallback serves
+        from zerojit.monitor import FallbackOptions
 
         return FallbackOptions(swap=self.swap, fallback_miss=self.fallback_miss, workers=self.background_workers)
 
@@ -787,8 +788,12 @@ def run(options: RunOptions | None = None) -> RunReport:
                                   progress=options.progress, clock=clock, prime=prime,
                                   between=serving.between_requests if serving is not None else None)
             # The background compiles the trace started: waited for (with a deadline), so that
-            # the report counts what they did; one still running then is reported, not waited on.
-            idle = serving.wait_idle(BACKGROUND_WAIT_S) if serving is not None else None
+            # the report counts what they did, and the ready ones swapped in (after the last
+            # step: between requests); one still running then is reported, not waited on.
+            idle = None
+            if serving is not None:
+                idle = serving.wait_idle(BACKGROUND_WAIT_S)
+                serving.between_requests()
             counts = monitor.counts()
         audit = build_audit(warmup.report, monitor)
     runtime_compiles = counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads
