@@ -977,9 +977,10 @@ def exec_command(
     served: dict[str, int] = {}
     if counts is not None:
         compiles = counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads
-        # outside fallback mode (counts without the serving fields) every runtime compile is on the request path
+        # (counts without the serving fields: a runtime compile that was not blocked waited on the request path)
         served = {name: getattr(counts, name, default) for name, default in (
-            ("request_path_compiles", compiles), ("fallback_launches", 0), ("background_compiles", 0), ("swaps", 0))}
+            ("request_path_compiles", compiles - counts.blocked), ("fallback_launches", 0), ("background_compiles", 0),
+            ("swaps", 0))}
         line = (f"zerojit exec: {count(counts.launches, 'monitored launch', 'monitored launches')}, "
                 f"{count(compiles, 'runtime compile')}" + (f" ({counts.blocked} blocked)" if counts.blocked else ""))
         if mode == "fallback":

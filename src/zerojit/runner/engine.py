@@ -553,8 +553,8 @@ class RunReport:
     """Everything ``zerojit run`` reports; :meth:`to_dict` is its ``--json`` output.
 
     ``request_path_compiles``, ``fallback_launches``, ``background_compiles``, ``swaps``: the
-    monitor's counts of the same names (:class:`~zerojit.monitor.MonitorCounts`; outside fallback
-    mode every runtime compile is a request-path one). ``background_idle``: in fallback mode,
+    monitor's counts of the same names (:class:`~zerojit.monitor.MonitorCounts`; a request-path
+    compile is a runtime compile that compiled or loaded, not one error mode blocked). ``background_idle``: in fallback mode,
     whether the background compiles had all ended when the report was made (None: other modes).
     ``cut``: the variants :func:`cut_keyspace` dropped (``kernel: key``).
     """
@@ -816,8 +816,8 @@ def run(options: RunOptions | None = None) -> RunReport:
         max_step_ms=max(replay.step_ms, default=0.0), replay_seconds=replay.seconds,
         total_seconds=time.perf_counter() - start, kv_cache=KVCacheSummary.of(cache, num_blocks), audit=audit,
         checks=checks, step_times=StepTimes.of(replay), primer_steps=primed[0], primer_seconds=primed[1],
-        # outside fallback mode (counts without the serving fields) every runtime compile is on the request path
-        request_path_compiles=getattr(counts, "request_path_compiles", runtime_compiles),
+        # (counts without the serving fields: a runtime compile that was not blocked waited on the request path)
+        request_path_compiles=getattr(counts, "request_path_compiles", runtime_compiles - counts.blocked),
         fallback_launches=getattr(counts, "fallback_launches", 0),
         background_compiles=getattr(counts, "background_compiles", 0), swaps=getattr(counts, "swaps", 0),
         background_idle=idle, cut=tuple(cut),
