@@ -109,8 +109,10 @@ def main() -> None:
 
     print(f"\nzerojit run --device {args.device} --jit-monitor-mode {args.mode} --requests {args.requests}: "
           f"{args.rounds} rounds, medians (min-max)")
-    print(f"{'run':<6}{'req-path':>9}{'fallback':>9}{'backgr.':>8}{'swaps':>6}{'runtime':>8}{'cut':>4}{'checks':>9}"
-          f"{'max step ms':>24}{'decode median ms':>24}{'prefill median ms':>24}")
+    widths = (9, 12, 8, 6, 8, 4)
+    print(f"{'run':<6}" + "".join(f"{h:>{w}}" for h, w in zip(("req-path", "fallback", "backgr.", "swaps", "runtime",
+                                                                 "cut"), widths))
+          + f"{'checks':>9}{'max step ms':>24}{'decode median ms':>24}{'prefill median ms':>24}")
     summary: dict = {"device": args.device, "mode": args.mode, "requests": args.requests, "rounds": args.rounds}
     for kind in KINDS:
         mine = [r for r in runs if r["kind"] == kind and "error" not in r]
@@ -120,8 +122,8 @@ def main() -> None:
         counts = {k: sorted({r[k] for r in mine}) for k in (*COUNTS, "cut")}
         checks = [r["checks"] for r in mine if r["checks"] is not None]
         ok = "n/a" if not checks else ("equal" if all(c["ok"] for c in checks) else "MISMATCH")
-        print(f"{kind:<6}" + "".join(f"{'/'.join(map(str, counts[k])):>{w}}" for k, w in
-                                     zip((*COUNTS, "cut"), (9, 9, 8, 6, 8, 4)))
+        print(f"{kind:<6}" + "".join(" " + f"{'/'.join(map(str, counts[k])):>{w - 1}}" for k, w in
+                                     zip((*COUNTS, "cut"), widths))
               + f"{ok:>9}" + "".join(f"{spread([r[f] for r in mine if r[f] is not None]):>24}"
                                      for f in ("max_ms", "median_decode_ms", "median_prefill_ms")))
         summary[kind] = {"counts": counts, "checks": ok}
