@@ -25,7 +25,12 @@ process), with an empty Triton cache folder (a cold compile, the warm-up inside 
 rounds, and the ratio miss first / warmed first of each round. Goal: the fallback's first launch
 <= 1.1x a warmed key's first launch.
 
-Usage: ``PYTHONPATH=src python benchmarks/miss.py [--rounds 5] [--json OUT]``
+``--device cpu`` runs the same under compile-only (``cuda:90``: the warm-up and the background
+compile really compile, launches are dry: Triton's binder and cache lookup, nothing executes, so
+no output is checked and no CUDA loading is paid): the request-path figures of the compile-only
+path, where Triton's inline compile is a real compile too.
+
+Usage: ``PYTHONPATH=src python benchmarks/miss.py [--device cuda|cpu] [--rounds 5] [--json OUT]``
 """
 
 from __future__ import annotations
@@ -45,17 +50,28 @@ MISSED = 7  # the class not warmed ("other")
 SWAP_DEADLINE_S = 120.0
 
 
-def child(mode: str) -> dict:
+def child(mode: str, device: str) -> dict:
+    import contextlib
+
+    from zerojit.compile_only import compile_only
+
+    with (compile_only("cuda:90") if device == "cpu" else contextlib.nullcontext()):
+        return _measure(mode, device)
+
+
+def _measure(mode: str, device: str) -> dict:
     import torch
 
     from zerojit import JitMonitor, JitWarmupRegistry
     from zerojit.examples.scale_add import scale_add
 
+    gpu = device == "cuda"
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
     n = 1 << 20
-    x = torch.randn(n, device="cuda")
-    bias = torch.randn(64, device="cuda")
+    x = torch.randn(n, device=device)
+    bias = torch.randn(64, device=device)
     out = torch.empty_like(x)
-    torch.cuda.synchronize()
+    sync()
     t0 = time.perf_counter()
     registry = JitWarmupRegistry()
     with registry.activate():
@@ -66,11 +82,13 @@ def child(mode: str) -> dict:
     def launch(period: int) -> float:
         t = time.perf_counter()
         scale_add(x=x, bias=bias, out=out, period=period, scale=1.5)
-        torch.cuda.synchronize()
+        sync()
         return (time.perf_counter() - t) * 1e3
 
     def check(period: int, what: str) -> None:
-        expected = x * 1.5 + bias[torch.arange(n, device="cuda") % period]
+        if not gpu:  # a dry launch computes nothing
+            return
+        expected = x * 1.5 + bias[torch.arange(n, device=device) % period]
         if not torch.equal(out, expected):
             raise SystemExit(f"{mode}: {what}: wrong result (max error {(out - expected).abs().max().item()})")
 
@@ -98,20 +116,20 @@ def child(mode: str) -> dict:
         counts = monitor.counts()
     served = {k: getattr(counts, k, None) for k in ("request_path_compiles", "fallback_launches",
                                                     "background_compiles", "swaps")}
-    return {"mode": mode, "warmup_ms": warmup_ms, "keys": report.num_keys,
+    return {"mode": mode, "device": device, "warmup_ms": warmup_ms, "keys": report.num_keys,
             "generic_variants": getattr(report, "generic_variants", None), "process_first_ms": process_first,
             "warmed_first_ms": warmed_first, "miss_first_ms": miss_first, "swap_ms": swap_ms,
             "runtime_compiles": counts.runtime_compiles, **served}
 
 
-def run_child(mode: str, timeout: float) -> dict:
+def run_child(mode: str, device: str, timeout: float) -> dict:
     """One fresh process with an empty Triton cache folder (and Triton home: nothing remembered)."""
     with tempfile.TemporaryDirectory(prefix="miss-") as folder:
         env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(folder, "cache"), TRITON_HOME=folder)
         env.pop("ZEROJIT_JIT_MONITOR", None)
         try:
-            proc = subprocess.run([sys.executable, __file__, "--child", mode], env=env, capture_output=True, text=True,
-                                  timeout=timeout)
+            proc = subprocess.run([sys.executable, __file__, "--child", mode, "--device", device], env=env,
+                                  capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return {"mode": mode, "error": f"no result after {timeout:.0f} s"}
     if proc.returncode:
@@ -127,27 +145,30 @@ def spread(values: list[float], fmt: str = ".3f") -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="cpu: compile-only cuda:90, dry launches (no output checked)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds, each one fresh process per mode")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds one process may take")
     parser.add_argument("--json", help="also write every round and the summary here")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(args.child, args.device)))
         return
     rows = []
     for r in range(args.rounds):
         for mode in (MODES if r % 2 == 0 else MODES[::-1]):
-            row = run_child(mode, args.timeout)
+            row = run_child(mode, args.device, args.timeout)
             row["round"] = r
             rows.append(row)
             print(f"round {r} {mode:<8}: " + (row.get("error") or
                   f"warmed first {row['warmed_first_ms']:.3f} ms, miss first {row['miss_first_ms']:.3f} ms"
                   + (f", swap {row['swap_ms']:.0f} ms" if row["swap_ms"] is not None else "")), flush=True)
 
-    print(f"\nfirst launch of a class not warmed (scale_add, period {MISSED}; warmed: periods {WARMED}), "
+    where = "cuda" if args.device == "cuda" else "cpu, compile-only cuda:90 (dry launches)"
+    print(f"\nfirst launch of a class not warmed (scale_add, period {MISSED}; warmed: periods {WARMED}) on {where}, "
           f"{args.rounds} rounds, ms, median (min-max)")
-    print(f"{'mode':<10}{'warm-up':>24}{'warmed first':>24}{'miss first':>26}{'miss/warmed':>24}{'swap':>24}"
+    print(f"{'mode':<10}{'warm-up':>24}{'warmed first':>24}{'miss first':>28}{'miss/warmed':>28}{'swap':>24}"
           f"  counts (request-path, fallback, background, swaps)")
     summary = {}
     for mode in MODES:
@@ -160,8 +181,8 @@ def main() -> None:
                          for r in mine}, key=str)
         swaps = [r["swap_ms"] for r in mine if r["swap_ms"] is not None]
         print(f"{mode:<10}{spread([r['warmup_ms'] for r in mine], '.0f'):>24}"
-              f"{spread([r['warmed_first_ms'] for r in mine]):>24}{spread([r['miss_first_ms'] for r in mine]):>26}"
-              f"{spread(ratio, '.2f'):>24}{spread(swaps, '.0f') if swaps else '':>24}  {counts}")
+              f"{spread([r['warmed_first_ms'] for r in mine]):>24}{spread([r['miss_first_ms'] for r in mine]):>28}"
+              f"{spread(ratio, '.2f'):>28}{spread(swaps, '.0f') if swaps else '':>24}  {counts}")
         summary[mode] = {"ratio": ratio, "swap_ms": swaps, "counts": counts}
     if "fallback" in summary:
         med = statistics.median(summary["fallback"]["ratio"])
