@@ -48,7 +48,7 @@ step() {
   t0=$(date +%s.%N)
   echo "== $name (deadline ${limit} s): $*" >>"$LOG"
   timeout -k 10 "$limit" "$@" >>"$LOG" 2>&1 || rc=$?
-  echo "== $name: exit $rc after $(echo "$(date +%s.%N) - $t0" | bc) s" >>"$LOG"
+  echo "== $name: exit $rc after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s" >>"$LOG"
   echo "$name: exit $rc"
 }
 
