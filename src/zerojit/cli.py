@@ -365,7 +365,7 @@ def jit_monitor_mode_option(default: Optional[str] = None, *, default_help: str 
     )
 
 
-#: What a command's fallback options hold (``zerojit.serving.FallbackOptions``' values).
+#: The values of the fallback flags (those of ``zerojit.monitor.FallbackOptions``, fallback mode's options).
 _SWAPS = ("immediate", "between-requests", "never")
 _FALLBACK_MISSES = ("compile", "error")
 

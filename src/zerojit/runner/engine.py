@@ -110,9 +110,9 @@ __all__ = [
 
 #: ``RunOptions.warmup`` values.
 WARMUP_MODES = ("zerojit", "triton", "none")
-#: ``RunOptions.swap`` values (:class:`zerojit.serving.FallbackOptions`' ``swap``).
+#: ``RunOptions.swap`` values (those of ``zerojit.monitor.FallbackOptions.swap``).
 SWAP_MODES = ("immediate", "between-requests", "never")
-#: ``RunOptions.fallback_miss`` values (:class:`zerojit.serving.FallbackOptions`' ``fallback_miss``).
+#: ``RunOptions.fallback_miss`` values (those of ``zerojit.monitor.FallbackOptions.fallback_miss``).
 FALLBACK_MISSES = ("compile", "error")
 #: Seconds a fallback-mode run waits, after its last step, for the background compiles it started
 #: (their counts then are in the report; a compile still running after it is reported as such).
@@ -162,7 +162,7 @@ class RunOptions:
             ``triton`` / ``none`` warm-ups).
         generic: the warm-up also compiles the generic variants (``registry.warmup(generic=)``).
         swap, fallback_miss, background_workers: fallback mode's
-            :class:`zerojit.serving.FallbackOptions` (``swap``, ``fallback_miss``, ``workers``).
+            ``zerojit.monitor.FallbackOptions`` (``swap``, ``fallback_miss``, ``workers``).
         cut_keyspace: benchmarks only: after the primer, each kernel's first specialized warmed
             variant is dropped from Triton's in-process cache (:func:`cut_keyspace`), so the
             trace misses there; needs a zerojit warm-up.
@@ -272,7 +272,7 @@ class RunOptions:
         return "fallback" if self.resolved_device().type == "cuda" else "error"
 
     def fallback_options(self) -> Any:
-        """This run's :class:`zerojit.serving.FallbackOptions` (fallback mode)."""
+        """This run's ``zerojit.monitor.FallbackOptions`` (fallback mode)."""
         from zerojit.monitor import FallbackOptions
 
         return FallbackOptions(swap=self.swap, fallback_miss=self.fallback_miss, workers=self.background_workers)
