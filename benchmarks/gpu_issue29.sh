@@ -70,7 +70,7 @@ sources=$("$PY" -c 'import os, torch, triton; print(os.path.dirname(torch.__file
 step bytecode 60 "$PY" -m compileall -q -j 0 src benchmarks /tmp/site $sources  # (exit 1 on a file of newer syntax is harmless)
 
 step gpu-tests 180 "$PY" -m pytest -q -m gpu tests -p no:cacheprovider
-table miss 100 miss.txt "$PY" benchmarks/miss.py --rounds 4 --timeout 45 --json "$OUT/miss.json"
+table miss 110 miss.txt "$PY" benchmarks/miss.py --rounds 4 --timeout 45 --json "$OUT/miss.json"
 if [ -f benchmarks/generic_speed.py ]; then
   json=()
   if "$PY" benchmarks/generic_speed.py --help 2>/dev/null | grep -q -- "--json"; then json=(--json "$OUT/generic_speed.json"); fi
@@ -78,7 +78,7 @@ if [ -f benchmarks/generic_speed.py ]; then
 else
   echo "== generic: benchmarks/generic_speed.py is not in this tree" >>"$LOG"
 fi
-table runner 140 fallback_runner.txt "$PY" benchmarks/fallback_runner.py --device cuda --rounds 2 --requests 1000 \
+table runner 150 fallback_runner.txt "$PY" benchmarks/fallback_runner.py --device cuda --rounds 2 --requests 600 \
   --timeout 70 --json "$OUT/fallback_runner.json"
 table cpu 40 fallback_runner_cpu.txt "$PY" benchmarks/fallback_runner.py --device cpu --rounds 1 --requests 300 --timeout 30
 date >>"$LOG"
