@@ -74,7 +74,7 @@ table miss 110 miss.txt "$PY" benchmarks/miss.py --rounds 4 --timeout 45 --json 
 if [ -f benchmarks/generic_speed.py ]; then
   json=()
   if "$PY" benchmarks/generic_speed.py --help 2>/dev/null | grep -q -- "--json"; then json=(--json "$OUT/generic_speed.json"); fi
-  table generic 90 generic_speed.txt "$PY" benchmarks/generic_speed.py "${json[@]}"
+  table generic 90 generic_speed.txt "$PY" benchmarks/generic_speed.py ${json[@]+"${json[@]}"}
 else
   echo "== generic: benchmarks/generic_speed.py is not in this tree" >>"$LOG"
 fi
