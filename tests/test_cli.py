@@ -355,7 +355,8 @@ def test_run_help_documents_what_a_config_file_must_set_and_its_defaults():
     text = " ".join(invoke("run", "--help", env={"COLUMNS": "200"}).output.replace("│", " ").split())
     assert "it must set block_size, compress_ratios, index_topk; a field it leaves out takes its default" in text
     assert "sliding_window 128, max_model_len 65536" in text and "num_speculative_tokens 0" in text
-    assert "default: error; with --warmup triton or none only warn" in text
+    assert ("default: fallback on a GPU, error under compile-only (--device cpu; what CI and tests use); with "
+            "--warmup triton or none only warn") in text
 
 
 def test_the_report_says_one_request_and_gives_the_kv_cache_as_values():

@@ -359,9 +359,60 @@ def jit_monitor_mode_option(default: Optional[str] = None, *, default_help: str 
         envvar=_JIT_MONITOR_ENV,
         callback=_check_jit_monitor_mode,
         metavar="MODE",
-        help="runtime JIT monitor after warm-up: off, warn (log each runtime compile once) or "
-        "error (raise RuntimeJitError before compiling)" + (f" ({default_help})" if default_help else ""),
+        help="runtime JIT monitor after warm-up: off, warn (log each runtime compile once), "
+        "error (raise RuntimeJitError before compiling) or fallback (a miss a generic variant serves launches "
+        "it, the key compiles in the background)" + (f" ({default_help})" if default_help else ""),
     )
+
+
+#: The values of the fallback flags (those of ``zerojit.monitor.FallbackOptions``, fallback mode's options).
+_SWAPS = ("immediate", "between-requests", "never")
+_FALLBACK_MISSES = ("compile", "error")
+
+
+def _one_of(values: tuple[str, ...]) -> Callable[[typer.Context, typer.CallbackParam, Any], Any]:
+    """A typer callback refusing (exit 2, one line naming the flag) a value not in ``values``."""
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: Any) -> Any:
+        if value is not None and value not in values:
+            raise typer.BadParameter(f"must be one of {', '.join(values)}, not {value!r}",
+                                     param_hint=f"'{param.opts[0]}'")
+        return value
+
+    return check
+
+
+def _no_generic_option() -> Any:
+    return typer.Option(False, "--no-generic", metavar="",
+                        help="warm no generic variants (a miss then compiles or fails as outside fallback mode)")
+
+
+def _swap_option() -> Any:
+    return typer.Option("between-requests", "--swap", metavar="WHEN", callback=_one_of(_SWAPS),
+                        help="fallback mode: when a variant compiled in the background replaces the generic one: "
+                        "immediate, between-requests (a request runs on one variant: batch invariance and "
+                        "tensor-parallel ranks agree) or never")
+
+
+def _fallback_miss_option() -> Any:
+    return typer.Option("compile", "--fallback-miss", metavar="WHAT", callback=_one_of(_FALLBACK_MISSES),
+                        help="fallback mode: a miss no generic variant serves (a new dtype, constexpr or launch "
+                        "option): compile (inline, counted as a request-path compile) or error (raise)")
+
+
+def _background_workers_option() -> Any:
+    return typer.Option(1, "--background-workers", min=1, metavar="N",
+                        help="fallback mode: background compile worker processes (at nice 19)")
+
+
+def _configure_fallback(mode: str | None, swap: str, fallback_miss: str, workers: int) -> None:
+    """Give the process monitor these fallback options (``monitor.configure(mode, fallback=)``)
+    when it serves in fallback mode."""
+    if mode == "fallback":
+        from zerojit import monitor
+
+        monitor.configure(mode, fallback=monitor.FallbackOptions(swap=swap, fallback_miss=fallback_miss,
+                                                                 workers=workers))
 
 
 def apply_jit_monitor_mode(mode: Optional[str]) -> None:
@@ -422,7 +473,8 @@ def run_command(
                                "none (plain JIT): these run the monitor in warn mode, take no --workers and need a "
                                "fresh process"),
     jit_monitor_mode: Optional[str] = jit_monitor_mode_option(
-        default_help="default: error; with --warmup triton or none only warn"),
+        default_help="default: fallback on a GPU, error under compile-only (--device cpu; what CI and tests use); "
+        "with --warmup triton or none only warn"),
     workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
                                           help="compile worker processes for a zerojit warm-up (default: one per "
                                           "core, at most one per 4 keys to compile, none when the cache is warm; 1: "
@@ -441,14 +493,24 @@ def run_command(
                                            help="also write the report as JSON to this file ('-': standard output; "
                                            "the report then goes to stderr)"),
     no_progress: bool = _no_progress_option("progress bars"),
+    no_generic: bool = _no_generic_option(),
+    swap: str = _swap_option(),
+    fallback_miss: str = _fallback_miss_option(),
+    background_workers: int = _background_workers_option(),
+    cut_keyspace: bool = typer.Option(False, "--cut-keyspace", hidden=True,  # benchmarks/fallback_runner.py
+                                      help="benchmarks only: drop one warmed class per kernel after the primer"),
 ) -> None:
     """Replay a request trace through the sparse-MLA kernels with zero runtime JIT (the main job).
 
     Loads the config, builds the model and a packed paged KV cache under the registry (their layers
     register their kernels), warms up, installs the JIT monitor, replays the trace through a
     continuous-batching scheduler (every step builds its attention metadata through the seven
-    kernels) and reports. Exit status: 0 on success; 1 when something compiled at run time after a
-    zerojit warm-up or a check failed; 2 for invalid input (config, trace, options, flags that
+    kernels) and reports. The monitor serves in fallback mode on a GPU (a miss a generic variant
+    serves launches it at once and compiles the key in the background; swaps land between
+    scheduler steps) and in error mode under compile-only (a miss fails: what CI and tests use).
+    Exit status: 0 on success; 1 when something compiled on the request path after a zerojit
+    warm-up (in fallback mode: a request-path compile; background compiles are reported, not
+    failures) or a check failed; 2 for invalid input (config, trace, options, flags that
     conflict, the environment, a --json that cannot be written).
     """
     import json
@@ -460,13 +522,9 @@ def run_command(
     if warmup not in WARMUP_MODES:
         _refuse("run", f"--warmup {warmup!r}: must be one of {', '.join(WARMUP_MODES)}")
     _check_target("run", target)
-    paired = dict(warmup=warmup, jit_monitor_mode=jit_monitor_mode, workers=workers)
+    paired = dict(warmup=warmup, jit_monitor_mode=jit_monitor_mode, workers=workers, cut_keyspace=cut_keyspace)
     for a, b, why in option_conflicts(**paired):
         _refuse("run", f"{_given(ctx, a, paired[a])} and {_given(ctx, b, paired[b])} conflict: {why}")
-    # The flag wins over ZEROJIT_JIT_MONITOR for the process monitor too, which otherwise reads
-    # the variable when warm-up completes (a value the option took from it is already checked).
-    from_flag = ctx.get_parameter_source("jit_monitor_mode").name == "COMMANDLINE"
-    apply_jit_monitor_mode(jit_monitor_mode if from_flag else None)
     overrides, given_as = _config_overrides(ctx, dcp_size=dcp_size, dcp_rank=dcp_rank,
                                             num_speculative_tokens=num_speculative_tokens)
     if overrides:  # checked here to name a bad value's flag (run() knows only fields); it loads it again
@@ -476,7 +534,16 @@ def run_command(
         jit_monitor_mode=jit_monitor_mode, check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
         num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=_progress(no_progress),
         workers=workers,  # RunOptions caps it (the report says so); the note is said here, below
+        generic=not no_generic, swap=swap, fallback_miss=fallback_miss, background_workers=background_workers,
+        cut_keyspace=cut_keyspace,
     )
+    # The flag wins over ZEROJIT_JIT_MONITOR for the process monitor too, which otherwise reads
+    # the variable when warm-up completes (a value the option took from it is already checked).
+    # A run that serves in fallback mode has the process's one fallback server in its own
+    # monitor: the process monitor stays off then.
+    from_flag = ctx.get_parameter_source("jit_monitor_mode").name == "COMMANDLINE"
+    fallback = options.monitor_mode == "fallback"
+    apply_jit_monitor_mode("off" if fallback else jit_monitor_mode if from_flag else None)
     _capped_workers("run", workers)
     report = run(options)
     typer.echo(report.summary())
@@ -500,6 +567,8 @@ def _given(ctx: typer.Context, name: str, value: Any) -> str:
     source = ctx.get_parameter_source(name)
     if source is not None and source.name == "ENVIRONMENT" and param.envvar:
         return f"{param.envvar}={value}"
+    if isinstance(value, bool):  # a flag
+        return max(param.opts, key=len)
     return f"{max(param.opts, key=len)} {value}"
 
 
@@ -808,6 +877,7 @@ def warmup_command(
 @app.command("exec", cls=_Command, context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 @_reflowed
 @_user_errors("exec")
+@_stdout_is_for("json_out")
 def exec_command(
     command: list[str] = typer.Argument(..., metavar="COMMAND...", help=_PROGRAM_HELP),
     manifest: str = typer.Option(..., "--manifest", metavar="MANIFEST", help="a manifest from zerojit record"),
@@ -817,8 +887,17 @@ def exec_command(
     workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
                                           help="compile worker processes for the warm-up (default: chosen from the "
                                           "cores and the keys to compile; 1: in this process)"),
-    jit_monitor_mode: Optional[str] = jit_monitor_mode_option("error"),
+    jit_monitor_mode: Optional[str] = jit_monitor_mode_option(
+        default_help="default: fallback on a GPU, error under a compile-only target (what CI and tests use)"),
     no_progress: bool = _no_progress_option("progress bar"),
+    json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE",
+                                           help="also write the warm-up report and the monitor's counts as JSON to "
+                                           "this file ('-': standard output; the program's output then goes to "
+                                           "stderr)"),
+    no_generic: bool = _no_generic_option(),
+    swap: str = _swap_option(),
+    fallback_miss: str = _fallback_miss_option(),
+    background_workers: int = _background_workers_option(),
 ) -> None:
     """Warm a manifest, install the JIT monitor, then run the unmodified program in this process.
 
@@ -832,11 +911,19 @@ def exec_command(
     kernel's choices recorded on a GPU are put back into its autotuner before the program runs,
     so their tuning keys benchmark nothing (a recording under a compile-only target has none: a
     new tuning key is benchmarked, which error mode blocks). An exception the program raises is
-    printed as python prints it. A closing line counts the monitored launches and runtime
-    compiles; with --jit-monitor-mode off nothing is counted, and it says so. Exit status: 1 when
-    anything compiled (or was blocked) at run time, or for a corrupted manifest or one recorded
-    with another Triton version, else the program's own (1 for an exception, as python's; the
-    only status with the monitor off); 2 when the program cannot be run or an option is invalid.
+    printed as python prints it. The monitor serves in fallback mode on a GPU (a miss a generic
+    variant serves launches it at once and compiles the key in a background worker; an unmodified
+    program never calls zerojit.serving.between_requests(), so with the default --swap
+    between-requests it keeps the generic variant unless it does: --swap immediate takes the
+    compiled one at once) and in error mode under a compile-only target (what CI and tests use).
+    A closing line counts the monitored launches and runtime compiles (in fallback mode also
+    request-path compiles, fallback launches, background compiles and swaps, after waiting for the
+    background compiles with a deadline); with --jit-monitor-mode off nothing is counted, and it
+    says so. Exit status: 1 when anything compiled (or was blocked) at run time (in fallback mode:
+    on the request path; background compiles are reported, not failures), or for a corrupted
+    manifest or one recorded with another Triton version, else the program's own (1 for an
+    exception, as python's; the only status with the monitor off); 2 when the program cannot be
+    run or an option is invalid.
     """
     from zerojit import monitor as _monitor
     from zerojit.compile_only import compile_only
@@ -846,15 +933,19 @@ def exec_command(
     from zerojit.registry import JitWarmupRegistry, count
 
     _check_input_file("exec", "manifest", manifest)
+    _check_output_file("exec", "--json", json_out)
     program = Program(command)  # (its folder goes first on sys.path, as python puts it: the warm-up imports from it)
     chosen = _manifest_target("exec", target, manifest)
-    mode = jit_monitor_mode or "error"
+    mode = jit_monitor_mode or ("error" if chosen else "fallback")  # (chosen: a compile-only target)
     apply_jit_monitor_mode(mode)
+    _configure_fallback(mode, swap, fallback_miss, background_workers)
     blocked = None
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
         registry = JitWarmupRegistry()
+        generic = {} if not no_generic else {"generic": False}  # (the registry's default: generic=True)
         report = registry.warmup(manifest=manifest, workers=_capped_workers("exec", workers),
-                                 progress=_progress(no_progress), target=chosen or "device", program_folder=False)
+                                 progress=_progress(no_progress), target=chosen or "device", program_folder=False,
+                                 **generic)
         typer.echo(report.summary(), err=True)
         recorded = [k for k in registry.kernels if isinstance(k, RecordedKernel)]
         tuned, notes = restore_tunings(recorded)
@@ -870,6 +961,12 @@ def exec_command(
             blocked, rc = e, 1
         finally:
             restore()
+        idle = None
+        if mode == "fallback":  # the background compiles the program started, waited for with a deadline
+            from zerojit import serving
+            from zerojit.runner.engine import BACKGROUND_WAIT_S
+
+            idle = serving.wait_idle(BACKGROUND_WAIT_S)
     if blocked is not None:
         head, _, rest = str(blocked).removeprefix("zerojit: ").partition("\n")
         site = program.launch_site(blocked)
@@ -877,14 +974,43 @@ def exec_command(
         typer.echo("\n".join(lines), err=True)
     watching = _monitor.current()
     counts = watching.counts() if watching is not None else None
+    served: dict[str, int] = {}
     if counts is not None:
         compiles = counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads
-        typer.echo(f"zerojit exec: {count(counts.launches, 'monitored launch', 'monitored launches')}, "
-                   f"{count(compiles, 'runtime compile')}" + (f" ({counts.blocked} blocked)" if counts.blocked else ""),
-                   err=True)
+        # (counts without the serving fields: a runtime compile that was not blocked waited on the request path)
+        served = {name: getattr(counts, name, default) for name, default in (
+            ("request_path_compiles", compiles - counts.blocked), ("fallback_launches", 0), ("background_compiles", 0),
+            ("swaps", 0))}
+        line = (f"zerojit exec: {count(counts.launches, 'monitored launch', 'monitored launches')}, "
+                f"{count(compiles, 'runtime compile')}" + (f" ({counts.blocked} blocked)" if counts.blocked else ""))
+        if mode == "fallback":
+            line += (f"; {count(served['request_path_compiles'], 'request-path compile')}, "
+                     f"{count(served['fallback_launches'], 'fallback launch', 'fallback launches')}, "
+                     f"{count(served['background_compiles'], 'background compile')}"
+                     + ("" if idle in (None, True) else " (still compiling at the deadline)")
+                     + f", {count(served['swaps'], 'swap')}")
+        typer.echo(line, err=True)
     elif mode == "off":  # nothing installed: a compile at run time goes unseen, and the status cannot say
         typer.echo("zerojit exec: monitor off: runtime compiles not counted", err=True)
-    raise typer.Exit(1 if counts is not None and counts.any_runtime_compile else rc)
+    if counts is None:
+        failed = False
+    elif mode == "fallback":
+        failed = served["request_path_compiles"] > 0
+    else:
+        failed = counts.any_runtime_compile
+    status = 1 if failed else rc
+    if json_out is not None:
+        import json
+
+        data = {"warmup": report.to_dict(), "monitor_mode": mode,
+                "launches": counts.launches if counts is not None else None,
+                "runtime_compiles": compiles if counts is not None else None,
+                "blocked": counts.blocked if counts is not None else None,
+                **{name: served.get(name) for name in ("request_path_compiles", "fallback_launches",
+                                                      "background_compiles", "swaps")},
+                "background_idle": idle, "exit_status": status}
+        _write_output("exec", "--json", json_out, json.dumps(data, indent=2))
+    raise typer.Exit(status)
 
 
 bundle_app = typer.Typer(cls=_Group, no_args_is_help=True,

@@ -35,6 +35,15 @@ Warm-up modes (``RunOptions.warmup``), to compare what each puts on the request 
 ``triton`` and ``none`` run the monitor in ``warn`` mode (their compiles are the point), in a
 fresh, empty Triton cache directory, and refuse to run in a process whose kernels already hold
 compiled variants (their counts would be too low): run each in a fresh process.
+
+Monitor modes: a zerojit warm-up serves in ``fallback`` mode on a GPU (a miss a generic variant
+serves launches it at once and compiles the specialized key in the background,
+:mod:`zerojit.serving`) and in ``error`` mode under compile-only (CI and tests: a miss fails the
+run). In fallback mode the runner calls :func:`zerojit.serving.between_requests` after every
+step, outside its timing, so a swap never lands inside a step (every launch of one step uses the
+same variant), and at the end waits up to :data:`BACKGROUND_WAIT_S` for the background compiles
+it started, applies the swaps that are ready (after the last step: between requests), then
+reports what happened (``background_idle`` says whether they all ended).
 """
 
 from __future__ import annotations
@@ -94,12 +103,20 @@ __all__ = [
     "RunReport",
     "run",
     "warm_up",
+    "cut_keyspace",
     "replay_trace",
     "choose_check_steps",
 ]
 
 #: ``RunOptions.warmup`` values.
 WARMUP_MODES = ("zerojit", "triton", "none")
+#: ``RunOptions.swap`` values (those of ``zerojit.monitor.FallbackOptions.swap``).
+SWAP_MODES = ("immediate", "between-requests", "never")
+#: ``RunOptions.fallback_miss`` values (those of ``zerojit.monitor.FallbackOptions.fallback_miss``).
+FALLBACK_MISSES = ("compile", "error")
+#: Seconds a fallback-mode run waits, after its last step, for the background compiles it started
+#: (their counts then are in the report; a compile still running after it is reported as such).
+BACKGROUND_WAIT_S = 120.0
 
 
 class RunError(RuntimeError):
@@ -122,9 +139,11 @@ class RunOptions:
         device: ``"cpu"`` or ``"cuda"``; None: cuda when available.
         target: the compile-only target on cpu (``cuda:90`` = sm_90).
         warmup: ``zerojit`` | ``triton`` | ``none`` (see the module docstring).
-        jit_monitor_mode: ``error`` (raise before any runtime compile), ``warn`` or ``off``;
-            None: ``error`` after a zerojit warm-up, ``warn`` after the ``triton`` / ``none``
-            ones, which accept only ``warn`` (their runtime compiles are what they measure).
+        jit_monitor_mode: ``fallback`` (a miss a generic variant serves launches it, the key
+            compiles in the background), ``error`` (raise before any runtime compile), ``warn``
+            or ``off``; None: after a zerojit warm-up ``fallback`` on a GPU and ``error`` under
+            compile-only (cpu), ``warn`` after the ``triton`` / ``none`` ones, which accept only
+            ``warn`` (their runtime compiles are what they measure).
         check: steps to check against the references (None: 0 on cpu, 8 on cuda).
         check_max_tokens: on cpu, only steps of at most this many tokens are sampled (the
             interpreter runs one program at a time).
@@ -141,6 +160,12 @@ class RunOptions:
             ``none`` warm-ups take none (``workers > 1`` is refused).
         fresh_triton_cache: compile into a new, empty Triton cache directory (always for the
             ``triton`` / ``none`` warm-ups).
+        generic: the warm-up also compiles the generic variants (``registry.warmup(generic=)``).
+        swap, fallback_miss, background_workers: fallback mode's
+            ``zerojit.monitor.FallbackOptions`` (``swap``, ``fallback_miss``, ``workers``).
+        cut_keyspace: benchmarks only: after the primer, each kernel's first specialized warmed
+            variant is dropped from Triton's in-process cache (:func:`cut_keyspace`), so the
+            trace misses there; needs a zerojit warm-up.
     """
 
     config: str = "dsv4-like"
@@ -162,18 +187,31 @@ class RunOptions:
     step_interval_s: float | None = 0.05
     workers: int | None = None
     fresh_triton_cache: bool = False
+    generic: bool = True
+    swap: str = "between-requests"
+    fallback_miss: str = "compile"
+    background_workers: int = 1
+    cut_keyspace: bool = False
 
     def __post_init__(self) -> None:
         problems = []
         if self.warmup not in WARMUP_MODES:
             problems.append(f"warmup={self.warmup!r}: must be one of {', '.join(WARMUP_MODES)}")
         if self.jit_monitor_mode is not None and self.jit_monitor_mode not in JIT_MONITOR_MODES:
-            problems.append(f"jit_monitor_mode={self.jit_monitor_mode!r}: must be off, warn or error")
+            problems.append(f"jit_monitor_mode={self.jit_monitor_mode!r}: must be one of {', '.join(JIT_MONITOR_MODES)}")
         if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
                                          or self.workers < 1):
             problems.append(f"workers={self.workers!r}: must be an int >= 1 (or None: chosen from the cores and the keys)")
         problems += [f"{a}={getattr(self, a)!r} and {b}={getattr(self, b)!r} conflict: {why}"
-                     for a, b, why in option_conflicts(self.warmup, self.jit_monitor_mode, self.workers)]
+                     for a, b, why in option_conflicts(self.warmup, self.jit_monitor_mode, self.workers,
+                                                       cut_keyspace=self.cut_keyspace)]
+        if self.swap not in SWAP_MODES:
+            problems.append(f"swap={self.swap!r}: must be one of {', '.join(SWAP_MODES)}")
+        if self.fallback_miss not in FALLBACK_MISSES:
+            problems.append(f"fallback_miss={self.fallback_miss!r}: must be one of {', '.join(FALLBACK_MISSES)}")
+        if (isinstance(self.background_workers, bool) or not isinstance(self.background_workers, int)
+                or self.background_workers < 1):
+            problems.append(f"background_workers={self.background_workers!r}: must be an int >= 1")
         if self.device not in (None, "cpu", "cuda"):
             problems.append(f"device={self.device!r}: must be cpu or cuda")
         if self.requests is not None and self.requests < 1:
@@ -220,11 +258,24 @@ class RunOptions:
 
     @property
     def monitor_mode(self) -> str:
-        """The monitor's mode for this run: ``jit_monitor_mode``, else ``error`` after a zerojit
-        warm-up and ``warn`` after the triton / none ones."""
+        """The monitor's mode for this run: ``jit_monitor_mode``, else after a zerojit warm-up
+        ``fallback`` on a GPU and ``error`` under compile-only (what CI and tests use: a miss
+        fails), and ``warn`` after the triton / none ones.
+
+        Raises:
+            RunError: ``device="cuda"`` without a GPU (:meth:`resolved_device`).
+        """
         if self.jit_monitor_mode is not None:
             return self.jit_monitor_mode
-        return "error" if self.warmup == "zerojit" else "warn"
+        if self.warmup != "zerojit":
+            return "warn"
+        return "fallback" if self.resolved_device().type == "cuda" else "error"
+
+    def fallback_options(self) -> Any:
+        """This run's ``zerojit.monitor.FallbackOptions`` (fallback mode)."""
+        from zerojit.monitor import FallbackOptions
+
+        return FallbackOptions(swap=self.swap, fallback_miss=self.fallback_miss, workers=self.background_workers)
 
     @property
     def warmup_workers(self) -> "int | WorkerChoice | None":
@@ -234,7 +285,8 @@ class RunOptions:
         return capped_workers(self.workers, usable_cores())
 
 
-def option_conflicts(warmup: str, jit_monitor_mode: str | None, workers: int | None) -> list[tuple[str, str, str]]:
+def option_conflicts(warmup: str, jit_monitor_mode: str | None, workers: int | None, *,
+                     cut_keyspace: bool = False) -> list[tuple[str, str, str]]:
     """The :class:`RunOptions` fields given together that cannot go together, as ``(field,
     field, why and what to change)``; empty when none. The CLI names the flags of the same
     fields (``--warmup`` ...), :class:`RunOptions` the fields.
@@ -243,6 +295,9 @@ def option_conflicts(warmup: str, jit_monitor_mode: str | None, workers: int | N
       compiles are what they measure, so the monitor must let them happen and count them.
     - ``warmup`` ``triton`` / ``none`` with ``workers > 1``: only a zerojit warm-up has compile
       workers (Triton's ``warmup()`` compiles in this process; ``none`` compiles nothing).
+    - ``warmup`` ``triton`` / ``none`` with ``cut_keyspace``: the cut drops what a zerojit
+      warm-up loaded (a fallback mode, ``jit_monitor_mode`` ``fallback``, is refused by the first
+      rule: it serves misses from a zerojit warm-up's generic variants).
     """
     if warmup == "zerojit" or warmup not in WARMUP_MODES:
         return []
@@ -255,6 +310,9 @@ def option_conflicts(warmup: str, jit_monitor_mode: str | None, workers: int | N
         out.append(("warmup", "workers",
                     "only a zerojit warm-up has compile workers (a triton warm-up compiles in this process, none "
                     "compiles nothing before the replay); leave the workers out or warm up with zerojit"))
+    if cut_keyspace:
+        out.append(("warmup", "cut_keyspace",
+                    "the cut drops variants a zerojit warm-up loaded; warm up with zerojit"))
     return out
 
 
@@ -492,7 +550,14 @@ class StepTimes:
 
 @dataclass(frozen=True)
 class RunReport:
-    """Everything ``zerojit run`` reports; :meth:`to_dict` is its ``--json`` output."""
+    """Everything ``zerojit run`` reports; :meth:`to_dict` is its ``--json`` output.
+
+    ``request_path_compiles``, ``fallback_launches``, ``background_compiles``, ``swaps``: the
+    monitor's counts of the same names (:class:`~zerojit.monitor.MonitorCounts`; a request-path
+    compile is a runtime compile that compiled or loaded, not one error mode blocked). ``background_idle``: in fallback mode,
+    whether the background compiles had all ended when the report was made (None: other modes).
+    ``cut``: the variants :func:`cut_keyspace` dropped (``kernel: key``).
+    """
 
     config: ModelConfig
     backend: str
@@ -522,11 +587,20 @@ class RunReport:
     step_times: StepTimes | None = None
     primer_steps: int = 0
     primer_seconds: float = 0.0
+    request_path_compiles: int = 0
+    fallback_launches: int = 0
+    background_compiles: int = 0
+    swaps: int = 0
+    background_idle: bool | None = None
+    cut: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        """Zero runtime compiles with a zerojit warm-up, and every check passed."""
-        zero = self.runtime_compiles == 0 or self.warmup.mode != "zerojit"
+        """With a zerojit warm-up: zero request-path compiles in fallback mode (a miss served by a
+        generic variant and compiled in the background is no failure), zero runtime compiles in
+        the other modes; and every check passed."""
+        compiles = self.request_path_compiles if self.monitor_mode == "fallback" else self.runtime_compiles
+        zero = compiles == 0 or self.warmup.mode != "zerojit"
         return zero and (self.checks is None or self.checks.ok)
 
     def audit_counts(self) -> dict[str, int]:
@@ -556,6 +630,12 @@ class RunReport:
             "launches": self.launches,
             "warmup": self.warmup.to_dict(),
             "runtime_compiles": self.runtime_compiles,
+            "request_path_compiles": self.request_path_compiles,
+            "fallback_launches": self.fallback_launches,
+            "background_compiles": self.background_compiles,
+            "swaps": self.swaps,
+            "background_idle": self.background_idle,
+            "cut_keyspace": list(self.cut),
             "request_path": self.request_path.to_dict(),
             "first_step_ms": round(self.first_step_ms, 3),
             "median_step_ms": round(self.median_step_ms, 3),
@@ -585,7 +665,9 @@ class RunReport:
             f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})"
             + (f", {w.worker_choice}" if w.worker_choice else "") + (f"; {w.origin}" if w.origin else ""),
             *(w.report.stats.notes("               note: ") if w.report is not None and w.report.stats else ()),
-            f"  monitor      {self.monitor_mode}: {count(self.runtime_compiles, 'runtime compile')}",
+            f"  monitor      {self.monitor_mode}: {count(self.runtime_compiles, 'runtime compile')}"
+            + (f"; {self.serving_counts()}" if self.monitor_mode == "fallback" else ""),
+            *(f"               cut: {c}" for c in self.cut),
             f"  request path {count(rp.compiles, 'compile')} ({rp.compile_ms:.1f} ms compiling), "
             f"{count(rp.loads, 'module load')}, {count(rp.cold_steps, 'cold step')} (steps that compiled or loaded "
             f"a module: +{rp.extra_ms:.1f} ms over the median step)",
@@ -609,13 +691,24 @@ class RunReport:
                          f"{count(ch.outputs, 'output')}, {verdict} ({ch.seconds:.1f} s)")
             lines += [f"    {m}" for m in ch.mismatches[:20]]
         lines.append(f"  total        {self.total_seconds:.1f} s")
-        if self.warmup.mode == "zerojit":
+        if self.warmup.mode == "zerojit" and self.monitor_mode == "fallback":
+            lines.append(f"zero request-path compiles ({count(self.fallback_launches, 'fallback launch', 'fallback launches')})"
+                         if self.request_path_compiles == 0
+                         else f"{count(self.request_path_compiles, 'REQUEST-PATH COMPILE')} after warm-up")
+        elif self.warmup.mode == "zerojit":
             lines.append("zero runtime compiles" if self.runtime_compiles == 0
                          else f"{count(self.runtime_compiles, 'RUNTIME COMPILE')} after warm-up")
         else:
             lines.append(f"--warmup {self.warmup.mode}: {count(rp.compiles, 'compile')} and {rp.extra_ms:.0f} ms on "
                          "the request path (zerojit: 0)")
         return "\n".join(lines)
+
+    def serving_counts(self) -> str:
+        """Fallback mode's four counts, as the monitor line gives them."""
+        idle = "" if self.background_idle in (None, True) else f" (still compiling after {BACKGROUND_WAIT_S:.0f} s)"
+        return (f"{count(self.request_path_compiles, 'request-path compile')}, "
+                f"{count(self.fallback_launches, 'fallback launch', 'fallback launches')}, "
+                f"{count(self.background_compiles, 'background compile')}{idle}, {count(self.swaps, 'swap')}")
 
     def _step_time_lines(self) -> list[str]:
         primer = f"; primer {count(self.primer_steps, 'step')}, {self.primer_seconds * 1e3:.0f} ms" if self.primer_steps else ""
@@ -667,11 +760,18 @@ def run(options: RunOptions | None = None) -> RunReport:
         check_steps = _cuda_check_steps(trace, config, options, device)
         no_warmup = f"--warmup {options.warmup}" if options.warmup == "none" else None
         primed = [0, 0.0]  # steps, seconds
+        mode = options.monitor_mode
+        serving = None
+        if mode == "fallback":  # the serving layer: only where fallback serves (the other modes never import it)
+            import zerojit.serving as serving
+        cut: list[str] = []
 
         def prime() -> None:
             t0 = time.perf_counter()
             if options.warmup == "zerojit":  # the comparison modes measure what lands on the first step
                 primed[0] = primer_steps(plan, device, options.seed, warmup.report)
+                if options.cut_keyspace:  # after the primer, which proves the uncut coverage
+                    cut.extend(cut_keyspace(registry, warmup.report))
                 monitor.reset()  # the replay's counts and audit are the trace's alone
             elif device.type == "cuda":
                 _warm_host_ops(plan, device, options.seed)
@@ -680,13 +780,23 @@ def run(options: RunOptions | None = None) -> RunReport:
         # The clock goes under the run's monitor, whose link is then on top of Triton's hook chain
         # (it blocks before the clock counts); the clock's hook names the one it calls, so the
         # process monitor below it and the primer's monitor above it find their places through it.
+        served = dict(fallback=options.fallback_options()) if serving is not None else {}
         with _RequestPathClock() as clock, \
-                JitMonitor(options.monitor_mode, report=warmup.report, no_warmup_note=no_warmup) as monitor:  # 5.
+                JitMonitor(mode, report=warmup.report, no_warmup_note=no_warmup, **served) as monitor:  # 5.
             replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,  # 6.
                                   step_interval_s=options.step_interval_s, check_steps=check_steps,
-                                  progress=options.progress, clock=clock, prime=prime)
+                                  progress=options.progress, clock=clock, prime=prime,
+                                  between=serving.between_requests if serving is not None else None)
+            # The background compiles the trace started: waited for (with a deadline), so that
+            # the report counts what they did, and the ready ones swapped in (after the last
+            # step: between requests); one still running then is reported, not waited on.
+            idle = None
+            if serving is not None:
+                idle = serving.wait_idle(BACKGROUND_WAIT_S)
+                serving.between_requests()
+            counts = monitor.counts()
         audit = build_audit(warmup.report, monitor)
-    counts = monitor.counts()
+    runtime_compiles = counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads
 
     checks = replay.checks
     if device.type == "cpu" and options.checks_for(device):
@@ -696,16 +806,21 @@ def run(options: RunOptions | None = None) -> RunReport:
 
     report = RunReport(                                                                      # 7.
         config=config, backend=model.backend.name, device=device.type, target=target,
-        monitor_mode=options.monitor_mode, trace=str(options.trace_path), requests=len(trace),
+        monitor_mode=mode, trace=str(options.trace_path), requests=len(trace),
         clipped=trace.clipped, steps=replay.steps, tokens=replay.tokens, prefill_tokens=replay.prefill_tokens,
         decode_tokens=replay.decode_tokens, preemptions=replay.preemptions, launches=counts.launches,
-        warmup=warmup, runtime_compiles=counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads,
+        warmup=warmup, runtime_compiles=runtime_compiles,
         request_path=replay.request_path(counts.runtime_compiles),
         first_step_ms=replay.step_ms[0] if replay.step_ms else 0.0,
         median_step_ms=statistics.median(replay.step_ms) if replay.step_ms else 0.0,
         max_step_ms=max(replay.step_ms, default=0.0), replay_seconds=replay.seconds,
         total_seconds=time.perf_counter() - start, kv_cache=KVCacheSummary.of(cache, num_blocks), audit=audit,
         checks=checks, step_times=StepTimes.of(replay), primer_steps=primed[0], primer_seconds=primed[1],
+        # (counts without the serving fields: a runtime compile that was not blocked waited on the request path)
+        request_path_compiles=getattr(counts, "request_path_compiles", runtime_compiles - counts.blocked),
+        fallback_launches=getattr(counts, "fallback_launches", 0),
+        background_compiles=getattr(counts, "background_compiles", 0), swaps=getattr(counts, "swaps", 0),
+        background_idle=idle, cut=tuple(cut),
     )
     return report
 
@@ -829,7 +944,9 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
     if options.warmup != "zerojit":
         _require_fresh_process(registry, options.warmup)
     if options.warmup == "zerojit":
-        report = registry.warmup(config, progress=options.progress, workers=options.warmup_workers, target=target)
+        generic = {} if options.generic else {"generic": False}  # (the registry's default: generic=True)
+        report = registry.warmup(config, progress=options.progress, workers=options.warmup_workers, target=target,
+                                 **generic)
     elif options.warmup == "triton":
         report = _triton_warmup(registry, config, target, progress=options.progress)
     else:
@@ -841,6 +958,43 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
         keys_by_kernel={k.kernel: len(k.keys) for k in report.kernels},
         failures=tuple(str(f) for f in report.failures), report=report,
     )
+
+
+def cut_keyspace(registry: JitWarmupRegistry, report: WarmupReport) -> list[str]:
+    """Benchmarks only (``zerojit run --cut-keyspace``, ``benchmarks/fallback_runner.py``): cut one
+    value class per kernel out of what the warm-up loaded, so that the trace misses there.
+
+    For each kernel, its first warmed variant (warm-up order) whose classes are not its group's
+    generic ones (:func:`zerojit.generic.generic_classes`: a 16-byte aligned pointer, an int
+    divisible by 16 or equal to 1) is dropped from Triton's in-process cache on this device. The
+    next launch of that key misses as a key warmed without that class would: in fallback mode
+    the group's generic variant (still loaded: the warm-up compiled it from this key) serves it,
+    in warn mode it compiles (from the disk cache: the warm-up wrote the entry), in error mode it
+    is blocked. A kernel whose warmed variants are all generic already has no class to cut and
+    is left whole. The launch paths this reaches are Triton's (``JITFunction.run``); a kernel on
+    zerojit's fast path (``fast_path = True``) is left whole too, since its table still holds the
+    variant. Call it after the primer, which proves the uncut coverage.
+
+    Returns:
+        ``"kernel: key"`` for each variant dropped.
+    """
+    from zerojit import generic
+
+    device = triton_compat.current_device()
+    kernels = {k.name: k for k in registry.kernels}
+    dropped = []
+    for warmed in report.kernels:
+        kernel = kernels.get(warmed.kernel)
+        jit_fn = triton_compat.unwrap_jit_function(getattr(kernel, "kernel", None))
+        if jit_fn is None or getattr(kernel, "fast_path", False) or not triton_compat.has_device_cache(jit_fn, device):
+            continue
+        keep = getattr(kernel, "generic_keep", ())
+        for v in warmed.variants:
+            if v.triton_key and generic.generic_classes(jit_fn, v.specialization, keep) != tuple(v.specialization):
+                if triton_compat.kernel_cache(jit_fn, device).pop(v.triton_key, None) is not None:
+                    dropped.append(f"{warmed.kernel}: {v.key}")
+                break
+    return dropped
 
 
 def _require_fresh_process(registry: JitWarmupRegistry, mode: str) -> None:
@@ -1097,6 +1251,7 @@ def replay_trace(
     progress: bool = False,
     clock: _RequestPathClock | None = None,
     prime: Callable[[], Any] | None = None,
+    between: Callable[[], Any] | None = None,
 ) -> Replay:
     """Replay ``trace`` step by step, building every step's metadata through the kernels.
 
@@ -1116,6 +1271,8 @@ def replay_trace(
         progress: a progress bar over steps.
         clock: the request-path clock (marks the steps that compiled or loaded).
         prime: called once, right before the first step (a zerojit run's :func:`primer_steps`).
+        between: called after every step, outside its timing (fallback mode's
+            :func:`zerojit.serving.between_requests`: a swap lands between steps, never inside one).
     """
     from tqdm.auto import tqdm
 
@@ -1170,6 +1327,8 @@ def replay_trace(
             replay.step_decodes.append(batch.num_decodes)
             if batch.finished:
                 bar.update(len(batch.finished))
+            if between is not None:
+                between()
         replay.seconds = time.perf_counter() - start
     bar.close()
     if clock is not None:
