@@ -74,7 +74,7 @@ def warm(registry: Any, case: "Case") -> Any:
     """
     params = inspect.signature(registry.warmup).parameters
     extra = {k: v for k, v in (("generic", True), ("learned", False)) if k in params}
-    report = registry.warmup(case.config(), progress=False, **extra)
+    report = registry.warmup(case.config(), workers=1, progress=False, **extra)  # a few keys: no worker start-up
     if "generic" not in params:
         compile_generics(report, case.jit_fn, case.kernel_name, case.keep_one)
     return report
