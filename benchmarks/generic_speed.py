@@ -27,6 +27,10 @@ Per variant: the median of all its launches and the spread (25th to 75th percent
 "generic speed" = specialized time / generic time, taken per round (paired, same conditions) and
 reported as the median of the rounds' ratios with their min-max. Goal: >= 90 % at every size.
 
+Why a size is below the goal: each variant's vectorized global loads and stores (of all) in its
+PTX are printed beside it (a generic variant knows no pointer alignment and no stride's
+divisibility, so it may load element by element where the specialized variant loads 16 bytes).
+
 Outputs: each variant's outputs after one launch on fresh output buffers are compared with the
 specialized variant's (``torch.equal``; the MLA kernels are integer kernels, so the generic must
 be exact; for RMSNorm the largest difference is printed).
@@ -67,6 +71,7 @@ class Case:
     fresh: Callable[[], tuple[dict[str, Any], list]]  # new arguments and their outputs (for the output check)
     keep_one: tuple[str, ...] = ()
     times: dict[str, list[list[float]]] = field(default_factory=dict)  # variant -> per round, µs
+    memory: dict[str, tuple[int, int]] = field(default_factory=dict)  # variant -> (vector, all) global loads/stores
     outputs: dict[str, str] = field(default_factory=dict)  # variant -> "exact" / "max |diff| ..."
 
     @property
@@ -156,6 +161,19 @@ def rmsnorm_cases(*, device: Any, quick: bool) -> list[Case]:
     return out
 
 
+def memory_ops(compiled: Any) -> tuple[int, int]:
+    """``(vectorized, all)`` global loads and stores in a compiled variant's PTX: where the
+    generic variant is slower, usually because it cannot vectorize (it knows no alignment)."""
+    ops = [line for line in compiled.asm["ptx"].splitlines() if "ld.global" in line or "st.global" in line]
+    return sum(".v2." in op or ".v4." in op or ".v8." in op for op in ops), len(ops)
+
+
+def inspect_variants(case: Case) -> None:
+    """``case.memory``: each variant's global memory ops (its CompiledKernel, from Triton's cache)."""
+    for name, fn in case.variants.items():
+        case.memory[name] = memory_ops(fn.run(grid=case.grid, warmup=True, **case.args))
+
+
 def check_outputs(case: Case) -> None:
     """Each variant's outputs after one launch on fresh buffers, against the specialized one's."""
     import torch
@@ -224,7 +242,7 @@ def print_table(cases: list[Case]) -> list[dict[str, Any]]:
         s, g = summary(c, "specialized"), summary(c, "generic")
         k = summary(c, "generic_keep") if "generic_keep" in c.times else None
         row = dict(kernel=c.kernel, size=c.size, specialized=s, generic=g, generic_keep=k, keep_one=list(c.keep_one),
-                   outputs=c.outputs)
+                   outputs=c.outputs, memory_ops={n: list(v) for n, v in c.memory.items()})
         rows.append(row)
         keep_cols = (f"{k['median_us']:8.2f} {100 * k['speed']:9.1f}%" if k else f"{'n/a':>8} {'n/a':>10}")
         print(f"{c.kernel:8} {c.size:28} {s['median_us']:8.2f} {g['median_us']:8.2f} "
@@ -243,8 +261,11 @@ def print_goal(rows: list[dict[str, Any]]) -> bool:
         keep = (f"generic_keep={tuple(r['keep_one'])} gives {100 * k['speed']:.1f}% "
                 f"({'recovers it' if k['speed'] >= GOAL else 'does not recover it'})" if k
                 else "no int of this launch is folded to 1: generic_keep cannot help")
+        mem = r["memory_ops"]
+        why = ", ".join(f"{n} {v[0]} of {v[1]}" for n, v in mem.items())
         print(f"  below: {r['kernel']} {r['size']}: {100 * r['generic']['speed']:.1f}% "
-              f"({r['specialized']['median_us']:.2f} vs {r['generic']['median_us']:.2f} µs); {keep}")
+              f"({r['specialized']['median_us']:.2f} vs {r['generic']['median_us']:.2f} µs); {keep}; "
+              f"vectorized global loads/stores: {why}")
     inexact = [r for r in rows if r["kernel"] != "RMSNorm" and any(v != "exact" for v in r["outputs"].values())]
     for r in inexact:
         print(f"  OUTPUT DIFFERS: {r['kernel']} {r['size']}: {r['outputs']}")
@@ -265,7 +286,9 @@ def run_dry(args: argparse.Namespace) -> int:
         for c in cases:
             for name, fn in c.variants.items():
                 fn[c.grid](**c.args)  # compiles under compile-only, launches nothing
-            print(f"{c.kernel:8} {c.size:28} compiled: {', '.join(c.variants)}"
+            inspect_variants(c)
+            mem = ", ".join(f"{n} {v[0]}/{v[1]}" for n, v in c.memory.items())
+            print(f"{c.kernel:8} {c.size:28} compiled; vectorized global loads/stores: {mem}"
                   + (f" (keep_one={c.keep_one})" if c.keep_one else ""))
     print(f"{len(cases)} cases: every variant compiles for cuda:90")
     return 0
@@ -289,6 +312,7 @@ def run_timed(args: argparse.Namespace) -> int:
     flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device)
     for c in cases:
         check_outputs(c)
+        inspect_variants(c)
         time_case(c, rounds=args.rounds, reps=args.reps, flush=flush)
         print(f"timed {c.kernel} {c.size}", file=sys.stderr, flush=True)
     print(f"GPU: {torch.cuda.get_device_name()}; {args.rounds} rounds x {args.reps} launches per variant, "
