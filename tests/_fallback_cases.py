@@ -106,7 +106,8 @@ def _representative(p: Any, spec: SpecClass, keep: frozenset[str]) -> Any:
 
 def compile_generics(report: Any, jit_fn: Any, kernel_name: str, keep_one: tuple[str, ...] = ()) -> int:
     """Compile (and, on a GPU, load) the generic variant of each group of ``jit_fn``'s warmed keys
-    in ``report`` (those of kernel ``kernel_name``) and file it (:func:`zerojit.generic.register`); returns how many groups.
+    in ``report`` (those of kernel ``kernel_name``) and file it (:func:`zerojit.generic.register`);
+    returns how many groups.
 
     A dry launch of :func:`zerojit.generic.generic_function_of` with one argument per generic
     class (meta tensors for pointers) and the group's launch options: the stand-in for the
@@ -174,7 +175,8 @@ def _alignment_specialized(jit_fn: Any) -> set[str]:
         return {p.name for p in jit_fn.params if not p.is_constexpr and not p.do_not_specialize
                 and not p.do_not_specialize_on_alignment}
     # TRITON_INTERPRET=1: an InterpretedFunction keeps triton.jit's keyword arguments
-    exempt = set(jit_fn.kwargs.get("do_not_specialize", ())) | set(jit_fn.kwargs.get("do_not_specialize_on_alignment", ()))
+    kw = jit_fn.kwargs
+    exempt = set(kw.get("do_not_specialize", ())) | set(kw.get("do_not_specialize_on_alignment", ()))
     params = inspect.signature(jit_fn.fn).parameters.values()
     return {p.name for p in params if "constexpr" not in str(p.annotation) and p.name not in exempt}
 
@@ -585,7 +587,8 @@ def rmsnorm_bound(fallback: list[torch.Tensor], specialized: list[torch.Tensor],
     for name, f, s in zip(("Y", "RSTD"), fallback, specialized):
         rel = float(((f.double() - s.double()).abs() / s.double().abs().clamp_min(1e-30)).max())
         assert rel <= RMSNORM_REL, f"{name} differs by {rel:.3g} of its value (bound 2^-18)"
-        out.update({f"{name}_max_rel": rel, f"{name}_max_ulp": _ulp_diff(f, s), f"{name}_equal": bool(torch.equal(f, s))})
+        out.update({f"{name}_max_rel": rel, f"{name}_max_ulp": _ulp_diff(f, s),
+                    f"{name}_equal": bool(torch.equal(f, s))})
     return out
 
 
