@@ -31,7 +31,7 @@ import _zerojit_entry as _entry  # the console script's interrupt line and statu
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from zerojit.monitor import ENV_VAR as _JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES
+from zerojit.monitor import ENV_VAR as _JIT_MONITOR_ENV, FALLBACK_MISSES, MODES as JIT_MONITOR_MODES, SWAP_POLICIES
 from zerojit.runner.config import REQUIRED_FIELDS, file_defaults
 
 
@@ -366,8 +366,6 @@ def jit_monitor_mode_option(default: Optional[str] = None, *, default_help: str 
 
 
 #: The values of the fallback flags (those of ``zerojit.monitor.FallbackOptions``, fallback mode's options).
-_SWAPS = ("immediate", "between-requests", "never")
-_FALLBACK_MISSES = ("compile", "error")
 
 
 def _one_of(values: tuple[str, ...]) -> Callable[[typer.Context, typer.CallbackParam, Any], Any]:
@@ -388,14 +386,14 @@ def _no_generic_option() -> Any:
 
 
 def _swap_option() -> Any:
-    return typer.Option("between-requests", "--swap", metavar="WHEN", callback=_one_of(_SWAPS),
+    return typer.Option("between-requests", "--swap", metavar="WHEN", callback=_one_of(SWAP_POLICIES),
                         help="fallback mode: when a variant compiled in the background replaces the generic one: "
                         "immediate, between-requests (a request runs on one variant: batch invariance and "
                         "tensor-parallel ranks agree) or never")
 
 
 def _fallback_miss_option() -> Any:
-    return typer.Option("compile", "--fallback-miss", metavar="WHAT", callback=_one_of(_FALLBACK_MISSES),
+    return typer.Option("compile", "--fallback-miss", metavar="WHAT", callback=_one_of(FALLBACK_MISSES),
                         help="fallback mode: a miss no generic variant serves (a new dtype, constexpr or launch "
                         "option): compile (inline, counted as a request-path compile) or error (raise)")
 
@@ -942,10 +940,9 @@ def exec_command(
     blocked = None
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
         registry = JitWarmupRegistry()
-        generic = {} if not no_generic else {"generic": False}  # (the registry's default: generic=True)
         report = registry.warmup(manifest=manifest, workers=_capped_workers("exec", workers),
                                  progress=_progress(no_progress), target=chosen or "device", program_folder=False,
-                                 **generic)
+                                 generic=not no_generic)
         typer.echo(report.summary(), err=True)
         recorded = [k for k in registry.kernels if isinstance(k, RecordedKernel)]
         tuned, notes = restore_tunings(recorded)

@@ -70,7 +70,7 @@ from zerojit import triton_compat
 from zerojit.audit import CoverageAudit, build_audit
 from zerojit.kernel import _WARMUP_SINK, CompiledVariant
 from zerojit.kernels.mla.config import ModelConfig
-from zerojit.monitor import ENV_VAR as JIT_MONITOR_ENV, MODES as JIT_MONITOR_MODES, JitMonitor
+from zerojit.monitor import ENV_VAR as JIT_MONITOR_ENV, FALLBACK_MISSES, MODES as JIT_MONITOR_MODES, SWAP_POLICIES, JitMonitor
 from zerojit.registry import (JitWarmupRegistry, KernelWarmup, WarmupFailure, WorkerChoice, WarmupReport, capped_workers,
                               count, usable_cores)
 
@@ -110,10 +110,6 @@ __all__ = [
 
 #: ``RunOptions.warmup`` values.
 WARMUP_MODES = ("zerojit", "triton", "none")
-#: ``RunOptions.swap`` values (those of ``zerojit.monitor.FallbackOptions.swap``).
-SWAP_MODES = ("immediate", "between-requests", "never")
-#: ``RunOptions.fallback_miss`` values (those of ``zerojit.monitor.FallbackOptions.fallback_miss``).
-FALLBACK_MISSES = ("compile", "error")
 #: Seconds a fallback-mode run waits, after its last step, for the background compiles it started
 #: (their counts then are in the report; a compile still running after it is reported as such).
 BACKGROUND_WAIT_S = 120.0
@@ -205,8 +201,8 @@ class RunOptions:
         problems += [f"{a}={getattr(self, a)!r} and {b}={getattr(self, b)!r} conflict: {why}"
                      for a, b, why in option_conflicts(self.warmup, self.jit_monitor_mode, self.workers,
                                                        cut_keyspace=self.cut_keyspace)]
-        if self.swap not in SWAP_MODES:
-            problems.append(f"swap={self.swap!r}: must be one of {', '.join(SWAP_MODES)}")
+        if self.swap not in SWAP_POLICIES:
+            problems.append(f"swap={self.swap!r}: must be one of {', '.join(SWAP_POLICIES)}")
         if self.fallback_miss not in FALLBACK_MISSES:
             problems.append(f"fallback_miss={self.fallback_miss!r}: must be one of {', '.join(FALLBACK_MISSES)}")
         if (isinstance(self.background_workers, bool) or not isinstance(self.background_workers, int)
@@ -944,9 +940,8 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
     if options.warmup != "zerojit":
         _require_fresh_process(registry, options.warmup)
     if options.warmup == "zerojit":
-        generic = {} if options.generic else {"generic": False}  # (the registry's default: generic=True)
         report = registry.warmup(config, progress=options.progress, workers=options.warmup_workers, target=target,
-                                 **generic)
+                                 generic=options.generic)
     elif options.warmup == "triton":
         report = _triton_warmup(registry, config, target, progress=options.progress)
     else:
