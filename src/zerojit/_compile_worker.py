@@ -273,7 +273,19 @@ class Worker:
 
     def _import(self, qualified: str):
         module_name, _, qualname = qualified.partition(":")
-        obj = importlib.import_module(module_name)
+        try:
+            obj = importlib.import_module(module_name)
+        except Exception:
+            # A library that probes the device at import (FLA: the GPU's name once Triton's driver
+            # says "cuda") fails here, where no GPU is visible; imported with no active driver it
+            # takes its own no-GPU path. Its function's cache_key is checked by whoever uses the
+            # entry (a differing source is another entry, never a wrong one).
+            drv = self.tc.peek_driver()
+            self.tc.set_driver(None)
+            try:
+                obj = importlib.import_module(module_name)
+            finally:
+                self.tc.set_driver(drv)
         for part in qualname.split("."):
             obj = getattr(obj, part)
         while self.tc.is_autotuner(obj) or self.tc.is_heuristics(obj):  # the module binds the decorated object
