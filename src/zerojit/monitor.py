@@ -86,6 +86,7 @@ from typing import Any, Callable
 
 from . import triton_compat as _tc
 from . import kernel as _kernel
+from . import learned as _learned
 from . import registry as _registry
 from .context import allow_compiles, in_warmup
 from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
@@ -816,14 +817,17 @@ class JitMonitor:
         growth_limit: distinct runtime values of one parameter of one kernel after which the
             monitor logs one line naming it and the fix, and no longer one line per new value
             (:mod:`zerojit.growth`; default :data:`~zerojit.growth.DEFAULT_GROWTH_LIMIT`).
+        learn: append each distinct miss (warn and error mode) to the learned-keys file, which
+            the next warm-up warms (:mod:`zerojit.learned`; off also with ``ZEROJIT_LEARN=0``).
 
     Usable as a context manager (install on enter, uninstall on exit). Thread-safe: counters and
     records are updated under one lock; warn mode logs once per distinct (kernel, Triton key).
     """
 
     def __init__(self, mode: str = "warn", *, report: Any = _PROCESS_WARMUPS, no_warmup_note: str | None = None,
-                 growth_limit: int = DEFAULT_GROWTH_LIMIT) -> None:
+                 growth_limit: int = DEFAULT_GROWTH_LIMIT, learn: bool = True) -> None:
         self._mode = _check_mode(mode)
+        self._learn = learn
         self._growth = GrowthTracker(growth_limit)
         self._no_warmup_note = no_warmup_note
         self._lock = threading.RLock()
@@ -1176,6 +1180,9 @@ class JitMonitor:
                 stats.blocked += 1
             else:  # the listener call that follows carries this very signature dict
                 self._pending[id(request.signature)] = (request.signature, stats)
+        if first and self._learn:  # (never raises: an unwritable file is one warning)
+            options = _tc.run_options_removed(_parse_options(_options_part(key)) or {})
+            _learned.record_miss(jit_fn, stats.record.specialization, options, kernel_name=stats.record.kernel)
         log = logger.error if mode == "error" else logger.warning
         for growing in crossed:
             log("zerojit: %s", growing.summary(self._growth.limit))

@@ -34,7 +34,7 @@ from .triton_compat import import_launch_path_modules
 # `import zerojit` imports the registry, and every compile worker pays that import when its
 # kernels' modules import zerojit.kernel (the three cost 17 ms of a worker's ~0.4 s boot on the
 # 2-core CI machine). None of them imports the registry, so these imports close no cycle.
-from . import integrity, loading
+from . import integrity, learned as _learned, loading
 from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers, take_damaged_notes
 from .kernel import TritonJitKernel
 from .manifest import RecordedKernel, read_manifest, warmup_plan
@@ -407,6 +407,7 @@ class JitWarmupRegistry:
         group: Any = None,
         manifest: str | os.PathLike | None = None,
         program_folder: bool = True,
+        learned: bool = True,
     ) -> WarmupReport:
         """Compile (and on a GPU load) every key of every registered kernel.
 
@@ -441,6 +442,12 @@ class JitWarmupRegistry:
                 program's folder first on ``sys.path`` (:func:`~zerojit.manifest.warmup_plan`);
                 False when the caller has set ``sys.path`` up as the program it then runs will
                 have it (``zerojit exec``), so the program's own code is what is warmed.
+            learned: also warm the keys that missed after earlier warm-ups into this cache folder
+                (the learned-keys file, :mod:`zerojit.learned`) of the kernels this warm-up has
+                (registered, or recorded in ``manifest``): through a contract kernel's
+                ``CompileKey`` where the miss gave one its key space lacks, else as recorded
+                keys. The report counts them (``learned``) and names each record skipped
+                (another source, corrupted: ``learned_skipped``). False: skip the file.
 
         Whatever ``workers``, ``bundle`` or ``group``, every compile of an entry missing from the
         disk cache holds that entry's file lock, so processes sharing a cache folder compile each
@@ -489,6 +496,8 @@ class JitWarmupRegistry:
         if compiles:
             check_cache_folder("zerojit warm-up")
         plan, failures = self.warmup_keys(config)
+        learned_plan = _learned.plan(plan) if learned and compiles else None
+        learned_jobs, through_keys = learned_plan.apply(plan) if learned_plan is not None else (set(), 0)
         jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
         extra = _primer_jobs(jobs)  # on a GPU: the launch-path primer, compiled with the rest
         # Warm start: what zerojit's restore index covers skips Triton's lookup (zerojit.restore).
@@ -578,8 +587,13 @@ class JitWarmupRegistry:
         if target == "device":  # name what was really compiled for
             compile_only_driver = active_compile_only()
             target = compile_only_driver.target_name if compile_only_driver is not None else target
+        warmed_learned = [(kernel, key) for kernel, done in per_kernel.items() for key, _, _ in done
+                          if (id(kernel), key) in learned_jobs]
         report = WarmupReport(kernels=kernels, failures=tuple(failures), seconds=time.perf_counter() - start,
-                              target=target, stats=stats, skipped=tuple(skipped))
+                              target=target, stats=stats, skipped=tuple(skipped), learned=len(warmed_learned),
+                              learned_through_keys=sum(not isinstance(k, RecordedKernel) for k, _ in warmed_learned),
+                              learned_skipped=tuple(learned_plan.skipped) if learned_plan is not None else (),
+                              learned_file=learned_plan.path if learned_plan is not None else None)
 
         # From here on a compile is a runtime compile: the listeners (the runtime monitor, the
         # audit) hear of this warm-up; see add_warmup_listener.
