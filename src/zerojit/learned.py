@@ -46,6 +46,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+from . import lint
 from . import triton_compat as _tc
 from .compile_only import current_target_name
 from .kernel import KernelDefinitionError, TritonJitKernel
@@ -246,13 +247,24 @@ def _entry_frame(jit_fn: Any) -> Any:
 
 
 def _dispatched(kernel: Any, frame: Any) -> Any:
-    """The CompileKey the launch in entry ``frame`` dispatched: ``key_for`` (checked kernels) or
-    ``dispatch`` with the inputs it names; None when neither answers."""
-    names = [n for n, _ in type(kernel).__call__._zerojit_inputs]
-    inputs = {n: frame.f_locals[n] for n in names if n in frame.f_locals}
+    """The CompileKey of the launch in entry ``frame``: ``key_for`` of its inputs (a checked
+    kernel); else the key its launcher's ``dispatch`` returned, found as the warm-up's dispatch
+    check finds it (the launcher method run again under a :class:`~zerojit.lint.WarmupKeyCheck`:
+    it computes a LaunchSpec, launches nothing); else ``dispatch`` of the inputs it names, where
+    it names no other. None when none answers."""
+    entry = type(kernel).__call__
+    inputs = {n: frame.f_locals[n] for n, _ in entry._zerojit_inputs if n in frame.f_locals}
     key_for = getattr(kernel, "key_for", None)
     if key_for is not None:
         return key_for(**inputs)
+    check = lint.WarmupKeyCheck(None, inputs)
+    token = lint.WARMUP_CHECK.set(check)
+    try:
+        entry._zerojit_method(kernel, **inputs)
+    finally:
+        lint.WARMUP_CHECK.reset(token)
+    if check.dispatched:
+        return check.dispatched[-1]
     params = inspect.signature(kernel.dispatch).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return kernel.dispatch(**inputs)
@@ -290,7 +302,8 @@ def record_miss(jit_fn: Any, spec: Sequence[Any], options: dict, *, kernel_name:
             or Triton's ``(type, attr)`` pairs (constexprs by value).
         options: the launch options the launch passed (:func:`~zerojit.triton_compat.run_options_removed`
             of Triton's), in the order passed.
-        kernel_name: the zerojit kernel's name (what reports call it).
+        kernel_name: the zerojit kernel's name (what reports call it); the launching kernel's
+            own where the launch entry is found (several kernel classes may share a function).
         compile_key: a contract kernel's CompileKey for this launch; None: found from the launch
             entry below this call where there is one (best effort: ``key_for`` or ``dispatch`` of
             its inputs), kept only when its fields have an exact JSON form.
@@ -330,6 +343,7 @@ def _record_miss(jit_fn: Any, spec: Sequence[Any], options: dict, kernel_name: s
         frame = _entry_frame(jit_fn)
         if frame is not None:
             kernel = frame.f_locals["self"]
+            kernel_name = kernel.name  # (the launching kernel's: classes may share one function)
             if compile_key is None and not isinstance(kernel, RecordedKernel):
                 try:
                     compile_key = _dispatched(kernel, frame)
@@ -570,7 +584,7 @@ def _target_of(path: str) -> str | None:
 
 def clear(path: str | os.PathLike) -> int:
     """Remove the learned-keys file ``path`` under its lock; returns how many lines it held
-    (0: there was none).
+    (records, and corrupted lines; 0: there was no file).
 
     Raises:
         OSError: it cannot be removed; filelock.Timeout: its lock was held past
@@ -611,20 +625,21 @@ def merged_manifest(paths: Iterable[str | os.PathLike], *, base: Manifest | None
     if base is not None and base.triton_version != _tc.TRITON_VERSION:
         raise LearnedError(f"the base manifest was recorded with Triton {base.triton_version}, this is Triton "
                            f"{_tc.TRITON_VERSION}: learned keys are this Triton's")
-    records, skipped = [], []
+    records: list[tuple[str, LearnedRecord]] = []
+    skipped: list[LearnedSkip] = []
     for path in paths:
         found, skips = read_learned(path, target=target or (base.target if base is not None and base.kernels
                                                             else None), check_source=False)
-        records += found
+        records += [(os.fspath(path), r) for r in found]
         skipped += skips
-    targets = sorted({r.target for r in records})
+    targets = sorted({r.target for _, r in records})
     if len(targets) > 1:
         raise LearnedError(f"the learned keys are for several targets ({', '.join(targets)}): merge one at a time")
     kernels = {(k.module, k.qualname): k for k in (base.kernels if base is not None else ())}
     added = 0
-    for r in records:
+    for path, r in records:
         k = kernels.get((r.module, r.qualname))
-        where = f"{r.line}"
+        where = f"{path}:{r.line}"
         if k is not None and k.source_hash != r.source_hash:
             skipped.append(LearnedSkip(where, r.function, f"the base manifest recorded source hash "
                                        f"{k.source_hash[:12]}..., the learned key {r.source_hash[:12]}..."))

@@ -141,6 +141,8 @@ class RunOptions:
             ``none`` warm-ups take none (``workers > 1`` is refused).
         fresh_triton_cache: compile into a new, empty Triton cache directory (always for the
             ``triton`` / ``none`` warm-ups).
+        learned: a zerojit warm-up also warms the keys earlier runs missed into this cache folder
+            (:mod:`zerojit.learned`; ``--no-learned``: False).
     """
 
     config: str = "dsv4-like"
@@ -162,6 +164,7 @@ class RunOptions:
     step_interval_s: float | None = 0.05
     workers: int | None = None
     fresh_triton_cache: bool = False
+    learned: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -829,7 +832,8 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
     if options.warmup != "zerojit":
         _require_fresh_process(registry, options.warmup)
     if options.warmup == "zerojit":
-        report = registry.warmup(config, progress=options.progress, workers=options.warmup_workers, target=target)
+        report = registry.warmup(config, progress=options.progress, workers=options.warmup_workers, target=target,
+                                 learned=options.learned)
     elif options.warmup == "triton":
         report = _triton_warmup(registry, config, target, progress=options.progress)
     else:

@@ -1,0 +1,485 @@
+"""A key space that learns (issue 29, part 3): each miss after warm-up is appended to the
+learned-keys file beside the cache, and the next warm-up warms it.
+
+On CPU, under the compile-only target cuda:90: the misses are real Triton compiles (dry
+launches), the keys read back are compared with what Triton's own binder computes for the
+launch, and "the next launch is a hit" is proved by the monitor in error mode (a miss would
+raise before compiling).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import torch
+from typer.testing import CliRunner
+
+from _kernels import LastBlock, PagedScale, SingleKey, StoreN, ramp_kernel
+from zerojit import JitWarmupRegistry, learned, monitor
+from zerojit.cli import app
+from zerojit.kernel import LaunchSpec, kernel_launcher
+from zerojit.keyspace import DEFAULT_KEY_BUDGET
+from zerojit.manifest import encode_specialization, read_manifest
+from zerojit.monitor import JitMonitor, RuntimeJitError
+from zerojit.specialization import WarmupTensor, bind, scalar_rep
+
+SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
+TESTS = os.path.dirname(os.path.abspath(__file__))
+JIT_FNS = (PagedScale.kernel, LastBlock.kernel, StoreN.kernel, ramp_kernel)
+
+paged_scale = PagedScale()
+
+
+class Widths(LastBlock):
+    """LastBlock whose launcher dispatches its key (the width of the block table): a miss's
+    compile_key is what it dispatched."""
+
+    name = "widths"
+
+    @kernel_launcher
+    def __call__(self, *, block_table, out) -> LaunchSpec:
+        seqs, width = block_table.shape
+        key = self.dispatch(max_blocks=width)
+        return LaunchSpec(grid=(seqs,), kwargs=dict(num_seqs=seqs, MAX_BLOCKS=key.max_blocks), returns=out)
+
+
+class BadWidths(Widths):
+    """Widths whose warmup_inputs ignore the key's width: a warm-up of any key but 16 dispatches
+    CompileKey(16), which the lint's dispatch check refuses."""
+
+    name = "bad_widths"
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(block_table=WarmupTensor(torch.int32, (4, 16)), out=WarmupTensor(torch.int32, (4,)))
+
+
+class TinyBudget(Widths):
+    """LastBlock with a key budget of 2 (the learned file keeps 2 of its keys at most)."""
+
+    key_budget = 2
+
+
+class Ramp(SingleKey):
+    """A contract kernel of ``ramp_kernel`` whose CompileKey has no field: its learned keys have a
+    compile_key that tells nothing, and are warmed as recorded keys."""
+
+    kernel = ramp_kernel
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(out=WarmupTensor(torch.float32, (16,)), value=0.5, block=16)
+
+    @kernel_launcher(host_only=("block",))
+    def __call__(self, *, out, value, block) -> LaunchSpec:
+        return LaunchSpec(grid=(1,), kwargs=dict(BLOCK=block), returns=out)
+
+
+@pytest.fixture
+def dry(compile_only_target):
+    """Compile-only cuda:90, a fresh cache folder, empty in-process caches; afterwards no monitor
+    and nothing remembered of learned files."""
+    learned.forget()
+    for fn in JIT_FNS:
+        fn.device_caches.clear()
+    yield compile_only_target
+    monitor.shutdown()
+    for m in monitor.installed_monitors():
+        m.uninstall()
+    learned.forget()
+    for fn in JIT_FNS:
+        fn.device_caches.clear()
+
+
+def warm(*kernels_requests, mode: str = "warn", **warmup):
+    """A new registry warmed with ``(kernel, request)`` pairs, the process monitor in ``mode``."""
+    monitor.configure(mode)
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        for kernel, request in kernels_requests:
+            kernel.register_warmup(**request)
+    return registry.warmup(progress=False, **warmup)
+
+
+def lines(path) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f]
+
+
+def launch_64():
+    """paged_scale with block_size=64: divisible-by-16, a class its warm-up (the literal 1) lacks."""
+    x, out = torch.zeros(64), torch.zeros(64)
+    paged_scale(x=x, out=out, block_size=64)
+    return x, out
+
+
+# ---------------------------------------------------------------------------------------------
+# Recording
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_warn_miss_appends_one_record_equal_to_tritons_binder(dry):
+    warm((paged_scale, dict(block=64)))
+    x, out = launch_64()
+    path = learned.learned_path()
+    assert path == os.path.join(dry_cache(), ".zerojit", "learned-cuda90-triton" + triton_version() + ".jsonl")
+    [record] = lines(path)
+    _, spec, _ = bind(PagedScale.kernel, x, out, 64, 64, BLOCK=64)  # the launch's own arguments
+    assert [tuple(p) for p in record["specialization"]] == list(encode_specialization(PagedScale.kernel, spec))
+    assert record["values"] == {"n": scalar_rep(64, specialize=False), "block_size": scalar_rep(64)} == {
+        "n": 17, "block_size": 16}
+    assert (record["module"], record["qualname"], record["kernel"]) == ("_kernels", "_paged_scale_kernel",
+                                                                       "paged_scale")
+    assert record["source_hash"] == PagedScale.kernel.cache_key
+    assert record["parameters"] == ["x_ptr", "out_ptr", "n", "block_size", "BLOCK"]
+    assert record["constexprs"] == ["BLOCK"] and record["options"] == {}
+    assert record["compile_key"] == {"block": 64}  # PagedScale.dispatch of the launch's inputs
+    assert (record["triton_version"], record["target"]) == (triton_version(), "cuda:90")
+
+    [read], skipped = learned.read_learned(path)
+    assert skipped == [] and read.key.specialization == encode_specialization(PagedScale.kernel, spec)
+
+    launch_64()  # the same miss again (a new monitor, this process's memo forgotten): nothing appended
+    learned.forget()
+    with JitMonitor("warn", report=()):
+        PagedScale.kernel.device_caches.clear()
+        launch_64()
+    assert len(lines(path)) == 1
+    assert not learned.record_miss(PagedScale.kernel, spec, {}, kernel_name="paged_scale")
+
+
+def test_error_mode_learns_the_key_it_blocks_and_learning_can_be_turned_off(dry, monkeypatch):
+    warm((paged_scale, dict(block=64)), mode="error")
+    with pytest.raises(RuntimeJitError):
+        launch_64()
+    [record] = lines(learned.learned_path())
+    assert record["specialization"][3] == ["i32", "D"]  # block_size, the argument whose class missed
+
+    os.remove(learned.learned_path())
+    learned.forget()
+    with JitMonitor("error", report=(), learn=False):
+        with pytest.raises(RuntimeJitError):
+            launch_64()
+    monkeypatch.setenv("ZEROJIT_LEARN", "0")
+    with pytest.raises(RuntimeJitError):
+        launch_64()
+    assert not os.path.exists(learned.learned_path())
+
+
+def _ramp_spec(block: int) -> list:
+    return [("*fp32", "D"), ("fp32", None), ("constexpr", block)]
+
+
+WRITER = textwrap.dedent("""
+    import sys, threading
+    sys.path[:0] = [{tests!r}]
+    from triton import knobs
+    knobs.cache.dir = {cache!r}
+    from _kernels import ramp_kernel
+    from zerojit import learned
+    from zerojit.compile_only import compile_only
+
+    writer = int(sys.argv[1])
+    name = "k" * 5000  # a line past 4 KiB: an O_APPEND write that is not atomic on every file system
+
+    def write(thread):
+        for i in range(12):  # keys 0..11 of this writer's band; bands overlap by half
+            block = (writer * 5 + thread) * 6 + i
+            learned.record_miss(ramp_kernel, [("*fp32", "D"), ("fp32", None), ("constexpr", block)], {{}},
+                                kernel_name=name)
+
+    with compile_only("cuda:90"):
+        threads = [threading.Thread(target=write, args=(t,)) for t in range(5)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+""")
+
+
+def test_twenty_writers_in_four_processes_leave_whole_lines_each_key_once(tmp_path):
+    cache = str(tmp_path / "cache")
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER.format(tests=TESTS, cache=cache))
+    env = {**os.environ, "PYTHONPATH": SRC}
+    env.pop("TRITON_INTERPRET", None)
+    procs = [subprocess.Popen([sys.executable, str(script), str(w)], env=env, stderr=subprocess.PIPE, text=True)
+             for w in range(4)]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()
+        p.stderr.close()
+    path = learned.learned_path(cache, "cuda:90")
+    with open(path) as f:
+        raw = f.read()
+    assert raw.endswith("\n")
+    blocks = [json.loads(line)["specialization"][2][1] for line in raw.splitlines()]  # every line whole JSON
+    expected = {(w * 5 + t) * 6 + i for w in range(4) for t in range(5) for i in range(12)}
+    assert len(blocks) == len(set(blocks)) and set(blocks) == expected == set(range(120 + 6))
+    records, skipped = learned.read_learned(path)
+    assert skipped == [] and len(records) == 126
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: what is skipped, and named
+# ---------------------------------------------------------------------------------------------
+
+
+def test_a_corrupted_line_and_records_of_another_triton_target_or_source_are_skipped_and_named(dry):
+    path = learned.learned_path()
+    assert learned.record_miss(ramp_kernel, _ramp_spec(64), {}, kernel_name="ramp")
+    good = lines(path)[0]
+    foreign = [dict(good, triton_version="3.5.0"), dict(good, target="cuda:80"),
+               dict(good, source_hash="0" * 64, specialization=_listed(_ramp_spec(128)))]
+    with open(path, "a") as f:
+        f.write('{"version": 1, "kernel": "torn\n')  # a writer that died mid-line
+        for record in foreign:
+            f.write(json.dumps(record) + "\n")
+        f.write(json.dumps(dict(good, values="seventeen")) + "\n")
+    records, skipped = learned.read_learned(path)
+    assert [r.line for r in records] == [1]
+    reasons = {s.where.rsplit(":", 1)[1]: (s.kernel, s.reason) for s in skipped}
+    assert all(s.where.startswith(path + ":") for s in skipped)
+    assert reasons["2"][0] is None and reasons["2"][1].startswith("corrupted line: not JSON")
+    assert reasons["3"] == ("_kernels.ramp_kernel", f"learned with Triton 3.5.0, this is Triton {triton_version()}")
+    assert reasons["4"] == ("_kernels.ramp_kernel", "learned for target cuda:80, not cuda:90")
+    assert reasons["5"][1].startswith(f"source hash {ramp_kernel.cache_key[:12]}... differs from the learned "
+                                      "000000000000...")
+    assert reasons["6"] == (None, "corrupted line: field 'values' must be a dict, not str")
+
+    # the next append starts on a line of its own; the warm-up warms the good key, names the rest
+    assert learned.record_miss(ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp")
+    assert len(learned.read_learned(path)[0]) == 2
+
+    report = warm((Ramp(), {}))
+    assert report.learned == 2 and report.learned_through_keys == 0
+    assert sorted(map(str, report.learned_skipped)) == sorted(map(str, skipped))  # (the source: checked here)
+    assert "learned keys: 2 warmed (0 through their kernel's CompileKey, 2 as recorded keys), 5 skipped" in \
+        report.summary()
+    assert f"SKIPPED learned key {path}:4: _kernels.ramp_kernel: learned for target cuda:80" in report.summary()
+
+
+def _listed(spec):
+    return [list(p) for p in spec]
+
+
+def test_the_key_budget_caps_each_kernel_with_one_warning(dry, caplog):
+    tiny = TinyBudget()
+    warm((tiny, dict(max_blocks=16)))
+    with caplog.at_level(logging.WARNING, logger="zerojit.learned"):
+        for width in (8, 32, 64, 128):
+            tiny(block_table=torch.zeros(4, width, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
+    records = lines(learned.learned_path())
+    assert [r["compile_key"] for r in records] == [{"max_blocks": 8}, {"max_blocks": 32}]  # dispatched
+    capped = [r for r in caplog.records if r.name == "zerojit.learned"]
+    assert len(capped) == 1 and "TinyBudget has 2 learned keys, its key budget" in capped[0].getMessage()
+    # without a class budget: keyspace's default
+    assert DEFAULT_KEY_BUDGET == 4096
+    assert learned.record_miss(ramp_kernel, _ramp_spec(16), {}, kernel_name="ramp", key_budget=1)
+    assert not learned.record_miss(ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp", key_budget=1)
+
+
+def test_an_unwritable_learned_file_warns_once_and_the_launches_go_on(dry, caplog):
+    warm((paged_scale, dict(block=64)))
+    os.makedirs(learned.learned_path())  # a folder where the file should be: nothing can be appended
+    with caplog.at_level(logging.WARNING, logger="zerojit.learned"):
+        x, out = launch_64()
+        last = LastBlock()
+        out2 = last(block_table=torch.zeros(4, 32, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
+    assert out is not None and out2 is not None  # both launched (dry launches) and returned their outputs
+    warned = [r.getMessage() for r in caplog.records if r.name == "zerojit.learned"]
+    assert len(warned) == 1 and "cannot write the learned-keys file" in warned[0] and "serving goes on" in warned[0]
+    assert monitor.current().counts().runtime_compiles == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Warming what was learned
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_next_warm_up_warms_the_learned_key_so_the_launch_is_a_hit(dry):
+    warm((paged_scale, dict(block=64)))
+    launch_64()
+    PagedScale.kernel.device_caches.clear()  # as a new process would start: nothing in memory
+
+    report = warm((paged_scale, dict(block=64)), mode="error")
+    assert report.learned == 1 and report.learned_through_keys == 0  # its CompileKey is warmed already: recorded
+    assert report.keys_by_kernel()["paged_scale (learned)"][0].specialization[3] == ("i32", "D")
+    mon = monitor.current()
+    before = mon.counts().runtime_compiles
+    launch_64()  # error mode: a miss would raise
+    assert mon.counts().runtime_compiles == before
+
+    PagedScale.kernel.device_caches.clear()
+    skipped = warm((paged_scale, dict(block=64)), mode="error", learned=False)
+    assert skipped.learned == 0 and skipped.learned_file is None and "learned keys" not in skipped.summary()
+    with pytest.raises(RuntimeJitError):
+        launch_64()
+
+
+def test_a_contract_kernels_learned_key_goes_through_its_compile_key_and_the_lint(dry):
+    last = LastBlock()  # its launcher dispatches nothing: no compile_key, a recorded key
+    widths = Widths()
+    warm((last, dict(max_blocks=16)), (widths, dict(max_blocks=16)))
+    last(block_table=torch.zeros(4, 8, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
+    widths(block_table=torch.zeros(4, 32, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
+    assert [(r["kernel"], r["compile_key"]) for r in lines(learned.learned_path())] == [
+        ("last_block", None), ("widths", {"max_blocks": 32})]
+    LastBlock.kernel.device_caches.clear()
+
+    report = warm((last, dict(max_blocks=16)), (widths, dict(max_blocks=16)), mode="error")
+    assert report.keys_by_kernel()["widths"] == (LastBlock.CompileKey(16), LastBlock.CompileKey(32))
+    assert report.keys_by_kernel()["last_block"] == (LastBlock.CompileKey(16),)
+    assert (report.learned, report.learned_through_keys) == (2, 1)
+    assert "learned keys: 2 warmed (1 through their kernel's CompileKey, 1 as recorded keys)" in report.summary()
+    before = monitor.current().counts().runtime_compiles
+    last(block_table=torch.zeros(4, 8, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))  # hits
+    widths(block_table=torch.zeros(4, 32, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
+    assert monitor.current().counts().runtime_compiles == before
+
+    # the same learned key of a kernel whose warmup_inputs do not dispatch it: the lint says so
+    LastBlock.kernel.device_caches.clear()
+    monitor.shutdown()  # (a monitor notes each Triton key once: a new one, as a new process has)
+    learned.forget()
+    os.remove(learned.learned_path())
+    bad = BadWidths()
+    warm((bad, dict(max_blocks=16)))
+    bad(block_table=torch.zeros(4, 32, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
+    report = warm((bad, dict(max_blocks=16)), raise_on_failure=False)
+    [failure] = report.failures
+    assert failure.key == LastBlock.CompileKey(32) and "dispatched key" in failure.error
+    assert "field 'max_blocks' differs (warmed 32, the launch dispatched 16)" in failure.error
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+# ---------------------------------------------------------------------------------------------
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def one_line_exit_2(result, needle: str) -> None:
+    assert result.exit_code == 2, (result.exit_code, result.output)
+    text = result.output.strip()
+    assert len(text.splitlines()) == 1 and needle in text and "Traceback" not in text, text
+
+
+def test_learned_show_clear_and_merge_into_a_manifest_that_warms(dry, tmp_path):
+    warm((paged_scale, dict(block=64)))
+    launch_64()
+    cache = dry_cache()
+    path = learned.learned_path()
+
+    shown = invoke("learned", "show", "--cache-dir", cache, "--target", "cuda:90")
+    assert shown.exit_code == 0, shown.output
+    assert f"{path}: 1 learned key" in shown.output
+    assert "paged_scale" in shown.output and "RecordedKey(*fp32:D, *fp32:D, i32:nospec, i32:D, =64)" in shown.output
+    assert "CompileKey(block=64)" in shown.output
+    as_json = json.loads(invoke("learned", "show", "--file", path, "--json").output)
+    assert as_json["file"] == path and as_json["skipped"] == []
+    assert [r["specialization"] for r in as_json["records"]] == [lines(path)[0]["specialization"]]
+
+    out = tmp_path / "m.json"
+    merged = invoke("learned", "merge", "-o", str(out), "--cache-dir", cache, "--target", "cuda:90")
+    assert merged.exit_code == 0, merged.output
+    assert f"wrote {out}: 1 learned key added (1 kernel, 1 specialization)" in merged.output
+    manifest = read_manifest(out)
+    [kernel] = manifest.kernels
+    assert (kernel.module, kernel.qualname, manifest.target) == ("_kernels", "_paged_scale_kernel", "cuda:90")
+    assert kernel.specializations[0].specialization == learned.read_learned(path)[0][0].specialization
+
+    # merged onto a base: the base's keys stay, the learned key is added once
+    again = invoke("learned", "merge", "-o", str(tmp_path / "m2.json"), "--manifest", str(out), "--file", path)
+    assert again.exit_code == 0 and "0 learned keys added (1 kernel, 1 specialization)" in again.output
+
+    cleared = invoke("learned", "clear", "--cache-dir", cache, "--target", "cuda:90")
+    assert cleared.exit_code == 0 and f"removed {path} (1 line)" in cleared.output
+    assert not os.path.exists(path)
+    assert "no learned keys" in invoke("learned", "show", "--file", path).output
+
+    # the merged manifest warms the key (no learned file left): the launch is then a hit
+    PagedScale.kernel.device_caches.clear()
+    monitor.configure("error")
+    report = JitWarmupRegistry().warmup(manifest=str(out), progress=False)
+    assert report.num_keys == 1 and report.learned == 0 and not report.skipped
+    launch_64()
+
+
+def test_warmup_and_exec_warm_learned_keys_unless_no_learned(tmp_path):
+    """`zerojit warmup --manifest` (a child process, as at a real start-up) warms the recorded
+    kernel's learned keys; --no-learned does not."""
+    cache = tmp_path / "cache"
+    manifest = tmp_path / "m.json"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{TESTS!r}]
+        from triton import knobs
+        knobs.cache.dir = {str(cache)!r}
+        from _kernels import ramp_kernel
+        from zerojit import learned
+        from zerojit.compile_only import compile_only
+        from zerojit.manifest import KernelRecord, Manifest, RecordedSpecialization, write_manifest
+        from zerojit import triton_compat as tc
+        with compile_only("cuda:90"):
+            spec = (("*fp32", "D"), ("fp32", None), ("constexpr", 16))
+            write_manifest(Manifest(tc.TRITON_VERSION, "cuda:90", ("app",), (KernelRecord(
+                "_kernels", "ramp_kernel", ramp_kernel.cache_key, ("out_ptr", "value", "BLOCK"), ("BLOCK",),
+                (RecordedSpecialization(spec, (("value", 0.5),), (), 1),)),)), {str(manifest)!r})
+            assert learned.record_miss(ramp_kernel, [("*fp32", "D"), ("fp32", None), ("constexpr", 64)], {{}},
+                                       kernel_name="_kernels.ramp_kernel")
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "TRITON_CACHE_DIR": str(cache)}
+    env.pop("TRITON_INTERPRET", None)
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
+
+    def zerojit(*args):
+        return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+
+    warmed = zerojit("warmup", "--manifest", str(manifest), "--no-progress", "--json", str(tmp_path / "w.json"))
+    assert warmed.returncode == 0, warmed.stderr
+    assert "2 keys over 2 kernels" in warmed.stdout and "learned keys: 1 warmed" in warmed.stdout
+    assert json.loads((tmp_path / "w.json").read_text())["learned"] == 1
+    skipped = zerojit("warmup", "--manifest", str(manifest), "--no-progress", "--no-learned")
+    assert skipped.returncode == 0 and "1 key over 1 kernel" in skipped.stdout and "learned" not in skipped.stdout
+    assert all("--no-learned" in invoke(command, "--help").output for command in ("exec", "run", "warmup"))
+
+
+def test_learned_commands_refuse_bad_input_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    one_line_exit_2(invoke("learned", "show", "--file", "x", "--target", "cuda:90"), "--file and --target conflict")
+    one_line_exit_2(invoke("learned", "show", "--file", str(tmp_path)), "is a directory")
+    one_line_exit_2(invoke("learned", "clear", "--target", "cuda:1"), "zerojit learned clear: --target 'cuda:1'")
+    one_line_exit_2(invoke("learned", "show", "--cache-dir", "", "--target", "cuda:90"), "--cache-dir ''")
+    if not torch.cuda.is_available():
+        one_line_exit_2(invoke("learned", "show"), "no GPU is visible here: pass --target")
+    one_line_exit_2(invoke("learned", "merge", "-o", str(tmp_path / "no" / "m.json"), "--target", "cuda:90"),
+                    "zerojit learned merge: --output")
+    one_line_exit_2(invoke("learned", "merge", "-o", str(tmp_path / "m.json"), "--manifest",
+                           str(tmp_path / "none.json"), "--target", "cuda:90"), "does not exist")
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"format": "zerojit-manifest", "version": 1, "triton_version": "3.5.0",
+                                "target": "cuda:90", "command": [], "kernels": []}))
+    one_line_exit_2(invoke("learned", "merge", "-o", str(tmp_path / "m.json"), "--manifest", str(base)),
+                    "the base manifest was recorded with Triton 3.5.0")
+
+
+def dry_cache() -> str:
+    from zerojit import triton_compat
+
+    return triton_compat.cache_dir()
+
+
+def triton_version() -> str:
+    from zerojit import triton_compat
+
+    return triton_compat.TRITON_VERSION
