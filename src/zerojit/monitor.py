@@ -68,6 +68,11 @@ of each, :func:`on_warmup_complete` installs the *process monitor* when ``ZEROJI
 (warmed keys for the nearest-key explanation and the audit). A monitor you build yourself starts
 with every warm-up this process has completed and is armed as soon as it is installed.
 
+Learning: warn and error mode append each distinct miss (a blocked one too) to the learned-keys
+file beside Triton's cache (:func:`zerojit.learned.record_miss`: under a file lock, each key once,
+never raising into the launch), which the next warm-up warms; ``JitMonitor(learn=False)`` or
+``ZEROJIT_LEARN=0`` turns it off.
+
 Async compile mode (``triton.runtime._async_compile``) is not specially supported: misses are
 seen, but a compile finished on another thread may be counted as a direct compile (and from Triton
 3.7 on, a launch that finds the pending ``FutureKernel`` in the in-process cache is a hit).
