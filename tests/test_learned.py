@@ -415,8 +415,9 @@ def test_learned_show_clear_and_merge_into_a_manifest_that_warms(dry, tmp_path):
 
 
 def test_warmup_and_exec_warm_learned_keys_unless_no_learned(tmp_path):
-    """`zerojit warmup --manifest` (a child process, as at a real start-up) warms the recorded
-    kernel's learned keys; --no-learned does not."""
+    """`zerojit warmup --manifest` and `exec` (child processes, as real start-ups) warm the
+    recorded kernel's learned keys, and exec learns what its program missed; --no-learned warms
+    none."""
     cache = tmp_path / "cache"
     manifest = tmp_path / "m.json"
     script = textwrap.dedent(f"""
@@ -451,6 +452,17 @@ def test_warmup_and_exec_warm_learned_keys_unless_no_learned(tmp_path):
     assert json.loads((tmp_path / "w.json").read_text())["learned"] == 1
     skipped = zerojit("warmup", "--manifest", str(manifest), "--no-progress", "--no-learned")
     assert skipped.returncode == 0 and "1 key over 1 kernel" in skipped.stdout and "learned" not in skipped.stdout
+
+    # exec: a launch the manifest lacks (BLOCK=32) is blocked and learned; the next exec warms it
+    program = ["python", "-c", "import torch; from _kernels import ramp_kernel; "
+               "ramp_kernel[(1,)](torch.zeros(64), 0.5, BLOCK=32); print('ran')"]
+    first = zerojit("exec", "--manifest", str(manifest), "--no-progress", "--", *program)
+    assert first.returncode == 1 and "1 runtime compile (1 blocked)" in first.stderr, first.stderr
+    again = zerojit("exec", "--manifest", str(manifest), "--no-progress", "--", *program)
+    assert again.returncode == 0 and "ran" in again.stdout, again.stderr
+    assert "learned keys: 2 warmed" in again.stderr and "1 monitored launch, 0 runtime compiles" in again.stderr
+    unlearned = zerojit("exec", "--manifest", str(manifest), "--no-progress", "--no-learned", "--", *program)
+    assert unlearned.returncode == 1 and "(1 blocked)" in unlearned.stderr
     assert all("--no-learned" in invoke(command, "--help").output for command in ("exec", "run", "warmup"))
 
 
