@@ -358,6 +358,39 @@ def test_a_contract_kernels_learned_key_goes_through_its_compile_key_and_the_lin
     assert "field 'max_blocks' differs (warmed 32, the launch dispatched 16)" in failure.error
 
 
+def _rank(rank: int, init_file: str, caches: list[str], out: str) -> None:
+    os.environ["TRITON_CACHE_DIR"] = caches[rank]
+    sys.path.insert(0, TESTS)
+    import torch.distributed as dist
+
+    from zerojit.compile_only import compile_only
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    with compile_only("cuda:90"):
+        learned.record_miss(ramp_kernel, _ramp_spec(32 * (rank + 1)), {}, kernel_name="ramp")  # 32, 64
+        registry = JitWarmupRegistry()
+        with registry.activate():
+            Ramp().register_warmup()
+        report = registry.warmup(group=dist.group.WORLD, progress=False)
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"ok": report.ok, "learned": report.learned,
+                   "keys": [repr(k) for k in report.keys_by_kernel()["ramp (learned)"]]}, f)
+    dist.destroy_process_group()
+
+
+def test_ranks_with_cache_folders_of_their_own_warm_every_ranks_learned_keys(tmp_path):
+    """A sharded warm-up needs one key space on every rank: each rank learned another miss (its
+    own cache folder), and both warm both."""
+    import torch.multiprocessing as mp
+
+    mp.spawn(_rank, args=(str(tmp_path / "init"), [str(tmp_path / "c0"), str(tmp_path / "c1")], str(tmp_path)),
+             nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert results[0] == results[1]
+    assert results[0]["ok"] and results[0]["learned"] == 2
+    assert results[0]["keys"] == ["RecordedKey(*fp32:D, fp32, =32)", "RecordedKey(*fp32:D, fp32, =64)"]
+
+
 # ---------------------------------------------------------------------------------------------
 # The command line
 # ---------------------------------------------------------------------------------------------

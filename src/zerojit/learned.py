@@ -197,7 +197,8 @@ class _FileState:
         self.torn = False  # the file's last line has no newline (a writer died mid-line)
 
 
-_STATE_LOCK = threading.Lock()
+_STATE_LOCK = threading.Lock()  # the table below, briefly
+_APPEND_LOCK = threading.Lock()  # an append (file lock, read, write): at most LOCK_TIMEOUT_S of waiting
 _FILES: dict[str, _FileState] = {}
 
 
@@ -368,8 +369,11 @@ def _record_miss(jit_fn: Any, spec: Sequence[Any], options: dict, kernel_name: s
 def _append(path: str, ident: str, function: tuple[str, str], budget: int, line: bytes, kernel_name: str) -> bool:
     from filelock import FileLock, Timeout
 
-    with _STATE_LOCK:  # one thread at a time per process: the file lock orders the processes
-        state = _FILES.setdefault(path, _FileState())
+    if not _APPEND_LOCK.acquire(timeout=LOCK_TIMEOUT_S):  # one thread at a time: the file lock orders processes
+        return False  # (another thread holds the file's lock that long: it warns for the file)
+    try:
+        with _STATE_LOCK:
+            state = _FILES.setdefault(path, _FileState())
         try:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             with FileLock(path + ".lock", timeout=LOCK_TIMEOUT_S):
@@ -403,6 +407,8 @@ def _append(path: str, ident: str, function: tuple[str, str], budget: int, line:
             logger.warning("zerojit: cannot write the learned-keys file %s: %s; misses are not learned, serving goes "
                            "on", path, why)
         return False
+    finally:
+        _APPEND_LOCK.release()
 
 
 def _catch_up(path: str, state: _FileState) -> None:
@@ -703,14 +709,10 @@ class LearnedPlan:
     twins: set[tuple[str, str, RecordedKey]]
     skipped: list[LearnedSkip]
 
-    def apply(self, jobs_plan: dict[Any, list[Any]]) -> tuple[set[tuple[int, Any]], int]:
+    def apply(self, jobs_plan: dict[Any, list[Any]]) -> set[tuple[int, Any]]:
         """Add the learned keys to a warm-up's plan (kernel -> keys), each key once (a CompileKey
-        the plan holds already is not added again).
-
-        Returns:
-            The ``(id(kernel), key)`` of every learned key added (twins left out), and how many
-            of them are CompileKeys of contract kernels.
-        """
+        the plan holds already is not added again); returns the ``(id(kernel), key)`` of every
+        learned key added (twins left out)."""
         added: set[tuple[int, Any]] = set()
         for kernel, keys in self.extra.items():
             have = jobs_plan.setdefault(kernel, [])
@@ -718,16 +720,37 @@ class LearnedPlan:
                 if key not in have:
                     have.append(key)
                     added.add((id(kernel), key))
-        through_keys = len(added)
         for kernel in self.kernels:
             keys = kernel.get_warmup_keys()
             jobs_plan[kernel] = keys
             function = (kernel.record.module, kernel.record.qualname)
             added.update((id(kernel), key) for key in keys if (*function, key) not in self.twins)
-        return added, through_keys
+        return added
 
 
-def plan(held: dict[Any, list[Any]], *, path: str | None = None) -> LearnedPlan:
+def _gathered(records: list[LearnedRecord], group: Any) -> list[LearnedRecord]:
+    """Every rank's learned records, rank by rank, each key once: the same list on every rank of
+    ``group`` (a sharded warm-up needs the same key space on every rank, and ranks with cache
+    folders of their own learn different misses). Unchanged without an initialised
+    ``torch.distributed`` (the sharded warm-up then says what is missing)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return records
+    every: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(every, records, group=group)
+    seen: set[Any] = set()
+    out = []
+    for theirs in every:
+        for r in theirs:
+            ident = (r.module, r.qualname, r.source_hash, r.specialization, r.options)
+            if ident not in seen:
+                seen.add(ident)
+                out.append(r)
+    return out
+
+
+def plan(held: dict[Any, list[Any]], *, path: str | None = None, group: Any = None) -> LearnedPlan:
     """The learned keys (of ``path``, default :func:`learned_path`) of the kernels of a warm-up's
     plan ``held`` (kernel -> its keys: the kernels registered, or recorded from a manifest):
     records of other functions are left alone (another program's, sharing the cache folder).
@@ -742,14 +765,19 @@ def plan(held: dict[Any, list[Any]], *, path: str | None = None) -> LearnedPlan:
       :class:`RecordedKernel` named ``"<kernel> (learned)"`` (one per function; a manifest
       kernel's key the manifest already holds is left out).
 
-    A file that cannot be read is one skip, never an error.
+    With a ``torch.distributed`` ``group`` (a sharded warm-up), every rank's records are
+    gathered (one ``all_gather_object``), so every rank plans the same keys. A file that cannot
+    be read is one skip, never an error.
     """
     try:
         path = path or learned_path()
         records, skipped = read_learned(path, target=current_target_name(), check_source=False)
     except (OSError, LearnedError) as e:
         where = path or "the learned-keys file"
-        return LearnedPlan(where, {}, [], set(), [LearnedSkip(where, None, f"cannot be read: {e}")])
+        records, skipped = [], [LearnedSkip(where, None, f"cannot be read: {e}")]
+        path = where
+    if group is not None:
+        records = _gathered(records, group)
     by_function: dict[tuple[str, str], list[Any]] = {}
     for kernel in held:
         jit_fn = _tc.unwrap_jit_function(getattr(type(kernel), "kernel", None)) \

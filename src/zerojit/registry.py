@@ -447,7 +447,8 @@ class JitWarmupRegistry:
                 (registered, or recorded in ``manifest``): through a contract kernel's
                 ``CompileKey`` where the miss gave one its key space lacks, else as recorded
                 keys. The report counts them (``learned``) and names each record skipped
-                (another source, corrupted: ``learned_skipped``). False: skip the file.
+                (another source, corrupted: ``learned_skipped``). With ``group``, every rank's
+                learned keys are gathered, so the ranks keep one key space. False: skip the file.
 
         Whatever ``workers``, ``bundle`` or ``group``, every compile of an entry missing from the
         disk cache holds that entry's file lock, so processes sharing a cache folder compile each
@@ -496,8 +497,8 @@ class JitWarmupRegistry:
         if compiles:
             check_cache_folder("zerojit warm-up")
         plan, failures = self.warmup_keys(config)
-        learned_plan = _learned.plan(plan) if learned and compiles else None
-        learned_jobs, through_keys = learned_plan.apply(plan) if learned_plan is not None else (set(), 0)
+        learned_plan = _learned.plan(plan, group=group) if learned and compiles else None
+        learned_jobs = learned_plan.apply(plan) if learned_plan is not None else set()
         jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
         extra = _primer_jobs(jobs)  # on a GPU: the launch-path primer, compiled with the rest
         # Warm start: what zerojit's restore index covers skips Triton's lookup (zerojit.restore).
