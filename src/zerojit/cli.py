@@ -8,6 +8,7 @@ Commands:
     warmup   warm a manifest's specializations (into the Triton cache) and print the report
     exec     warm a manifest, install the monitor, then run the unmodified program in-process
     bundle   export / import / inspect a cache bundle (the compiled key space as one archive)
+    learned  show / clear / merge into a manifest the keys that missed after warm-up (zerojit.learned)
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
 cache folder that cannot serve, flags that conflict), 1 for a refused artefact (a bundle for

@@ -333,7 +333,7 @@ def _record_miss(jit_fn: Any, spec: Sequence[Any], options: dict, kernel_name: s
     specialization = [[ty, encode_value(attr) if ty == "constexpr" else attr] for ty, attr in pairs]
     if any(isinstance(attr, dict) and "repr" in attr for _, attr in specialization):
         return False  # a constexpr a manifest cannot reproduce (a function): nothing a warm-up could warm
-    passed = {k: v for k, v in _tc.run_options_removed(dict(options)).items()}
+    passed = _tc.run_options_removed(dict(options))
     ident = _identity(module, qualname, source_hash, specialization, passed)
     with _STATE_LOCK:
         state = _FILES.setdefault(path, _FileState())
