@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 
 import pytest
 
@@ -22,11 +23,14 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only p
     pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
 
 import torch
+import triton
+import triton.language as tl
 from typer.testing import CliRunner
 
 from _kernels import LastBlock, PagedScale, SingleKey, StoreN, ramp_kernel
 from zerojit import JitWarmupRegistry, learned, monitor
 from zerojit.cli import app
+from zerojit.inputs import CheckedKernel, IntArg, TensorArg, checked_launcher
 from zerojit.kernel import LaunchSpec, kernel_launcher
 from zerojit.keyspace import DEFAULT_KEY_BUDGET
 from zerojit.manifest import encode_specialization, read_manifest
@@ -35,7 +39,6 @@ from zerojit.specialization import WarmupTensor, bind, scalar_rep
 
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 TESTS = os.path.dirname(os.path.abspath(__file__))
-JIT_FNS = (PagedScale.kernel, LastBlock.kernel, StoreN.kernel, ramp_kernel)
 
 paged_scale = PagedScale()
 
@@ -63,8 +66,40 @@ class BadWidths(Widths):
         return dict(block_table=WarmupTensor(torch.int32, (4, 16)), out=WarmupTensor(torch.int32, (4,)))
 
 
+@triton.jit(do_not_specialize=["n"])
+def _scale_kernel(x_ptr, n, RATIO: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * RATIO, mask=offs < n)
+
+
+class Scale(CheckedKernel["Scale.CompileKey"]):
+    """A checked kernel (zerojit.inputs): its CompileKey is ``key_for`` of the launch's inputs."""
+
+    kernel = _scale_kernel
+
+    @dataclass(frozen=True)
+    class CompileKey:
+        ratio: int
+
+    def dispatch(self, *, ratio: int) -> "Scale.CompileKey":
+        return self.CompileKey(ratio)
+
+    def get_warmup_keys(self, *, ratio: int) -> list:
+        return [self.CompileKey(ratio)]
+
+    def warmup_inputs(self, key) -> dict:
+        return dict(self.fact_inputs(key), x=WarmupTensor(torch.float32, (64,)))
+
+    @checked_launcher(TensorArg("x", 1, torch.float32), IntArg("ratio", 1, 64))
+    def __call__(self, key, constexprs, *, x, ratio) -> LaunchSpec:
+        return LaunchSpec(grid=(1,), kwargs=dict(constexprs, n=x.numel(), BLOCK=64), returns=x)
+
+
+JIT_FNS = (PagedScale.kernel, LastBlock.kernel, StoreN.kernel, ramp_kernel, _scale_kernel)
+
+
 class TinyBudget(Widths):
-    """LastBlock with a key budget of 2 (the learned file keeps 2 of its keys at most)."""
+    """Widths with a key budget of 2 (the learned file keeps 2 of its keys at most)."""
 
     key_budget = 2
 
@@ -343,6 +378,14 @@ def test_a_contract_kernels_learned_key_goes_through_its_compile_key_and_the_lin
     last(block_table=torch.zeros(4, 8, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))  # hits
     widths(block_table=torch.zeros(4, 32, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
     assert monitor.current().counts().runtime_compiles == before
+
+    # a checked kernel: the key is key_for of the launch's inputs
+    scale = Scale()
+    warm((scale, dict(ratio=2)))
+    scale(x=torch.zeros(64), ratio=3)
+    assert lines(learned.learned_path())[-1]["compile_key"] == {"ratio": 3}
+    report = warm((scale, dict(ratio=2)), mode="error")
+    assert report.keys_by_kernel()["scale"] == (Scale.CompileKey(2), Scale.CompileKey(3))
 
     # the same learned key of a kernel whose warmup_inputs do not dispatch it: the lint says so
     LastBlock.kernel.device_caches.clear()
