@@ -296,7 +296,8 @@ class WarmupSummary:
         stats = self.report.to_dict()["stats"] if self.report is not None else None
         return {"mode": self.mode, "keys": self.keys, "seconds": round(self.seconds, 3), "target": self.target,
                 "kernels": dict(self.keys_by_kernel), "failures": list(self.failures), "stats": stats,
-                "origin": self.origin, "worker_choice": self.worker_choice}
+                "origin": self.origin, "worker_choice": self.worker_choice,
+                "learned": self.report.learned if self.report is not None else 0}
 
 
 @dataclass(frozen=True)
@@ -588,6 +589,9 @@ class RunReport:
             f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})"
             + (f", {w.worker_choice}" if w.worker_choice else "") + (f"; {w.origin}" if w.origin else ""),
             *(w.report.stats.notes("               note: ") if w.report is not None and w.report.stats else ()),
+            *([f"               learned keys (earlier runs' misses): {w.report.learned} warmed, "
+               f"{len(w.report.learned_skipped)} skipped"]
+              if w.report is not None and (w.report.learned or w.report.learned_skipped) else ()),
             f"  monitor      {self.monitor_mode}: {count(self.runtime_compiles, 'runtime compile')}",
             f"  request path {count(rp.compiles, 'compile')} ({rp.compile_ms:.1f} ms compiling), "
             f"{count(rp.loads, 'module load')}, {count(rp.cold_steps, 'cold step')} (steps that compiled or loaded "
