@@ -571,3 +571,15 @@ def triton_version() -> str:
     from zerojit import triton_compat
 
     return triton_compat.TRITON_VERSION
+
+
+def test_the_run_report_counts_the_learned_keys_its_warm_up_warmed():
+    from zerojit.registry import WarmupReport
+    from zerojit.runner.engine import WarmupSummary
+
+    report = WarmupReport(kernels=(), learned=3, learned_through_keys=1, learned_file="f.jsonl")
+    summary = WarmupSummary(mode="zerojit", keys=0, seconds=0.0, target="cuda:90", keys_by_kernel={}, report=report)
+    assert summary.to_dict()["learned"] == 3
+    assert "learned keys: 3 warmed (1 through their kernel's CompileKey, 2 as recorded keys) (f.jsonl)" in \
+        report.summary()
+    assert (report.to_dict()["learned"], report.to_dict()["learned_file"]) == (3, "f.jsonl")
