@@ -466,6 +466,9 @@ def _parse(d: Any, line: int) -> LearnedRecord:
     if version != VERSION:
         raise ValueError(f"record version {version}; this zerojit reads version {VERSION}")
     params = tuple(_check(d, "parameters", list))
+    constexprs = tuple(_check(d, "constexprs", list))
+    if not all(isinstance(p, str) for p in params + constexprs):
+        raise ValueError("fields 'parameters' and 'constexprs' must hold parameter names (strings)")
     entries = _check(d, "specialization", list)
     if len(entries) != len(params) or not all(isinstance(e, list) and len(e) == 2 and isinstance(e[0], str)
                                               for e in entries):
@@ -482,7 +485,7 @@ def _parse(d: Any, line: int) -> LearnedRecord:
     return LearnedRecord(
         kernel=_check(d, "kernel", str), module=_check(d, "module", str), qualname=_check(d, "qualname", str),
         source_hash=_check(d, "source_hash", str), parameters=params,
-        constexprs=tuple(_check(d, "constexprs", list)),
+        constexprs=constexprs,
         specialization=tuple((e[0], _hashable(e[1])) for e in entries),
         values=tuple(values.items()), options=tuple((n, _hashable(v)) for n, v in options.items()),
         compile_key=compile_key, triton_version=_check(d, "triton_version", str), target=_check(d, "target", str),
