@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 from typer.testing import CliRunner
 
-from _kernels import LastBlock, PagedScale, SingleKey, StoreN, ramp_kernel
+from _kernels import LastBlock, PagedScale, SingleKey
 from zerojit import JitWarmupRegistry, learned, monitor
 from zerojit.cli import app
 from zerojit.inputs import CheckedKernel, IntArg, TensorArg, checked_launcher
@@ -40,10 +40,46 @@ from zerojit.specialization import WarmupTensor, bind, scalar_rep
 SRC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src")
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
-paged_scale = PagedScale()
 
 
-class Widths(LastBlock):
+# The kernels of _kernels.py, as functions of this file's own: the warm-ups here warm learned keys
+# (RecordedKernels) of them, and every warm-up stays in this process's history, which a monitor
+# built later reads (tests/test_monitor.py's nearest keys would find these).
+@triton.jit(do_not_specialize=["n"])
+def _learn_scale_kernel(x_ptr, out_ptr, n, block_size, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * block_size, mask=mask)
+
+
+@triton.jit(do_not_specialize=["num_seqs"])
+def _learn_last_kernel(block_table_ptr, out_ptr, num_seqs, MAX_BLOCKS: tl.constexpr):
+    pid = tl.program_id(0)
+    tl.store(out_ptr + pid, tl.load(block_table_ptr + pid * MAX_BLOCKS + MAX_BLOCKS - 1))
+
+
+@triton.jit
+def _learn_ramp_kernel(out_ptr, value, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, offs.to(out_ptr.dtype.element_ty) * value)
+
+
+class Paged(PagedScale):
+    """PagedScale (warmed with the literal 1 for block_size, so 64 misses), of _learn_scale_kernel."""
+
+    kernel = _learn_scale_kernel
+
+
+class Last(LastBlock):
+    """LastBlock (a new block-table width misses; its launcher dispatches nothing), of _learn_last_kernel."""
+
+    kernel = _learn_last_kernel
+
+
+paged_scale = Paged()
+
+
+class Widths(Last):
     """LastBlock whose launcher dispatches its key (the width of the block table): a miss's
     compile_key is what it dispatched."""
 
@@ -95,7 +131,7 @@ class Scale(CheckedKernel["Scale.CompileKey"]):
         return LaunchSpec(grid=(1,), kwargs=dict(constexprs, n=x.numel(), BLOCK=64), returns=x)
 
 
-JIT_FNS = (PagedScale.kernel, LastBlock.kernel, StoreN.kernel, ramp_kernel, _scale_kernel)
+JIT_FNS = (_learn_scale_kernel, _learn_last_kernel, _learn_ramp_kernel, _scale_kernel)
 
 
 class TinyBudget(Widths):
@@ -105,10 +141,10 @@ class TinyBudget(Widths):
 
 
 class Ramp(SingleKey):
-    """A contract kernel of ``ramp_kernel`` whose CompileKey has no field: its learned keys have a
-    compile_key that tells nothing, and are warmed as recorded keys."""
+    """A contract kernel of ``_learn_ramp_kernel`` whose CompileKey has no field: its learned keys
+    have a compile_key that tells nothing, and are warmed as recorded keys."""
 
-    kernel = ramp_kernel
+    kernel = _learn_ramp_kernel
 
     def warmup_inputs(self, key) -> dict:
         return dict(out=WarmupTensor(torch.float32, (16,)), value=0.5, block=16)
@@ -167,28 +203,28 @@ def test_a_warn_miss_appends_one_record_equal_to_tritons_binder(dry):
     path = learned.learned_path()
     assert path == os.path.join(dry_cache(), ".zerojit", "learned-cuda90-triton" + triton_version() + ".jsonl")
     [record] = lines(path)
-    _, spec, _ = bind(PagedScale.kernel, x, out, 64, 64, BLOCK=64)  # the launch's own arguments
-    assert [tuple(p) for p in record["specialization"]] == list(encode_specialization(PagedScale.kernel, spec))
+    _, spec, _ = bind(Paged.kernel, x, out, 64, 64, BLOCK=64)  # the launch's own arguments
+    assert [tuple(p) for p in record["specialization"]] == list(encode_specialization(Paged.kernel, spec))
     assert record["values"] == {"n": scalar_rep(64, specialize=False), "block_size": scalar_rep(64)} == {
         "n": 17, "block_size": 16}
-    assert (record["module"], record["qualname"], record["kernel"]) == ("_kernels", "_paged_scale_kernel",
-                                                                       "paged_scale")
-    assert record["source_hash"] == PagedScale.kernel.cache_key
+    assert (record["module"], record["qualname"], record["kernel"]) == ("test_learned", "_learn_scale_kernel",
+                                                                       "learn_scale")
+    assert record["source_hash"] == Paged.kernel.cache_key
     assert record["parameters"] == ["x_ptr", "out_ptr", "n", "block_size", "BLOCK"]
     assert record["constexprs"] == ["BLOCK"] and record["options"] == {}
     assert record["compile_key"] == {"block": 64}  # PagedScale.dispatch of the launch's inputs
     assert (record["triton_version"], record["target"]) == (triton_version(), "cuda:90")
 
     [read], skipped = learned.read_learned(path)
-    assert skipped == [] and read.key.specialization == encode_specialization(PagedScale.kernel, spec)
+    assert skipped == [] and read.key.specialization == encode_specialization(Paged.kernel, spec)
 
     launch_64()  # the same miss again (a new monitor, this process's memo forgotten): nothing appended
     learned.forget()
     with JitMonitor("warn", report=()):
-        PagedScale.kernel.device_caches.clear()
+        Paged.kernel.device_caches.clear()
         launch_64()
     assert len(lines(path)) == 1
-    assert not learned.record_miss(PagedScale.kernel, spec, {}, kernel_name="paged_scale")
+    assert not learned.record_miss(Paged.kernel, spec, {}, kernel_name="learn_scale")
 
 
 def test_error_mode_learns_the_key_it_blocks_and_learning_can_be_turned_off(dry, monkeypatch):
@@ -269,7 +305,7 @@ def test_twenty_writers_in_four_processes_leave_whole_lines_each_key_once(tmp_pa
 
 def test_a_corrupted_line_and_records_of_another_triton_target_or_source_are_skipped_and_named(dry):
     path = learned.learned_path()
-    assert learned.record_miss(ramp_kernel, _ramp_spec(64), {}, kernel_name="ramp")
+    assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(64), {}, kernel_name="ramp")
     good = lines(path)[0]
     foreign = [dict(good, triton_version="3.5.0"), dict(good, target="cuda:80"),
                dict(good, source_hash="0" * 64, specialization=_listed(_ramp_spec(128)))]
@@ -283,14 +319,15 @@ def test_a_corrupted_line_and_records_of_another_triton_target_or_source_are_ski
     reasons = {s.where.rsplit(":", 1)[1]: (s.kernel, s.reason) for s in skipped}
     assert all(s.where.startswith(path + ":") for s in skipped)
     assert reasons["2"][0] is None and reasons["2"][1].startswith("corrupted line: not JSON")
-    assert reasons["3"] == ("_kernels.ramp_kernel", f"learned with Triton 3.5.0, this is Triton {triton_version()}")
-    assert reasons["4"] == ("_kernels.ramp_kernel", "learned for target cuda:80, not cuda:90")
-    assert reasons["5"][1].startswith(f"source hash {ramp_kernel.cache_key[:12]}... differs from the learned "
+    ramp = "test_learned._learn_ramp_kernel"
+    assert reasons["3"] == (ramp, f"learned with Triton 3.5.0, this is Triton {triton_version()}")
+    assert reasons["4"] == (ramp, "learned for target cuda:80, not cuda:90")
+    assert reasons["5"][1].startswith(f"source hash {_learn_ramp_kernel.cache_key[:12]}... differs from the learned "
                                       "000000000000...")
     assert reasons["6"] == (None, "corrupted line: field 'values' must be a dict, not str")
 
     # the next append starts on a line of its own; the warm-up warms the good key, names the rest
-    assert learned.record_miss(ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp")
+    assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp")
     assert len(learned.read_learned(path)[0]) == 2
 
     report = warm((Ramp(), {}))
@@ -298,7 +335,7 @@ def test_a_corrupted_line_and_records_of_another_triton_target_or_source_are_ski
     assert sorted(map(str, report.learned_skipped)) == sorted(map(str, skipped))  # (the source: checked here)
     assert "learned keys: 2 warmed (0 through their kernel's CompileKey, 2 as recorded keys), 5 skipped" in \
         report.summary()
-    assert f"SKIPPED learned key {path}:4: _kernels.ramp_kernel: learned for target cuda:80" in report.summary()
+    assert f"SKIPPED learned key {path}:4: {ramp}: learned for target cuda:80" in report.summary()
 
 
 def _listed(spec):
@@ -317,8 +354,8 @@ def test_the_key_budget_caps_each_kernel_with_one_warning(dry, caplog):
     assert len(capped) == 1 and "TinyBudget has 2 learned keys, its key budget" in capped[0].getMessage()
     # without a class budget: keyspace's default
     assert DEFAULT_KEY_BUDGET == 4096
-    assert learned.record_miss(ramp_kernel, _ramp_spec(16), {}, kernel_name="ramp", key_budget=1)
-    assert not learned.record_miss(ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp", key_budget=1)
+    assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(16), {}, kernel_name="ramp", key_budget=1)
+    assert not learned.record_miss(_learn_ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp", key_budget=1)
 
 
 def test_an_unwritable_learned_file_warns_once_and_the_launches_go_on(dry, caplog):
@@ -326,7 +363,7 @@ def test_an_unwritable_learned_file_warns_once_and_the_launches_go_on(dry, caplo
     os.makedirs(learned.learned_path())  # a folder where the file should be: nothing can be appended
     with caplog.at_level(logging.WARNING, logger="zerojit.learned"):
         x, out = launch_64()
-        last = LastBlock()
+        last = Last()
         out2 = last(block_table=torch.zeros(4, 32, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
     assert out is not None and out2 is not None  # both launched (dry launches) and returned their outputs
     warned = [r.getMessage() for r in caplog.records if r.name == "zerojit.learned"]
@@ -342,17 +379,17 @@ def test_an_unwritable_learned_file_warns_once_and_the_launches_go_on(dry, caplo
 def test_the_next_warm_up_warms_the_learned_key_so_the_launch_is_a_hit(dry):
     warm((paged_scale, dict(block=64)))
     launch_64()
-    PagedScale.kernel.device_caches.clear()  # as a new process would start: nothing in memory
+    Paged.kernel.device_caches.clear()  # as a new process would start: nothing in memory
 
     report = warm((paged_scale, dict(block=64)), mode="error")
     assert report.learned == 1 and report.learned_through_keys == 0  # its CompileKey is warmed already: recorded
-    assert report.keys_by_kernel()["paged_scale (learned)"][0].specialization[3] == ("i32", "D")
+    assert report.keys_by_kernel()["learn_scale (learned)"][0].specialization[3] == ("i32", "D")
     mon = monitor.current()
     before = mon.counts().runtime_compiles
     launch_64()  # error mode: a miss would raise
     assert mon.counts().runtime_compiles == before
 
-    PagedScale.kernel.device_caches.clear()
+    Paged.kernel.device_caches.clear()
     skipped = warm((paged_scale, dict(block=64)), mode="error", learned=False)
     assert skipped.learned == 0 and skipped.learned_file is None and "learned keys" not in skipped.summary()
     with pytest.raises(RuntimeJitError):
@@ -360,18 +397,18 @@ def test_the_next_warm_up_warms_the_learned_key_so_the_launch_is_a_hit(dry):
 
 
 def test_a_contract_kernels_learned_key_goes_through_its_compile_key_and_the_lint(dry):
-    last = LastBlock()  # its launcher dispatches nothing: no compile_key, a recorded key
+    last = Last()  # its launcher dispatches nothing: no compile_key, a recorded key
     widths = Widths()
     warm((last, dict(max_blocks=16)), (widths, dict(max_blocks=16)))
     last(block_table=torch.zeros(4, 8, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
     widths(block_table=torch.zeros(4, 32, dtype=torch.int32), out=torch.zeros(4, dtype=torch.int32))
     assert [(r["kernel"], r["compile_key"]) for r in lines(learned.learned_path())] == [
-        ("last_block", None), ("widths", {"max_blocks": 32})]
-    LastBlock.kernel.device_caches.clear()
+        ("learn_last", None), ("widths", {"max_blocks": 32})]
+    Last.kernel.device_caches.clear()
 
     report = warm((last, dict(max_blocks=16)), (widths, dict(max_blocks=16)), mode="error")
     assert report.keys_by_kernel()["widths"] == (LastBlock.CompileKey(16), LastBlock.CompileKey(32))
-    assert report.keys_by_kernel()["last_block"] == (LastBlock.CompileKey(16),)
+    assert report.keys_by_kernel()["learn_last"] == (LastBlock.CompileKey(16),)
     assert (report.learned, report.learned_through_keys) == (2, 1)
     assert "learned keys: 2 warmed (1 through their kernel's CompileKey, 1 as recorded keys)" in report.summary()
     before = monitor.current().counts().runtime_compiles
@@ -388,7 +425,7 @@ def test_a_contract_kernels_learned_key_goes_through_its_compile_key_and_the_lin
     assert report.keys_by_kernel()["scale"] == (Scale.CompileKey(2), Scale.CompileKey(3))
 
     # the same learned key of a kernel whose warmup_inputs do not dispatch it: the lint says so
-    LastBlock.kernel.device_caches.clear()
+    Last.kernel.device_caches.clear()
     monitor.shutdown()  # (a monitor notes each Triton key once: a new one, as a new process has)
     learned.forget()
     os.remove(learned.learned_path())
@@ -410,14 +447,14 @@ def _rank(rank: int, init_file: str, caches: list[str], out: str) -> None:
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     with compile_only("cuda:90"):
-        learned.record_miss(ramp_kernel, _ramp_spec(32 * (rank + 1)), {}, kernel_name="ramp")  # 32, 64
+        learned.record_miss(_learn_ramp_kernel, _ramp_spec(32 * (rank + 1)), {}, kernel_name="ramp")  # 32, 64
         registry = JitWarmupRegistry()
         with registry.activate():
             Ramp().register_warmup()
         report = registry.warmup(group=dist.group.WORLD, progress=False)
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"ok": report.ok, "learned": report.learned,
-                   "keys": [repr(k) for k in report.keys_by_kernel()["ramp (learned)"]]}, f)
+                   "keys": [repr(k) for k in report.keys_by_kernel()["learn_ramp (learned)"]]}, f)
     dist.destroy_process_group()
 
 
@@ -458,7 +495,7 @@ def test_learned_show_clear_and_merge_into_a_manifest_that_warms(dry, tmp_path):
     shown = invoke("learned", "show", "--cache-dir", cache, "--target", "cuda:90")
     assert shown.exit_code == 0, shown.output
     assert f"{path}: 1 learned key" in shown.output
-    assert "paged_scale" in shown.output and "RecordedKey(*fp32:D, *fp32:D, i32:nospec, i32:D, =64)" in shown.output
+    assert "learn_scale" in shown.output and "RecordedKey(*fp32:D, *fp32:D, i32:nospec, i32:D, =64)" in shown.output
     assert "CompileKey(block=64)" in shown.output
     as_json = json.loads(invoke("learned", "show", "--file", path, "--json").output)
     assert as_json["file"] == path and as_json["skipped"] == []
@@ -470,7 +507,7 @@ def test_learned_show_clear_and_merge_into_a_manifest_that_warms(dry, tmp_path):
     assert f"wrote {out}: 1 learned key added (1 kernel, 1 specialization)" in merged.output
     manifest = read_manifest(out)
     [kernel] = manifest.kernels
-    assert (kernel.module, kernel.qualname, manifest.target) == ("_kernels", "_paged_scale_kernel", "cuda:90")
+    assert (kernel.module, kernel.qualname, manifest.target) == ("test_learned", "_learn_scale_kernel", "cuda:90")
     assert kernel.specializations[0].specialization == learned.read_learned(path)[0][0].specialization
 
     # merged onto a base: the base's keys stay, the learned key is added once
@@ -483,7 +520,7 @@ def test_learned_show_clear_and_merge_into_a_manifest_that_warms(dry, tmp_path):
     assert "no learned keys" in invoke("learned", "show", "--file", path).output
 
     # the merged manifest warms the key (no learned file left): the launch is then a hit
-    PagedScale.kernel.device_caches.clear()
+    Paged.kernel.device_caches.clear()
     monitor.configure("error")
     report = JitWarmupRegistry().warmup(manifest=str(out), progress=False)
     assert report.num_keys == 1 and report.learned == 0 and not report.skipped

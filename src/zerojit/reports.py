@@ -255,7 +255,8 @@ class WarmupReport:
             "skipped": [{"kernel": s.kernel, "reason": s.reason} for s in self.skipped],
             "learned": self.learned,
             "learned_through_keys": self.learned_through_keys,
-            "learned_skipped": [{"where": s.where, "kernel": s.kernel, "reason": s.reason} for s in self.learned_skipped],
+            "learned_skipped": [{"where": s.where, "kernel": s.kernel, "reason": s.reason}
+                                for s in self.learned_skipped],
             "learned_file": self.learned_file,
         }
 
