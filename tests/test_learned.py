@@ -514,6 +514,10 @@ def test_learned_show_clear_and_merge_into_a_manifest_that_warms(dry, tmp_path):
     again = invoke("learned", "merge", "-o", str(tmp_path / "m2.json"), "--manifest", str(out), "--file", path)
     assert again.exit_code == 0 and "0 learned keys added (1 kernel, 1 specialization)" in again.output
 
+    # the same from Python: merge_into_manifest writes what merge -o writes
+    _, added, skips = learned.merge_into_manifest([path], tmp_path / "api.json", base=out)
+    assert (added, skips) == (0, []) and read_manifest(tmp_path / "api.json") == manifest
+
     cleared = invoke("learned", "clear", "--cache-dir", cache, "--target", "cuda:90")
     assert cleared.exit_code == 0 and f"removed {path} (1 line)" in cleared.output
     assert not os.path.exists(path)
