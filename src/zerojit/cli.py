@@ -8,6 +8,7 @@ Commands:
     warmup   warm a manifest's specializations (into the Triton cache) and print the report
     exec     warm a manifest, install the monitor, then run the unmodified program in-process
     bundle   export / import / inspect a cache bundle (the compiled key space as one archive)
+    learned  show / clear / merge into a manifest the keys that missed after warm-up (zerojit.learned)
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
 cache folder that cannot serve, flags that conflict), 1 for a refused artefact (a bundle for
@@ -325,6 +326,13 @@ def _no_progress_option(what: str) -> Any:
                         help=f"no {what} (default: drawn only where stderr is a terminal)")
 
 
+def _no_learned_option() -> Any:
+    """``--no-learned``: the warm-up skips the learned-keys file (:mod:`zerojit.learned`)."""
+    return typer.Option(False, "--no-learned", metavar="",
+                        help="do not warm the keys that missed after earlier warm-ups into this cache folder (the "
+                        "learned-keys file; zerojit learned show lists them)")
+
+
 def _progress(no_progress: bool) -> bool:
     """Whether to draw progress bars: not with ``--no-progress``, else only where stderr is a
     terminal, as tqdm's ``disable=None`` does: a redirected stderr is a log, which a bar's redraws
@@ -497,6 +505,7 @@ def run_command(
     background_workers: int = _background_workers_option(),
     cut_keyspace: bool = typer.Option(False, "--cut-keyspace", hidden=True,  # benchmarks/fallback_runner.py
                                       help="benchmarks only: drop one warmed class per kernel after the primer"),
+    no_learned: bool = _no_learned_option(),
 ) -> None:
     """Replay a request trace through the sparse-MLA kernels with zero runtime JIT (the main job).
 
@@ -534,6 +543,7 @@ def run_command(
         workers=workers,  # RunOptions caps it (the report says so); the note is said here, below
         generic=not no_generic, swap=swap, fallback_miss=fallback_miss, background_workers=background_workers,
         cut_keyspace=cut_keyspace,
+        learned=not no_learned,
     )
     # The flag wins over ZEROJIT_JIT_MONITOR for the process monitor too, which otherwise reads
     # the variable when warm-up completes (a value the option took from it is already checked).
@@ -835,13 +845,16 @@ def warmup_command(
     json_out: Optional[str] = typer.Option(None, "--json", metavar="FILE",
                                            help="also write the report as JSON to this file (phases, workers' "
                                            "timeline; '-': standard output, the report then on stderr)"),
+    no_learned: bool = _no_learned_option(),
 ) -> None:
     """Compile (and on a GPU load) every specialization a manifest recorded, and print the report.
 
     Each specialization is rebuilt from the manifest (WarmupTensors of the recorded dtype and
     alignment, ints in their recorded classes, constexprs by value, the launch options). A kernel
     whose source changed since recording, recorded with another Triton, or no longer importable
-    is skipped and listed, naming what differs. The kernels' modules are imported with the current
+    is skipped and listed, naming what differs. Keys of these kernels that missed after earlier
+    warm-ups into this cache folder (the learned-keys file: zerojit learned show) are warmed too,
+    unless --no-learned. The kernels' modules are imported with the current
     folder on sys.path, as 'python -m' has it: run from the folder the program was recorded in.
     Exit status: 0 warmed; 1 a corrupted or truncated manifest, a key failed to compile, or every
     recorded kernel was skipped (nothing warmed); 2 invalid input (no such MANIFEST, a TARGET this
@@ -863,7 +876,8 @@ def warmup_command(
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
         try:
             report = JitWarmupRegistry().warmup(manifest=manifest, workers=_capped_workers("warmup", workers),
-                                                progress=_progress(no_progress), target=chosen or "device")
+                                                progress=_progress(no_progress), target=chosen or "device",
+                                                learned=not no_learned)
         except WarmupError as e:  # a failed key: reported (exit 1) by _user_errors, its report written first
             write_json(e.report)
             raise
@@ -896,12 +910,15 @@ def exec_command(
     swap: str = _swap_option(),
     fallback_miss: str = _fallback_miss_option(),
     background_workers: int = _background_workers_option(),
+    no_learned: bool = _no_learned_option(),
 ) -> None:
     """Warm a manifest, install the JIT monitor, then run the unmodified program in this process.
 
     The program's code is imported as 'python app.py' would: its folder (for -m and -c, the
     current one) first on sys.path, not the folder it was recorded in, so a copy of the program
-    warms and runs its own kernels. The warm-up report goes to stderr. The program's raw launches
+    warms and runs its own kernels. Keys of the recorded kernels that missed in earlier runs
+    (the learned-keys file beside the cache, zerojit learned show) are warmed too, unless
+    --no-learned; each miss of this run is added to it. The warm-up report goes to stderr. The program's raw launches
     of recorded kernels are counted as hits (and are dry launches under a compile-only target:
     outputs are not computed). In error mode a specialization the manifest lacks is blocked
     before compiling, ending the program: the error names the kernel, where the program launched
@@ -942,7 +959,7 @@ def exec_command(
         registry = JitWarmupRegistry()
         report = registry.warmup(manifest=manifest, workers=_capped_workers("exec", workers),
                                  progress=_progress(no_progress), target=chosen or "device", program_folder=False,
-                                 generic=not no_generic)
+                                 generic=not no_generic, learned=not no_learned)
         typer.echo(report.summary(), err=True)
         recorded = [k for k in registry.kernels if isinstance(k, RecordedKernel)]
         tuned, notes = restore_tunings(recorded)
@@ -1144,6 +1161,189 @@ def bundle_inspect(
     _check_input_file("bundle inspect", "bundle", file)
     manifest = verify_bundle(file)
     typer.echo(json.dumps(manifest.to_dict(), indent=2) if json_out else manifest.summary())
+
+
+learned_app = typer.Typer(cls=_Group, no_args_is_help=True,
+                          help="The learned-keys file: keys that missed after warm-up, warmed at the next start-up.")
+app.add_typer(learned_app, name="learned")
+
+
+def _cache_dir_option() -> Any:
+    return typer.Option(None, "--cache-dir", metavar="DIR", help="Triton cache folder (default: TRITON_CACHE_DIR)")
+
+
+def _learned_target_option() -> Any:
+    return typer.Option(None, "--target", metavar="TARGET",
+                        help="the target the keys were learned for, e.g. cuda:90 (default: the GPU here)")
+
+
+def _learned_file_option() -> Any:
+    return typer.Option(None, "--file", metavar="FILE",
+                        help="the learned-keys file itself (instead of --cache-dir and --target)")
+
+
+def _learned_file(command: str, cache_dir: Optional[str], target: Optional[str], file: Optional[str],
+                  fallback_target: Optional[str] = None) -> str:
+    """The learned-keys file a ``zerojit learned`` command works on: ``--file``, else the one
+    of ``--cache-dir`` (default: TRITON_CACHE_DIR) for ``--target`` (default: the GPU's, else
+    ``fallback_target``). Refuses (exit 2) flags that conflict, a folder given as the file, an
+    empty ``--cache-dir``, a target this Triton cannot compile for, or no target at all."""
+    from zerojit.compile_only import current_target_name
+    from zerojit.learned import LearnedError, learned_path
+
+    if file is not None:
+        if cache_dir is not None or target is not None:
+            given = " and ".join(f for f, v in (("--cache-dir", cache_dir), ("--target", target)) if v is not None)
+            _refuse(command, f"--file and {given} conflict: --file names the learned-keys file itself")
+        if os.path.isdir(file):
+            _refuse(command, f"--file {file!r} is a directory, not a learned-keys file")
+        return file
+    if cache_dir == "":
+        _refuse(command, "--cache-dir '': the folder is empty; give a folder, or leave the flag out for "
+                "TRITON_CACHE_DIR")
+    if target is not None:
+        _check_target(command, target, option="--target")
+    target = target or current_target_name() or fallback_target
+    if target is None:
+        _refuse(command, "no GPU is visible here: pass --target, the target the keys were learned for (e.g. "
+                "--target cuda:90), or --file")
+    try:
+        return learned_path(cache_dir, target)
+    except LearnedError as e:
+        _refuse(command, str(e))
+    raise AssertionError  # (_refuse exits)
+
+
+@learned_app.command("show", cls=_Command)
+@_reflowed
+@_user_errors("learned show")
+def learned_show(
+    cache_dir: Optional[str] = _cache_dir_option(),
+    target: Optional[str] = _learned_target_option(),
+    file: Optional[str] = _learned_file_option(),
+    json_out: bool = typer.Option(False, "--json", metavar="", help="print the records and skipped lines as JSON"),
+) -> None:
+    """List the learned keys: each key that missed after a warm-up into this cache folder, which
+    the next warm-up of its kernel warms.
+
+    One line per key: the kernel, its function, the key (Triton's class of each argument and the
+    launch options) and, for a contract kernel, its CompileKey. A line of another Triton or
+    target, or a corrupted one, is listed as skipped (the source of each kernel is checked at
+    warm-up, not here). Exit status: 0 listed (also none: no file); 2 invalid input (flags that
+    conflict, a TARGET this Triton cannot compile for, no target, a file that cannot be read).
+    """
+    import json
+
+    from zerojit.learned import read_learned
+    from zerojit.manifest import encode_exact
+    from zerojit.reports import count
+
+    path = _learned_file("learned show", cache_dir, target, file)
+    try:
+        records, skipped = read_learned(path, check_source=False)
+    except OSError as e:
+        _refuse("learned show", f"{path}: cannot be read: {e.strerror or e}")
+    if json_out:
+        typer.echo(json.dumps({
+            "file": path,
+            "records": [{"kernel": r.kernel, "function": r.function, "line": r.line, "key": repr(r.key),
+                         "specialization": [list(p) for p in r.specialization], "options": dict(r.options),
+                         "compile_key": None if r.compile_key is None else {n: encode_exact(v) for n, v in
+                                                                              r.compile_key.items()},
+                         "source_hash": r.source_hash, "target": r.target, "triton_version": r.triton_version}
+                        for r in records],
+            "skipped": [{"where": s.where, "kernel": s.kernel, "reason": s.reason} for s in skipped],
+        }, indent=2))
+        return
+    if not records and not skipped:
+        typer.echo(f"no learned keys ({path}: {'empty' if os.path.exists(path) else 'no such file'})")
+        return
+    typer.echo(f"{path}: {count(len(records), 'learned key')}")
+    for r in records:
+        key = "" if r.compile_key is None else "  CompileKey(" + ", ".join(
+            f"{n}={v!r}" for n, v in r.compile_key.items()) + ")"
+        typer.echo(f"  {r.kernel:<30} {r.function}  {r.key!r}{key}")
+    for s in skipped:
+        typer.echo(f"  SKIPPED {s}")
+
+
+@learned_app.command("clear", cls=_Command)
+@_reflowed
+@_user_errors("learned clear")
+def learned_clear(
+    cache_dir: Optional[str] = _cache_dir_option(),
+    target: Optional[str] = _learned_target_option(),
+    file: Optional[str] = _learned_file_option(),
+) -> None:
+    """Remove the learned-keys file (under its lock): the next warm-ups warm no learned key
+    until keys miss again.
+
+    Exit status: 0 removed (or there was none); 2 invalid input (flags that conflict, no target)
+    or a file that cannot be removed.
+    """
+    from filelock import Timeout
+
+    from zerojit.learned import clear
+    from zerojit.reports import count
+
+    path = _learned_file("learned clear", cache_dir, target, file)
+    existed = os.path.exists(path)
+    try:
+        lines = clear(path)
+    except (OSError, Timeout) as e:
+        _refuse("learned clear", f"{path}: cannot be removed: {getattr(e, 'strerror', None) or e}")
+    typer.echo(f"removed {path} ({count(lines, 'line')})" if existed
+               else f"no learned keys to remove ({path}: no such file)")
+
+
+@learned_app.command("merge", cls=_Command)
+@_reflowed
+@_user_errors("learned merge")
+@_stdout_is_for("output")
+def learned_merge(
+    output: str = typer.Option(..., "-o", "--output", metavar="MANIFEST",
+                               help="the manifest to write ('-': standard output)"),
+    manifest: Optional[str] = typer.Option(None, "--manifest", metavar="BASE",
+                                           help="a manifest (zerojit record) to add the learned keys to (default: "
+                                           "a manifest of the learned keys alone)"),
+    cache_dir: Optional[str] = _cache_dir_option(),
+    target: Optional[str] = _learned_target_option(),
+    file: Optional[str] = _learned_file_option(),
+) -> None:
+    """Write a manifest holding the learned keys (added to BASE's kernels, a kernel BASE lacks
+    appended), which zerojit warmup, exec and bundle export warm like a recording.
+
+    A learned key BASE holds already is added once; one of a kernel BASE recorded with another
+    source or other parameters is skipped, named on stderr, as are lines of another Triton or
+    target and corrupted ones. Without --target and a GPU, the target is BASE's. Exit status: 0
+    written; 1 BASE is a corrupted manifest; 2 invalid input (no such BASE, BASE of another
+    Triton, flags that conflict, no target, an output that cannot be written).
+    """
+    import json
+
+    from zerojit.compile_only import is_target_name
+    from zerojit.learned import LearnedError, merged_manifest
+    from zerojit.manifest import read_manifest
+    from zerojit.reports import count
+
+    _check_output_file("learned merge", "--output", output)
+    base = None
+    if manifest is not None:
+        _check_input_file("learned merge", "manifest", manifest)
+        base = read_manifest(manifest)
+    fallback = base.target if base is not None and is_target_name(base.target) else None
+    path = _learned_file("learned merge", cache_dir, target, file, fallback_target=fallback)
+    try:
+        merged, added, skipped = merged_manifest([path], base=base)
+    except LearnedError as e:
+        _refuse("learned merge", str(e))
+    except OSError as e:
+        _refuse("learned merge", f"{path}: cannot be read: {e.strerror or e}")
+    for s in skipped:
+        typer.echo(f"zerojit learned merge: SKIPPED {s}", err=True)
+    _write_output("learned merge", "--output", output, json.dumps(merged.to_dict(), indent=1) + "\n")
+    typer.echo(f"wrote {output}: {count(added, 'learned key')} added ({count(len(merged.kernels), 'kernel')}, "
+               f"{count(merged.num_specializations, 'specialization')})", err=output == "-")
 
 
 def main() -> None:

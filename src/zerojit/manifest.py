@@ -47,8 +47,8 @@ from .specialization import SpecClass, WarmupTensor, bind
 
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
-           "recorded_kernel_class", "encode_classes", "encode_value", "decode_value", "encode_exact", "decode_exact",
-           "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings"]
+           "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
+           "decode_exact", "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings"]
 
 #: The ``format`` field of every manifest.
 FORMAT = "zerojit-manifest"
@@ -738,11 +738,6 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
             skipped.append(ManifestSkip(record.name, f"parameters {list(_tc.parameter_names(jit_fn))} differ from the "
                                         f"recorded {list(record.parameters)}: record the program again"))
             continue
-        clash = [p for p in record.parameters if p in _LAUNCHER_NAMES]
-        if clash:
-            skipped.append(ManifestSkip(record.name, f"parameter {clash[0]!r} clashes with a name zerojit's recorded "
-                                        "launcher uses; rename the parameter"))
-            continue
         usable = []
         for s in record.specializations:
             bad = [f"{n} ({v.get(_REPR)})" for n, (_, v) in zip(record.parameters, s.specialization)
@@ -753,11 +748,26 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
             else:
                 usable.append(s)
         try:
-            cls = recorded_kernel_class(jit_fn, record.name, KernelRecord(
-                record.module, record.qualname, record.source_hash, record.parameters, record.constexprs,
-                tuple(usable), record.tunings))
+            kernels.append(recorded_kernel(KernelRecord(record.module, record.qualname, record.source_hash,
+                                                        record.parameters, record.constexprs, tuple(usable),
+                                                        record.tunings), jit_fn))
         except KernelDefinitionError as e:  # a parameter zerojit's launch path cannot take (variadic, reserved)
             skipped.append(ManifestSkip(record.name, str(e)))
-            continue
-        kernels.append(cls())
     return kernels, skipped, import_seconds
+
+
+def recorded_kernel(record: KernelRecord, jit_fn: Any, *, name: str | None = None) -> RecordedKernel:
+    """A :class:`RecordedKernel` (a class of its own, and its instance) warming ``record``'s
+    specializations of ``jit_fn`` (the function ``record`` names, already checked against it),
+    named ``name`` (default :attr:`KernelRecord.name`): what :func:`warmup_plan` makes per
+    recorded function, and the warm-up of learned keys (:mod:`zerojit.learned`) per function.
+
+    Raises:
+        KernelDefinitionError: a parameter zerojit's launch path cannot take (variadic, reserved,
+            or one of the recorded launcher's own names).
+    """
+    clash = [p for p in record.parameters if p in _LAUNCHER_NAMES]
+    if clash:
+        raise KernelDefinitionError(f"parameter {clash[0]!r} clashes with a name zerojit's recorded launcher uses; "
+                                    "rename the parameter")
+    return recorded_kernel_class(jit_fn, name or record.name, record)()

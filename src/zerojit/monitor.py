@@ -75,6 +75,11 @@ of each, :func:`on_warmup_complete` installs the *process monitor* when ``ZEROJI
 (warmed keys for the nearest-key explanation and the audit). A monitor you build yourself starts
 with every warm-up this process has completed and is armed as soon as it is installed.
 
+Learning: warn and error mode append each distinct miss (a blocked one too) to the learned-keys
+file beside Triton's cache (:func:`zerojit.learned.record_miss`: under a file lock, each key once,
+never raising into the launch), which the next warm-up warms; ``JitMonitor(learn=False)`` or
+``ZEROJIT_LEARN=0`` turns it off.
+
 Async compile mode (``triton.runtime._async_compile``) is not specially supported: misses are
 seen, but a compile finished on another thread may be counted as a direct compile (and from Triton
 3.7 on, a launch that finds the pending ``FutureKernel`` in the in-process cache is a hit).
@@ -93,6 +98,7 @@ from typing import Any, Callable
 
 from . import triton_compat as _tc
 from . import kernel as _kernel
+from . import learned as _learned
 from . import registry as _registry
 from .context import allow_compiles, in_warmup
 from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
@@ -915,19 +921,23 @@ class JitMonitor:
             (:mod:`zerojit.growth`; default :data:`~zerojit.growth.DEFAULT_GROWTH_LIMIT`).
         fallback: the :class:`FallbackOptions` of fallback mode (None: the defaults); kept, and
             used, only while the mode is ``"fallback"``.
+        learn: append each distinct miss (warn and error mode) to the learned-keys file, which
+            the next warm-up warms (:mod:`zerojit.learned`; off also with ``ZEROJIT_LEARN=0``).
 
     Usable as a context manager (install on enter, uninstall on exit). Thread-safe: counters and
     records are updated under one lock; warn mode logs once per distinct (kernel, Triton key).
     """
 
     def __init__(self, mode: str = "warn", *, report: Any = _PROCESS_WARMUPS, no_warmup_note: str | None = None,
-                 growth_limit: int = DEFAULT_GROWTH_LIMIT, fallback: FallbackOptions | None = None) -> None:
+                 growth_limit: int = DEFAULT_GROWTH_LIMIT, fallback: FallbackOptions | None = None,
+                 learn: bool = True) -> None:
         self._mode = _check_mode(mode)
         if fallback is not None and not isinstance(fallback, FallbackOptions):
             raise TypeError(f"JitMonitor(fallback=...) takes a FallbackOptions, not {type(fallback).__name__}")
         self._fallback = fallback or FallbackOptions()
         self._attachment: Any = None  # the serving layer's, while installed in fallback mode
         self._fallback_done = {"fallback_launches": 0, "background_compiles": 0, "swaps": 0}  # of past attachments
+        self._learn = learn
         self._growth = GrowthTracker(growth_limit)
         self._no_warmup_note = no_warmup_note
         self._lock = threading.RLock()
@@ -1345,6 +1355,9 @@ class JitMonitor:
                 stats.blocked += 1
             else:  # the listener call that follows carries this very signature dict
                 self._pending[id(request.signature)] = (request.signature, stats)
+        if first and self._learn:  # (never raises: an unwritable file is one warning)
+            options = _tc.run_options_removed(_parse_options(_options_part(key)) or {})
+            _learned.record_miss(jit_fn, stats.record.specialization, options, kernel_name=stats.record.kernel)
         log = logger.error if mode == "error" else logger.warning
         for growing in crossed:
             log("zerojit: %s", growing.summary(self._growth.limit))

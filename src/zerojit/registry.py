@@ -34,7 +34,7 @@ from .triton_compat import current_device, import_launch_path_modules
 # `import zerojit` imports the registry, and every compile worker pays that import when its
 # kernels' modules import zerojit.kernel (the three cost 17 ms of a worker's ~0.4 s boot on the
 # 2-core CI machine). None of them imports the registry, so these imports close no cycle.
-from . import integrity, loading
+from . import integrity, learned as _learned, loading
 from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers, take_damaged_notes
 from .generic import file_variants, plan as generic_plan
 from .kernel import TritonJitKernel
@@ -451,6 +451,7 @@ class JitWarmupRegistry:
         manifest: str | os.PathLike | None = None,
         program_folder: bool = True,
         generic: bool = True,
+        learned: bool = True,
     ) -> WarmupReport:
         """Compile (and on a GPU load) every key of every registered kernel.
 
@@ -495,6 +496,13 @@ class JitWarmupRegistry:
                 a group whose warmed variant is generic already costs nothing. Counted apart
                 (``report.generic_variants``; never keys). A group that gets none (its compile
                 failed) is a note, not a failure. False: none.
+            learned: also warm the keys that missed after earlier warm-ups into this cache folder
+                (the learned-keys file, :mod:`zerojit.learned`) of the kernels this warm-up has
+                (registered, or recorded in ``manifest``): through a contract kernel's
+                ``CompileKey`` where the miss gave one its key space lacks, else as recorded
+                keys. The report counts them (``learned``) and names each record skipped
+                (another source, corrupted: ``learned_skipped``). With ``group``, every rank's
+                learned keys are gathered, so the ranks keep one key space. False: skip the file.
 
         Whatever ``workers``, ``bundle`` or ``group``, every compile of an entry missing from the
         disk cache holds that entry's file lock, so processes sharing a cache folder compile each
@@ -543,6 +551,8 @@ class JitWarmupRegistry:
         if compiles:
             check_cache_folder("zerojit warm-up")
         plan, failures = self.warmup_keys(config)
+        learned_plan = _learned.plan(plan, group=group) if learned and compiles else None
+        learned_jobs = learned_plan.apply(plan) if learned_plan is not None else set()
         jobs = [(kernel, key) for kernel, keys in plan.items() for key in keys]
         extra = _primer_jobs(jobs)  # on a GPU: the launch-path primer, compiled with the rest
         # Warm start: what zerojit's restore index covers skips Triton's lookup (zerojit.restore).
@@ -637,9 +647,14 @@ class JitWarmupRegistry:
         if target == "device":  # name what was really compiled for
             compile_only_driver = active_compile_only()
             target = compile_only_driver.target_name if compile_only_driver is not None else target
+        warmed_learned = [(kernel, key) for kernel, done in per_kernel.items() for key, _, _ in done
+                          if (id(kernel), key) in learned_jobs]
         report = WarmupReport(kernels=kernels, failures=tuple(failures), seconds=time.perf_counter() - start,
                               target=target, stats=stats, skipped=tuple(skipped), generic=tuple(generic_variants),
-                              generic_stats=generic_stats)
+                              generic_stats=generic_stats, learned=len(warmed_learned),
+                              learned_through_keys=sum(not isinstance(k, RecordedKernel) for k, _ in warmed_learned),
+                              learned_skipped=tuple(learned_plan.skipped) if learned_plan is not None else (),
+                              learned_file=learned_plan.path if learned_plan is not None else None)
 
         # From here on a compile is a runtime compile: the listeners (the runtime monitor, the
         # audit) hear of this warm-up; see add_warmup_listener.

@@ -211,6 +211,12 @@ class WarmupReport:
             them is a key (not in ``kernels``, ``num_keys`` or ``variants``).
         generic_stats: where the generic variants came from, counted apart from ``stats`` (which
             counts the keys); None when the warm-up made none (``generic=False``).
+        learned: keys of the learned-keys file (misses after earlier warm-ups,
+            :mod:`zerojit.learned`) this warm-up warmed; ``learned_through_keys`` of them as a
+            contract kernel's ``CompileKey``, the rest as recorded keys.
+        learned_skipped: the file's records not warmed, each naming the line and why
+            (:class:`zerojit.learned.LearnedSkip`: another Triton, target or source, corrupted).
+        learned_file: the learned-keys file read (None: not read, ``learned=False``).
     """
 
     kernels: tuple[KernelWarmup, ...]
@@ -221,6 +227,10 @@ class WarmupReport:
     skipped: tuple[Any, ...] = ()
     generic: tuple[Any, ...] = ()
     generic_stats: WarmupStats | None = None
+    learned: int = 0
+    learned_through_keys: int = 0
+    learned_skipped: tuple[Any, ...] = ()
+    learned_file: str | None = None
 
     @property
     def num_keys(self) -> int:
@@ -257,6 +267,11 @@ class WarmupReport:
             "failures": [{"kernel": f.kernel, "key": _key_dict(f.key), "error": f.error} for f in self.failures],
             "stats": self.stats.to_dict() if self.stats is not None else None,
             "skipped": [{"kernel": s.kernel, "reason": s.reason} for s in self.skipped],
+            "learned": self.learned,
+            "learned_through_keys": self.learned_through_keys,
+            "learned_skipped": [{"where": s.where, "kernel": s.kernel, "reason": s.reason}
+                                for s in self.learned_skipped],
+            "learned_file": self.learned_file,
         }
 
     def summary(self) -> str:
@@ -289,8 +304,14 @@ class WarmupReport:
         if self.stats is not None and self.stats.workers:
             lines.append("  (a kernel's seconds add up its keys' time, its worker processes' included: together "
                          "they can exceed the warm-up's wall time)")
+        if self.learned or self.learned_skipped:
+            how = (f" ({self.learned_through_keys} through their kernel's CompileKey, "
+                   f"{self.learned - self.learned_through_keys} as recorded keys)" if self.learned else "")
+            skipped = f", {len(self.learned_skipped)} skipped" if self.learned_skipped else ""
+            lines.append(f"  learned keys: {self.learned} warmed{how}{skipped} ({self.learned_file})")
         lines += [f"  FAILED {f}" for f in self.failures]
         lines += [f"  SKIPPED {s}" for s in self.skipped]
+        lines += [f"  SKIPPED learned key {s}" for s in self.learned_skipped]
         return "\n".join(lines)
 
     def _generic_origin(self) -> str:

@@ -162,6 +162,8 @@ class RunOptions:
         cut_keyspace: benchmarks only: after the primer, each kernel's first specialized warmed
             variant is dropped from Triton's in-process cache (:func:`cut_keyspace`), so the
             trace misses there; needs a zerojit warm-up.
+        learned: a zerojit warm-up also warms the keys earlier runs missed into this cache folder
+            (:mod:`zerojit.learned`; ``--no-learned``: False).
     """
 
     config: str = "dsv4-like"
@@ -188,6 +190,7 @@ class RunOptions:
     fallback_miss: str = "compile"
     background_workers: int = 1
     cut_keyspace: bool = False
+    learned: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -347,7 +350,8 @@ class WarmupSummary:
         stats = self.report.to_dict()["stats"] if self.report is not None else None
         return {"mode": self.mode, "keys": self.keys, "seconds": round(self.seconds, 3), "target": self.target,
                 "kernels": dict(self.keys_by_kernel), "failures": list(self.failures), "stats": stats,
-                "origin": self.origin, "worker_choice": self.worker_choice}
+                "origin": self.origin, "worker_choice": self.worker_choice,
+                "learned": self.report.learned if self.report is not None else 0}
 
 
 @dataclass(frozen=True)
@@ -661,6 +665,9 @@ class RunReport:
             f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})"
             + (f", {w.worker_choice}" if w.worker_choice else "") + (f"; {w.origin}" if w.origin else ""),
             *(w.report.stats.notes("               note: ") if w.report is not None and w.report.stats else ()),
+            *([f"               learned keys (earlier runs' misses): {w.report.learned} warmed, "
+               f"{len(w.report.learned_skipped)} skipped"]
+              if w.report is not None and (w.report.learned or w.report.learned_skipped) else ()),
             f"  monitor      {self.monitor_mode}: {count(self.runtime_compiles, 'runtime compile')}"
             + (f"; {self.serving_counts()}" if self.monitor_mode == "fallback" else ""),
             *(f"               cut: {c}" for c in self.cut),
@@ -941,7 +948,7 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
         _require_fresh_process(registry, options.warmup)
     if options.warmup == "zerojit":
         report = registry.warmup(config, progress=options.progress, workers=options.warmup_workers, target=target,
-                                 generic=options.generic)
+                                 generic=options.generic, learned=options.learned)
     elif options.warmup == "triton":
         report = _triton_warmup(registry, config, target, progress=options.progress)
     else:
