@@ -39,7 +39,6 @@ Which class is missing, and why that one:
 
 from __future__ import annotations
 
-import ast
 import inspect
 import math
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ import triton
 from zerojit import generic as _generic
 from zerojit import triton_compat as _tc
 from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
-from zerojit.specialization import SpecClass, WarmupTensor
+from zerojit.specialization import WarmupTensor
 
 I32 = torch.int32
 
@@ -65,71 +64,9 @@ __all__ = ["Case", "CASES", "case_ids", "warm", "launch_arguments", "misaligned_
 
 
 def warm(registry: Any, case: "Case") -> Any:
-    """``registry.warmup(config)`` with generic variants and without learned keys.
-
-    With the "generic" part merged (``warmup(generic=..., learned=...)``), that is the warm-up's
-    own work. Before it, the generic variant of each warmed group of ``case.jit_fn`` is compiled here
-    (:func:`compile_generics`) and filed in :mod:`zerojit.generic`'s table, as the warm-up will.
-    Learned keys are off: a miss an earlier run recorded must not warm the class a test leaves out.
-    """
-    params = inspect.signature(registry.warmup).parameters
-    extra = {k: v for k, v in (("generic", True), ("learned", False)) if k in params}
-    report = registry.warmup(case.config(), workers=1, progress=False, **extra)  # a few keys: no worker start-up
-    if "generic" not in params:
-        compile_generics(report, case.jit_fn, case.kernel_name, case.keep_one)
-    return report
-
-
-def _torch_dtype(triton_type: str) -> torch.dtype:
-    name = triton_type.lstrip("*").lstrip("k")
-    table = {"i1": torch.bool, "i8": torch.int8, "u8": torch.uint8, "i16": torch.int16, "i32": torch.int32,
-             "i64": torch.int64, "fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
-             "fp64": torch.float64}
-    return table[name]
-
-
-def _representative(p: Any, spec: SpecClass, keep: frozenset[str]) -> Any:
-    """An argument of class ``spec`` for generic parameter ``p`` (any value of the class will do)."""
-    kind = spec.kind
-    if kind == "pointer":
-        return WarmupTensor(_torch_dtype(spec.type), (4,))
-    if kind == "int":
-        if p.name in keep and spec.attr == 1:
-            return 1
-        return {"i32": 3, "i64": 2**31 + 3, "u64": 2**63 + 3}[spec.type]
-    if kind == "float":
-        return 0.5
-    if kind == "bool":
-        return True
-    return spec.attr  # a constexpr's value; None for "none"
-
-
-def compile_generics(report: Any, jit_fn: Any, kernel_name: str, keep_one: tuple[str, ...] = ()) -> int:
-    """Compile (and, on a GPU, load) the generic variant of each group of ``jit_fn``'s warmed keys
-    in ``report`` (those of kernel ``kernel_name``) and file it (:func:`zerojit.generic.register`);
-    returns how many groups.
-
-    A dry launch of :func:`zerojit.generic.generic_function_of` with one argument per generic
-    class (meta tensors for pointers) and the group's launch options: the stand-in for the
-    warm-up's own generic jobs until those are merged."""
-    keep = frozenset(keep_one)
-    fn = _generic.generic_function_of(jit_fn, keep_one)
-    device = _tc.current_device()
-    names = {p.name for p in jit_fn.params}
-    groups = {}
-    for v in report.variants:
-        if v.kernel != kernel_name:
-            continue
-        groups.setdefault(_generic.group_of(jit_fn, v.specialization, v.triton_key, keep), None)
-    for group in groups:
-        args = {p.name: _representative(p, s, keep) for p, s in zip(fn.params, group.classes)}
-        options = ast.literal_eval(group.options) if group.options else {}
-        options = {k: v for k, v in options.items() if k not in names and k not in ("debug", "instrumentation_mode")}
-        compiled = fn.run(grid=(1,), warmup=True, **args, **options)
-        if torch.cuda.is_available() and not isinstance(device, str):
-            _tc.load_compiled(compiled)  # as a warm-up loads: no module load on the request path
-        _generic.register(jit_fn, device, group, compiled, keep_one)
-    return len(groups)
+    """``registry.warmup(config)`` with generic variants and without learned keys (a miss an
+    earlier run recorded must not warm the class a test leaves out)."""
+    return registry.warmup(case.config(), workers=1, progress=False, generic=True, learned=False)
 
 
 def forget_variants(jit_fn: Any) -> None:

@@ -35,11 +35,11 @@ arguments by its own signature (constexprs ignored), Triton 3.6-3.9.
 from __future__ import annotations
 
 import ast
-import sys
 import threading
 from typing import Any, Mapping
 
 from .. import generic as _generic
+from .. import learned
 from .. import triton_compat as _tc
 from ..context import in_warmup
 from ..monitor import FallbackOptions, JitMonitor, specialization_from_compile_info
@@ -269,17 +269,9 @@ class FallbackServer:
 
 
 def _record_learned(jit_fn: Any, spec: tuple, key: str, name: str) -> None:
-    """Hand a served miss to the learned-keys file, the one place the fallback does.
-
-    TODO(issue 29, "A key space that learns"): ``zerojit.learned`` (warm-up layer) is another
-    branch's; once it is merged, import it here (``from .. import learned``) instead of looking it
-    up in ``sys.modules`` (a plain import of a module that does not exist yet would fail here,
-    and an import hidden from tests/test_layers.py would be worse). Its ``record_miss`` never
-    raises into a launch.
-    """
-    learned = sys.modules.get("zerojit.learned")
-    if learned is None:
-        return
+    """Hand a served miss to the learned-keys file (:func:`zerojit.learned.record_miss`, which
+    never raises into a launch), the one place the fallback does: the monitor's cache hook, which
+    records the misses it sees, never sees one the fallback served."""
     try:
         launch_options = _tc.run_options_removed(ast.literal_eval(_generic.options_text(key) or "{}"))
     except (ValueError, SyntaxError):
