@@ -275,6 +275,8 @@ class Worker:
         module_name, _, qualname = qualified.partition(":")
         try:
             obj = importlib.import_module(module_name)
+        except ImportError:
+            raise
         except Exception:
             # A library that probes the device at import (FLA: the GPU's name once Triton's driver
             # says "cuda") fails here, where no GPU is visible; imported with no active driver it
