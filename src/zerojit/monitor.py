@@ -1357,7 +1357,8 @@ class JitMonitor:
                 self._pending[id(request.signature)] = (request.signature, stats)
         if first and self._learn:  # (never raises: an unwritable file is one warning)
             options = _tc.run_options_removed(_parse_options(_options_part(key)) or {})
-            _learned.record_miss(jit_fn, stats.record.specialization, options, kernel_name=stats.record.kernel)
+            _learned.record_miss(jit_fn, stats.record.specialization, options, kernel_name=stats.record.kernel,
+                                 background=True)
         log = logger.error if mode == "error" else logger.warning
         for growing in crossed:
             log("zerojit: %s", growing.summary(self._growth.limit))

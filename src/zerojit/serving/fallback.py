@@ -276,4 +276,4 @@ def _record_learned(jit_fn: Any, spec: tuple, key: str, name: str) -> None:
         launch_options = _tc.run_options_removed(ast.literal_eval(_generic.options_text(key) or "{}"))
     except (ValueError, SyntaxError):
         launch_options = {}
-    learned.record_miss(jit_fn, spec, launch_options, kernel_name=name)
+    learned.record_miss(jit_fn, spec, launch_options, kernel_name=name, background=True)
