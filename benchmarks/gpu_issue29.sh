@@ -11,6 +11,7 @@
 #   runner     benchmarks/fallback_runner.py: zerojit run --device cuda, cut key space in fallback
 #              mode beside an uncut run, --check;
 #   cpu        benchmarks/fallback_runner.py --device cpu: the compile-only path's counts.
+# STEPS="NAME ..." runs only those steps (wheels and bytecode always run).
 # A step that runs past its deadline is killed and the next one runs; its status says so (124).
 # The whole has a budget (TOTAL_S, default 530 s): each step's deadline is cut to what is left, and a
 # step with less than 20 s left is skipped, saying so.
@@ -39,6 +40,9 @@ TOTAL=${TOTAL_S:-530}
 step() {
   local name=$1 limit=$2 t0 rc=0 left
   shift 2
+  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
+    return  # STEPS="gpu-tests miss ...": only those (the set-up steps always run)
+  fi
   left=$((TOTAL - ($(date +%s) - START)))
   if [ "$left" -lt 20 ]; then
     echo "== $name: skipped, ${left} s of the ${TOTAL} s budget left" | tee -a "$LOG"
@@ -61,15 +65,15 @@ table() {
 
 { date; nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; "$PY" -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)'; } >>"$LOG" 2>&1
 if compgen -G "$WHEELS/*.whl" >/dev/null; then
-  step wheels 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl
+  STEPS= step wheels 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHEELS"/*.whl
 else
   echo "== wheels: none in $WHEELS/ (the tests of third-party kernels skip)" >>"$LOG"
 fi
 sources=$("$PY" -c 'import os, torch, triton; print(os.path.dirname(torch.__file__), os.path.dirname(triton.__file__))')
 # shellcheck disable=SC2086  # two folders
-step bytecode 60 "$PY" -m compileall -q -j 0 src benchmarks /tmp/site $sources  # (exit 1 on a file of newer syntax is harmless)
+STEPS= step bytecode 60 "$PY" -m compileall -q -j 0 src benchmarks /tmp/site $sources  # (exit 1 on a file of newer syntax is harmless)
 
-step gpu-tests 180 "$PY" -m pytest -q -m gpu tests -p no:cacheprovider
+step gpu-tests 200 "$PY" -m pytest -q -rA -m gpu tests -p no:cacheprovider -o faulthandler_timeout=90
 table miss 110 miss.txt "$PY" benchmarks/miss.py --rounds 4 --timeout 45 --json "$OUT/miss.json"
 if [ -f benchmarks/generic_speed.py ]; then
   json=()

@@ -33,6 +33,7 @@ cache (``triton.compile`` finds the entry: a read, no compile; done inside
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import os
@@ -233,6 +234,11 @@ class BackgroundCompiler:
             disk cache; loaded on a GPU), called from the worker's thread.
         build: False: only compile into the disk cache (``swap="never"``: nothing would use the
             variant in this process), no ``CompiledKernel`` is built and ``on_ready`` is not called.
+        defer_build: hand ``on_ready`` a *builder* instead (``builder()``: the ``CompiledKernel``,
+            built and loaded by whoever calls it, or None when that failed, reported as a
+            failure): ``swap="between-requests"`` builds between requests, on the engine's
+            thread, so no step shares the GIL with a build (Python reading the entry, ~1-3 ms)
+            or waits on a module load.
 
     Attributes:
         compiled: jobs a worker made ready, compiled or found on disk (``background_compiles``).
@@ -242,9 +248,9 @@ class BackgroundCompiler:
     """
 
     def __init__(self, *, workers: int = 1, nice: int = 19, on_ready: Callable[[CompileJob, Any], None],
-                 build: bool = True) -> None:
+                 build: bool = True, defer_build: bool = False) -> None:
         self.size, self.nice = workers, nice
-        self.on_ready, self.build = on_ready, build
+        self.on_ready, self.build, self.defer_build = on_ready, build, defer_build
         self._queue: queue.Queue[CompileJob | _Start | None] = queue.Queue()
         self._idle = threading.Condition()
         self._outstanding = 0
@@ -481,15 +487,26 @@ class BackgroundCompiler:
             with self._idle:
                 self.compiled += 1
             return worker
-        try:
-            compiled = self._build(job, digest)
-        except Exception as e:
-            self._fail(job, f"{type(e).__name__}: {e}")
+        if self.defer_build:
+            with self._idle:
+                self.compiled += 1
+            self.on_ready(job, functools.partial(self.build_or_fail, job, digest))
+            return worker
+        compiled = self.build_or_fail(job, digest)
+        if compiled is None:
             return worker
         with self._idle:
             self.compiled += 1
         self.on_ready(job, compiled)
         return worker
+
+    def build_or_fail(self, job: CompileJob, digest: str) -> Any | None:
+        """:meth:`_build`, or None with the failure reported (the generic variant keeps serving)."""
+        try:
+            return self._build(job, digest)
+        except Exception as e:
+            self._fail(job, f"{type(e).__name__}: {e}")
+            return None
 
     def _build(self, job: CompileJob, digest: str) -> Any:
         """The key's ``CompiledKernel`` from the disk cache, loaded on a GPU (after any open
@@ -507,9 +524,14 @@ class BackgroundCompiler:
         with allow_compiles():  # a disk read this layer asked for: no runtime compile
             compiled = _tc.compile_source(src, job.target, job.options)
         if active_compile_only() is None:
-            _tc.active_driver().set_current_device(job.device)  # this thread's device: the key's
-            with _capture.no_capture(LOAD_WAIT_S):  # a capture that begins meanwhile waits for the load
-                _tc.load_compiled(compiled)
+            drv = _tc.active_driver()
+            before = drv.get_current_device()
+            drv.set_current_device(job.device)  # the key's device (the engine's thread: put back below)
+            try:
+                with _capture.no_capture(LOAD_WAIT_S):  # a capture that begins meanwhile waits for the load
+                    _tc.load_compiled(compiled)
+            finally:
+                drv.set_current_device(before)
         return compiled
 
     def _fail(self, job: CompileJob, error: str) -> None:

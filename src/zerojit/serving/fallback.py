@@ -138,7 +138,8 @@ class FallbackServer:
         self._base = {"background_compiles": 0, "swaps": 0}  # counted before the last reset()
         self.swapper = Swapper(options.swap)
         self.background = BackgroundCompiler(workers=options.workers, nice=options.nice, on_ready=self._ready,
-                                             build=options.swap != "never")
+                                             build=options.swap != "never",
+                                             defer_build=options.swap == "between-requests")
         _capture.install()
         try:
             target = _tc.current_target()
@@ -249,7 +250,8 @@ class FallbackServer:
         return placeholder
 
     def _ready(self, job: CompileJob, compiled: Any) -> None:
-        """The background compiler's variant for ``job`` (built, loaded): offered to the swap."""
+        """The background compiler's variant for ``job`` (built, loaded; or, between requests,
+        its builder, :class:`BackgroundCompiler`'s ``defer_build``): offered to the swap."""
         with self._lock:
             placeholder = self._placeholders.get((id(job.jit_fn), job.device, job.key))
         if placeholder is None:

@@ -31,6 +31,7 @@ pending and is applied when the capture ends (immediate mode) or at the next
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass
@@ -51,7 +52,9 @@ class PendingSwap:
         cache: the ``triton.jit`` function's in-process cache on the key's device.
         key: Triton's in-process key.
         placeholder: the :class:`~zerojit.serving.fallback.FallbackVariant` filed under it.
-        specialized: the key's own ``CompiledKernel`` (loaded on a GPU).
+        specialized: the key's own ``CompiledKernel`` (loaded on a GPU), or a builder of it
+            (called when the swap is applied: between requests, on the engine's thread; None
+            from it: the build failed, reported, nothing swapped).
         kernel: the kernel's name, for messages.
     """
 
@@ -107,7 +110,12 @@ class Swapper:
             applied = 0
             for swap in todo:
                 if swap.cache.get(swap.key) is swap.placeholder:
-                    swap.cache[swap.key] = swap.specialized  # one store: a launch sees the old entry or the new
+                    specialized = swap.specialized
+                    if isinstance(specialized, functools.partial):  # a builder: built and loaded here, first
+                        specialized = specialized()
+                        if specialized is None:
+                            continue
+                    swap.cache[swap.key] = specialized  # one store: a launch sees the old entry or the new
                     applied += 1
                 else:
                     logger.info("zerojit: kernel %r key %s: its in-process entry changed since the fallback filed it; "
