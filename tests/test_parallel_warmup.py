@@ -897,3 +897,31 @@ def test_while_spawned_workers_boot_this_process_compiles_the_waiting_keys(monke
     assert (s.compiled, s.worker_compiled) == (4, 0) and events == [False] * 4  # each key compiled once, here
     assert "4 keys compiled in this process while no worker had finished its boot" in s.recovered
     assert "compile" in dict(s.phases)
+
+
+def test_a_later_sweep_never_waits_for_a_launcher_an_earlier_pool_was_asked_for():
+    """A session's second sweep (the generic variants after the keys) starts a pool of its own. A
+    launcher the first pool built must not stay listed as a pending task: a key of the second sweep
+    with that signature then waited for a task its pool never got, for ever (the H200, Triton 3.6,
+    a cold GPU warm-up). Once a pool is finished, its launcher tasks are forgotten and their
+    signatures looked for on disk again."""
+
+    class Pool:  # what _submit_launcher and _finish use of a _WorkerPool
+        started = 2
+
+        def __init__(self) -> None:
+            self.asked: list[tuple] = []
+
+        def submit_launcher(self, types: tuple, key: str, lock: str) -> None:
+            self.asked.append(types)
+
+        def finish(self) -> dict:
+            return {}
+
+    session = precompile.WarmupSession(workers=2)
+    first = Pool()
+    session._submit_launcher(first, ("*fp32", "i32"), "ab" * 32)
+    assert session._launcher_tasks == {("*fp32", "i32"): "launcher:" + "ab" * 32}
+    session._finish(first)
+    assert session._launcher_tasks == {} and ("*fp32", "i32") not in session._launchers
+    assert session.counts.workers == 2

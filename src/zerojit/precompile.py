@@ -450,10 +450,17 @@ class WarmupSession:
         return _Request(function, entry, payload, _tc.hook_compile_options(compile), target, kernel)
 
     def _finish(self, pool: "_WorkerPool") -> dict[str, float]:
-        """Stop the workers this warm-up used (``workers`` counts them); their seconds per entry."""
+        """Stop the workers this warm-up used (``workers`` counts them); their seconds per entry.
+
+        The launchers it was asked to build are forgotten as tasks (a later sweep of this session
+        has a pool of its own, which never saw them: a key waiting for one would wait for ever)
+        and as states (that sweep looks for them on disk again, and builds one that is not)."""
         seconds = pool.finish()
         with self._lock:
             self.counts.workers += pool.started
+            for types in self._launcher_tasks:
+                self._launchers.pop(types, None)
+            self._launcher_tasks.clear()
         return seconds
 
     def _drop(self, pool: "_WorkerPool") -> None:
