@@ -386,12 +386,17 @@ class _Writer:
         self._pending = 0
         self._thread: threading.Thread | None = None
 
-    def put(self, item: tuple) -> None:
+    def start(self) -> None:
+        """Start the thread (once): its start (~1 ms) is then not paid by the first miss."""
         with self._idle:
-            self._pending += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="zerojit-learned-writer", daemon=True)
                 self._thread.start()
+
+    def put(self, item: tuple) -> None:
+        self.start()
+        with self._idle:
+            self._pending += 1
         self._queue.put(item)
 
     def _run(self) -> None:
@@ -414,6 +419,13 @@ class _Writer:
 _WRITER = _Writer()
 #: Seconds :func:`flush` waits by default: each queued append waits at most LOCK_TIMEOUT_S twice.
 FLUSH_TIMEOUT_S = 10.0
+
+
+def start_writer() -> None:
+    """Start this process's writer thread now (serving installs call it: the first miss then
+    only queues its record); a no-op when learning is off (``ZEROJIT_LEARN=0``)."""
+    if enabled():
+        _WRITER.start()
 
 
 def flush(timeout: float = FLUSH_TIMEOUT_S) -> bool:

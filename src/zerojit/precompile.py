@@ -257,9 +257,6 @@ class WarmupSession:
         self._launcher_tasks: dict[tuple, str] = {}  # signature types -> its launcher's pool task
         self._modules: list[str] = []  # the modules that define the jobs' Triton functions
         self._remembered: dict[str, float] | None = None  # remembered_compile_seconds(), at the first in-process compile
-        # The start method of the pools this session starts from now on (None: worker_start_method()).
-        # A sweep after GPU modules were loaded here spawns: see spawn_from_now_on.
-        self.start_method: str | None = None
 
     # ------------------------------------------------------------------ hooks
     def __enter__(self) -> "WarmupSession":
@@ -309,15 +306,6 @@ class WarmupSession:
         if self._prestarted is not None:  # no run needed them (every key restored)
             self._drop(self._prestarted)
         self._pool = self._prestarted = None
-
-    def spawn_from_now_on(self) -> None:
-        """Start the workers of this session's later sweeps as new interpreters, never as forks.
-
-        Called before a second sweep once the first loaded GPU modules here: a fork then copies a
-        process whose CUDA driver has loaded modules and launchers and whose threads (the first
-        pool's, the driver's own) may hold locks at that instant; on the H100 such forked workers
-        stalled (no CPU time) until the watchdog killed them. A spawned worker starts clean."""
-        self.start_method = "spawn"
 
     @contextlib.contextmanager
     def counted_apart(self) -> Iterator[_Counts]:
@@ -512,8 +500,7 @@ class WarmupSession:
             if fresh:
                 if not _writable_cache():
                     return None
-                self._pool = _WorkerPool(self.workers, target, self.counts, self._lock, self._modules,
-                                         start_method=self.start_method)
+                self._pool = _WorkerPool(self.workers, target, self.counts, self._lock, self._modules)
             pool = self._pool
         if fresh and not key_later:  # not under the lock: the pool shares it, and set_triton_key takes it
             pool.set_triton_key(use_fast_triton_key())
@@ -1018,14 +1005,13 @@ class _WorkerPool:
     it waits), so the parent's sweep goes on. Requests are deduplicated by entry (or launcher).
     """
 
-    def __init__(self, size: int, target: Any, counts: _Counts, lock: threading.Lock, modules: Sequence[str] = (),
-                 *, start_method: str | None = None) -> None:
+    def __init__(self, size: int, target: Any, counts: _Counts, lock: threading.Lock, modules: Sequence[str] = ()) -> None:
         self.size = size
         self.target = target
         self.counts = counts
         self.lock = lock
         self.tasks = _TaskQueue(remembered_compile_seconds())
-        self.start_method = start_method or worker_start_method()
+        self.start_method = worker_start_method()
         self._fork_seconds = 0.0  # spent in fork() so far (this thread waits for each)
         self.seen: set[str] = set()
         self.done: set[str] = set()  # requests answered (or given up on)

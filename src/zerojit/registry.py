@@ -293,8 +293,6 @@ def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any,
         counts.add_phase("restore", time.perf_counter() - t0)
         counts.restored += len(restored)
         rest = [job for i, job in enumerate(gjobs) if i not in restored]
-        if rest and not dry:  # the keys' modules are loaded on the GPU by now: no fork from here on
-            session.spawn_from_now_on()
         if rest and group is not None:
             from .distributed import sharded_warmup
 

@@ -141,6 +141,7 @@ class FallbackServer:
                                              build=options.swap != "never",
                                              defer_build=options.swap == "between-requests")
         _capture.install()
+        learned.start_writer()  # (its thread start is not the first miss's)
         try:
             target = _tc.current_target()
         except Exception:  # no GPU and no compile-only target: a worker starts at the first request, if any
