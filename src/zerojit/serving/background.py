@@ -24,11 +24,14 @@ tried once more; a second loss, or a compile that fails (an error in the kernel 
 is reported (:class:`BackgroundFailure`: kernel, key, error; one warning on the
 ``"zerojit.serving"`` logger) and the generic variant keeps serving the key.
 
-When a worker says the entry is on disk, this thread builds the ``CompiledKernel`` from the disk
-cache (``triton.compile`` finds the entry: a read, no compile; done inside
-:func:`zerojit.context.allow_compiles`, so the monitor does not count it), loads it on a GPU
+When a worker says the entry is on disk, the ``CompiledKernel`` is built from the disk cache
+(``triton.compile`` finds the entry: a read, no compile; done inside
+:func:`zerojit.context.allow_compiles`, so the monitor does not count it), loaded on a GPU
 (:func:`zerojit.triton_compat.load_compiled`, waiting while a CUDA-graph capture is open:
-:mod:`.capture`; never on compile-only, where nothing loads) and hands it on (the swap).
+:mod:`.capture`; never on compile-only, where nothing loads) and handed on (the swap): by this
+thread for ``swap="immediate"``; for ``"between-requests"`` by the engine's thread when it calls
+``between_requests()`` (``defer_build``), so that no step shares the GIL with a build (on the
+2-core CI machine a build held it for ~1-3 ms, which a step waiting for it paid).
 """
 
 from __future__ import annotations
