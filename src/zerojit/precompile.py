@@ -1348,7 +1348,7 @@ class _WorkerPool:
                 proc.kill()
             stderr.close()
             # Every answer is in: its exit (~0.1 s of interpreter teardown) is not the warm-up's to wait for.
-            threading.Thread(target=_reap, args=(proc,), name="zerojit-compile-reaper", daemon=True).start()
+            threading.Thread(target=_watchdog.reap, args=(proc,), name="zerojit-compile-reaper", daemon=True).start()
         return False
 
     def _await_ready(self, proc: Any, reader: Any) -> dict | None:
@@ -1550,15 +1550,6 @@ def _exit_status(proc: subprocess.Popen) -> str:
         except ValueError:
             return f" (killed by signal {-code})"
     return f" (exit status {code})"
-
-
-def _reap(proc: subprocess.Popen) -> None:
-    """Wait for a stopped worker to exit (killed if it takes over 30 s), so none is left a zombie."""
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _triton_file() -> str:

@@ -152,6 +152,20 @@ class Watch:
         return None
 
 
+#: Seconds :func:`reap` waits for a stopped worker before it kills it.
+REAP_WAIT_S = 30.0
+
+
+def reap(proc: subprocess.Popen) -> None:
+    """Wait for a stopped worker to exit (killed if it takes over :data:`REAP_WAIT_S`), so none is
+    left a zombie; run it in a thread of its own (it blocks)."""
+    try:
+        proc.wait(timeout=REAP_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def kill_group(pid: int | None) -> None:
     """SIGKILL process group ``pid`` (a stopped member too), else the process alone."""
     if pid is None:

@@ -203,20 +203,12 @@ class _Worker:
             except OSError:
                 pass
         self.stderr.close()
-        threading.Thread(target=_reap, args=(self.proc,), name="zerojit-background-reaper", daemon=True).start()
+        threading.Thread(target=_watchdog.reap, args=(self.proc,), name="zerojit-background-reaper", daemon=True).start()
 
     def kill(self) -> None:
         """SIGKILL its process group (its ptxas too); from any thread: the feeding thread then
         reads the end of its pipe and stops it."""
         _watchdog.kill_group(self.pid)
-
-
-def _reap(proc: subprocess.Popen) -> None:
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 @dataclass(frozen=True)
