@@ -156,6 +156,21 @@ def test_the_cut_in_fallback_mode_is_served_with_no_request_path_compile(tmp_pat
     assert data["background_compiles"] == data["swaps"] == RUNNER_KERNELS
     assert data["background_idle"] is True
     assert "zero request-path compiles" in done.stdout
+    # the warm-up's generic variants (one per group: 20 for the 21 keys) in the summary and the JSON
+    assert data["warmup"]["generic_variants"] == 20 and "keys + 20 generic variants in " in done.stdout
+    assert "generic variants: " in done.stdout and data["warmup"]["learned_skipped"] == []
+
+
+@needs_fallback
+def test_with_no_generic_variants_a_blocked_miss_says_the_warm_up_made_none(tmp_path):
+    """--no-generic --fallback-miss error: the first cut key is blocked (the run stops there, exit
+    1, as error mode does), and the monitor names the reason (no generic variant of the function
+    was filed), not a dtype or constexpr change."""
+    done = zerojit([*RUN, "--requests", "200", "--cut-keyspace", "--jit-monitor-mode", "fallback", "--no-generic",
+                    "--fallback-miss", "error"], tmp_path)
+    assert done.returncode == 1
+    assert "the warm-up filed no generic variant of this function" in done.stdout + done.stderr
+    assert "another dtype, constexpr" not in done.stdout + done.stderr
 
 
 # ------------------------------------------------------------------------------ exec --json

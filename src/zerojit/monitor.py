@@ -98,6 +98,7 @@ from typing import Any, Callable
 
 from . import triton_compat as _tc
 from . import kernel as _kernel
+from . import generic as _generic
 from . import learned as _learned
 from . import registry as _registry
 from .context import allow_compiles, in_warmup
@@ -414,7 +415,8 @@ class RuntimeCompile:
             ``do_not_specialize_on_alignment`` (for the words: "constexpr 1", "alignment not
             specialized").
         fallback: a miss seen in fallback mode, which no generic variant served
-            (:mod:`zerojit.serving`).
+            (:mod:`zerojit.serving`); no_generic: the warm-up filed no generic variant of this
+            function at all (``generic=False``, or their compiles failed), which the message says.
         unguarded: a ``triton.jit`` compile Triton's listener reported while the monitor's
             ``jit_cache_hook`` had been replaced past its guard, so nothing could block it
             (``direct`` is True: it was seen only after it ran); the chain is repaired since.
@@ -466,6 +468,7 @@ class RuntimeCompile:
                        f"decorator ({', '.join(bounds)}) so one variant serves every value" if bounds else "")
     unguarded: bool = False
     fallback: bool = False  #: seen in fallback mode: no generic variant served it
+    no_generic: bool = False  #: ... and the warm-up filed none of this function at all
     constexprs: frozenset[str] = frozenset()
     alignment_unspecialized: frozenset[str] = frozenset()
 
@@ -514,9 +517,13 @@ class RuntimeCompile:
             head = (f"zerojit: direct triton.compile of {self.kernel!r} after warm-up (Triton reports a direct "
                     "compile only after it ran)")
         elif blocked and self.fallback:
-            head = (f"zerojit: kernel {self.kernel!r} would compile at run time, after warm-up; no generic variant "
-                    "serves this key (another dtype, constexpr, int width or launch option than the warmed keys) and "
-                    "the JIT monitor's fallback_miss is 'error', so nothing was compiled")
+            why = ("the warm-up filed no generic variant of this function (warmed with generic=False / "
+                   "--no-generic, or its generic variants failed to compile: see the warm-up's notes)"
+                   if self.no_generic else
+                   "no generic variant serves this key (another dtype, constexpr, int width or launch option than "
+                   "the warmed keys)")
+            head = (f"zerojit: kernel {self.kernel!r} would compile at run time, after warm-up; {why} and the JIT "
+                    "monitor's fallback_miss is 'error', so nothing was compiled")
         elif blocked:
             head = (f"zerojit: kernel {self.kernel!r} would compile at run time, after warm-up; the JIT monitor "
                     "is in error mode, so nothing was compiled")
@@ -1010,6 +1017,12 @@ class JitMonitor:
             attachment.detach()
 
     @property
+    def learn(self) -> bool:
+        """Whether this monitor's misses (and, in fallback mode, the misses it serves) go to the
+        learned-keys file (``JitMonitor(learn=...)``; ``ZEROJIT_LEARN=0`` turns it off too)."""
+        return self._learn
+
+    @property
     def installed(self) -> bool:
         """The monitor is in Triton's hook chains now: its cache hook and listener are reachable
         from Triton's slots (a hook written past the guard, e.g. into ``knobs.runtime.__dict__``,
@@ -1345,7 +1358,8 @@ class JitMonitor:
                 spec = specialization_from_compile_info(jit_fn, request.signature, request.constants, request.attrs)
                 record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
                 if fallback:
-                    record = dataclasses.replace(record, fallback=True)
+                    record = dataclasses.replace(record, fallback=True, no_generic=not any(
+                        fn is jit_fn for fn in _generic.generic_functions()))
                 stats = self._misses[ident] = _Stats(record, jit_fn)
                 crossed, quiet = self._growth.observe(record.kernel, record.param_names, spec,
                                                       constexpr_parameters(jit_fn))

@@ -291,10 +291,7 @@ class WarmupReport:
             if self.stats.worker_choice:
                 lines.append(f"  compile workers: {self.stats.worker_choice}")
             lines += self.stats.notes("  note: ")
-        if self.generic:
-            lines.append(f"  generic variants: {self._generic_origin()}")
-        if self.generic_stats is not None:
-            lines += self.generic_stats.notes("  note: ")
+        lines += self.generic_lines("  ")
         listed = {f.kernel for f in self.failures if f.key is None}  # (a key listing that failed says so itself)
         for k in self.kernels:
             empty = "  (registered, but get_warmup_keys gave no key: a launch of it will compile)" \
@@ -304,15 +301,30 @@ class WarmupReport:
         if self.stats is not None and self.stats.workers:
             lines.append("  (a kernel's seconds add up its keys' time, its worker processes' included: together "
                          "they can exceed the warm-up's wall time)")
-        if self.learned or self.learned_skipped:
-            how = (f" ({self.learned_through_keys} through their kernel's CompileKey, "
-                   f"{self.learned - self.learned_through_keys} as recorded keys)" if self.learned else "")
-            skipped = f", {len(self.learned_skipped)} skipped" if self.learned_skipped else ""
-            lines.append(f"  learned keys: {self.learned} warmed{how}{skipped} ({self.learned_file})")
+        lines += self.learned_lines("  ")[:1]
         lines += [f"  FAILED {f}" for f in self.failures]
         lines += [f"  SKIPPED {s}" for s in self.skipped]
-        lines += [f"  SKIPPED learned key {s}" for s in self.learned_skipped]
+        lines += self.learned_lines("  ")[1:]
         return "\n".join(lines)
+
+    def generic_lines(self, indent: str) -> list[str]:
+        """The summary's lines on the generic variants (where they came from, notes); none
+        without them."""
+        lines = [f"{indent}generic variants: {self._generic_origin()}"] if self.generic else []
+        if self.generic_stats is not None:
+            lines += self.generic_stats.notes(f"{indent}note: ")
+        return lines
+
+    def learned_lines(self, indent: str) -> list[str]:
+        """The summary's lines on the learned keys: how many were warmed and how, the file, then
+        one ``SKIPPED learned key`` line per record skipped; none when the file gave nothing."""
+        if not (self.learned or self.learned_skipped):
+            return []
+        how = (f" ({self.learned_through_keys} through their kernel's CompileKey, "
+               f"{self.learned - self.learned_through_keys} as recorded keys)" if self.learned else "")
+        skipped = f", {len(self.learned_skipped)} skipped" if self.learned_skipped else ""
+        return ([f"{indent}learned keys: {self.learned} warmed{how}{skipped} ({self.learned_file})"]
+                + [f"{indent}SKIPPED learned key {s}" for s in self.learned_skipped])
 
     def _generic_origin(self) -> str:
         """Where the generic variants came from, e.g. ``"8 compiled in this process; 1 a warmed

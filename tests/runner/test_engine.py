@@ -267,7 +267,7 @@ def test_cli_default_warmup_chooses_workers_when_cold_and_none_when_warm(tmp_pat
         choice = "in this process (1 core)"
         assert cold["warmup"]["stats"]["compiled"] == 21
     assert cold["warmup"]["worker_choice"] == cold["warmup"]["stats"]["worker_choice"] == choice
-    assert f"zerojit: 21 keys in " in cold_text and f"(0 failures), {choice}; " in cold_text
+    assert "zerojit: 21 keys + 20 generic variants in " in cold_text and f"(0 failures), {choice}; " in cold_text
     assert warm["warmup"]["stats"]["restored"] == 21 and warm["warmup"]["stats"]["workers"] == 0
     assert warm["warmup"]["worker_choice"] == "in this process (all 21 keys restored)"
     assert "(0 failures), in this process (all 21 keys restored); 21 restored from the disk cache by zerojit's restore " \

@@ -351,7 +351,10 @@ class WarmupSummary:
         return {"mode": self.mode, "keys": self.keys, "seconds": round(self.seconds, 3), "target": self.target,
                 "kernels": dict(self.keys_by_kernel), "failures": list(self.failures), "stats": stats,
                 "origin": self.origin, "worker_choice": self.worker_choice,
-                "learned": self.report.learned if self.report is not None else 0}
+                **({k: v for k, v in self.report.to_dict().items()
+                    if k.startswith(("generic_", "learned"))} if self.report is not None
+                   else {"generic_variants": 0, "generic_stats": None, "learned": 0, "learned_through_keys": 0,
+                         "learned_skipped": [], "learned_file": None})}
 
 
 @dataclass(frozen=True)
@@ -662,12 +665,14 @@ class RunReport:
             f"  replay       {count(self.steps, 'step')}, {count(self.tokens, 'token')} ({self.prefill_tokens} "
             f"prefill, {self.decode_tokens} decode), {count(self.preemptions, 'preemption')}, "
             f"{count(self.launches, 'launch', 'launches')}, {self.replay_seconds:.1f} s",
-            f"  warm-up      {w.mode}: {count(w.keys, 'key')} in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})"
+            f"  warm-up      {w.mode}: {count(w.keys, 'key')}"
+            + (f" + {count(w.report.generic_variants, 'generic variant')}" if w.report is not None
+               and w.report.generic_variants else "")
+            + f" in {w.seconds:.2f} s ({count(len(w.failures), 'failure')})"
             + (f", {w.worker_choice}" if w.worker_choice else "") + (f"; {w.origin}" if w.origin else ""),
             *(w.report.stats.notes("               note: ") if w.report is not None and w.report.stats else ()),
-            *([f"               learned keys (earlier runs' misses): {w.report.learned} warmed, "
-               f"{len(w.report.learned_skipped)} skipped"]
-              if w.report is not None and (w.report.learned or w.report.learned_skipped) else ()),
+            *(w.report.generic_lines("               ") if w.report is not None else ()),
+            *(w.report.learned_lines("               ") if w.report is not None else ()),
             f"  monitor      {self.monitor_mode}: {count(self.runtime_compiles, 'runtime compile')}"
             + (f"; {self.serving_counts()}" if self.monitor_mode == "fallback" else ""),
             *(f"               cut: {c}" for c in self.cut),
@@ -697,7 +702,7 @@ class RunReport:
         if self.warmup.mode == "zerojit" and self.monitor_mode == "fallback":
             lines.append(f"zero request-path compiles ({count(self.fallback_launches, 'fallback launch', 'fallback launches')})"
                          if self.request_path_compiles == 0
-                         else f"{count(self.request_path_compiles, 'REQUEST-PATH COMPILE')} after warm-up")
+                         else f"{count(self.request_path_compiles, 'REQUEST-PATH COMPILE', 'REQUEST-PATH COMPILES')} after warm-up")
         elif self.warmup.mode == "zerojit":
             lines.append("zero runtime compiles" if self.runtime_compiles == 0
                          else f"{count(self.runtime_compiles, 'RUNTIME COMPILE')} after warm-up")
@@ -785,7 +790,8 @@ def run(options: RunOptions | None = None) -> RunReport:
         # process monitor below it and the primer's monitor above it find their places through it.
         served = dict(fallback=options.fallback_options()) if serving is not None else {}
         with _RequestPathClock() as clock, \
-                JitMonitor(mode, report=warmup.report, no_warmup_note=no_warmup, **served) as monitor:  # 5.
+                JitMonitor(mode, report=warmup.report, no_warmup_note=no_warmup, learn=not options.cut_keyspace,
+                           **served) as monitor:  # 5. (a cut key space's misses are no keys to learn)
             replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,  # 6.
                                   step_interval_s=options.step_interval_s, check_steps=check_steps,
                                   progress=options.progress, clock=clock, prime=prime,

@@ -247,7 +247,8 @@ class FallbackServer:
         self.background.submit(CompileJob(jit_fn, key, device, signature, constexprs, attrs,
                                           _tc.miss_compile_options(options), _tc.device_cache(jit_fn, device).target,
                                           name))
-        _record_learned(jit_fn, spec, key, name)
+        if self.monitor.learn:
+            _record_learned(jit_fn, spec, key, name)
         return placeholder
 
     def _ready(self, job: CompileJob, compiled: Any) -> None:
