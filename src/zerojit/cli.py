@@ -705,6 +705,24 @@ _PROGRAM_HELP = ("the program, after '--': python SCRIPT ARGS, python -m MODULE 
                  "or zerojit ARGS")
 
 
+def _tune_recorded(command: str, kernels: list) -> None:
+    """On a GPU, before any program runs: tune the recorded tuning keys that hold no choice
+    (:func:`zerojit.recorded_tuning.tune_recorded`) and say so in one line, with a note per key
+    not tuned (exec: on stderr, beside its warm-up report)."""
+    import torch
+
+    from zerojit.recorded_tuning import tune_recorded
+    from zerojit.triton_compat import current_target
+
+    t = current_target()
+    outcome = tune_recorded(kernels, target=f"{t.backend}:{t.arch}", gpu=torch.cuda.get_device_name())
+    for note in outcome.notes:
+        typer.echo(f"zerojit {command}: note: {note}", err=command == "exec")
+    line = outcome.line()
+    if line:
+        typer.echo(f"zerojit {command}: {line}", err=command == "exec")
+
+
 def _manifest_target(command: str, target: Optional[str], path: str) -> Optional[str]:
     """The compile-only target to warm the manifest at ``path`` for: ``--target`` (checked first,
     before the file is read: a bad flag is named even beside a bad file); else None (the GPU
@@ -775,6 +793,7 @@ def record(
     from pathlib import Path
 
     from zerojit.manifest import read_manifest, unimportable
+    from zerojit.recorded_tuning import untuned_report
     from zerojit.recording import Program, growth_report
     from zerojit.triton_compat import gpu_driver_available
 
@@ -825,6 +844,9 @@ def record(
                    f"{'it' if len(names) == 1 else 'them'}): {why}", err=True)
     if report:
         typer.echo(growth_report(manifest))
+        untuned = untuned_report(manifest)
+        if untuned:
+            typer.echo(untuned)
     if rc != 0:
         typer.echo(f"zerojit record: the program exited with status {rc}", err=True)
     raise typer.Exit(rc)
@@ -875,12 +897,17 @@ def warmup_command(
 
     with (compile_only(chosen) if chosen else contextlib.nullcontext()):
         try:
-            report = JitWarmupRegistry().warmup(manifest=manifest, workers=_capped_workers("warmup", workers),
-                                                progress=_progress(no_progress), target=chosen or "device",
-                                                learned=not no_learned)
+            registry = JitWarmupRegistry()
+            report = registry.warmup(manifest=manifest, workers=_capped_workers("warmup", workers),
+                                     progress=_progress(no_progress), target=chosen or "device",
+                                     learned=not no_learned)
         except WarmupError as e:  # a failed key: reported (exit 1) by _user_errors, its report written first
             write_json(e.report)
             raise
+        if not chosen:  # a GPU: the recorded tuning keys with no choice are tuned, into their tuning files
+            from zerojit.manifest import RecordedKernel
+
+            _tune_recorded("warmup", [k for k in registry.kernels if isinstance(k, RecordedKernel)])
     typer.echo(report.summary())
     write_json(report)
     _nothing_warmed("warmup", report)
@@ -944,6 +971,7 @@ def exec_command(
     from zerojit.compile_only import compile_only
     from zerojit.manifest import RecordedKernel, restore_tunings
     from zerojit.monitor import RuntimeJitError
+    from zerojit.recorded_tuning import install_default_policy
     from zerojit.recording import Program, count_raw_launches
     from zerojit.registry import JitWarmupRegistry, count
 
@@ -962,12 +990,15 @@ def exec_command(
                                  generic=not no_generic, learned=not no_learned)
         typer.echo(report.summary(), err=True)
         recorded = [k for k in registry.kernels if isinstance(k, RecordedKernel)]
+        if not chosen:  # a GPU: the recorded tuning keys with no choice are tuned now, before the program runs
+            _tune_recorded("exec", recorded)
         tuned, notes = restore_tunings(recorded)
         for note in notes:
             typer.echo(f"zerojit exec: note: {note}", err=True)
         if tuned:
             typer.echo(f"zerojit exec: {count(tuned, 'autotune choice')} of the recording restored (their tuning keys "
                        "benchmark nothing)", err=True)
+        policy = install_default_policy(recorded)  # an untuned tuning key: a default choice, never a benchmark
         restore = count_raw_launches(recorded)
         try:
             rc = program.run(propagate=(RuntimeJitError,))  # its own exceptions: its traceback, status 1
@@ -975,6 +1006,10 @@ def exec_command(
             blocked, rc = e, 1
         finally:
             restore()
+            policy.restore()
+        untuned = policy.line(compile_only=bool(chosen))
+        if untuned:
+            typer.echo(f"zerojit exec: {untuned}", err=True)
         idle = None
         if mode == "fallback":  # the background compiles the program started, waited for with a deadline
             from zerojit import serving
@@ -1022,7 +1057,7 @@ def exec_command(
                 "blocked": counts.blocked if counts is not None else None,
                 **{name: served.get(name) for name in ("request_path_compiles", "fallback_launches",
                                                       "background_compiles", "swaps")},
-                "background_idle": idle, "exit_status": status}
+                "background_idle": idle, "untuned_tuning_keys": len(policy.decisions), "exit_status": status}
         _write_output("exec", "--json", json_out, json.dumps(data, indent=2))
     raise typer.Exit(status)
 

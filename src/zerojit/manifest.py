@@ -48,12 +48,17 @@ from .specialization import SpecClass, WarmupTensor, bind
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
-           "decode_exact", "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings"]
+           "decode_exact", "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings", "TensorLaunch",
+           "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner"]
 
 #: The ``format`` field of every manifest.
 FORMAT = "zerojit-manifest"
-#: The schema version this zerojit writes and reads.
-VERSION = 1
+#: The schema version this zerojit writes (version 2 adds each tuning key's ``launch`` and
+#: tuning keys with no ``config``).
+VERSION = 2
+#: The schema versions this zerojit reads (a version 1 manifest is a version 2 one without the
+#: fields version 2 added).
+READABLE_VERSIONS = (1, 2)
 
 _REPR = "repr"  # a constexpr value JSON cannot carry: kept as text, never warmed
 _DTYPE = "triton_dtype"  # a tl.dtype constexpr (e.g. tl.float16), by Triton's name
@@ -222,25 +227,85 @@ class RecordedSpecialization:
 
 
 @dataclass(frozen=True)
+class TensorLaunch:
+    """A tensor argument of a recorded launch, as much as a buffer of its layout needs (the
+    values are not recorded).
+
+    Attributes:
+        dtype: the torch dtype's name (``"float32"``: ``str(dtype)`` without ``torch.``).
+        shape, strides: ``tensor.shape`` and ``tensor.stride()`` (strides in elements).
+        offset: ``tensor.storage_offset()``, in elements.
+        storage: the size of the tensor's storage, in elements (``untyped_storage().nbytes()``
+            divided by the element size): a buffer of this many elements holds the view.
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    storage: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tensor": {"dtype": self.dtype, "shape": list(self.shape), "strides": list(self.strides),
+                           "offset": self.offset, "storage": self.storage}}
+
+
+@dataclass(frozen=True)
+class TuningLaunch:
+    """One launch of a ``triton.autotune`` kernel at a tuning key, as its ``Autotuner.run``
+    received it: enough to run the autotuner's own benchmarking on buffers of the same layout
+    (:mod:`zerojit.recorded_tuning`).
+
+    Attributes:
+        positional: how many of ``arguments`` the call passed positionally (the first ones); the
+            rest were keywords, in the order passed (Triton's tuning key lists the tensors'
+            dtypes in call order).
+        arguments: every argument the autotuner received but ``grid`` and ``warmup``, by name, in
+            call order (a heuristics layer above it adds its values last): a
+            :class:`TensorLaunch` for a tensor, else the value (int, float, bool, str, None, or a
+            ``tl.dtype`` through :func:`encode_value`).
+        grids: per config (its ``Config.all_kwargs()`` as :func:`encode_config` writes it), the
+            launch grid the call's grid gave for it, as ints.
+    """
+
+    positional: int
+    arguments: tuple[tuple[str, Any], ...]
+    grids: tuple[tuple[tuple[tuple[str, Any], ...], tuple[int, ...]], ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"positional": self.positional,
+                "arguments": {n: v.to_dict() if isinstance(v, TensorLaunch) else v for n, v in self.arguments},
+                "grids": [{"config": dict(c), "grid": list(g)} for c, g in self.grids]}
+
+
+@dataclass(frozen=True)
 class RecordedTuning:
-    """A choice the kernel's ``triton.autotune`` object made while recording: at this tuning key
-    it launches this config (what its own cache, ``Autotuner.cache``, held when the program
-    ended). ``zerojit exec`` puts it back into the autotuner's cache before the program runs, so
-    the key is not benchmarked while serving.
+    """A tuning key of the kernel's ``triton.autotune`` object met while recording, with the
+    choice it made there (what its own cache, ``Autotuner.cache``, held when the program ended)
+    where it kept one, and one launch at that key. ``zerojit exec`` puts a choice back into the
+    autotuner's cache before the program runs, so the key is not benchmarked while serving; a key
+    with no choice (a compile-only recording: nothing was measured) is tuned at a GPU warm-up on
+    buffers of the launch's layout (:mod:`zerojit.recorded_tuning`).
 
     Attributes:
         key: the tuning key (``Autotuner.run``'s: the ``key`` arguments' values, then each tensor
             argument's ``str(dtype)``); JSON scalars only (a key holding anything else is not
             recorded).
         config: the chosen config's keyword arguments (``Config.all_kwargs()``, values through
-            :func:`encode_value`), sorted by name.
+            :func:`encode_value`), sorted by name; None when no choice was kept.
+        launch: one launch at this key (the first), or None (not recorded: a manifest of
+            version 1, or an argument that cannot be described).
     """
 
     key: tuple[Any, ...]
-    config: tuple[tuple[str, Any], ...]
+    config: tuple[tuple[str, Any], ...] | None
+    launch: TuningLaunch | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": list(self.key), "config": dict(self.config)}
+        out = {"key": list(self.key), "config": None if self.config is None else dict(self.config)}
+        if self.launch is not None:
+            out["launch"] = self.launch.to_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -254,8 +319,9 @@ class KernelRecord:
         source_hash: Triton's hash of the function's source and dependencies (``cache_key``).
         parameters: the parameter names, in order; constexprs: those that are ``tl.constexpr``.
         specializations: every distinct specialization, first launched first.
-        tunings: a ``triton.autotune`` kernel's choices when the program ended (none under a
-            compile-only target: nothing was measured there), each tuning key once.
+        tunings: a ``triton.autotune`` kernel's tuning keys, each once: the choice made there
+            when the program ended (none under a compile-only target: nothing was measured
+            there) and one launch at the key.
     """
 
     module: str
@@ -330,9 +396,9 @@ def _manifest_from(data: Any, path: str) -> Manifest:
     if data.get("format") != FORMAT:
         raise ManifestError(f"{path}: not a zerojit manifest (format {data.get('format')!r}, expected {FORMAT!r})")
     version = _field(data, "version", int, path)
-    if version != VERSION:
-        raise ManifestError(f"{path}: manifest schema version {version}; this zerojit reads version {VERSION}: "
-                            "record the program again")
+    if version not in READABLE_VERSIONS:
+        raise ManifestError(f"{path}: manifest schema version {version}; this zerojit reads versions "
+                            f"{', '.join(map(str, READABLE_VERSIONS))}: record the program again")
     kernels = []
     for i, k in enumerate(_field(data, "kernels", list, path)):
         where = f"{path}: kernels[{i}]"
@@ -384,7 +450,8 @@ def _count(data: dict, name: str, where: str) -> int:
 
 
 def _tunings(data: dict, where: str) -> tuple[RecordedTuning, ...]:
-    """A kernel's ``tunings`` (optional on reading: manifests written before it have none)."""
+    """A kernel's ``tunings`` (optional on reading: manifests written before it have none; each
+    entry's ``config`` may be null or absent, its ``launch`` absent)."""
     value = data.get("tunings", [])
     if not isinstance(value, list):
         raise ManifestError(f"{where}: field 'tunings' must be a list, not {type(value).__name__}")
@@ -394,8 +461,49 @@ def _tunings(data: dict, where: str) -> tuple[RecordedTuning, ...]:
         key = _field(t, "key", list, tw)
         if not all(v is None or isinstance(v, (bool, int, float, str)) for v in key):
             raise ManifestError(f"{tw}: field 'key' must hold JSON scalars only")
-        out.append(RecordedTuning(tuple(key), tuple((n, _hashable(v)) for n, v in sorted(_field(t, "config", dict, tw).items()))))
+        config = t.get("config")
+        if config is not None and not isinstance(config, dict):
+            raise ManifestError(f"{tw}: field 'config' must be an object or null, not {type(config).__name__}")
+        launch = t.get("launch")
+        out.append(RecordedTuning(tuple(key), None if config is None else
+                                  tuple((n, _hashable(v)) for n, v in sorted(config.items())),
+                                  None if launch is None else _launch(launch, f"{tw}.launch")))
     return tuple(out)
+
+
+def _launch(data: Any, where: str) -> TuningLaunch:
+    """A tuning's ``launch`` (see :class:`TuningLaunch`), every field checked."""
+    if not isinstance(data, dict):
+        raise ManifestError(f"{where}: must be an object, not {type(data).__name__}")
+    positional = _count(data, "positional", where)
+    arguments = []
+    for name, value in _field(data, "arguments", dict, where).items():
+        aw = f"{where}.arguments.{name}"
+        if isinstance(value, dict) and "tensor" in value:
+            t = _field(value, "tensor", dict, aw)
+            tw = f"{aw}.tensor"
+            shape, strides = _field(t, "shape", list, tw), _field(t, "strides", list, tw)
+            if not all(type(v) is int and v >= 0 for v in shape):
+                raise ManifestError(f"{tw}: field 'shape' must hold ints >= 0")
+            if len(strides) != len(shape) or not all(type(v) is int for v in strides):
+                raise ManifestError(f"{tw}: field 'strides' must hold one int per dimension ({len(shape)})")
+            value = TensorLaunch(_field(t, "dtype", str, tw), tuple(shape), tuple(strides), _count(t, "offset", tw),
+                                 _count(t, "storage", tw))
+        elif isinstance(value, (list, dict)) and not (isinstance(value, dict) and _DTYPE in value):
+            raise ManifestError(f"{aw}: must be a tensor ({{'tensor': ...}}), a JSON scalar or a triton dtype")
+        else:
+            value = _hashable(value)
+        arguments.append((name, value))
+    if positional > len(arguments):
+        raise ManifestError(f"{where}: field 'positional' is {positional}, more than the {len(arguments)} arguments")
+    grids = []
+    for j, g in enumerate(data.get("grids", [])):
+        gw = f"{where}.grids[{j}]"
+        grid = _field(g, "grid", list, gw)
+        if not 1 <= len(grid) <= 3 or not all(type(v) is int and v >= 0 for v in grid):
+            raise ManifestError(f"{gw}: field 'grid' must hold 1 to 3 ints >= 0")
+        grids.append((tuple((n, _hashable(v)) for n, v in sorted(_field(g, "config", dict, gw).items())), tuple(grid)))
+    return TuningLaunch(positional, tuple(arguments), tuple(grids))
 
 
 def _autotune_config(data: dict, where: str) -> tuple[tuple[str, Any], ...] | None:
@@ -640,6 +748,15 @@ def encode_config(config_kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple((n, _hashable(encode_value(v))) for n, v in sorted(config_kwargs.items()))
 
 
+def recorded_autotuner(record: KernelRecord) -> Any | None:
+    """The ``triton.autotune`` object of ``record``'s function (what its module holds under its
+    name, or what that wraps), imported again; None when it is none or does not import."""
+    try:
+        return _tc.find_autotuner(_recorded_object(record))
+    except LookupError:  # (warmup_plan imported it moments ago)
+        return None
+
+
 def restore_tunings(kernels: Sequence["RecordedKernel"]) -> tuple[int, list[str]]:
     """Put each recorded kernel's :attr:`~KernelRecord.tunings` back into its ``triton.autotune``
     object's own cache (``Autotuner.cache``), so a launch at a recorded tuning key runs the
@@ -654,16 +771,16 @@ def restore_tunings(kernels: Sequence["RecordedKernel"]) -> tuple[int, list[str]
         record = kernel.record
         if not record.tunings:
             continue
-        try:
-            tuner = _tc.find_autotuner(_recorded_object(record))
-        except LookupError:  # (warmup_plan imported it moments ago)
-            tuner = None
+        chosen = [t for t in record.tunings if t.config is not None]  # (the others: zerojit.recorded_tuning)
+        if not chosen:
+            continue
+        tuner = recorded_autotuner(record)
         if tuner is None:
-            notes.append(f"{record.name}: {len(record.tunings)} recorded tuning choices, but it is no triton.autotune "
+            notes.append(f"{record.name}: {len(chosen)} recorded tuning choices, but it is no triton.autotune "
                          "kernel any more")
             continue
         configs = {encode_config(c.all_kwargs()): c for c in tuner.configs}
-        for tuning in record.tunings:
+        for tuning in chosen:
             config = configs.get(tuning.config)
             if config is None:
                 notes.append(f"{record.name}: the config chosen at tuning key {tuning.key} ({dict(tuning.config)}) is "

@@ -43,8 +43,9 @@ from . import triton_compat as _tc
 from .compile_only import active_compile_only, compile_only, current_target_name, in_dry_benchmark
 from .context import in_warmup
 from .kernel import check_hook_pins, launch_observer
-from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, RecordedTuning,
-                       encode_config, encode_specialization, encode_value, write_manifest)
+from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, encode_specialization,
+                       encode_value, write_manifest)
+from .recorded_tuning import LaunchRecorder
 from .specialization import bind, scalar_rep
 
 __all__ = ["ProgramError", "Program", "names_this_python", "Recorder", "record_child", "count_raw_launches", "Growth",
@@ -261,16 +262,20 @@ class Recorder:
         self._specs: dict[int, dict[Any, list]] = {}  # id(fn) -> key -> [spec, values, options, count]
         self._restore: Callable[[], None] | None = None
         self._target: str | None = None  # what the first recorded launch was keyed for
+        self._tunings = LaunchRecorder()  # each autotuner's tuning keys, with one launch at each
 
     def install(self) -> "Recorder":
-        """Replace ``JITFunction.run`` (a no-op when installed). Returns self."""
+        """Replace ``JITFunction.run`` and route ``Autotuner.run`` through a
+        :class:`~zerojit.recorded_tuning.LaunchRecorder` (a no-op when installed). Returns self."""
         if self._restore is None:
             self._restore = _tc.patch_run_everywhere(self._wrap)
+            self._tunings.install()
         return self
 
     def uninstall(self) -> None:
-        """Put Triton's ``JITFunction.run`` back."""
+        """Put Triton's ``JITFunction.run`` and ``Autotuner.run`` back."""
         if self._restore is not None:
+            self._tunings.uninstall()
             self._restore()
             self._restore = None
 
@@ -326,20 +331,9 @@ class Recorder:
                               for spec, values, options, count in self._specs[ident].values())
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
                                             _tc.ordered_constexpr_parameters(jit_fn), specs,
-                                            _tunings(held)))
+                                            self._tunings.tunings(held)))
         return Manifest(_tc.TRITON_VERSION, self._target or target or "device", tuple(command), tuple(kernels),
                         folder)
-
-
-def _tunings(obj: Any) -> tuple[RecordedTuning, ...]:
-    """The choices of the ``triton.autotune`` object ``obj`` is or wraps, from its own cache
-    (none when there is none, or a key holds something JSON cannot write exactly)."""
-    tuner = _tc.find_autotuner(obj)
-    if tuner is None:
-        return ()
-    return tuple(RecordedTuning(key, encode_config(config.all_kwargs()))
-                 for key, config in _tc.autotuner_choices(tuner).items()
-                 if all(v is None or isinstance(v, (bool, int, float, str)) for v in key))
 
 
 def _module_attribute(module: str, qualname: str) -> Any:
