@@ -247,7 +247,7 @@ def test_exec_compile_only_recording_of_raw_autotuned_kernel_runs_in_error_mode(
     # recorded sizes and sizes never recorded (1, 37, 5000, 100000)
     done, data = _exec(tmp, "m.json", "100", "1000v", "37", "5000", "100000", "1")
     assert done.returncode == 0, done.stderr
-    assert (data["runtime_compiles"], data["blocked"], data["launches"]) == (0, 0, 6)
+    assert (data["runtime_compiles"], data["blocked"], data["benchmarks"], data["launches"]) == (0, 0, 0, 6)
     assert "autotune benchmark" not in done.stderr
     assert _policy_lines(done) == ["zerojit exec: 6 tuning key(s) untuned under compile-only: default policy "
                                    "(0 nearest tuned, 6 first surviving config), 0 benchmarks"]
@@ -270,4 +270,4 @@ def test_exec_hand_filled_tuning_is_the_nearest_for_unrecorded_keys(recorded):
     # 5000 and 100000: nearest tuned key 1000 (BLOCK 1024 survives); 100, 37, 1: BLOCK 1024 pruned
     assert _policy_lines(done) == ["zerojit exec: 5 tuning key(s) untuned under compile-only: default policy "
                                    "(2 nearest tuned, 3 first surviving config), 0 benchmarks"]
-    assert (out["runtime_compiles"], out["blocked"]) == (0, 0)
+    assert (out["runtime_compiles"], out["blocked"], out["benchmarks"]) == (0, 0, 0)

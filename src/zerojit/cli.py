@@ -714,6 +714,8 @@ def _tune_recorded(command: str, kernels: list) -> None:
     from zerojit.recorded_tuning import tune_recorded
     from zerojit.triton_compat import current_target
 
+    if not any(t.config is None and t.launch is not None for k in kernels for t in k.record.tunings):
+        return  # nothing to tune (a manifest of no kernel needs no GPU either)
     t = current_target()
     outcome = tune_recorded(kernels, target=f"{t.backend}:{t.arch}", gpu=torch.cuda.get_device_name())
     for note in outcome.notes:
@@ -1055,6 +1057,7 @@ def exec_command(
                 "launches": counts.launches if counts is not None else None,
                 "runtime_compiles": compiles if counts is not None else None,
                 "blocked": counts.blocked if counts is not None else None,
+                "benchmarks": counts.benchmarks if counts is not None else None,
                 **{name: served.get(name) for name in ("request_path_compiles", "fallback_launches",
                                                       "background_compiles", "swaps")},
                 "background_idle": idle, "untuned_tuning_keys": len(policy.decisions), "exit_status": status}

@@ -764,7 +764,9 @@ def restore_tunings(kernels: Sequence["RecordedKernel"]) -> tuple[int, list[str]
 
     Returns how many choices were restored and a note for each that could not be: the kernel is
     no autotuned one any more, or the recorded config is not among the autotuner's configs (they
-    changed since recording: that key is tuned again).
+    changed since recording: ``zerojit exec`` gives that key the default policy,
+    :func:`zerojit.recorded_tuning.install_default_policy`). Tuning keys recorded with no choice
+    are left out (:func:`zerojit.recorded_tuning.tune_recorded` tunes them on a GPU).
     """
     restored, notes = 0, []
     for kernel in kernels:
@@ -784,7 +786,7 @@ def restore_tunings(kernels: Sequence["RecordedKernel"]) -> tuple[int, list[str]
             config = configs.get(tuning.config)
             if config is None:
                 notes.append(f"{record.name}: the config chosen at tuning key {tuning.key} ({dict(tuning.config)}) is "
-                             "none of its configs any more: that key is tuned again")
+                             "none of its configs any more: that key gets the default policy")
                 continue
             _tc.fill_autotuner_cache(tuner, tuple(tuning.key), config)
             restored += 1
