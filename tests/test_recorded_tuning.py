@@ -263,11 +263,13 @@ def test_exec_hand_filled_tuning_is_the_nearest_for_unrecorded_keys(recorded):
         if t["key"][0] == 1000:
             t["config"] = big  # the documented field, filled by hand
     (tmp / "filled.json").write_text(json.dumps(data))
-    # (5000 and 100000 through views like the recorded one at 1000: BLOCK 1024 was compiled for that alignment)
-    done, out = _exec(tmp, "filled.json", "100", "1000v", "37", "5000v", "100000v", "1")
+    # 5000v and 100000v: through views like the recorded one at 1000, for which BLOCK 1024 was compiled
+    # 7000: contiguous (x 16-byte aligned), for which only BLOCK 64 was compiled (at 100)
+    done, out = _exec(tmp, "filled.json", "100", "1000v", "37", "5000v", "100000v", "1", "7000")
     assert done.returncode == 0, done.stderr
     assert "1 autotune choice of the recording restored" in done.stderr
-    # 5000 and 100000: nearest tuned key 1000 (BLOCK 1024 survives); 100, 37, 1: BLOCK 1024 pruned
-    assert _policy_lines(done) == ["zerojit exec: 5 tuning key(s) untuned under compile-only: default policy "
-                                   "(2 nearest tuned, 3 first surviving config), 0 benchmarks"]
+    # 5000v and 100000v: nearest tuned key 1000 (BLOCK 1024 survives, compiled for the launch);
+    # 100, 37, 1: BLOCK 1024 pruned; 7000: BLOCK 1024 not compiled for it: the first config compiled for it
+    assert _policy_lines(done) == ["zerojit exec: 6 tuning key(s) untuned under compile-only: default policy "
+                                   "(2 nearest tuned, 4 first surviving config), 0 benchmarks"]
     assert (out["runtime_compiles"], out["blocked"], out["benchmarks"]) == (0, 0, 0)

@@ -19,11 +19,12 @@ compile-only target holds no choice (nothing was measured there). Three pieces m
   (:func:`zerojit.autotune.tuning_file_path`: keyed by target, GPU, Triton and source hash), so
   the next start reads them instead of tuning, and into the autotuner's cache.
 * :func:`install_default_policy` (``zerojit exec``): a launch at a tuning key the autotuner's
-  cache lacks gets the default policy instead of a benchmark: the config of the nearest tuned key
+  cache lacks gets the default policy instead of a benchmark. Its candidates: the configs that
+  survive the autotuner's pruning for the launch and were compiled at warm-up for it (the
+  launch's specialization under that config is a recorded one; where none is, a config any
+  recorded specialization carries). It takes the config of the nearest tuned key
   (:meth:`zerojit.autotune.TuningTable.nearest`: same length, dtypes and non-numeric entries)
-  whose config survives the autotuner's pruning for the launch; else the first config, in the
-  autotuner's order, that survives pruning and was compiled at warm-up (a recorded
-  specialization carries it). The choice goes into the autotuner's cache, as
+  among the candidates, else the first candidate in the autotuner's order. The choice goes into the autotuner's cache, as
   :func:`zerojit.manifest.restore_tunings` does, so the launch benchmarks nothing. Under a
   compile-only target launches are dry, so a choice changes nothing measurable there; on a GPU it
   serves a key that was neither recorded nor tuned without a benchmark on the request path.
@@ -42,7 +43,8 @@ from . import triton_compat as _tc
 from .autotune import TuningFileError, TuningTable, load_tuning_file, save_tuning_file, tuning_file_path
 from .context import allow_compiles, in_warmup
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedTuning, TensorLaunch, TuningLaunch,
-                       decode_value, encode_config, encode_value, recorded_autotuner)
+                       decode_value, encode_config, encode_specialization, encode_value, recorded_autotuner)
+from .specialization import bind
 
 __all__ = ["LaunchRecorder", "describe_launch", "build_buffer", "launch_arguments", "tune_recorded", "TuningOutcome",
            "install_default_policy", "DefaultPolicy", "untuned_report"]
@@ -333,28 +335,46 @@ class DefaultPolicy:
         return (f"{len(kinds)} tuning key(s) untuned {where}: default policy ({kinds.count('nearest')} nearest tuned, "
                 f"{kinds.count('first')} first surviving config), 0 benchmarks")
 
-    def _wrap(self, name: str, tuner: Any, compiled: frozenset[int]) -> None:
+    def _wrap(self, name: str, tuner: Any, compiled: frozenset[int], warmed: frozenset[tuple]) -> None:
         configs = _tc.autotune_configs(tuner)
+        arguments = [_tc.config_arguments(c) for c in configs]
+        jit_fn = _tc.unwrap_jit_function(tuner)
         arg_names = _tc.layer_arg_names(tuner)
         key_of = _tc.tuning_key_function(tuner)
         index = {id(c): i for i, c in enumerate(configs)}
         tuned = TuningTable({k: index[id(c)] for k, c in _tc.autotuner_choices(tuner).items() if id(c) in index})
         prunes = _tc.prunes_configs(tuner)
 
-        def choose(key: tuple, nargs: dict[str, Any], kwargs: dict[str, Any]) -> None:
-            def survivors() -> list[int]:
-                if not prunes:
-                    return list(range(len(configs)))
-                return [index[id(c)] if id(c) in index else configs.index(c)
-                        for c in _tc.prune_configs(tuner, nargs, kwargs)]
+        def warmed_for(i: int, args: tuple, kwargs: dict[str, Any]) -> bool:
+            """Whether the variant config ``i`` launches for this call was warmed (a recorded
+            specialization, as the recorder keys it); False where the binder refuses the call."""
+            try:
+                _, spec, options = bind(jit_fn, *args, **{k: v for k, v in kwargs.items() if k not in _CALL_KEYWORDS},
+                                        **arguments[i])
+            except Exception:  # (a heuristics layer below the autotuner: its values are not here)
+                return False
+            return (encode_specialization(jit_fn, spec), tuple(_tc.run_options_removed(options).items())) in warmed
 
-            near = tuned.nearest(key, survivors) if tuned else None
+        def choose(key: tuple, args: tuple, nargs: dict[str, Any], kwargs: dict[str, Any]) -> None:
+            usable: list[int] | None = None
+
+            def candidates() -> list[int]:
+                # the configs that survive pruning for this call, those whose variant for it was
+                # warmed first choice, else those compiled for any recorded launch, else all of them
+                nonlocal usable
+                if usable is None:
+                    alive = (list(range(len(configs))) if not prunes else
+                             [index[id(c)] if id(c) in index else configs.index(c)
+                              for c in _tc.prune_configs(tuner, nargs, kwargs)])
+                    usable = ([i for i in alive if warmed_for(i, args, kwargs)]
+                              or [i for i in alive if i in compiled] or alive)
+                return usable
+
+            near = tuned.nearest(key, candidates) if tuned else None
             if near is not None:
                 i, how = tuned[near], "nearest"
             else:
-                alive = survivors()
-                i = next((j for j in alive if j in compiled), alive[0] if alive else 0)
-                how = "first"
+                i, how = candidates()[0], "first"
             with self._lock:
                 _tc.fill_autotuner_cache(tuner, key, configs[i])
                 self.decisions[(name, key)] = how
@@ -364,7 +384,7 @@ class DefaultPolicy:
                 nargs = dict(zip(arg_names, args))
                 key = key_of(nargs, kwargs)
                 if not _tc.autotuner_cached(tuner, key) and not in_warmup():
-                    choose(key, nargs, kwargs)
+                    choose(key, args, nargs, kwargs)
                 return original(*args, **kwargs)
 
             return run
@@ -379,9 +399,11 @@ def install_default_policy(kernels: Sequence[RecordedKernel]) -> DefaultPolicy:
     :func:`zerojit.triton_compat.wrap_run`); an autotuner a zerojit kernel class already serves
     (its ``run`` wrapped at that kernel's warm-up) keeps that kernel's policy. The keys already in
     its cache when installed (restored, tuned at warm-up) are the tuned keys the nearest rule
-    compares with; a config counts as compiled when a recorded specialization carries it
-    (``autotune_config``). Call after the warm-up and the restoring of choices. Cost per launch
-    through the autotuner: its tuning key computed once more (a few microseconds)."""
+    compares with; a config counts as compiled for a launch when Triton's binder gives the
+    launch under it a recorded specialization (else, where no config does, when a recorded
+    specialization carries it: ``autotune_config``). Call after the warm-up and the restoring of
+    choices. Cost per launch through the autotuner: its tuning key computed once more (a few
+    microseconds); at the first launch of an untuned key, one binder call per surviving config."""
     policy = DefaultPolicy()
     for kernel in kernels:
         record = kernel.record
@@ -391,7 +413,8 @@ def install_default_policy(kernels: Sequence[RecordedKernel]) -> DefaultPolicy:
         carried = {s.autotune_config for s in record.specializations if s.autotune_config is not None}
         compiled = frozenset(i for i, c in enumerate(_tc.autotune_configs(tuner))
                              if encode_config(c.all_kwargs()) in carried)
-        policy._wrap(record.name, tuner, compiled)
+        warmed = frozenset((s.specialization, s.options) for s in record.specializations)
+        policy._wrap(record.name, tuner, compiled, warmed)
     return policy
 
 
