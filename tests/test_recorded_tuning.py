@@ -192,6 +192,16 @@ def test_tune_recorded_benchmarks_once_then_reads_the_tuning_file(tmp_path, monk
         tuner.cache.clear()  # another GPU's file: not used, tuned again
         out = tune_recorded([kernel], target="cuda:90", gpu="OTHER GPU", device="cpu", benchmark=fake_benchmark)
         assert (out.tuned, len(calls)) == (1, 2) and "field 'gpu' differs" in out.notes[0]
+
+        def failing(*_):
+            raise RuntimeError("out of resources")
+
+        tuner.cache.clear()  # a benchmark that fails: named, the key left to the default policy
+        os.remove(path)
+        out = tune_recorded([kernel], target="cuda:90", gpu="FAKE GPU", device="cpu", benchmark=failing)
+        assert (out.tuned, out.files, key in tuner.cache) == (0, [], False)
+        assert out.notes == [f"{kernel.record.name}: tuning key {key}: the autotuner's benchmark failed (RuntimeError: "
+                             "out of resources): left to the default policy"]
     finally:
         tuner.cache.clear()
 

@@ -87,6 +87,14 @@ def test_compile_only_recording_tuned_at_gpu_warmup_then_zero_compiles_zero_benc
     assert "(0 benchmarked now, 3 from tuning files)" in second.stderr, second.stderr
     assert (data["runtime_compiles"], data["blocked"], data["benchmarks"]) == (0, 0, 0)
 
+    # warmup --manifest into another cache folder tunes the same keys into its tuning file
+    warm = _run(tmp_path, "warmup", "--manifest", "m.json", "--no-progress",
+                env={**env, "TRITON_CACHE_DIR": str(tmp_path / "cache2")})
+    assert warm.returncode == 0, warm.stdout + warm.stderr
+    assert "3 recorded tuning key(s) with no choice tuned at warm-up (3 benchmarked now, 0 from tuning files)" \
+        in warm.stdout, warm.stdout
+    assert list((tmp_path / "cache2" / "zerojit-tuning").glob("zerojit.examples.tuned_scale.tuned_scale_kernel-*.json"))
+
     jit_fn = tuned_scale_kernel.fn.fn
     for tag in ("first", "second"):
         for word, out, config in torch.load(tmp_path / f"{tag}.pt"):

@@ -260,8 +260,8 @@ def tune_recorded(kernels: Sequence[RecordedKernel], *, target: str, gpu: str | 
             (default :func:`autotuner_benchmark`, the autotuner's own).
 
     A tuning file for another GPU, Triton, source or config list is not used (a note names the
-    field) and is written again; a key whose launch cannot be rebuilt, or whose rebuilt call has
-    another tuning key, is noted and left to the default policy.
+    field) and is written again; a key whose launch cannot be rebuilt, whose rebuilt call has
+    another tuning key, or whose benchmark raised, is noted and left to the default policy.
     """
     outcome = TuningOutcome()
     for kernel in kernels:
@@ -296,8 +296,13 @@ def tune_recorded(kernels: Sequence[RecordedKernel], *, target: str, gpu: str | 
                 outcome.notes.append(f"{record.name}: the recorded launch at tuning key {tuning.key} gives key {key} "
                                      "here: not tuned")
                 continue
-            with allow_compiles():
-                config = benchmark(tuner, args, kwargs)
+            try:
+                with allow_compiles():
+                    config = benchmark(tuner, args, kwargs)
+            except Exception as e:  # (every config out of resources, a kernel that fails on zeros, ...)
+                outcome.notes.append(f"{record.name}: tuning key {tuning.key}: the autotuner's benchmark failed "
+                                     f"({type(e).__name__}: {e}): left to the default policy")
+                continue
             table[key] = configs.index(config)
             outcome.tuned += 1
         if len(table) > before:
