@@ -880,7 +880,9 @@ def warmup_command(
     warm-ups into this cache folder (the learned-keys file: zerojit learned show) are warmed too,
     unless --no-learned. The kernels' modules are imported with the current
     folder on sys.path, as 'python -m' has it: run from the folder the program was recorded in.
-    Exit status: 0 warmed; 1 a corrupted or truncated manifest, a key failed to compile, or every
+    On a GPU, the recorded tuning keys of triton.autotune kernels that hold no choice (a
+    compile-only recording) are then tuned on buffers of the recorded layout and kept in each
+    kernel's tuning file, which exec reads. Exit status: 0 warmed; 1 a corrupted or truncated manifest, a key failed to compile, or every
     recorded kernel was skipped (nothing warmed); 2 invalid input (no such MANIFEST, a TARGET this
     Triton cannot compile for, no GPU and no target).
     """
@@ -953,8 +955,11 @@ def exec_command(
     before compiling, ending the program: the error names the kernel, where the program launched
     it, and each argument whose class differs from the nearest recorded one. A triton.autotune
     kernel's choices recorded on a GPU are put back into its autotuner before the program runs,
-    so their tuning keys benchmark nothing (a recording under a compile-only target has none: a
-    new tuning key is benchmarked, which error mode blocks). An exception the program raises is
+    so their tuning keys benchmark nothing; on a GPU its recorded tuning keys with no choice (a
+    recording under a compile-only target) are tuned at warm-up on buffers of the recorded
+    layout and kept in its tuning file; any other tuning key gets the default policy (the
+    nearest tuned key's config, else the first surviving config compiled for the launch) instead
+    of a benchmark, said in one line. An exception the program raises is
     printed as python prints it. The monitor serves in fallback mode on a GPU (a miss a generic
     variant serves launches it at once and compiles the key in a background worker; an unmodified
     program never calls zerojit.serving.between_requests(), so with the default --swap

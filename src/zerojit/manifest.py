@@ -497,7 +497,10 @@ def _launch(data: Any, where: str) -> TuningLaunch:
     if positional > len(arguments):
         raise ManifestError(f"{where}: field 'positional' is {positional}, more than the {len(arguments)} arguments")
     grids = []
-    for j, g in enumerate(data.get("grids", [])):
+    listed = data.get("grids", [])
+    if not isinstance(listed, list):
+        raise ManifestError(f"{where}: field 'grids' must be a list, not {type(listed).__name__}")
+    for j, g in enumerate(listed):
         gw = f"{where}.grids[{j}]"
         grid = _field(g, "grid", list, gw)
         if not 1 <= len(grid) <= 3 or not all(type(v) is int and v >= 0 for v in grid):

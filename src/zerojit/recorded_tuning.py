@@ -129,7 +129,10 @@ class LaunchRecorder:
             if key in seen:
                 return
             seen[key] = None  # (described outside the lock below; a racing launch at the key is not kept)
-        launch = describe_launch(tuner, args, kwargs)
+        try:
+            launch = describe_launch(tuner, args, kwargs)
+        except Exception:  # (a tensor with no storage to measure, e.g. on the meta device): key kept, no launch
+            launch = None
         with self._lock:
             self._launches[id(tuner)][key] = launch
 
