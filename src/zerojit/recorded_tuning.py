@@ -367,8 +367,8 @@ class DefaultPolicy:
             usable: list[int] | None = None
 
             def candidates() -> list[int]:
-                # the configs that survive pruning for this call, those whose variant for it was
-                # warmed first choice, else those compiled for any recorded launch, else all of them
+                # of the configs that survive pruning for this call: those whose variant for it was
+                # warmed, else those compiled for any recorded launch, else all of them
                 nonlocal usable
                 if usable is None:
                     alive = (list(range(len(configs))) if not prunes else
