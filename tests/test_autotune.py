@@ -114,9 +114,10 @@ def test_config_naming_no_parameter_is_refused():
         type("Bad", (Scale,), {"kernel": triton.heuristics({"HAS_SCALE": lambda a: True})(bad)})
 
 
-def test_tuning_policy_is_required_and_must_name_one_config():
-    with pytest.raises(KernelDefinitionError, match="autotuned over 6 configs: declare"):
-        type("NoPolicy", (Scale,), {"kernel": _wrapped(), "tuning": None})
+def test_tuning_policy_defaults_to_nearest_and_must_name_one_config():
+    assert type("NoPolicy", (Scale,), {"kernel": _wrapped(), "tuning": None}).tuning == TuningPolicy("nearest")
+    with pytest.raises(KernelDefinitionError, match=r"tuning = 'nearest' is no TuningPolicy"):
+        type("NotAPolicy", (Scale,), {"kernel": _wrapped(), "tuning": "nearest"})
     with pytest.raises(KernelDefinitionError, match="matches 3 of the autotuner's configs"):
         type("Vague", (Scale,), {"kernel": _wrapped(), "tuning": TuningPolicy("default", config={"num_warps": 2})})
     with pytest.raises(ValueError, match="names no config"):
@@ -519,10 +520,10 @@ def test_workers_compile_a_wrapped_kernel_of_a_library_style_module():
 
     reg = JitWarmupRegistry()
     with reg.activate():
-        TunedScale().register_warmup(sizes=(64,))  # prune: BLOCK 64 (two num_warps), + the policy's 256/4
+        TunedScale().register_warmup(sizes=(64,))  # prune: BLOCK 64 (two num_warps); no policy config to add
     report = reg.warmup(workers=2, progress=False)
-    assert [len(k.keys) for k in report.kernels] == [6]
-    assert list(report.stats.recovered) == [] and report.stats.worker_compiled == 6
+    assert [len(k.keys) for k in report.kernels] == [4]
+    assert list(report.stats.recovered) == [] and report.stats.worker_compiled == 4
     with JitMonitor("error", report=report) as mon:
         for n in (1, 64, 100):
             for scale in (2.0, None):

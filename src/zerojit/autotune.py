@@ -50,8 +50,8 @@ from typing import Any, Callable, Mapping
 from . import triton_compat as _tc
 from .outputs import write_output
 
-__all__ = ["TunedKey", "TuningPolicy", "TuningError", "TuningFileError", "TuningTable", "Wrapping", "unwrap",
-           "nearest_tuning_key", "tuning_file_path", "save_tuning_file", "load_tuning_file", "write_atomically",
+__all__ = ["TunedKey", "TuningPolicy", "TuningCoverage", "TuningError", "TuningFileError", "TuningTable", "Wrapping",
+           "unwrap", "nearest_tuning_key", "tuning_file_path", "save_tuning_file", "load_tuning_file", "write_atomically",
            "TUNING_FORMAT", "TUNING_FOLDER"]
 
 #: The ``format`` field of a tuning file this zerojit reads and writes.
@@ -62,7 +62,7 @@ TUNING_FOLDER = "zerojit-tuning"
 
 class TuningError(LookupError):
     """A launch's tuning key has no config: not in the tuning table, and the kernel's policy is
-    ``error`` (or ``nearest`` with nothing comparable tuned and no default). Names the kernel and
+    ``error`` (or the autotuner's pruning keeps no config for the launch). Names the kernel and
     the tuning key."""
 
 
@@ -103,16 +103,24 @@ _POLICIES = ("nearest", "default", "error")
 class TuningPolicy:
     """What a wrapped kernel launches for a tuning key its tuning table lacks.
 
+    A kernel class that declares none gets ``TuningPolicy()`` (``"nearest"``, no config), so an
+    autotuned kernel needs no extra line.
+
     Attributes:
-        untuned: ``"nearest"``: the config of the nearest tuned key (:func:`nearest_tuning_key`)
-            *among the tuned keys whose config survives the autotuner's pruning for this launch*
+        untuned: ``"nearest"`` (the default): the config of the nearest tuned key
+            (:func:`nearest_tuning_key`: the same dtypes and non-numeric entries) *among the tuned
+            keys whose config survives the autotuner's pruning for this launch*
             (``prune_configs_by`` evaluated on the launch's arguments, as Triton's autotuner
             evaluates it before choosing: a config the autotuner would never run for these
             arguments is not launched, and was not compiled for them either); else ``config``
-            when one is named; else :class:`TuningError`. ``"default"``: ``config`` (warm-up
-            compiles it for every key, even where pruning drops it). ``"error"``: raise
-            :class:`TuningError` at the launch. The choice is made once per tuning key (as
-            Triton's autotuner makes it) and remembered.
+            when one is named; else the *first surviving config*: the first config, in the
+            autotuner's order, that survives pruning for this launch and compiled at warm-up (a
+            config whose compile failed, e.g. out of resources, is skipped; before any warm-up,
+            or when no surviving config compiled, the first surviving one, which then compiles at
+            run time and the monitor reports it). ``"default"``: ``config`` (warm-up compiles it
+            for every key, even where pruning drops it). ``"error"``: raise :class:`TuningError`
+            at the launch. The choice is made once per tuning key (as Triton's autotuner makes
+            it) and remembered.
         config: names one autotune config: its index, or a mapping of ``Config.all_kwargs()``
             items it must match (e.g. ``{"BK": 64, "num_warps": 4, "num_stages": 2}``); it must
             name exactly one config (checked at class creation).
@@ -131,6 +139,16 @@ class TuningPolicy:
             raise ValueError("TuningPolicy(untuned='default') names no config: pass config=<index or "
                              "{meta-parameter: value}>")
 
+    def serves(self, configs: list[Any], tuned: bool) -> str:
+        """How this policy serves a tuning key the table lacks, in the warm-up report's words
+        (``tuned``: the table has entries for ``nearest`` to choose from), e.g. ``"first
+        surviving config"``."""
+        named = self.config_index(configs)
+        if self.untuned == "error":
+            return "TuningError at launch (policy 'error')"
+        fallback = "first surviving config" if named is None else f"config {named} ({configs[named]})"
+        return f"nearest tuned key, else {fallback}" if self.untuned == "nearest" and tuned else fallback
+
     def config_index(self, configs: list[Any]) -> int | None:
         """The index ``config`` names among ``configs`` (None when it names none).
 
@@ -148,6 +166,23 @@ class TuningPolicy:
             raise ValueError(f"config {want} matches {len(found)} of the autotuner's configs "
                              f"({[str(configs[i]) for i in found] or 'none'}); it must name exactly one")
         return found[0]
+
+
+@dataclass(frozen=True)
+class TuningCoverage:
+    """What a wrapped kernel's warm-up left untuned (:meth:`zerojit.kernel.TritonJitKernel.finish_warmup`).
+
+    Attributes:
+        tuning_keys: the distinct tuning keys of the compile keys warmed (each key's warm-up
+            inputs; under compile-only nothing is benchmarked, so none is tuned unless a tuning
+            file says so).
+        untuned: how many of them the tuning table lacks.
+        served: how the kernel's :class:`TuningPolicy` serves them (:meth:`TuningPolicy.serves`).
+    """
+
+    tuning_keys: int
+    untuned: int
+    served: str
 
 
 def _shape(key: tuple) -> tuple[tuple, list[float]]:

@@ -965,7 +965,8 @@ def exec_command(
     program never calls zerojit.serving.between_requests(), so with the default --swap
     between-requests it keeps the generic variant unless it does: --swap immediate takes the
     compiled one at once) and in error mode under a compile-only target (what CI and tests use).
-    A closing line counts the monitored launches and runtime compiles (in fallback mode also
+    A closing line counts the monitored launches, runtime compiles and any autotune benchmarks (warn mode
+    logs each autotuner's tuning key once, however often it benchmarks; in fallback mode also
     request-path compiles, fallback launches, background compiles and swaps, after waiting for the
     background compiles with a deadline); with --jit-monitor-mode off nothing is counted, and it
     says so. Exit status: 1 when anything compiled (or was blocked) at run time (in fallback mode:
@@ -1038,7 +1039,8 @@ def exec_command(
             ("request_path_compiles", compiles - counts.blocked), ("fallback_launches", 0), ("background_compiles", 0),
             ("swaps", 0))}
         line = (f"zerojit exec: {count(counts.launches, 'monitored launch', 'monitored launches')}, "
-                f"{count(compiles, 'runtime compile')}" + (f" ({counts.blocked} blocked)" if counts.blocked else ""))
+                f"{count(compiles, 'runtime compile')}" + (f" ({counts.blocked} blocked)" if counts.blocked else "")
+                + (f", {count(counts.benchmarks, 'autotune benchmark')}" if counts.benchmarks else ""))
         if mode == "fallback":
             line += (f"; {count(served['request_path_compiles'], 'request-path compile')}, "
                      f"{count(served['fallback_launches'], 'fallback launch', 'fallback launches')}, "

@@ -479,28 +479,32 @@ class TritonJitKernel(JitKernel[KeyT]):
     ``kernel`` may also be a ``@triton.autotune`` / ``@triton.heuristics`` object, nested in any
     order (:mod:`zerojit.autotune`): ``kernel`` then becomes the ``triton.jit`` function underneath
     and ``wrapped`` the object given; heuristics and the autotune config join every launch; an
-    autotuner with several configs needs ``tuning = TuningPolicy(...)`` and expands each warm-up
-    key into one :class:`~zerojit.autotune.TunedKey` per surviving config (:meth:`select_configs`
-    can narrow them); :meth:`tuning_inputs` declares the tuning keys a GPU warm-up benchmarks.
+    autotuner with several configs chooses by the tuning table, then by ``tuning`` (a
+    :class:`~zerojit.autotune.TuningPolicy`; default ``TuningPolicy()``: the nearest tuned key,
+    else the first surviving config), and expands each warm-up key into one
+    :class:`~zerojit.autotune.TunedKey` per surviving config (:meth:`select_configs` can narrow
+    them); :meth:`tuning_inputs` declares the tuning keys a GPU warm-up benchmarks.
 
     ``generic_keep`` names int parameters whose equal-to-one class the kernel's generic variants
     keep (:mod:`zerojit.generic`).
 
     Raises (at class creation): :class:`KernelDefinitionError` when an input maps to no kernel
     parameter and is not ``host_only``, or ``generic_keep`` names no plain parameter; for a wrapped kernel, when a heuristic or an autotune
-    config names no kernel parameter, there are two autotuners, or a tuning autotuner has no
-    valid ``tuning`` policy.
+    config names no kernel parameter, there are two autotuners, or ``tuning`` is not a
+    :class:`~zerojit.autotune.TuningPolicy` (or None) or names no single config.
     """
 
     kernel: ClassVar[Any] = None
     #: The Autotuner/Heuristics object ``kernel`` was set to (None for a plain ``triton.jit``).
     wrapped: ClassVar[Any] = None
-    #: What to launch for a tuning key never tuned (required when the autotuner has several configs).
+    #: What to launch for a tuning key never tuned (None: ``TuningPolicy()``, see zerojit.autotune).
     tuning: ClassVar[_at.TuningPolicy | None] = None
     _wrapping: ClassVar[_at.Wrapping | None] = None
     _tuning_table: ClassVar[_at.TuningTable] = _at.TuningTable()
     _untuned_choice: ClassVar[dict[tuple, int]] = {}
     _policy_config: ClassVar[int | None] = None  # the index the tuning policy's config names
+    # the configs (indices) some warmed key compiled, once a warm-up finished (None: none finished)
+    _compiled_configs: ClassVar[frozenset[int] | None] = None
     #: Launch warmed variants directly, skipping Triton's binder (see :meth:`select_variant`).
     #: Set it on the class (or the instance) before warm-up: warm-up launches record the variants.
     fast_path: ClassVar[bool] = False
@@ -570,13 +574,15 @@ class TritonJitKernel(JitKernel[KeyT]):
         problems = wrapping.problems(cls._kernel_params)
         if problems:
             raise KernelDefinitionError(f"{cls.__name__}: kernel {cls.kernel.fn.__name__}: {'; '.join(problems)}")
-        cls._tuning_table, cls._untuned_choice = _at.TuningTable(), {}
+        cls._tuning_table, cls._untuned_choice, cls._compiled_configs = _at.TuningTable(), {}, None
         if not wrapping.tunes:
             return
+        if cls.tuning is None:  # nothing declared: the default policy
+            cls.tuning = _at.TuningPolicy()
         if not isinstance(cls.tuning, _at.TuningPolicy):
             raise KernelDefinitionError(
-                f"{cls.__name__}: kernel {cls.kernel.fn.__name__} is autotuned over {len(wrapping.configs)} configs: "
-                "declare what a tuning key never tuned launches, e.g. tuning = TuningPolicy('nearest'), "
+                f"{cls.__name__}: kernel {cls.kernel.fn.__name__}: tuning = {cls.tuning!r} is no TuningPolicy: "
+                "leave it out (the default, TuningPolicy('nearest')) or set e.g. "
                 "TuningPolicy('default', config={...}) or TuningPolicy('error')")
         try:
             cls._policy_config = cls.tuning.config_index(wrapping.configs)
@@ -627,21 +633,43 @@ class TritonJitKernel(JitKernel[KeyT]):
         cls = type(self)
         policy = cls.tuning
         table = cls._tuning_table
+        wrapping = cls._wrapping
+        alive: list[int] | None = None
+
+        def surviving() -> list[int]:  # the pruning evaluated once, whoever asks first
+            nonlocal alive
+            if alive is None:
+                alive = survivors() if survivors is not None and wrapping.prunes else list(range(len(wrapping.configs)))
+            return alive
+
         found = None
         if policy.untuned == "nearest" and table:
-            near = table.nearest(tuning_key, survivors if cls._wrapping.prunes else None)
+            near = table.nearest(tuning_key, surviving if wrapping.prunes else None)
             if near is not None:
                 found = table[near]
         if found is None and policy.untuned != "error":
             found = cls._policy_config
+        if found is None and policy.untuned == "nearest":
+            found = self._first_surviving(surviving())
         if found is None:
+            why = ("the autotuner's pruning keeps no config for this launch" if policy.untuned == "nearest"
+                   else f"the policy ({policy}) names no config")
             raise _at.TuningError(
-                f"{self.name}: tuning key {tuning_key} was never tuned and the policy ({policy}) names no config: "
+                f"{self.name}: tuning key {tuning_key} was never tuned and {why}: "
                 f"tune it at warm-up (tuning_inputs) or put it in the tuning file ({len(table)} tuned)")
         cls._untuned_choice[tuning_key] = found
         # the autotuner's own run (the library's call path) now makes the same choice, unbenchmarked
         _tc.fill_autotuner_cache(cls._wrapping.tuner, tuning_key, cls._wrapping.configs[found])
         return found
+
+    def _first_surviving(self, alive: list[int]) -> int | None:
+        """The first config in the autotuner's order among ``alive`` (the survivors of pruning, in
+        any order: a ``perf_model`` reorders them) that a warmed key compiled; the first of
+        ``alive`` when none did or no warm-up finished (it compiles at run time, which the
+        monitor reports); None when ``alive`` is empty."""
+        compiled = type(self)._compiled_configs
+        ordered = sorted(alive)
+        return next((i for i in ordered if compiled is None or i in compiled), ordered[0] if ordered else None)
 
     def _wrapped_spec(self, spec: LaunchSpec, inputs: tuple, hooks: bool = True) -> LaunchSpec:
         """``spec`` with the wrapping applied: heuristics, the chosen config's ``all_kwargs`` (its
@@ -727,8 +755,10 @@ class TritonJitKernel(JitKernel[KeyT]):
         """This kernel's tuning file (:func:`zerojit.autotune.tuning_file_path`)."""
         return _at.tuning_file_path(self.name, _tc.source_hash(self.kernel))
 
-    def finish_warmup(self, keys: list) -> None:
-        """Fill the tuning table once every key compiled (called by the registry's warm-up).
+    def finish_warmup(self, keys: list) -> _at.TuningCoverage | None:
+        """Fill the tuning table once every key compiled (called by the registry's warm-up);
+        ``keys``: the keys that compiled (a config whose compile failed, e.g. out of resources,
+        is not among them, and the first-surviving-config policy skips it).
 
         Reads the tuning file (:func:`zerojit.autotune.load_tuning_file`); where kernels run (a
         GPU, or the interpreter under ``TRITON_INTERPRET=1``) benchmarks
@@ -740,6 +770,9 @@ class TritonJitKernel(JitKernel[KeyT]):
         autotuner's own cache and routes the library's own path through this kernel
         (:meth:`serve_library_path`), so calls through it do not benchmark either.
 
+        Returns: for a kernel whose autotuner has several configs, what the warmed keys leave
+        untuned (:class:`~zerojit.autotune.TuningCoverage`, for the warm-up report); else None.
+
         Raises:
             zerojit.autotune.TuningFileError: the file is for another target, GPU, Triton or
                 kernel source, or is corrupted.
@@ -747,17 +780,18 @@ class TritonJitKernel(JitKernel[KeyT]):
         """
         wrapping = self._wrapping
         if wrapping is None:
-            return
+            return None
         if not wrapping.tunes:
             self.serve_library_path()
-            return
+            return None
         cls = type(self)
+        compiled = frozenset(k.config for k in keys if isinstance(k, _at.TunedKey))
+        cls._compiled_configs = compiled | (cls._compiled_configs or frozenset())  # earlier warm-ups' stay loaded
         header = self.tuning_header()
         path = self.tuning_file()
         timings: dict[tuple, float | None] = {}
         if os.path.exists(path):
             loaded = _at.load_tuning_file(path, header, wrapping.configs)
-            compiled = {k.config for k in keys if isinstance(k, _at.TunedKey)}
             unwarmed = {tk: i for tk, i in loaded.items() if i not in compiled}
             if unwarmed:
                 tk, i = next(iter(unwarmed.items()))
@@ -794,6 +828,11 @@ class TritonJitKernel(JitKernel[KeyT]):
         for tuning_key, i in cls._tuning_table.items():
             _tc.fill_autotuner_cache(wrapping.tuner, tuning_key, wrapping.configs[i])
         self.serve_library_path()
+        # the key space's tuning keys: each warmed compile key's, from its warm-up inputs
+        space = {wrapping.tuning_key(self._warmup_named(self.warmup_inputs(base))[0])[0]
+                 for base in dict.fromkeys(k.key for k in keys if isinstance(k, _at.TunedKey))}
+        return _at.TuningCoverage(len(space), sum(tk not in cls._tuning_table for tk in space),
+                                  cls.tuning.serves(wrapping.configs, bool(cls._tuning_table)))
 
     def serve_library_path(self) -> None:
         """Route launches through the library's own path (``wrapped[grid](...)``, ``wrapped.run``)

@@ -595,8 +595,9 @@ class RuntimeBenchmark:
         if self.skipped is not None:
             return (f"{self.summary()} {verb} after warm-up: the manifest's warm-up skipped the kernel, so none of its "
                     f"recorded tuning choices was restored: {self.skipped}")
-        return (f"{self.summary()} {verb} after warm-up: give the kernel a zerojit TuningPolicy and warm it "
-                "(zerojit.autotune), or tune this key at warm-up, so the choice is known before serving (a kernel "
+        return (f"{self.summary()} {verb} after warm-up: wrap the kernel in a zerojit kernel class and warm it "
+                "(zerojit.autotune: an untuned key then takes the nearest tuned key's config, else the first "
+                "surviving one), or tune this key at warm-up, so the choice is known before serving (a kernel "
                 "nobody rewrote: record the program on a GPU, whose manifest then holds its choices for zerojit exec)")
 
     def __str__(self) -> str:
@@ -1312,7 +1313,10 @@ class JitMonitor:
 
     def _on_bench(self, tuner: Any, config: Any, named: dict, run: int) -> None:
         """Before each config benchmark of any autotuner (zerojit.triton_compat.add_bench_listener):
-        one event per autotuner run; error mode raises before the first config runs."""
+        one event per autotuner run, counted; error mode raises before the first config runs;
+        warn mode logs once per autotuner and tuning key (an autotuner under compile-only keeps
+        no choice from a dry benchmark, so it benchmarks at every launch: a line each would bury
+        the log), the count is in :meth:`benchmarks` and the counts."""
         if self._mode == "off" or in_warmup():
             return
         with self._lock:
@@ -1321,7 +1325,8 @@ class JitMonitor:
             self._bench_runs[id(tuner)] = run
             key = _tc.tuning_key(tuner, named)
             entry = self._benchmarks.get((id(tuner), key))
-            if entry is None:
+            first = entry is None
+            if first:
                 fn = tuner
                 while not isinstance(fn, _tc.JITFunction) and hasattr(fn, "fn"):
                     fn = fn.fn
@@ -1335,7 +1340,8 @@ class JitMonitor:
         if self._mode == "error":
             logger.error("zerojit: blocked %s", record.summary())
             raise RuntimeJitError(record)
-        logger.warning("zerojit: %s after warm-up", record.summary())
+        if first:
+            logger.warning("zerojit: %s after warm-up (logged once per tuning key; all counted)", record.summary())
 
     def _on_cache_miss(self, previous_result: Any, *, key: str, fn: Any, compile: dict, **_: Any) -> None:
         if previous_result or self._mode == "off" or in_warmup():

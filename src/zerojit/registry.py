@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 from .compile_only import active_compile_only, current_target_name, is_target_name, warm_target
 from .context import active_sink, registering_into
 from .context import register as register  # the sink's entry, as before
-from .triton_compat import current_device, import_launch_path_modules
+from .triton_compat import config_cannot_run, current_device, import_launch_path_modules
 
 # precompile, restore and distributed are imported when a warm-up runs, not with this module:
 # `import zerojit` imports the registry, and every compile worker pays that import when its
@@ -36,6 +36,7 @@ from .triton_compat import current_device, import_launch_path_modules
 # 2-core CI machine). None of them imports the registry, so these imports close no cycle.
 from . import integrity, learned as _learned, loading
 from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers, take_damaged_notes
+from .autotune import TunedKey
 from .generic import file_variants, plan as generic_plan
 from .kernel import TritonJitKernel
 from .manifest import RecordedKernel, read_manifest, warmup_plan
@@ -611,15 +612,27 @@ class JitWarmupRegistry:
                            restore_target)
 
         per_kernel: dict[Any, list] = {kernel: [] for kernel in plan}
+        cannot_run: list = []  # (kernel, TunedKey, error): an autotune config that cannot run here
         for (kernel, key), outcome in zip(jobs, outcomes):
             if outcome.error is not None:
                 error = outcome.error
+                if isinstance(key, TunedKey) and config_cannot_run(error):
+                    cannot_run.append((kernel, key, error))
+                    continue
                 failures.append(WarmupFailure(kernel.name, key, f"{type(error).__name__}: {error}{_cache_hint(error)}"))
             else:
                 per_kernel[kernel].append((key, outcome.variant, outcome.seconds))
+        skipped_configs: dict[Any, list[str]] = {}
+        for kernel, key, error in cannot_run:  # as Triton's autotuner skips it, where another config serves the key
+            if any(isinstance(k, TunedKey) and k.key == key.key for k, _, _ in per_kernel[kernel]):
+                skipped_configs.setdefault(kernel, []).append(f"{key}: {type(error).__name__}: {error}")
+            else:
+                failures.append(WarmupFailure(kernel.name, key, f"{type(error).__name__}: {error} (no config of "
+                                              "this key compiled)"))
+        tuning: dict[Any, Any] = {}  # kernel -> what its warmed keys leave untuned (a wrapped kernel's)
         for kernel, done in per_kernel.items():  # e.g. a wrapped kernel's tuning table (zerojit.autotune)
             try:
-                kernel.finish_warmup([k for k, _, _ in done])
+                tuning[kernel] = kernel.finish_warmup([k for k, _, _ in done])
             except Exception as e:
                 failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}"))
         kernels = tuple(
@@ -629,6 +642,8 @@ class JitWarmupRegistry:
                 variants=tuple(v for _, v, _ in done),
                 seconds=sum(s for _, _, s in done),
                 key_seconds=tuple(s for _, _, s in done),
+                tuning=tuning.get(kernel),
+                skipped_configs=tuple(skipped_configs.get(kernel, ())),
             )
             for kernel, done in per_kernel.items()
         )

@@ -53,6 +53,12 @@ class KernelWarmup:
     variants: tuple[Any, ...]
     seconds: float
     key_seconds: tuple[float, ...] = ()  #: each key's seconds, in ``keys`` order (empty: not recorded)
+    #: an autotuned kernel's tuning keys and how its untuned ones are served
+    #: (:class:`zerojit.autotune.TuningCoverage`); None for other kernels
+    tuning: Any = None
+    #: autotune configs of a key that cannot run here (out of resources, ptxas refused them) while
+    #: another config of the key compiled: skipped, as Triton's autotuner skips them ("key: error")
+    skipped_configs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -262,7 +268,10 @@ class WarmupReport:
             "seconds": round(self.seconds, 4),
             "target": self.target,
             "kernels": {
-                k.kernel: {"keys": [_key_dict(x) for x in k.keys], "seconds": round(k.seconds, 4)} for k in self.kernels
+                k.kernel: {"keys": [_key_dict(x) for x in k.keys], "seconds": round(k.seconds, 4),
+                           **({"tuning": dataclasses.asdict(k.tuning)} if k.tuning is not None else {}),
+                           **({"skipped_configs": list(k.skipped_configs)} if k.skipped_configs else {})}
+                for k in self.kernels
             },
             "failures": [{"kernel": f.kernel, "key": _key_dict(f.key), "error": f.error} for f in self.failures],
             "stats": self.stats.to_dict() if self.stats is not None else None,
@@ -301,6 +310,9 @@ class WarmupReport:
         if self.stats is not None and self.stats.workers:
             lines.append("  (a kernel's seconds add up its keys' time, its worker processes' included: together "
                          "they can exceed the warm-up's wall time)")
+        lines += self.untuned_lines("  ")
+        lines += [f"  {k.kernel}: config skipped (cannot run here; Triton's autotuner skips it too): {c}"
+                  for k in self.kernels for c in k.skipped_configs]
         lines += self.learned_lines("  ")[:1]
         lines += [f"  FAILED {f}" for f in self.failures]
         lines += [f"  SKIPPED {s}" for s in self.skipped]
@@ -314,6 +326,19 @@ class WarmupReport:
         if self.generic_stats is not None:
             lines += self.generic_stats.notes(f"{indent}note: ")
         return lines
+
+    def untuned_lines(self, indent: str) -> list[str]:
+        """One line per way autotuned kernels serve their untuned tuning keys, summed over the
+        kernels served that way and naming them (counted when several), e.g. ``"3 tuning keys
+        untuned: first surviving config (2 kernels)"``; none when every tuning key is tuned."""
+        ways: dict[str, tuple[int, list[str]]] = {}  # how served -> (tuning keys, kernels)
+        for k in self.kernels:
+            if k.tuning is not None and k.tuning.untuned:
+                n, names = ways.get(k.tuning.served, (0, []))
+                ways[k.tuning.served] = (n + k.tuning.untuned, [*names, k.kernel])
+        return [f"{indent}{count(n, 'tuning key')} untuned: {served} "
+                f"({names[0] if len(names) == 1 else count(len(names), 'kernel')})"
+                for served, (n, names) in ways.items()]
 
     def learned_lines(self, indent: str) -> list[str]:
         """The summary's lines on the learned keys: how many were warmed and how, the file, then

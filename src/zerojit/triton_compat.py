@@ -1397,6 +1397,16 @@ def layer_arg_names(obj: Any) -> tuple[str, ...]:
     return tuple(obj.arg_names)
 
 
+def config_cannot_run(error: BaseException) -> bool:
+    """True for an error that Triton's autotuner takes to mean "this config cannot run here" and
+    skips while benchmarking (``Autotuner._bench`` times it as ``inf``; Triton 3.6):
+    ``OutOfResources`` (shared memory, threads), ``PTXASError``, ``CompileTimeAssertionFailure``."""
+    from triton.compiler.errors import CompileTimeAssertionFailure
+    from triton.runtime.errors import OutOfResources, PTXASError
+
+    return isinstance(error, (OutOfResources, PTXASError, CompileTimeAssertionFailure))
+
+
 def autotuner_cached(tuner: Any, key: tuple) -> bool:
     """True when the autotuner's own cache has a choice for ``key`` (its ``run`` will not benchmark)."""
     return key in tuner.cache

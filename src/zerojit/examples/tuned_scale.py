@@ -5,8 +5,10 @@ FLA uses: a heuristic turns ``scale is None`` into a constexpr, the autotuner pi
 ``num_warps`` per row length ``n`` and prunes blocks wider than the row. The zerojit class sets
 ``kernel`` to the decorated object (docs/migrating-a-kernel.md, "Wrapped kernels"): warming a key
 compiles every config that survives pruning; the choice comes from the tuning table (benchmarked
-on a GPU warm-up at the tuning keys ``tuning_inputs`` declares, or read from the tuning file) or
-from the ``tuning`` policy.
+on a GPU warm-up at the tuning keys ``tuning_inputs`` declares, or read from the tuning file) or,
+for a tuning key never tuned, from the default policy (no ``tuning`` line: ``TuningPolicy()``,
+the nearest tuned key's config, else the first config that survives pruning for the launch and
+compiled at warm-up).
 
 This module is deliberately written without ``from __future__ import annotations``: its
 ``torch.Tensor | None`` annotation is evaluated when the module is imported, as in real libraries
@@ -19,7 +21,6 @@ import torch
 import triton
 import triton.language as tl
 
-from zerojit.autotune import TuningPolicy
 from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.specialization import WarmupTensor
 
@@ -53,7 +54,6 @@ class TunedScale(TritonJitKernel["TunedScale.CompileKey"]):
     """
 
     kernel = tuned_scale_kernel
-    tuning = TuningPolicy("nearest", config={"BLOCK": 256, "num_warps": 4})
 
     @dataclass(frozen=True)
     class CompileKey:
