@@ -148,7 +148,7 @@ def find_kernel(manifest: Manifest, name: str) -> KernelRecord:
 
 def _choices(record: KernelRecord, axis: Axis) -> tuple[int, list[tuple[tuple[str, Any], Any]]]:
     """The parameter's index and the ``(entry, representative)`` pairs the axis sets it to
-    (representative None: the entry is a constexpr, carried by value).
+    (a constexpr entry is carried by value: its representative is not used).
 
     Raises:
         WidenError: an unknown parameter, or one of a kind the axis cannot set.
@@ -239,7 +239,7 @@ def _widened(record: KernelRecord, axes: Sequence[Axis], budget: int) -> KernelR
             for (index, _), (entry, rep) in zip(sets, combo):
                 spec[index] = entry
                 name = record.parameters[index]
-                if rep is None:
+                if entry[0] == "constexpr":  # carried by value (the int 1 too), as the recorder keeps it
                     values.pop(name, None)
                 else:
                     values[name] = rep
