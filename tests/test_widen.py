@@ -341,3 +341,18 @@ def test_fla_fused_recurrent_over_batch_sizes_1_to_64_with_zero_runtime_compiles
                    tmp_path / "cache-exec", tmp_path)
     assert run.returncode == 0, run.stderr
     assert "ran" in run.stdout and "64 monitored launches, 0 runtime compiles" in run.stderr
+
+
+def test_the_estimate_takes_each_kernels_own_remembered_compiles_else_all(tmp_path):
+    from zerojit.widen import estimate_seconds
+
+    for entry, name in [("A1", "k_one"), ("A2", "k_one"), ("A3", "k_one"), ("B1", "other")]:
+        (tmp_path / entry).mkdir()
+        (tmp_path / entry / f"{name}.json").write_text("{}")
+    remembered = {"A1": 1.0, "A2": 3.0, "A3": 2.0, "B1": 10.0, "GONE": 20.0}
+    seconds, how = estimate_seconds({"m.k_one": 4, "m.k_two": 1}, remembered=remembered, folder=str(tmp_path))
+    # k_one: median of its own 1, 3, 2 = 2.0; k_two: none of its own, median of all five = 3.0
+    assert seconds == 4 * 2.0 + 1 * 3.0
+    assert "m.k_one: 4 x 2.00 s (median of its 3 remembered compiles)" in how
+    assert "m.k_two: 1 x 3.00 s (median of all remembered compiles)" in how
+    assert estimate_seconds({"m.k_one": 4}, remembered={}, folder=str(tmp_path))[0] is None

@@ -327,8 +327,13 @@ class Manifest:
         return sum(len(k.specializations) for k in self.kernels)
 
     def to_dict(self) -> dict[str, Any]:
+        kernels = [k.to_dict() for k in self.kernels]
+        if self.runs is None:  # (a manifest built without runs from recorded kernels: their indexes mean nothing)
+            for k in kernels:
+                for s in k["specializations"]:
+                    s.pop("runs", None)
         return {"format": FORMAT, "version": VERSION, "triton_version": self.triton_version, "target": self.target,
-                "command": list(self.command), "kernels": [k.to_dict() for k in self.kernels],
+                "command": list(self.command), "kernels": kernels,
                 "program_folder": self.program_folder,
                 **({} if self.runs is None else {"runs": [r.to_dict() for r in self.runs]})}
 
