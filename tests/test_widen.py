@@ -356,3 +356,18 @@ def test_the_estimate_takes_each_kernels_own_remembered_compiles_else_all(tmp_pa
     assert "m.k_one: 4 x 2.00 s (median of its 3 remembered compiles)" in how
     assert "m.k_two: 1 x 3.00 s (median of all remembered compiles)" in how
     assert estimate_seconds({"m.k_one": 4}, remembered={}, folder=str(tmp_path))[0] is None
+
+
+def test_merge_refuses_a_kernel_whose_source_changed_between_the_recordings(kernels, compile_only_target):
+    import dataclasses
+
+    from zerojit.merging import MergeError
+
+    fn = kernels.recurrent_kernel
+    a = _record(fn, 4, [1])
+    changed = dataclasses.replace(a, kernels=(dataclasses.replace(a.kernels[0], source_hash="0" * 64),))
+    with pytest.raises(MergeError, match=r"b.json: kernel .*recurrent_kernel's field 'source_hash' differs from a.json"):
+        merge_manifests([("a.json", a), ("b.json", changed)])
+    other = dataclasses.replace(a, target="cuda:80")
+    with pytest.raises(MergeError, match=r"b.json: field 'target' is 'cuda:80', but a.json's is 'cuda:90'"):
+        merge_manifests([("a.json", a), ("b.json", other)])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Sequence
 
-from .manifest import KernelRecord, Manifest, RecordedRun, RecordedSpecialization
+from .manifest import KernelRecord, Manifest, RecordedRun, RecordedSpecialization, RecordedTuning
 
 __all__ = ["MergeError", "merge_manifests", "runs_of"]
 
@@ -44,7 +44,7 @@ def merge_manifests(manifests: Sequence[tuple[str, Manifest]]) -> Manifest:
         raise MergeError("no manifest to merge")
     first_path, first = manifests[0]
     runs: list[RecordedRun] = []
-    kernels: dict[str, tuple[str, KernelRecord, dict[tuple, RecordedSpecialization]]] = {}
+    kernels: dict[str, _Kernel] = {}
     for path, manifest in manifests:
         for field in ("triton_version", "target"):
             if getattr(manifest, field) != getattr(first, field) and manifest.kernels:
@@ -55,34 +55,41 @@ def merge_manifests(manifests: Sequence[tuple[str, Manifest]]) -> Manifest:
         runs += own_runs
         at = iter(spec_runs)
         for record in manifest.kernels:
-            held = kernels.get(record.name)
-            if held is not None:
-                where, kept, _ = held
-                for field in ("source_hash", "parameters"):
-                    if getattr(record, field) != getattr(kept, field):
-                        raise MergeError(f"{path}: kernel {record.name}'s field {field!r} differs from {where}'s: "
-                                         "its source changed between the recordings; record them again")
-            else:
-                held = kernels[record.name] = (path, record, {})
-            specs = held[2]
+            kernel = kernels.setdefault(record.name, _Kernel(path, record))
+            for field in ("source_hash", "parameters"):
+                if getattr(record, field) != getattr(kernel.record, field):
+                    raise MergeError(f"{path}: kernel {record.name}'s field {field!r} differs from {kernel.path}'s: "
+                                     "its source changed between the recordings; record them again")
             for s in record.specializations:
                 indexes = next(at)
-                moved = None if indexes is None else tuple(offset + i for i in indexes)
-                key = (s.specialization, s.options)
-                old = specs.get(key)
-                if old is None:
-                    specs[key] = dataclasses.replace(s, runs=moved)
-                else:
-                    both = None if old.runs is None or moved is None else tuple(sorted({*old.runs, *moved}))
-                    specs[key] = dataclasses.replace(old, launches=old.launches + s.launches, runs=both)
-            if held[1].shape_constexprs is None and record.shape_constexprs is not None:
-                kernels[record.name] = (held[0], dataclasses.replace(held[1], shape_constexprs=record.shape_constexprs),
-                                        specs)
-            tunings = {t.key: t for t in kernels[record.name][1].tunings}
+                kernel.add(s, None if indexes is None else tuple(offset + i for i in indexes))
             for t in record.tunings:
-                tunings.setdefault(t.key, t)
-            kernels[record.name] = (kernels[record.name][0],
-                                    dataclasses.replace(kernels[record.name][1], tunings=tuple(tunings.values())), specs)
-    merged = tuple(dataclasses.replace(record, specializations=tuple(specs.values()))
-                   for _, record, specs in kernels.values())
+                kernel.tunings.setdefault(t.key, t)
+            if kernel.shapes is None:
+                kernel.shapes = record.shape_constexprs
+    merged = tuple(dataclasses.replace(k.record, specializations=tuple(k.specs.values()),
+                                       tunings=tuple(k.tunings.values()), shape_constexprs=k.shapes)
+                   for k in kernels.values())
     return dataclasses.replace(first, kernels=merged, runs=tuple(runs))
+
+
+class _Kernel:
+    """One kernel being merged: where it was first seen, its specializations by key, its
+    tunings by tuning key (the first recorded wins), its shape constexprs (the first known)."""
+
+    def __init__(self, path: str, record: KernelRecord) -> None:
+        self.path, self.record = path, record
+        self.specs: dict[tuple, RecordedSpecialization] = {}
+        self.tunings: dict[tuple, RecordedTuning] = {}
+        self.shapes = record.shape_constexprs
+
+    def add(self, spec: RecordedSpecialization, runs: tuple[int, ...] | None) -> None:
+        """Add ``spec``, launched in ``runs`` (None: not known): a new one as it is, one held
+        already with the launches summed and the runs joined."""
+        key = (spec.specialization, spec.options)
+        held = self.specs.get(key)
+        if held is None:
+            self.specs[key] = dataclasses.replace(spec, runs=runs)
+            return
+        joined = None if held.runs is None or runs is None else tuple(sorted({*held.runs, *runs}))
+        self.specs[key] = dataclasses.replace(held, launches=held.launches + spec.launches, runs=joined)
