@@ -112,8 +112,10 @@ class _Analysis:
                         grew = True
             return grew
 
-        # Assignments can feed each other in any order (loops): repeat until nothing grows.
-        for _ in range(len(tree.body) * 4 + 8):
+        # Assignments can feed each other in any order (loops): repeat until nothing grows (each
+        # pass that goes on adds a parameter to a name's set: finitely many passes).
+        grew = True
+        while grew:
             grew = False
             for node in ast.walk(tree):
                 if isinstance(node, ast.Assign):
@@ -126,8 +128,6 @@ class _Analysis:
                     grew |= bind(node.target, of(node.iter))
                 elif isinstance(node, ast.NamedExpr):
                     grew |= bind(node.target, of(node.value))
-            if not grew:
-                break
 
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
