@@ -16,7 +16,9 @@ or the CLI flag ``--jit-monitor-mode``):
   never stalls on one. The message names the kernel, the runtime specialization of every argument,
   the nearest warmed key of that kernel and each argument whose class differs, in the words of
   :mod:`zerojit.specialization` ("block_size: warmed as equal-to-one, called as divisible-by-16").
-  Nothing is compiled or cached, so the process stays usable: warmed variants still launch.
+  A kernel warmed from a manifest (whose key names every parameter) leads with the arguments that
+  differ, then, for an int or bool constexpr, the ``zerojit manifest widen`` command that warms it
+  (:mod:`zerojit.widen`), then the nearest warmed variant in one line. Nothing is compiled or cached, so the process stays usable: warmed variants still launch.
   A direct ``triton.compile`` gives no hook before it runs; in error mode it raises *after* the
   compile (the only point Triton reports it), still naming what compiled.
 * ``fallback``: a miss that a *generic variant* serves (:mod:`zerojit.generic`) launches it at
