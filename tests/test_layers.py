@@ -17,14 +17,15 @@ PACKAGE = "zerojit"
 # docs/architecture.md: each layer imports only itself and the layers below it.
 LAYERS = {
     "triton facts": ["zerojit._version", "zerojit.specialization", "zerojit.keyspace", "zerojit.compile_only",
-                     "zerojit.triton_compat", "zerojit.outputs", "zerojit.watchdog"],
+                     "zerojit.triton_compat", "zerojit.outputs", "zerojit.watchdog", "zerojit.shapeflow"],
     "contract": ["zerojit.context", "zerojit.lint", "zerojit.autotune", "zerojit._launch", "zerojit.kernel",
                  "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit.integrity", "zerojit._primer", "zerojit.loading", "zerojit.cache",
                 "zerojit.restore", "zerojit._compile_worker", "zerojit.precompile",
                 "zerojit.distributed", "zerojit.registry", "zerojit.manifest", "zerojit.generic", "zerojit.learned",
-                "zerojit.recorded_tuning"],
-    "observation": ["zerojit.growth", "zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording"],
+                "zerojit.recorded_tuning", "zerojit.widen", "zerojit.merging"],
+    "observation": ["zerojit.growth", "zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording",
+                    "zerojit.generalisation"],
     "serving": ["zerojit.serving"],
     "applications": ["zerojit.kernels", "zerojit.runner", "zerojit.examples", "zerojit.cli", "zerojit.__main__",
                      "zerojit"],

@@ -24,7 +24,8 @@ from zerojit.audit import build_audit
 from zerojit.compile_only import compile_only
 from zerojit.manifest import (KernelRecord, Manifest, ManifestError, RecordedKernel, RecordedKey, read_manifest,
                               write_manifest)
-from zerojit.recording import Recorder, bounded_together, count_raw_launches, growth, growth_report
+from zerojit.generalisation import bounded_together, growth, growth_report
+from zerojit.recording import Recorder, count_raw_launches
 from zerojit.triton_compat import TRITON_VERSION, bind, in_process_key, kernel_cache, param_specialization
 
 SRC = Path(__file__).resolve().parents[1] / "src"

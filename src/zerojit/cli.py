@@ -795,8 +795,9 @@ def record(
     from pathlib import Path
 
     from zerojit.manifest import read_manifest, unimportable
+    from zerojit.generalisation import growth_report
     from zerojit.recorded_tuning import untuned_report
-    from zerojit.recording import Program, growth_report
+    from zerojit.recording import Program
     from zerojit.triton_compat import gpu_driver_available
 
     _check_output_file("record", "--output", output)
@@ -845,7 +846,7 @@ def record(
         typer.echo(f"zerojit record: warning: a manifest cannot warm {', '.join(names)} (warmup and exec skip "
                    f"{'it' if len(names) == 1 else 'them'}): {why}", err=True)
     if report:
-        typer.echo(growth_report(manifest))
+        typer.echo(growth_report(manifest, output if output != "-" else "MANIFEST"))
         untuned = untuned_report(manifest)
         if untuned:
             typer.echo(untuned)
@@ -1389,6 +1390,97 @@ def learned_merge(
     _write_output("learned merge", "--output", output, json.dumps(merged.to_dict(), indent=1) + "\n")
     typer.echo(f"wrote {output}: {count(added, 'learned key')} added ({count(len(merged.kernels), 'kernel')}, "
                f"{count(merged.num_specializations, 'specialization')})", err=output == "-")
+
+
+manifest_app = typer.Typer(cls=_Group, no_args_is_help=True,
+                           help="Manifests from zerojit record: widen a kernel's constexprs, merge recordings.")
+app.add_typer(manifest_app, name="manifest")
+
+
+@manifest_app.command("widen", cls=_Command)
+@_reflowed
+@_user_errors("manifest widen")
+@_stdout_is_for("output")
+def manifest_widen(
+    manifest: str = typer.Argument(..., metavar="MANIFEST", help="a manifest from zerojit record"),
+    axis: list[str] = typer.Option(..., "--axis", metavar="KERNEL:PARAM=VALUES",
+                                   help="a kernel (module.qualname or qualname), one of its parameters and its values: "
+                                   "A..B (inclusive), a comma list (1,2,4), true,false; repeat for a cross product"),
+    output: str = typer.Option(..., "-o", "--output", metavar="MANIFEST",
+                               help="the widened manifest to write ('-': standard output)"),
+) -> None:
+    """Write MANIFEST with each recorded specialization of KERNEL repeated for every value of
+    PARAM on the axis: every value of a constexpr, every Triton class (equal to 1, divisible by
+    16, other; the int width) of a specialized int; several axes of one kernel as their cross
+    product; each new specialization once.
+
+    Prints the new variants and the compile time they are expected to take, from the compile
+    times this Triton install remembers. A kernel left with more than zerojit.keyspace's
+    DEFAULT_KEY_BUDGET specializations is refused. Exit status: 0 written; 1 a corrupted
+    manifest; 2 invalid input (an unknown or ambiguous KERNEL, an unknown PARAM or one widen
+    cannot set, a malformed axis, a size above the budget, an output that cannot be written).
+    """
+    import json
+
+    from zerojit.manifest import read_manifest
+    from zerojit.reports import count
+    from zerojit.widen import WidenError, estimate_seconds, new_specializations, widen
+
+    _check_input_file("manifest widen", "manifest", manifest)
+    _check_output_file("manifest widen", "--output", output)
+    before = read_manifest(manifest)
+    try:
+        after = widen(before, axis)
+    except WidenError as e:
+        _refuse("manifest widen", str(e))
+    added = new_specializations(before, after)
+    _write_output("manifest widen", "--output", output, json.dumps(after.to_dict(), indent=1) + "\n")
+    seconds, how = estimate_seconds(added)
+    total = sum(added.values())
+    typer.echo(f"wrote {output}: {count(total, 'new variant')}" + (f" of {', '.join(added)}" if added else ""))
+    if total:
+        typer.echo(f"estimated compile time: {seconds:.1f} s on one worker ({how})" if seconds is not None
+                   else f"estimated compile time: none: {how}")
+
+
+@manifest_app.command("merge", cls=_Command)
+@_reflowed
+@_user_errors("manifest merge")
+@_stdout_is_for("output")
+def manifest_merge(
+    manifests: list[str] = typer.Argument(..., metavar="MANIFEST...", help="manifests from zerojit record"),
+    output: str = typer.Option(..., "-o", "--output", metavar="MANIFEST",
+                               help="the merged manifest to write ('-': standard output)"),
+    report: bool = typer.Option(False, "--report", metavar="", help="also print the generalisation report"),
+) -> None:
+    """Write one manifest of the recordings of several runs (one per set of model flags): each
+    run kept in its 'runs', each kernel merged by identity and source hash, each specialization
+    once (launches summed).
+
+    With --report, the generalisation report tells a value constant within each run
+    (configuration: a model setting) from one that varies within a run (growth). Exit status: 0
+    written; 1 a corrupted manifest; 2 invalid input (a manifest missing, of another Triton or
+    target, a kernel whose source changed between them, an output that cannot be written).
+    """
+    import json
+
+    from zerojit.generalisation import growth_report
+    from zerojit.manifest import read_manifest
+    from zerojit.merging import MergeError, merge_manifests
+    from zerojit.reports import count
+
+    for path in manifests:
+        _check_input_file("manifest merge", "manifest", path)
+    _check_output_file("manifest merge", "--output", output)
+    try:
+        merged = merge_manifests([(path, read_manifest(path)) for path in manifests])
+    except MergeError as e:
+        _refuse("manifest merge", str(e))
+    _write_output("manifest merge", "--output", output, json.dumps(merged.to_dict(), indent=1) + "\n")
+    typer.echo(f"wrote {output}: {count(len(merged.runs or ()), 'run')}, {count(len(merged.kernels), 'kernel')}, "
+               f"{count(merged.num_specializations, 'specialization')}")
+    if report:
+        typer.echo(growth_report(merged, output if output != "-" else "MANIFEST"))
 
 
 def main() -> None:

@@ -741,7 +741,8 @@ def merged_manifest(paths: Iterable[str | os.PathLike], *, base: Manifest | None
         target=base.target if base is not None and base.kernels else (targets[0] if targets else
                                                                       (base.target if base else "device")),
         command=base.command if base is not None else ("zerojit", "learned", "merge"),
-        kernels=tuple(kernels.values()), program_folder=base.program_folder if base is not None else None)
+        kernels=tuple(kernels.values()), program_folder=base.program_folder if base is not None else None,
+        runs=base.runs if base is not None else None)
     return manifest, added, skipped
 
 

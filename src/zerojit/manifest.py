@@ -48,8 +48,8 @@ from .specialization import SpecClass, WarmupTensor, bind
 __all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
-           "decode_exact", "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings", "TensorLaunch",
-           "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner"]
+            "decode_exact", "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings",
+           "TensorLaunch", "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner", "RecordedRun"]
 
 #: The ``format`` field of every manifest.
 FORMAT = "zerojit-manifest"
@@ -212,6 +212,9 @@ class RecordedSpecialization:
         autotune_config: for a ``triton.autotune`` kernel, the chosen config's keyword arguments
             (``Config.all_kwargs()``, values through :func:`encode_value`) that this
             specialization carries; None otherwise.
+        runs: the indexes, into :attr:`Manifest.runs`, of the recorded runs that launched it
+            (``()``: none, a specialization ``zerojit manifest widen`` added); None: not known
+            (a manifest written without runs, a learned key).
     """
 
     specialization: tuple[tuple[str, Any], ...]
@@ -219,11 +222,13 @@ class RecordedSpecialization:
     options: tuple[tuple[str, Any], ...] = ()
     launches: int = 0
     autotune_config: tuple[tuple[str, Any], ...] | None = None
+    runs: tuple[int, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"specialization": [list(e) for e in self.specialization], "values": dict(self.values),
                 "options": dict(self.options), "launches": self.launches,
-                "autotune_config": None if self.autotune_config is None else dict(self.autotune_config)}
+                "autotune_config": None if self.autotune_config is None else dict(self.autotune_config),
+                **({} if self.runs is None else {"runs": list(self.runs)})}
 
 
 @dataclass(frozen=True)
@@ -322,6 +327,9 @@ class KernelRecord:
         tunings: a ``triton.autotune`` kernel's tuning keys, each once: the choice made there
             when the program ended (none under a compile-only target: nothing was measured
             there) and one launch at the key.
+        shape_constexprs: the constexprs whose value flows into a shape argument
+            (:func:`zerojit.shapeflow.shape_parameters`), which can never be runtime ints; None:
+            not known (a manifest written without it).
     """
 
     module: str
@@ -331,6 +339,7 @@ class KernelRecord:
     constexprs: tuple[str, ...]
     specializations: tuple[RecordedSpecialization, ...]
     tunings: tuple[RecordedTuning, ...] = ()
+    shape_constexprs: tuple[str, ...] | None = None
 
     @property
     def name(self) -> str:
@@ -345,7 +354,20 @@ class KernelRecord:
         return {"module": self.module, "qualname": self.qualname, "source_hash": self.source_hash,
                 "parameters": list(self.parameters), "constexprs": list(self.constexprs),
                 "specializations": [s.to_dict() for s in self.specializations],
-                "tunings": [t.to_dict() for t in self.tunings]}
+                "tunings": [t.to_dict() for t in self.tunings],
+                **({} if self.shape_constexprs is None else {"shape_constexprs": list(self.shape_constexprs)})}
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """One recorded run of the program (``zerojit record``): its command. A manifest of one
+    recording has one; ``zerojit manifest merge`` keeps each input's, so that a value constant
+    within each run (a model flag) reads as configuration, not growth."""
+
+    command: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"command": list(self.command)}
 
 
 @dataclass(frozen=True)
@@ -354,22 +376,31 @@ class Manifest:
     (``"cuda:90"`` under a compile-only target, ``"device"`` on a GPU), the command, every
     recorded kernel, and the program's folder (absolute; its ``sys.path[0]``, where its own
     modules imported from: the script's folder, else the current one; None when not known), which
-    a warm-up puts on ``sys.path`` to import the recorded kernels' modules (:func:`warmup_plan`)."""
+    a warm-up puts on ``sys.path`` to import the recorded kernels' modules (:func:`warmup_plan`),
+    and the recorded runs (:class:`RecordedRun`; each specialization's ``runs`` index them;
+    None: not known)."""
 
     triton_version: str
     target: str
     command: tuple[str, ...]
     kernels: tuple[KernelRecord, ...]
     program_folder: str | None = None
+    runs: tuple[RecordedRun, ...] | None = None
 
     @property
     def num_specializations(self) -> int:
         return sum(len(k.specializations) for k in self.kernels)
 
     def to_dict(self) -> dict[str, Any]:
+        kernels = [k.to_dict() for k in self.kernels]
+        if self.runs is None:  # (a manifest built without runs from recorded kernels: their indexes mean nothing)
+            for k in kernels:
+                for s in k["specializations"]:
+                    s.pop("runs", None)
         return {"format": FORMAT, "version": VERSION, "triton_version": self.triton_version, "target": self.target,
-                "command": list(self.command), "kernels": [k.to_dict() for k in self.kernels],
-                "program_folder": self.program_folder}
+                "command": list(self.command), "kernels": kernels,
+                "program_folder": self.program_folder,
+                **({} if self.runs is None else {"runs": [r.to_dict() for r in self.runs]})}
 
     def summary(self) -> str:
         """One line per kernel: specializations and launches."""
@@ -399,6 +430,7 @@ def _manifest_from(data: Any, path: str) -> Manifest:
     if version not in READABLE_VERSIONS:
         raise ManifestError(f"{path}: manifest schema version {version}; this zerojit reads versions "
                             f"{', '.join(map(str, READABLE_VERSIONS))}: record the program again")
+    runs = _runs(data, path)
     kernels = []
     for i, k in enumerate(_field(data, "kernels", list, path)):
         where = f"{path}: kernels[{i}]"
@@ -416,16 +448,57 @@ def _manifest_from(data: Any, path: str) -> Manifest:
                 values=tuple(sorted(_field(s, "values", dict, sw).items())),
                 options=_options(s, sw),
                 launches=_count(s, "launches", sw),
-                autotune_config=_autotune_config(s, sw)))
+                autotune_config=_autotune_config(s, sw),
+                runs=_run_indexes(s, sw, runs)))
         kernels.append(KernelRecord(module=_field(k, "module", str, where), qualname=_field(k, "qualname", str, where),
                                     source_hash=_field(k, "source_hash", str, where), parameters=params,
                                     constexprs=tuple(_field(k, "constexprs", list, where)),
-                                    specializations=tuple(specs), tunings=_tunings(k, where)))
+                                    specializations=tuple(specs), tunings=_tunings(k, where),
+                                    shape_constexprs=_names(k, "shape_constexprs", where, params)))
     folder = data.get("program_folder")
     if folder is not None and not isinstance(folder, str):
         raise ManifestError(f"{path}: field 'program_folder' must be a string or null, not {type(folder).__name__}")
     return Manifest(triton_version=_field(data, "triton_version", str, path), target=_field(data, "target", str, path),
-                    command=tuple(_field(data, "command", list, path)), kernels=tuple(kernels), program_folder=folder)
+                    command=tuple(_field(data, "command", list, path)), kernels=tuple(kernels), program_folder=folder,
+                    runs=runs)
+
+
+def _runs(data: dict, where: str) -> tuple[RecordedRun, ...] | None:
+    """The top-level ``runs`` (optional on reading: None)."""
+    if data.get("runs") is None:
+        return None
+    runs = _field(data, "runs", list, where)
+    out = []
+    for i, run in enumerate(runs):
+        command = _field(run, "command", list, f"{where}: runs[{i}]")
+        if not all(isinstance(c, str) for c in command):
+            raise ManifestError(f"{where}: runs[{i}]: field 'command' must hold strings only")
+        out.append(RecordedRun(tuple(command)))
+    return tuple(out)
+
+
+def _run_indexes(data: dict, where: str, runs: tuple[RecordedRun, ...] | None) -> tuple[int, ...] | None:
+    """A specialization's ``runs`` (optional on reading: None): indexes into the top-level runs."""
+    if data.get("runs") is None:
+        return None
+    value = _field(data, "runs", list, where)
+    count = len(runs) if runs is not None else 0
+    if not all(type(i) is int and 0 <= i < count for i in value):
+        raise ManifestError(f"{where}: field 'runs' must hold indexes of the manifest's top-level runs "
+                            f"(0..{count - 1})" if count else f"{where}: field 'runs' is set, but the manifest has no "
+                            "top-level 'runs'")
+    return tuple(value)
+
+
+def _names(data: dict, name: str, where: str, parameters: tuple[str, ...]) -> tuple[str, ...] | None:
+    """An optional list of parameter names (None when absent)."""
+    if data.get(name) is None:
+        return None
+    value = _field(data, name, list, where)
+    unknown = [v for v in value if v not in parameters]
+    if unknown:
+        raise ManifestError(f"{where}: field {name!r} names {unknown[0]!r}, which is no parameter of the kernel")
+    return tuple(value)
 
 
 #: The launch options whose value is an int (``maxnreg`` also None): what a warm-up passes Triton.

@@ -16,7 +16,9 @@ or the CLI flag ``--jit-monitor-mode``):
   never stalls on one. The message names the kernel, the runtime specialization of every argument,
   the nearest warmed key of that kernel and each argument whose class differs, in the words of
   :mod:`zerojit.specialization` ("block_size: warmed as equal-to-one, called as divisible-by-16").
-  Nothing is compiled or cached, so the process stays usable: warmed variants still launch.
+  A kernel warmed from a manifest (whose key names every parameter) leads with the arguments that
+  differ, then, for an int or bool constexpr, the ``zerojit manifest widen`` command that warms it
+  (:mod:`zerojit.widen`), then the nearest warmed variant in one line. Nothing is compiled or cached, so the process stays usable: warmed variants still launch.
   A direct ``triton.compile`` gives no hook before it runs; in error mode it raises *after* the
   compile (the only point Triton reports it), still naming what compiled.
 * ``fallback``: a miss that a *generic variant* serves (:mod:`zerojit.generic`) launches it at
@@ -106,6 +108,7 @@ from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
 from .kernel import TritonJitKernel
 from .manifest import RecordedKey
 from .specialization import SpecClass
+from .widen import suggested_values, widen_command
 from .triton_compat import alignment_unspecialized_parameters, constexpr_parameters, guard_hook_assignments
 from .triton_compat import (RUN_OPTIONS, find_in_process_key, hook_compile_request, hook_jit_function, source_fields,
                             source_of)
@@ -408,6 +411,9 @@ class RuntimeCompile:
         unmigrated: the Triton function is launched raw (no zerojit kernel class wraps it) and
             no manifest warmed it: the fix is to record the program, not a registration.
         recorded: the nearest warmed key came from a manifest (``zerojit record``).
+        widen: for a recorded kernel whose int or bool constexprs differ, the ``zerojit manifest
+            widen`` command that warms their values (the warmed ones and this call's, rounded
+            up: :func:`zerojit.widen.suggested_values`); None otherwise.
         skipped: for a raw launch no manifest warmed, why the manifest warm-up that recorded its
             function skipped it (``ManifestSkip.reason``, which says what to change); None when
             no warm-up skipped it.
@@ -439,6 +445,7 @@ class RuntimeCompile:
     unmigrated: bool = False
     recorded: bool = False
     skipped: str | None = None
+    widen: str | None = None
 
     @property
     def unwarmed_reason(self) -> str:
@@ -494,6 +501,10 @@ class RuntimeCompile:
         if self.unguarded:
             what = "runtime JIT compile (seen only after it ran: Triton's jit_cache_hook had been replaced; repaired)"
         when = "" if self.no_warmup else " after warm-up"
+        if self.recorded and (self.differences or self.option_difference):  # its key repeats every argument
+            return (f"{what} of kernel {self.kernel!r}{when}: {'; '.join(self.difference_lines)} (nearest warmed "
+                    f"variant: warm-up #{self.nearest_index} of {self.warmed_count})"
+                    + (f"; warm it: {self.widen}" if self.widen else ""))
         text = f"{what} of kernel {self.kernel!r}{when} ({self.arguments})"
         if self.options:
             text += f" [{self.options}]"
@@ -529,6 +540,8 @@ class RuntimeCompile:
                     "is in error mode, so nothing was compiled")
         else:
             head = f"zerojit: kernel {self.kernel!r} compiled at run time, after warm-up"
+        if self.recorded and (self.differences or self.option_difference):
+            return "\n".join([head, *self._recorded_lines()])
         lines = [head, f"  Triton function: {self.function}"]
         lines.append("  runtime specialization:")
         lines += [f"    {n}: {self._words(n, s)}" for n, s in zip(self.param_names, self.specialization)]
@@ -563,6 +576,27 @@ class RuntimeCompile:
             if self.record_hint:
                 lines.append(f"  {self.record_hint}")
         return "\n".join(lines)
+
+    def _recorded_lines(self) -> list[str]:
+        """A recorded kernel's miss, led by what differs (a recorded key repeats every parameter:
+        about 25 for FLA's fused recurrent): the differing arguments, how to warm them, then the
+        nearest warmed variant in one line."""
+        n = len(self.differences) + (1 if self.option_difference else 0)
+        lines = [f"  differs from the nearest warmed variant in {n} argument{'s' if n != 1 else ''}:"]
+        lines += [f"    {d}" for d in self.differences]
+        if self.option_difference:
+            lines.append(f"    {self.option_difference}")
+        if self.widen:
+            lines.append(f"  warm it: {self.widen}, then exec with the widened manifest (or record the program again "
+                         "with this workload: zerojit record)")
+        elif self.record_hint:
+            lines.append(f"  {self.record_hint}")
+        same = len(self.param_names) - len(self.differences)
+        lines.append(f"  nearest warmed variant: warm-up #{self.nearest_index} of {self.warmed_count} for this kernel; "
+                     f"the other {same} argument{'s' if same != 1 else ''} as called"
+                     + (f"; launch options: {self.options}" if self.options else ""))
+        lines.append(f"  Triton function: {self.function}")
+        return lines
 
     def __str__(self) -> str:
         return self.summary()
@@ -1301,13 +1335,35 @@ class JitMonitor:
             record = dataclasses.replace(record, no_warmup=f"no zerojit warm-up ran ({self._no_warmup_note})")
         if best is not None:
             _, order, v, diffs, opt_diff = best
+            recorded = isinstance(v.key, RecordedKey)
             record = dataclasses.replace(record, nearest_key=repr(v.key), nearest_index=order,
-                                         differences=diffs, option_difference=opt_diff,
-                                         recorded=isinstance(v.key, RecordedKey))
+                                         differences=diffs, option_difference=opt_diff, recorded=recorded,
+                                         widen=self._widen(function, params or v.param_names, diffs, candidates)
+                                         if recorded else None)
         elif jit_fn is not None and not direct and not _is_contract_function(jit_fn):
             skips = [skip.reason for r in self._reports for skip in getattr(r, "skipped", ()) if skip.kernel == function]
             record = dataclasses.replace(record, unmigrated=True, skipped=skips[-1] if skips else None)
         return record
+
+    def _widen(self, function: str, params: tuple[str, ...], diffs: tuple[ArgDifference, ...],
+               candidates: list[Any]) -> str | None:
+        """The ``zerojit manifest widen`` command warming each int or bool constexpr of ``diffs``
+        over the values warmed and called (None when no such constexpr differs); the manifest is
+        the last one warmed (``MANIFEST`` when not known)."""
+        def settable(c: SpecClass) -> bool:
+            return c.kind == "constexpr" and type(c.attr) in (int, bool)
+
+        axes = []
+        for d in diffs:
+            if not (d.constexpr and settable(d.warmed) and settable(d.called)):
+                continue
+            i = params.index(d.name)
+            values = {v.specialization[i].attr for v in candidates if settable(v.specialization[i])} | {d.called.attr}
+            axes.append(f"{function}:{d.name}={suggested_values(values)}")
+        if not axes:
+            return None
+        path = next((r.manifest for r in reversed(self._reports) if getattr(r, "manifest", None)), "MANIFEST")
+        return widen_command(path, axes)
 
     # -- the three handlers ----------------------------------------------------------------------
 

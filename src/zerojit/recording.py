@@ -18,11 +18,9 @@
   real one. Cost per raw launch: one Python call frame, a driver check and the observer call
   (about a microsecond on top of Triton's ``run``); zerojit kernels' own launches never pass
   through it (they bind Triton's ``run`` directly).
-* :func:`growth` (``zerojit record --report``): from a manifest, each parameter that makes the
-  key space grow with the workload (a constexpr or specialized int that took several values, a
-  pointer whose 16-byte alignment varied), the Triton setting that bounds it
-  (``do_not_specialize``, ``do_not_specialize_on_alignment``: Triton's int and pointer
-  specialization, :mod:`zerojit.specialization`) and how many variants that saves.
+* The manifest (:meth:`Recorder.manifest`) holds one run (the command) and, per kernel, the
+  constexprs that set a shape (:mod:`zerojit.shapeflow`), for the generalisation report
+  (:mod:`zerojit.generalisation`, ``zerojit record --report``).
 * :class:`Program`: a ``python SCRIPT ...`` / ``python -m MODULE ...`` / ``python -c CODE ...`` /
   ``zerojit ...`` command run in this process, as ``python`` would (``runpy``).
 """
@@ -36,20 +34,19 @@ import runpy
 import sys
 import threading
 import types
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from . import triton_compat as _tc
 from .compile_only import active_compile_only, compile_only, current_target_name, in_dry_benchmark
 from .context import in_warmup
 from .kernel import check_hook_pins, launch_observer
-from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedSpecialization, encode_specialization,
-                       encode_value, write_manifest)
+from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedRun, RecordedSpecialization,
+                       encode_specialization, encode_value, write_manifest)
 from .recorded_tuning import LaunchRecorder
+from .shapeflow import shape_parameters
 from .specialization import bind, scalar_rep
 
-__all__ = ["ProgramError", "Program", "names_this_python", "Recorder", "record_child", "count_raw_launches", "Growth",
-           "growth", "growth_report", "bounded_together"]
+__all__ = ["ProgramError", "Program", "names_this_python", "Recorder", "record_child", "count_raw_launches"]
 
 _INT_TYPES = ("i32", "i64", "u64")
 
@@ -327,13 +324,16 @@ class Recorder:
                 held = _module_attribute(module, qualname)  # the jit function, or an autotuner around it
                 configs = _tc.wrapped_config_kwargs(held)
                 specs = tuple(RecordedSpecialization(spec, values, options, count,
-                                                     _chosen_config(configs, _tc.parameter_names(jit_fn), spec, options))
+                                                     _chosen_config(configs, _tc.parameter_names(jit_fn), spec, options),
+                                                     runs=(0,))
                               for spec, values, options, count in self._specs[ident].values())
+                constexprs = _tc.ordered_constexpr_parameters(jit_fn)
+                shapes = shape_parameters(jit_fn)
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
-                                            _tc.ordered_constexpr_parameters(jit_fn), specs,
-                                            self._tunings.tunings(held)))
+                                            constexprs, specs, self._tunings.tunings(held),
+                                            None if shapes is None else tuple(p for p in constexprs if p in shapes)))
         return Manifest(_tc.TRITON_VERSION, self._target or target or "device", tuple(command), tuple(kernels),
-                        folder)
+                        folder, runs=(RecordedRun(tuple(command)),))
 
 
 def _module_attribute(module: str, qualname: str) -> Any:
@@ -422,141 +422,3 @@ def _counting(kernel: RecordedKernel) -> Callable[[Callable[..., Any]], Callable
         return run
 
     return make
-
-
-# ---------------------------------------------------------------------------------------------
-# How the key space grows
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Growth:
-    """A parameter whose class took several values in a recording.
-
-    Attributes:
-        kernel: the recorded kernel (``module.qualname``); parameter: the parameter's name.
-        kind: ``"constexpr"``, ``"int"`` (a specialized int) or ``"pointer"``.
-        values: the distinct classes or values it took, in words, first seen first.
-        variants: the kernel's recorded variants; bounded: how many remain with the fix.
-        fix: the change that bounds it.
-    """
-
-    kernel: str
-    parameter: str
-    kind: str
-    values: tuple[str, ...]
-    variants: int
-    bounded: int
-    fix: str
-
-    @property
-    def saves(self) -> int:
-        """Variants the fix saves on this recording."""
-        return self.variants - self.bounded
-
-    def __str__(self) -> str:
-        return (f"{self.kernel}: {self.kind} parameter {self.parameter!r} took {len(self.values)} "
-                f"{'values' if self.kind == 'constexpr' else 'classes'} ({', '.join(self.values)}): {self.fix} "
-                f"bounds it; {self.variants} -> {self.bounded} variants (saves {self.saves})")
-
-
-def _int_words(ty: str, attr: Any) -> str:
-    if ty == "constexpr":
-        return "equal to 1"
-    width = "" if ty == "i32" else f"{ty} "
-    return width + {"D": "divisible by 16", "": "not divisible by 16", None: "unspecialized"}[attr]
-
-
-def tuned_parameters(record: KernelRecord) -> tuple[str, ...]:
-    """The constexprs a ``triton.autotune`` config of ``record`` sets (its recorded
-    ``autotune_config``s): the tuner's config space, compiled whole, which no workload grows."""
-    found = {name for s in record.specializations if s.autotune_config for name, _ in s.autotune_config}
-    return tuple(p for p in record.constexprs if p in found)
-
-
-def _kernel_growth(record: KernelRecord) -> list[Growth]:
-    specs = [(s.specialization, s.options) for s in record.specializations]
-    tuned = tuned_parameters(record)
-    found = []
-    for i, name in enumerate(record.parameters):
-        entries = list(dict.fromkeys(spec[i] for spec, _ in specs))
-        if len(entries) < 2 or name in tuned:
-            continue
-        types = {ty for ty, _ in entries}
-        if name in record.constexprs:
-            if not all(type(v) is int for _, v in entries):
-                continue  # a dtype or other constexpr: each value is code of its own
-            kind, erased = "constexpr", ("i32", None)
-            words = [str(v) for _, v in entries]
-            fix = (f"if it follows the request (not the model or a tile choice), passing it as a runtime int "
-                   f"(no tl.constexpr) with do_not_specialize=[{name!r}]")
-        elif types <= {*_INT_TYPES, "constexpr"}:
-            if any(ty == "constexpr" and v != 1 for ty, v in entries):
-                continue
-            kind, erased = "int", None
-            words = [_int_words(ty, v) for ty, v in entries]
-            fix = f"do_not_specialize=[{name!r}]"
-        elif len(types) == 1 and next(iter(types)).startswith("*"):
-            kind, erased = "pointer", (next(iter(types)), None)
-            words = [f"{ty} {'16-byte aligned' if v == 'D' else 'not 16-byte aligned'}" for ty, v in entries]
-            fix = f"do_not_specialize_on_alignment=[{name!r}]"
-        else:
-            continue  # another dtype is another kernel: part of the key space, nothing to bound
-
-        bounded = _bounded(specs, {i: erased})
-        found.append(Growth(record.name, name, kind, tuple(words), len(specs), bounded, fix))
-    return found
-
-
-def _bounded(specs: list, erase: dict[int, Any]) -> int:
-    """How many distinct variants remain when parameter ``i``'s entry becomes ``erase[i]`` (None:
-    its int width, unspecialized, as Triton's ``do_not_specialize`` keeps it)."""
-    def erased(i: int, entry: tuple[str, Any]) -> tuple[str, Any]:
-        if i not in erase:
-            return entry
-        if erase[i] is not None:
-            return erase[i]
-        return ("i32" if entry[0] == "constexpr" else entry[0], None)
-
-    return len({(tuple(erased(i, e) for i, e in enumerate(spec)), options) for spec, options in specs})
-
-
-def bounded_together(record: KernelRecord, found: Sequence[Growth]) -> int:
-    """The variants of ``record`` left when every parameter of ``found`` (its :func:`growth`
-    entries) is bounded at once (parameters that vary together save only together)."""
-    specs = [(s.specialization, s.options) for s in record.specializations]
-    index = {name: i for i, name in enumerate(record.parameters)}
-    erase: dict[int, Any] = {}
-    for g in found:
-        i = index[g.parameter]
-        erase[i] = ("i32", None) if g.kind == "constexpr" else (specs[0][0][i][0], None) if g.kind == "pointer" else None
-    return _bounded(specs, erase)
-
-
-def growth(manifest: Manifest) -> list[Growth]:
-    """Every parameter of every recorded kernel that took more than one class (or constexpr
-    value), with its fix and saving, the largest saving first."""
-    found = [g for record in manifest.kernels for g in _kernel_growth(record)]
-    return sorted(found, key=lambda g: -g.saves)
-
-
-def growth_report(manifest: Manifest) -> str:
-    """:func:`growth` as text: one line per parameter, or a line saying nothing grows; then a line
-    per autotuned kernel naming the constexprs its configs set (:func:`tuned_parameters`), which
-    are not counted as growth."""
-    found = growth(manifest)
-    tuned = [f"  {r.name}: {', '.join(tuned_parameters(r))} set by its triton.autotune configs: the tuner's config "
-             "space (every config is compiled), not growth" for r in manifest.kernels if tuned_parameters(r)]
-    if not found:
-        return "\n".join([f"generalisation: no parameter took more than one class over {manifest.num_specializations} "
-                          "recorded specialization(s): the key space does not grow with this workload", *tuned])
-    lines = [f"generalisation: {len(found)} parameter(s) make the key space grow with the workload:"]
-    lines += [f"  {g}" for g in found]
-    for record in manifest.kernels:
-        mine = [g for g in found if g.kernel == record.name]
-        if len(mine) > 1:
-            left = bounded_together(record, mine)
-            lines.append(f"  {record.name}: all {len(mine)} bounded together: {len(record.specializations)} -> {left} "
-                         f"variants (saves {len(record.specializations) - left})")
-    return "\n".join(lines + tuned)
-

@@ -669,7 +669,8 @@ class JitWarmupRegistry:
                               generic_stats=generic_stats, learned=len(warmed_learned),
                               learned_through_keys=sum(not isinstance(k, RecordedKernel) for k, _ in warmed_learned),
                               learned_skipped=tuple(learned_plan.skipped) if learned_plan is not None else (),
-                              learned_file=learned_plan.path if learned_plan is not None else None)
+                              learned_file=learned_plan.path if learned_plan is not None else None,
+                              manifest=os.fspath(manifest) if manifest is not None else None)
 
         # From here on a compile is a runtime compile: the listeners (the runtime monitor, the
         # audit) hear of this warm-up; see add_warmup_listener.

@@ -237,6 +237,7 @@ class WarmupReport:
     learned_through_keys: int = 0
     learned_skipped: tuple[Any, ...] = ()
     learned_file: str | None = None
+    manifest: str | None = None  #: the manifest warmed (``warmup(manifest=PATH)``), for messages; None without one
 
     @property
     def num_keys(self) -> int:

@@ -106,6 +106,7 @@ __all__ = [
     # raw launches (zerojit record / exec)
     "unwrap_jit_function", "jit_identity", "run_options_removed", "wrap_run", "unwrap_run", "wrapped_run",
     "patch_run_everywhere", "parameter_names", "ordered_constexpr_parameters", "wrapped_config_kwargs",
+    "jit_function_tree", "jit_function_scope", "is_jit_function",
     # compiled kernels
     "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
     "compile_source", "disk_cache_hash", "miss_compile_options", "load_compiled", "import_launch_path_modules", "import_compiler_modules",
@@ -1090,6 +1091,27 @@ def wrapped_config_kwargs(obj: Any) -> list[dict] | None:
 def jit_identity(jit_fn: Any) -> tuple[str, str]:
     """``(module, qualified name)`` of the Python function a ``triton.jit`` function compiles."""
     return jit_fn.fn.__module__, jit_fn.fn.__qualname__
+
+
+def jit_function_tree(jit_fn: Any) -> Any | None:
+    """The ``ast.FunctionDef`` of ``jit_fn``'s source, as Triton parses it to compile
+    (``JITFunction.parse()``: the ``def`` without decorators); None when there is none to parse
+    (an ``InterpretedFunction``, a source that does not parse)."""
+    try:
+        return jit_fn.parse().body[0]
+    except Exception:  # (no parse method, or a SyntaxError Triton would raise at compile)
+        return None
+
+
+def jit_function_scope(jit_fn: Any) -> dict[str, Any]:
+    """The names ``jit_fn``'s source resolves when compiled: its globals and closure variables
+    (``JITFunction.get_capture_scope``'s view)."""
+    return {**jit_fn.fn.__globals__, **inspect.getclosurevars(jit_fn.fn).nonlocals}
+
+
+def is_jit_function(obj: Any) -> bool:
+    """``obj`` is a ``triton.jit`` function (a kernel or a device function it calls)."""
+    return isinstance(obj, JITFunction)
 
 
 def parameter_names(jit_fn: Any) -> tuple[str, ...]:
