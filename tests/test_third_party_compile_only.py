@@ -122,6 +122,48 @@ def test_a_compile_in_another_thread_compiles_for_the_target():
     assert compiled.metadata.target == _tc.gpu_target("cuda", 90, 32)
 
 
+PROBING_MODULE = '''
+import triton
+import triton.language as tl
+
+try:  # a library's probe at import, as FLA's get_available_device()
+    SEEN = triton.runtime.driver.active.get_current_target().backend
+except RuntimeError:
+    SEEN = "no driver"
+
+
+@triton.jit
+def probed_kernel(ptr):
+    tl.store(ptr, 1)
+'''
+
+WORKER = '''
+import json, sys
+from zerojit._compile_worker import Worker
+
+w = Worker({"sys_path": sys.path, "cache_dir": sys.argv[1], "target": ("cuda", 90, 32)})
+fn = w.function("probing_module:probed_kernel")
+compiled = w.tc.compile_source(w.tc.ast_source(fn, {"ptr": "*i32"}), w.target)
+import probing_module
+print(json.dumps([probing_module.SEEN, compiled.metadata.target.arch, "cubin" in compiled.asm]))
+'''
+
+
+def test_a_compile_worker_imports_a_probing_module_as_this_machine_does(tmp_path):
+    """A warm-up's compile worker imports the kernel's module (here after its compile-only driver
+    is set) as a program here would: its probe sees this machine; its compile, the target."""
+    (tmp_path / "probing_module.py").write_text(PROBING_MODULE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(SRC)])}
+    env.pop("TRITON_INTERPRET", None)
+    plain = subprocess.run([sys.executable, "-c", "import probing_module; print(probing_module.SEEN)"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    worker = subprocess.run([sys.executable, "-c", WORKER, str(tmp_path / "cache")], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert worker.returncode == 0, worker.stderr[-3000:]
+    assert json.loads(worker.stdout.splitlines()[-1]) == [plain.stdout.strip(), 90, True]
+
+
 # -- FLA and Liger, recorded and exec'd ----------------------------------------------------------
 
 fla_chunk = pytest.importorskip("fla.ops.gated_delta_rule")

@@ -370,11 +370,14 @@ def _untuned_run(original):
     run on a GPU tunes. An autotuner with a ``do_bench`` of its own keeps what that measured."""
 
     def run(self, *args, **kwargs):
-        with _tc.target_scope():  # its benchmarker and disk-cache key ask driver.active (the machine view)
+        token = _TARGET_SCOPE.set(True)  # its benchmarker and disk-cache key ask driver.active (the machine view)
+        try:
             if not isinstance(_tc.peek_driver(), CompileOnlyDriver) or not _tc.benchmarks_with_driver(self):
                 return original(self, *args, **kwargs)  # (a do_bench of its own measures: its choice stays)
             with _tc.tunings_forgotten(self):
                 return original(self, *args, **kwargs)
+        finally:
+            _TARGET_SCOPE.reset(token)
 
     return run
 
