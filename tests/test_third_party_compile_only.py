@@ -89,6 +89,19 @@ def test_machine_view_probes_see_this_machine_and_launches_the_target():
     assert _seen_by_a_probe() == machine
 
 
+def test_a_zerojit_kernel_made_before_the_block_dry_launches_under_the_machine_view():
+    """A zerojit kernel class binds Triton's ``JITFunction.run`` when it is created (at import,
+    before any block): its dry launch still compiles for the target (reference: the variant
+    Triton filed for the compile-only device, and its target)."""
+    from zerojit.examples.scale_add import scale_add
+
+    x, bias, out = torch.randn(100), torch.randn(4), torch.empty(100)
+    with compile_only("cuda:90", machine_view=True) as drv:
+        scale_add(x=x, bias=bias, out=out, period=4, scale=2.0)
+        variants = list(_tc.kernel_cache(scale_add.kernel, drv.device).values())
+    assert variants and all(v.metadata.target == _tc.gpu_target("cuda", 90, 32) for v in variants)
+
+
 def test_machine_view_nests_and_is_undone_on_an_exception():
     machine = _seen_by_a_probe()
     before = _tc.peek_driver()

@@ -93,7 +93,7 @@ __all__ = [
     "JITFunction", "GPUTarget", "DriverBase", "AsmDict",
     # knobs and the driver
     "interpreting", "cache_dir", "set_cache_dir", "triton_home", "active_driver", "peek_driver", "set_driver",
-    "gpu_driver_available", "TARGET_SCOPE", "target_scope", "machine_view_on", "patch_compile",
+    "gpu_driver_available", "TARGET_SCOPE", "target_scope", "patch_compile",
     "current_device", "current_target", "gpu_target", "cache_invalidating_env",
     # compile hooks
     "get_cache_hook", "set_cache_hook", "get_post_compile_hook", "set_post_compile_hook", "get_compile_listener",
@@ -274,11 +274,6 @@ def set_driver(drv: Any | None, *, machine_view: bool = False) -> Callable[[], N
             DRIVER._zerojit_machine = saved_machine
 
     return restore
-
-
-def machine_view_on() -> bool:
-    """True while the machine view is in place (:func:`set_driver` with ``machine_view=True``)."""
-    return type(DRIVER) is _MachineView
 
 
 @contextlib.contextmanager
