@@ -233,7 +233,9 @@ class Worker:
         self.target = triton_compat.gpu_target(*setup["target"])
         # the parent's exact target (warp size included), checked there: not asked of ptxas again
         drv = CompileOnlyDriver(f"{self.target.backend}:{self.target.arch}", gpu_target=self.target)
-        triton_compat.set_driver(drv)
+        # the machine view: a kernel's module imports as in a program run here (FLA asks Triton's
+        # driver for the GPU at import); compile_source compiles for the target
+        triton_compat.set_driver(drv, machine_view=True)
         # digests of what it stores, written before each entry's group file; a damaged entry is a miss
         triton_compat.set_cache_manager_class(
             checked_manager_class(triton_compat.cache_manager_class() or triton_compat.default_cache_manager))
@@ -273,21 +275,7 @@ class Worker:
 
     def _import(self, qualified: str):
         module_name, _, qualname = qualified.partition(":")
-        try:
-            obj = importlib.import_module(module_name)
-        except ImportError:
-            raise
-        except Exception:
-            # A library that probes the device at import (FLA: the GPU's name once Triton's driver
-            # says "cuda") fails here, where no GPU is visible; imported with no active driver it
-            # takes its own no-GPU path. Its function's cache_key is checked by whoever uses the
-            # entry (a differing source is another entry, never a wrong one).
-            drv = self.tc.peek_driver()
-            self.tc.set_driver(None)
-            try:
-                obj = importlib.import_module(module_name)
-            finally:
-                self.tc.set_driver(drv)
+        obj = importlib.import_module(module_name)
         for part in qualname.split("."):
             obj = getattr(obj, part)
         while self.tc.is_autotuner(obj) or self.tc.is_heuristics(obj):  # the module binds the decorated object

@@ -785,7 +785,10 @@ def record(
     the launches are dry launches through the compile-only target: Triton's binder and cache
     lookup, compiling on a miss, nothing executed, so a CPU machine records a program that uses CPU
     tensors, and the program's outputs are not computed; where there is no GPU, --target is
-    required. Exit status: the program's own; 2 when the program cannot be run (another Python
+    required. The program's hardware probes (a library asking Triton's driver for the GPU, as FLA
+    does) still see this machine, not the target, so the manifest holds the kernels and configs
+    the program picks here: record a GPU deployment's manifest on that GPU (a short run), then
+    warm it anywhere with --target. Exit status: the program's own; 2 when the program cannot be run (another Python
     than this one included) or an option is invalid, or there is neither a GPU nor --target (no
     manifest is written then).
     """
@@ -900,7 +903,8 @@ def warmup_command(
 
             _write_output("warmup", "--json", json_out, json.dumps(report.to_dict(), indent=2))
 
-    with (compile_only(chosen) if chosen else contextlib.nullcontext()):
+    # (the machine view: a recorded module imports as the program imports it, probes and all)
+    with (compile_only(chosen, machine_view=True) if chosen else contextlib.nullcontext()):
         try:
             registry = JitWarmupRegistry()
             report = registry.warmup(manifest=manifest, workers=_capped_workers("warmup", workers),
@@ -992,7 +996,8 @@ def exec_command(
     apply_jit_monitor_mode(mode)
     _configure_fallback(mode, swap, fallback_miss, background_workers)
     blocked = None
-    with (compile_only(chosen) if chosen else contextlib.nullcontext()):
+    # (the machine view: the program's hardware probes see this machine; its launches, the target)
+    with (compile_only(chosen, machine_view=True) if chosen else contextlib.nullcontext()):
         registry = JitWarmupRegistry()
         report = registry.warmup(manifest=manifest, workers=_capped_workers("exec", workers),
                                  progress=_progress(no_progress), target=chosen or "device", program_folder=False,

@@ -20,6 +20,16 @@ compile-only work and interpreter runs live in separate processes.
 
 The driver is process-wide (Triton's ``driver.active`` is a global), so a compile-only block
 affects every thread of the process while it is open.
+
+*The machine view* (``compile_only(target, machine_view=True)``; ``zerojit record`` and ``zerojit
+exec`` run programs so, ``zerojit warmup --manifest`` imports their modules so): only Triton's
+compilation and launches see the target; everything else that reads ``driver.active`` sees the
+machine as it is. A library's hardware probe (FLA's ``fla/utils/hardware.py`` asks Triton's
+driver for the backend at import, then calls ``torch.cuda.get_device_name``; at call time
+``get_device_properties``) gets the GPU driver on a GPU machine and Triton's "no active driver"
+error on a CPU one, so a program that imports and runs here without zerojit imports and records
+under a target too. The probes' answers shape the program: FLA picks configs and tiles from them,
+so a compile-only recording holds this machine's view of the program (docs/manifest.md).
 """
 
 from __future__ import annotations
@@ -38,6 +48,8 @@ import triton.language as tl
 
 from . import triton_compat as _tc
 from . import watchdog as _watchdog
+
+_TARGET_SCOPE = _tc.TARGET_SCOPE
 
 __all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "InterpreterProcessError", "compile_only", "parse_target",
            "supported_cuda_capabilities", "active_compile_only", "current_target_name", "is_target_name",
@@ -271,10 +283,23 @@ def active_compile_only() -> CompileOnlyDriver | None:
 
 
 @contextlib.contextmanager
-def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
+def compile_only(target: str = "cuda:90", *, machine_view: bool = False) -> Iterator[CompileOnlyDriver]:
     """Make Triton compile for ``target`` with no GPU while the block is open.
 
-    Yields the driver. Restores the previous driver on exit (nesting works).
+    Yields the driver. Restores the previous driver (and Triton's ``DriverConfig`` class) on exit,
+    exceptions included; nesting works.
+
+    ``machine_view=True``: ``triton.runtime.driver.active`` is the compile-only driver only where
+    Triton compiles or launches (inside ``JITFunction.run``, ``Autotuner.run``, ``triton.compile``,
+    and zerojit's own compiles and dry launches: :data:`zerojit.triton_compat.TARGET_SCOPE`);
+    everywhere else it is what Triton gives with no compile-only driver (the GPU driver, or on a
+    machine with no GPU, Triton's ``RuntimeError``). :func:`active_compile_only`,
+    :func:`current_target_name` and :func:`warm_target` still name the compile-only target. What
+    it costs: about 0.1 us a dry launch (the scope's context variable set and reset around it,
+    110 ns; a read of ``driver.active`` costs what Triton's does, ~80 ns; a dry launch takes 4-5
+    us; Triton 3.6 on a 2-core x86 machine). Without it, every reader of ``driver.active`` sees the
+    target (a library probing the GPU at import then takes its GPU path and fails on a machine
+    without one).
 
     From then on Triton runs ``ptxas`` under the stall rule (:func:`zerojit.triton_compat.watch_toolchain`).
 
@@ -290,8 +315,8 @@ def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
                                       "compiles nothing): unset TRITON_INTERPRET")
     new = CompileOnlyDriver(target)
     _tc.watch_toolchain()  # every ptxas the block's compiles run: the stall rule
-    previous = _tc.peek_driver()
-    _tc.set_driver(new)
+    restore_driver = _tc.set_driver(new, machine_view=machine_view)
+    restore_compile = _tc.patch_compile()
     restore_run = _tc.patch_run_everywhere(_dry_run)
     restore_tuning = _tc.patch_autotuner_run(_untuned_run)
     try:
@@ -299,7 +324,8 @@ def compile_only(target: str = "cuda:90") -> Iterator[CompileOnlyDriver]:
     finally:
         restore_tuning()
         restore_run()
-        _tc.set_driver(previous)
+        restore_compile()
+        restore_driver()
 
 
 def _dry_run(original):
@@ -308,7 +334,11 @@ def _dry_run(original):
     def run(jit_fn, *args, grid, warmup, **kwargs):
         if not warmup and isinstance(_tc.peek_driver(), CompileOnlyDriver):
             warmup = True  # Triton's warm-up run: binder, lookup, compile on a miss; nothing executes
-        return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
+        token = _TARGET_SCOPE.set(True)  # Triton's launch path sees the target (the machine view)
+        try:
+            return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:
+            _TARGET_SCOPE.reset(token)
 
     return run
 
@@ -340,10 +370,14 @@ def _untuned_run(original):
     run on a GPU tunes. An autotuner with a ``do_bench`` of its own keeps what that measured."""
 
     def run(self, *args, **kwargs):
-        if not isinstance(_tc.peek_driver(), CompileOnlyDriver) or not _tc.benchmarks_with_driver(self):
-            return original(self, *args, **kwargs)  # (a do_bench of its own measures: its choice stays)
-        with _tc.tunings_forgotten(self):
-            return original(self, *args, **kwargs)
+        token = _TARGET_SCOPE.set(True)  # its benchmarker and disk-cache key ask driver.active (the machine view)
+        try:
+            if not isinstance(_tc.peek_driver(), CompileOnlyDriver) or not _tc.benchmarks_with_driver(self):
+                return original(self, *args, **kwargs)  # (a do_bench of its own measures: its choice stays)
+            with _tc.tunings_forgotten(self):
+                return original(self, *args, **kwargs)
+        finally:
+            _TARGET_SCOPE.reset(token)
 
     return run
 

@@ -918,7 +918,11 @@ class TritonJitKernel(JitKernel[KeyT]):
                     _observe_fast(self, entry)
                     return spec.returns
         check_hook_pins()
-        compiled = plan.run(grid, dry, sk, *inputs)
+        if dry:  # Triton's run asks driver.active for the device: the target's, under the machine view too
+            with _tc.target_scope():
+                compiled = plan.run(grid, dry, sk, *inputs)
+        else:
+            compiled = plan.run(grid, dry, sk, *inputs)
         observer = _launch_observer
         if observer is not None:
             observer(self, compiled)

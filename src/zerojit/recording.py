@@ -380,7 +380,7 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
     _tc.watch_toolchain()  # on a GPU too: the program's compiles run ptxas under the stall rule
     try:
         if target is not None:
-            with compile_only(target):
+            with compile_only(target, machine_view=True):  # the program's probes see this machine
                 return program.run()
         return program.run()
     except KeyboardInterrupt:  # Ctrl-C: zerojit record ends in one line, with no traceback of the program's

@@ -57,6 +57,7 @@ named after the release that brought it:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import functools
 import hashlib
@@ -92,7 +93,7 @@ __all__ = [
     "JITFunction", "GPUTarget", "DriverBase", "AsmDict",
     # knobs and the driver
     "interpreting", "cache_dir", "set_cache_dir", "triton_home", "active_driver", "peek_driver", "set_driver",
-    "gpu_driver_available",
+    "gpu_driver_available", "TARGET_SCOPE", "target_scope", "patch_compile",
     "current_device", "current_target", "gpu_target", "cache_invalidating_env",
     # compile hooks
     "get_cache_hook", "set_cache_hook", "get_post_compile_hook", "set_post_compile_hook", "get_compile_listener",
@@ -176,19 +177,23 @@ def triton_home() -> str:
 
 
 def active_driver() -> Any:
-    """Triton's active driver (creating the GPU driver when none is active yet).
+    """The driver zerojit compiles and launches with: Triton's active driver, the compile-only
+    driver while one is set (also under the machine view, whatever the caller's scope), else the
+    GPU driver, created when none is active yet.
 
     Raises:
         RuntimeError: there is no GPU driver to create (no GPU and no compile-only driver).
     """
-    return DRIVER.active
+    drv = DRIVER._active
+    return drv if drv is not None else DRIVER.active
 
 
 def peek_driver() -> Any | None:
     """The active driver, or None when none was created yet (never creates one).
 
     Hot paths bind :data:`DRIVER` (Triton's ``DriverConfig``) once and read this slot,
-    ``DRIVER._active``, themselves (3.6-3.9 all keep the active driver there)."""
+    ``DRIVER._active``, themselves (3.6-3.9 all keep the active driver there). Under the machine
+    view (:func:`set_driver`) the slot still holds the compile-only driver."""
     return DRIVER._active
 
 
@@ -207,19 +212,91 @@ def gpu_driver_available() -> bool:
     return any(active(b) for b in backends.values())
 
 
-def set_driver(drv: Any | None) -> None:
-    """Make ``drv`` Triton's active driver (None: the next use creates the GPU driver)."""
+#: True while Triton compiles or launches for zerojit's target: set by zerojit's patches of
+#: ``JITFunction.run`` and ``Autotuner.run`` (:mod:`zerojit.compile_only`), by :func:`compile_source`
+#: and by ``triton.compile`` while :func:`patch_compile` is in place. Under the machine view,
+#: ``driver.active`` is the compile-only driver only where this is True. A context variable:
+#: each thread (and each asyncio task) has its own.
+TARGET_SCOPE: contextvars.ContextVar[bool] = contextvars.ContextVar("zerojit_target_scope", default=False)
+
+_TRITON_DRIVER_CONFIG = type(DRIVER)
+_ABSENT = object()
+
+
+class _MachineView(_TRITON_DRIVER_CONFIG):  # type: ignore[misc,valid-type]
+    """Triton's ``DriverConfig`` whose ``active`` is the compile-only driver (the ``_active`` slot)
+    inside :data:`TARGET_SCOPE` only. Anywhere else (a library's hardware probe: FLA's
+    ``driver.active.get_current_target()`` at import, its ``get_device_properties`` at call time)
+    it is what Triton's own ``DriverConfig`` would give with no compile-only driver: the driver
+    active before (``_zerojit_machine``), else the GPU driver Triton creates (kept as Triton keeps
+    it), else Triton's own error where there is no GPU (not cached: Triton retries each time too).
+
+    Cost: a read of ``driver.active`` takes what Triton's own takes (about 80 ns either way,
+    Triton 3.6 on a 2-core x86 machine); entering the scope is a context-variable set and reset
+    (about 110 ns, once per dry launch: :func:`zerojit.compile_only.compile_only`)."""
+
+    @property
+    def active(self) -> Any:
+        if TARGET_SCOPE.get():
+            return self._active
+        machine = self._zerojit_machine
+        if machine is None:
+            machine = self._zerojit_machine = self.default
+        return machine
+
+
+def set_driver(drv: Any | None, *, machine_view: bool = False) -> Callable[[], None]:
+    """Make ``drv`` Triton's active driver (None: the next use creates the GPU driver); returns
+    the function that puts back exactly what was there (the driver, the ``DriverConfig``'s
+    class, the machine's driver): undo nested calls in reverse order.
+
+    ``machine_view=True`` (``drv`` a compile-only driver): only Triton's compilation and launches
+    for zerojit (inside :data:`TARGET_SCOPE`) see ``drv``; everything else reading
+    ``triton.runtime.driver.active`` sees the machine as it is (:class:`_MachineView`: Triton's
+    ``DriverConfig`` class is swapped for the view's subclass, process-wide, until the undo).
+    zerojit's own reads (:func:`active_driver`, :func:`peek_driver`, :func:`current_target`,
+    :func:`current_device`, :func:`bind`) see ``drv`` in either case."""
+    saved_class, saved_active = type(DRIVER), DRIVER._active
+    saved_machine = DRIVER.__dict__.get("_zerojit_machine", _ABSENT)
+    if machine_view:
+        if saved_class is not _MachineView:
+            DRIVER._zerojit_machine = saved_active  # what Triton's own class would give from now on
+        DRIVER.__class__ = _MachineView
+    elif saved_class is _MachineView:
+        DRIVER.__class__ = _TRITON_DRIVER_CONFIG
     DRIVER._active = drv
+
+    def restore() -> None:
+        DRIVER._active = saved_active
+        DRIVER.__class__ = saved_class
+        if saved_machine is _ABSENT:
+            DRIVER.__dict__.pop("_zerojit_machine", None)
+        else:
+            DRIVER._zerojit_machine = saved_machine
+
+    return restore
+
+
+@contextlib.contextmanager
+def target_scope() -> Iterator[None]:
+    """Inside the block, ``triton.runtime.driver.active`` is the compile-only driver under the
+    machine view too (:data:`TARGET_SCOPE`): for zerojit's own calls into Triton's compile and
+    launch machinery (binders created, compiles, dry launches)."""
+    token = TARGET_SCOPE.set(True)
+    try:
+        yield
+    finally:
+        TARGET_SCOPE.reset(token)
 
 
 def current_device() -> Any:
     """The active driver's current device (an int on a GPU, a string under compile-only)."""
-    return DRIVER.active.get_current_device()
+    return active_driver().get_current_device()
 
 
 def current_target() -> GPUTarget:
     """The active driver's target (``GPUTarget(backend, arch, warp_size)``)."""
-    return DRIVER.active.get_current_target()
+    return active_driver().get_current_target()
 
 
 def gpu_target(backend: str, arch: int | str, warp_size: int) -> GPUTarget:
@@ -378,7 +455,15 @@ DeviceCache = namedtuple("DeviceCache", "kernel_cache key_memo target backend bi
 def device_cache(jit_fn: Any, device: Any) -> DeviceCache:
     """``jit_fn``'s per-device cache for ``device`` (created, with its binder, on first use; the
     caller serializes creation where threads race: two creators would each get their own)."""
-    return DeviceCache(*jit_fn.device_caches[device])
+    return DeviceCache(*_device_caches(jit_fn, device))
+
+
+def _device_caches(jit_fn: Any, device: Any) -> list:
+    caches = jit_fn.device_caches
+    if device in caches:
+        return caches[device]
+    with target_scope():  # created: Triton's create_binder asks driver.active for the target
+        return caches[device]
 
 
 def has_device_cache(jit_fn: Any, device: Any) -> bool:
@@ -388,7 +473,7 @@ def has_device_cache(jit_fn: Any, device: Any) -> bool:
 
 def kernel_cache(jit_fn: Any, device: Any) -> dict:
     """``jit_fn``'s in-process cache on ``device`` (Triton key -> ``CompiledKernel``)."""
-    return jit_fn.device_caches[device][0]
+    return _device_caches(jit_fn, device)[0]
 
 
 def key_memo(jit_fn: Any, device: Any) -> dict:
@@ -444,7 +529,7 @@ def bind(jit_fn: Any, *args: Any, **kwargs: Any) -> tuple[dict, list, dict]:
     Raises:
         TypeError, KeyError, OverflowError: what Triton's binder raises for these arguments.
     """
-    binder = jit_fn.device_caches[DRIVER.active.get_current_device()][4]
+    binder = _device_caches(jit_fn, active_driver().get_current_device())[4]
     bound, specialization, options = binder(*args, **_run_options(jit_fn, kwargs))
     hook = knobs.runtime.add_stages_inspection_hook if VERSION >= (3, 7) else None
     if hook is not None:
@@ -626,8 +711,36 @@ def new_compiled_kernel(*, jit_fn: Any, src: tuple, metadata: Any, metadata_grou
 
 
 def compile_source(src: Any, target: GPUTarget, options: dict | None = None) -> Any:
-    """``triton.compile(src, target=target, options=options)``: the disk cache first, else compile."""
-    return triton.compile(src, target=target, options=options)
+    """``triton.compile(src, target=target, options=options)``: the disk cache first, else compile
+    (in :data:`TARGET_SCOPE`: the code generator asks ``driver.active`` for the target too)."""
+    with target_scope():
+        return triton.compile(src, target=target, options=options)
+
+
+_TRITON_COMPILE = triton.compiler.compile
+
+
+def _scoped_compile(*args: Any, **kwargs: Any) -> Any:
+    token = TARGET_SCOPE.set(True)
+    try:
+        return _TRITON_COMPILE(*args, **kwargs)
+    finally:
+        TARGET_SCOPE.reset(token)
+
+
+def patch_compile() -> Callable[[], None]:
+    """Make ``triton.compile`` run in :data:`TARGET_SCOPE` wherever it is called from: a binder
+    created now (``JITFunction.create_binder`` binds ``triton.compiler.compile``), a compile in
+    another thread (Triton's async compile mode, where the launch's scope does not reach), the
+    program's own ``triton.compile`` with no target. Returns the undo (binders created meanwhile
+    keep the scoped function, which only sets the scope). 3.6-3.9."""
+    saved = (triton.compile, triton.compiler.compile)
+    triton.compile = triton.compiler.compile = _scoped_compile
+
+    def restore() -> None:
+        triton.compile, triton.compiler.compile = saved
+
+    return restore
 
 
 def disk_cache_hash(src: Any, target: GPUTarget, options: dict | None = None) -> str:
