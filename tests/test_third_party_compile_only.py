@@ -9,10 +9,10 @@ zerojit does, and only Triton's compilation and launches see the target. Referen
 
 The end-to-end test records FLA's ``chunk_gated_delta_rule`` and Liger's RMSNorm (the installed
 packages, test dependencies) with ``zerojit record --target cuda:90`` and runs ``zerojit exec``
-from a fresh Triton cache. It runs exec in warn mode: a compile-only recording holds no autotune
-choices, so the autotuned FLA kernels benchmark (dry launches of configs the warm-up compiled)
-after the warm-up, which error mode blocks (issue 30, section 4). About 70 s on 2 cores: every
-config of FLA's autotuners compiles once in the recording and once in exec's warm-up.
+from a fresh Triton cache in error mode: a compile-only recording holds no autotune choices, and
+exec gives each tuning key the default policy (zerojit.recorded_tuning) instead of a benchmark.
+About 70-120 s on 2 cores (every config of FLA's autotuners compiles once in the recording and
+once in exec's warm-up), so it runs with Triton 3.6.0 only (the release tested on the GPU).
 """
 
 from __future__ import annotations
@@ -218,6 +218,8 @@ def _zerojit(args, cache, cwd) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+@pytest.mark.skipif(triton.__version__ != "3.6.0", reason="FLA compiles for minutes on 2 cores: CI runs it with "
+                    "Triton 3.6.0, the release tested on the GPU")
 def test_fla_chunk_gated_delta_rule_and_liger_rms_norm_record_and_exec_without_a_gpu(tmp_path):
     import importlib
 
@@ -234,13 +236,15 @@ def test_fla_chunk_gated_delta_rule_and_liger_rms_norm_record_and_exec_without_a
     assert set(recorded) == EXPECTED_KERNELS
     assert manifest["target"] == "cuda:90"
 
-    ex = _zerojit(["exec", "--manifest", "m.json", "--target", "cuda:90", "--jit-monitor-mode", "warn",
+    ex = _zerojit(["exec", "--manifest", "m.json", "--target", "cuda:90", "--jit-monitor-mode", "error",
                    "--no-generic", "--no-progress", "--json", "r.json", "--", "python", "app.py"],
                   tmp_path / "c2", tmp_path)  # a fresh cache: the warm-up compiles everything
     assert ex.returncode == 0, ex.stderr[-3000:]
     assert "app done" in ex.stdout
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["runtime_compiles"] == 0 and report["blocked"] == 0 and report["exit_status"] == 0
+    assert report["benchmarks"] == 0 and report["untuned_tuning_keys"] > 0  # the default policy, no benchmark
+    assert "default policy" in ex.stderr
     assert report["launches"] >= 2 * len(EXPECTED_KERNELS)  # each kernel launched for both T, monitored
     warm = report["warmup"]
     assert warm["failures"] == [] and warm["skipped"] == []

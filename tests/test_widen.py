@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import triton
 
 from zerojit import JitMonitor, JitWarmupRegistry, RuntimeJitError
 from zerojit.compile_only import compile_only
@@ -323,6 +324,8 @@ print("ran")
 '''
 
 
+@pytest.mark.skipif(triton.__version__ != "3.6.0", reason="FLA compiles for minutes on 2 cores: CI runs it with "
+                    "Triton 3.6.0, the release tested on the GPU")
 def test_fla_fused_recurrent_over_batch_sizes_1_to_64_with_zero_runtime_compiles(tmp_path):
     """Needs part B of issue 30 (FLA imports under --target). fla-core 0.6.0's
     fused_recurrent_gated_delta_rule_fwd_kernel takes no B (the batch only sizes the grid; T is
