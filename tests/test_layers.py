@@ -22,7 +22,7 @@ LAYERS = {
                  "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit.integrity", "zerojit._primer", "zerojit.loading", "zerojit.cache",
                 "zerojit.restore", "zerojit._compile_worker", "zerojit.precompile",
-                "zerojit.distributed", "zerojit.registry", "zerojit.manifest", "zerojit.generic", "zerojit.learned"],
+                "zerojit.distributed", "zerojit.registry", "zerojit.script_kernels", "zerojit.manifest", "zerojit.generic", "zerojit.learned"],
     "observation": ["zerojit.growth", "zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording"],
     "serving": ["zerojit.serving"],
     "applications": ["zerojit.kernels", "zerojit.runner", "zerojit.examples", "zerojit.cli", "zerojit.__main__",
