@@ -64,9 +64,9 @@ class ScriptError(ValueError):
 
 def capture(jit_fn: Any, _stack: tuple[str, ...] = ()) -> dict[str, Any]:
     """The ``program_source`` of ``jit_fn``, a ``triton.jit`` function of the program's
-    ``__main__`` defined at its top level (see the module doc). A global that cannot be carried
-    (or a ``repr`` callable given to ``triton.jit``) is named in its ``skipped`` field instead of
-    raising."""
+    ``__main__`` defined at its top level (see the module doc). When a global cannot be carried
+    (or ``triton.jit`` was given a ``repr`` callable) it is ``{"qualname": ..., "skipped":
+    reason}`` instead, the reason naming the global."""
     fn = jit_fn.fn
     src, line, def_line = _tc.jit_source(jit_fn)
     options = _tc.jit_options(jit_fn)
@@ -75,17 +75,15 @@ def capture(jit_fn: Any, _stack: tuple[str, ...] = ()) -> dict[str, Any]:
                             "future_annotations": bool(fn.__code__.co_flags & __future__.annotations.compiler_flag),
                             "options": {k: v for k, v in options.items() if k != "repr"}, "globals": {}}
     if options.get("repr"):
-        data["skipped"] = "it was given a repr callable (triton.jit's repr=), which a manifest cannot carry"
-        return data
+        return {"qualname": fn.__qualname__, "skipped": "triton.jit was given a repr callable, which a manifest "
+                "cannot carry"}
     stack = (*_stack, fn.__qualname__)
     for name in _global_names(src):
         if name not in fn.__globals__:
             continue  # a builtin, or a name the program never defined
         encoded, why = _encode(fn.__globals__[name], stack)
-        if why is not None:
-            data["skipped"] = f"global {name!r} {why}"
-            data["globals"] = {}
-            return data
+        if why is not None:  # (nothing else is kept: the kernel is never rebuilt)
+            return {"qualname": fn.__qualname__, "skipped": f"global {name!r} {why}"}
         data["globals"][name] = encoded
     return data
 
