@@ -218,3 +218,41 @@ def test_a_rebuilt_function_hashes_as_the_programs_own_and_a_shifted_one_does_no
         assert (rebuilt.src, rebuilt.starting_line_number) == (jit_fn.src, jit_fn.starting_line_number)
         shifted = Rebuilder().function({**data, "line": data["line"] + 1, "def_line": data["def_line"] + 1})
         assert shifted.cache_key != jit_fn.cache_key, name  # Triton hashes the starting line
+
+
+TUNED = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})], key=["n"])
+@triton.jit
+def tuned(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+x = torch.zeros(256)
+tuned[lambda m: (triton.cdiv(256, m["BLOCK"]),)](x, 256)
+print("ran")
+'''
+
+
+def test_an_autotuned_kernel_of_main_records_its_configs_and_execs_with_zero_runtime_compiles(tmp_path):
+    """Both configs of a triton.autotune object defined in the script (found in the script's own
+    namespace after it ended) are recorded with their config and warmed; the compile-only
+    benchmark's dry launches and the chosen config's launch are then hits (warn mode: the
+    benchmark itself, which error mode blocks under compile-only, is the autotune policy's)."""
+    (tmp_path / "app.py").write_text(TUNED)
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], tmp_path / "c", tmp_path)
+    assert rec.returncode == 0 and "ran" in rec.stdout and "warning" not in rec.stderr, rec.stderr
+    (kernel,) = json.loads((tmp_path / "m.json").read_text())["kernels"]
+    configs = [s["autotune_config"] for s in kernel["specializations"]]
+    assert [c["BLOCK"] for c in configs] == [64, 128], configs
+    out = tmp_path / "exec.json"
+    run = _zerojit(["exec", "--manifest", "m.json", "--jit-monitor-mode", "warn", "--target", "cuda:90", "--no-progress",
+                    "--json", str(out), "--", "python", "app.py"], tmp_path / "fresh", tmp_path)
+    assert run.returncode == 0 and "ran" in run.stdout, run.stderr
+    data = json.loads(out.read_text())
+    assert (data["launches"], data["runtime_compiles"]) == (3, 0), run.stderr

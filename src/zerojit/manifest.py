@@ -15,8 +15,12 @@ the manifest: a pointer as a :class:`~zerojit.specialization.WarmupTensor` of th
 and alignment, an int as the recorded representative of its class (``scalar_rep``), a constexpr
 by value, the launch options as passed.
 
-A kernel that cannot be warmed (its module no longer imports, its source hash differs, it was
-defined in the program's ``__main__``) is skipped and reported (:class:`ManifestSkip`), never
+A function defined at the top level of the program's ``__main__`` carries its source, lines and
+globals (:attr:`KernelRecord.program_source`, :mod:`zerojit.script_kernels`) and is rebuilt from
+them instead of imported; such a manifest is code, and a warm-up refuses one that other users can
+write to (:func:`read_manifest` with ``to_run``). A kernel that cannot be warmed (its module no
+longer imports, its source hash differs, it was defined inside a function or reads a global its
+``program_source`` could not carry) is skipped and reported (:class:`ManifestSkip`), never
 failing the warm-up; a specialization holding a value JSON cannot carry (a constexpr function, a
 tensor descriptor) likewise. A file that is not a manifest, is truncated or corrupted raises
 :class:`ManifestError`, and so does a warm-up of a manifest recorded with another Triton version
@@ -756,9 +760,10 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
     for the program. Without it the modules import from ``sys.path`` as the caller set it up:
     ``zerojit exec`` puts the folder of the program it is about to run there, as ``python app.py``
     does, so a copy of the program warms (and source-checks) the copy's own kernels, not the
-    recorded folder's. A kernel is skipped when its function does not import any more, is
-    defined in ``__main__``, or its source hash differs from the recorded one (its source or a
-    dependency changed). A specialization is skipped when it holds a value a manifest cannot
+    recorded folder's. A ``__main__`` kernel is rebuilt from its ``program_source`` (all of them
+    in one namespace). A kernel is skipped when its function does not import (or rebuild) any
+    more, is defined inside a function or in ``__main__`` without a usable ``program_source``, or
+    its source hash differs from the recorded one (its source or a dependency changed). A specialization is skipped when it holds a value a manifest cannot
     reproduce. Nothing raises for one kernel's problem.
 
     Raises:

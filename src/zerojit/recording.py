@@ -15,7 +15,9 @@
   (an instance attribute, :func:`zerojit.triton_compat.wrap_run`) so that every raw launch reports
   its ``CompiledKernel`` to zerojit's launch observer (the monitor counts hits, the audit maps
   them to warmed keys), and under a compile-only target is a dry launch instead of a refused
-  real one. Cost per raw launch: one Python call frame, a driver check and the observer call
+  real one. A kernel of the program's ``__main__``, recorded with its source
+  (:mod:`zerojit.script_kernels`) and rebuilt by the warm-up, is bound to the program's own
+  function at that function's first launch (``_ScriptBinding``). Cost per raw launch: one Python call frame, a driver check and the observer call
   (about a microsecond on top of Triton's ``run``); zerojit kernels' own launches never pass
   through it (they bind Triton's ``run`` directly).
 * :func:`growth` (``zerojit record --report``): from a manifest, each parameter that makes the

@@ -520,7 +520,8 @@ class JitWarmupRegistry:
                 created (a bundle's: also not writable).
             TypeError: ``bundle`` is not a path.
             zerojit.manifest.ManifestError: ``manifest`` is truncated, corrupted or no manifest, or
-                was recorded with another Triton version.
+                was recorded with another Triton version; ``UntrustedManifestError``: it carries
+                program source (code) and other users can write to the file.
             OSError: ``manifest`` cannot be read.
             ValueError: ``target`` names another target than the one this process compiles for.
         """
