@@ -87,7 +87,8 @@ def recorded(tmp_path_factory):
     """APP recorded for cuda:90: ``(folder, manifest path, record's result)``; tests copy what they edit."""
     root = tmp_path_factory.mktemp("script-app")
     (root / "app.py").write_text(APP)
-    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], root / "rec-cache", root)
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], root / "rec-cache",
+                   root)
     assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr
     os.chmod(root / "m.json", 0o644)
     return root, root / "m.json", rec
@@ -100,7 +101,8 @@ def test_an_app_whose_kernels_live_in_its_main_is_recorded_then_execd_with_zero_
     assert sorted(kernels) == ["even_kernel", "scale_kernel"]
     scale = kernels["scale_kernel"]["program_source"]
     # lines as Triton has them: the block starts at the first decorator, the def below it
-    assert (scale["line"], scale["def_line"]) == (_line_of(APP, "def scale_kernel") - 1, _line_of(APP, "def scale_kernel"))
+    def_line = _line_of(APP, "def scale_kernel")
+    assert (scale["line"], scale["def_line"]) == (def_line - 1, def_line)
     even = kernels["even_kernel"]["program_source"]
     assert (even["line"], even["def_line"]) == (_line_of(APP, "@triton.heuristics"), _line_of(APP, "def even_kernel"))
     assert scale["source"].startswith("def scale_kernel(") and scale["filename"].endswith("app.py")
@@ -128,8 +130,8 @@ def test_a_line_inserted_above_a_kernel_names_it_as_changed_and_triton_compiles_
     run = _exec(manifest, tmp_path / "fresh", tmp_path, "--json", str(out))
     assert run.returncode == 1 and "ran" not in run.stdout and "Traceback" not in run.stderr, run.stderr
     notes = [line for line in run.stderr.splitlines() if "not warmed" in line]
-    assert len(notes) == 1 and notes[0].startswith("zerojit exec: __main__.even_kernel: not warmed: its source hash "), \
-        run.stderr
+    assert len(notes) == 1, run.stderr
+    assert notes[0].startswith("zerojit exec: __main__.even_kernel: not warmed: its source hash "), run.stderr
     assert "a line added or removed above it counts" in notes[0]
     assert "would compile at run time" in run.stderr and "'even_kernel'" in run.stderr
     data = json.loads(out.read_text())
@@ -256,3 +258,53 @@ def test_an_autotuned_kernel_of_main_records_its_configs_and_execs_with_zero_run
     assert run.returncode == 0 and "ran" in run.stdout, run.stderr
     data = json.loads(out.read_text())
     assert (data["launches"], data["runtime_compiles"]) == (3, 0), run.stderr
+
+
+def test_the_programs_function_is_bound_at_first_launch_to_the_warmed_variants_and_then_skips_the_hook(
+        tmp_path, compile_only_target, monkeypatch):
+    """In-process: record APP, warm its manifest, then run APP again under count_raw_launches.
+    Each of the program's new functions gets, at its first launch, the very CompiledKernel
+    objects the warm-up compiled for the rebuilt function (nothing compiles: no new object), and
+    its later launches never look up the class-level JITFunction.run (the binding hook)."""
+    import torch
+    from triton.runtime.jit import JITFunction
+
+    from zerojit import JitWarmupRegistry
+    from zerojit.manifest import RecordedKernel, write_manifest
+    from zerojit.recording import Recorder, count_raw_launches
+    from zerojit.triton_compat import every_kernel_cache
+
+    app = str(tmp_path / "app.py")
+    (tmp_path / "app.py").write_text(APP)
+    recorder = Recorder().install()
+    try:
+        runpy.run_path(app, run_name="__main__")
+    finally:
+        recorder.uninstall()
+    write_manifest(recorder.manifest(["python", "app.py"]), tmp_path / "m.json")
+    os.chmod(tmp_path / "m.json", 0o600)
+    registry = JitWarmupRegistry()
+    registry.warmup(manifest=tmp_path / "m.json", workers=1, generic=False, learned=False)
+    warmed = {k.record.qualname: k.kernel for k in registry.kernels if isinstance(k, RecordedKernel)}
+    compiled = {name: {id(c) for cache in every_kernel_cache(fn) for c in cache.values()} for name, fn in warmed.items()}
+    assert [len(compiled["scale_kernel"]), len(compiled["even_kernel"])] == [1, 2]
+
+    restore = count_raw_launches(list(registry.kernels))
+    try:
+        program = runpy.run_path(app, run_name="__main__")  # its first launches bind
+        for name in ("scale_kernel", "even_kernel"):
+            fn = program[name] if name == "scale_kernel" else program[name].fn
+            assert fn is not warmed[name] and "run" in vars(fn), name
+            assert {id(c) for cache in every_kernel_cache(fn) for c in cache.values()} == compiled[name], name
+
+        def hook_called(*args, **kwargs):
+            raise AssertionError("a bound function's launch went through the class-level run")
+
+        with monkeypatch.context() as m:
+            m.setattr(JITFunction, "run", hook_called)
+            x = torch.zeros(256)
+            program["scale_kernel"][(4,)](x, torch.empty_like(x), 256, BLOCK=64)
+            program["even_kernel"][(1,)](x, 50)
+    finally:
+        restore()
+    assert "run" not in vars(program["scale_kernel"])  # unwrapped again

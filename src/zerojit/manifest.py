@@ -50,7 +50,8 @@ from .kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_l
 from .outputs import atomic_output
 from .specialization import SpecClass, WarmupTensor, bind
 
-__all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
+__all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "ManifestSkip", "RecordedSpecialization",
+           "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
            "decode_exact", "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings"]
@@ -763,7 +764,8 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
     recorded folder's. A ``__main__`` kernel is rebuilt from its ``program_source`` (all of them
     in one namespace). A kernel is skipped when its function does not import (or rebuild) any
     more, is defined inside a function or in ``__main__`` without a usable ``program_source``, or
-    its source hash differs from the recorded one (its source or a dependency changed). A specialization is skipped when it holds a value a manifest cannot
+    its source hash differs from the recorded one (its source or a dependency changed). A
+    specialization is skipped when it holds a value a manifest cannot
     reproduce. Nothing raises for one kernel's problem.
 
     Raises:

@@ -17,7 +17,8 @@
   them to warmed keys), and under a compile-only target is a dry launch instead of a refused
   real one. A kernel of the program's ``__main__``, recorded with its source
   (:mod:`zerojit.script_kernels`) and rebuilt by the warm-up, is bound to the program's own
-  function at that function's first launch (``_ScriptBinding``). Cost per raw launch: one Python call frame, a driver check and the observer call
+  function at that function's first launch (``_ScriptBinding``). Cost per raw launch: one Python
+  call frame, a driver check and the observer call
   (about a microsecond on top of Triton's ``run``); zerojit kernels' own launches never pass
   through it (they bind Triton's ``run`` directly).
 * :func:`growth` (``zerojit record --report``): from a manifest, each parameter that makes the
@@ -494,7 +495,8 @@ class _ScriptBinding:
                        "source, its starting line (a line added or removed above it counts) or a function it calls "
                        "changed since recording)")
             elif _tc.parameter_names(jit_fn) != record.parameters:
-                why = f"its parameters {list(_tc.parameter_names(jit_fn))} differ from the recorded {list(record.parameters)}"
+                why = (f"its parameters {list(_tc.parameter_names(jit_fn))} differ from the recorded "
+                       f"{list(record.parameters)}")
             elif options != record.program_source["options"]:
                 why = f"its triton.jit options {options} differ from the recorded {record.program_source['options']}"
             else:

@@ -539,7 +539,8 @@ class JitWarmupRegistry:
         manifest_phases: dict[str, float] = {}
         if manifest is not None:  # reading it imports the recorded functions' modules (torch, a library...)
             t0 = time.perf_counter()
-            recorded, skipped, import_seconds = warmup_plan(read_manifest(manifest, to_run=True), where=os.fspath(manifest),
+            recorded, skipped, import_seconds = warmup_plan(read_manifest(manifest, to_run=True),
+                                                            where=os.fspath(manifest),
                                                             program_folder=program_folder)
             for kernel in recorded:
                 self.register(kernel)

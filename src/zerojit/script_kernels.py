@@ -50,7 +50,8 @@ import triton.language as tl
 
 from . import triton_compat as _tc
 
-__all__ = ["ScriptError", "capture", "validate", "Rebuilder", "mark_rebuilt", "program_source_of", "imported_modules", "writable_by_others",
+__all__ = ["ScriptError", "capture", "validate", "Rebuilder", "mark_rebuilt", "program_source_of", "imported_modules",
+           "writable_by_others",
            "skipped_reason"]
 
 _KINDS = ("value", "import", "script")  # how a global is carried
