@@ -308,3 +308,33 @@ def test_the_programs_function_is_bound_at_first_launch_to_the_warmed_variants_a
     finally:
         restore()
     assert "run" not in vars(program["scale_kernel"])  # unwrapped again
+
+
+def test_a_malformed_program_source_is_refused_naming_the_field(tmp_path):
+    good = {"qualname": "k", "filename": "app.py", "line": 3, "def_line": 4, "source": "def k(x):\n    pass\n",
+            "future_annotations": False, "options": {"debug": None}, "globals": {"tl": {"import": "triton.language:"}}}
+    cases = [({"line": 0}, "fields 'line' and 'def_line'"), ({"def_line": 2}, "fields 'line' and 'def_line'"),
+             ({"source": 7}, "field 'source' must be a string"),
+             ({"options": {"version": 1}}, "field 'options' holds ['version']"),
+             ({"globals": {"tl": {"import": "triton.language"}}}, ".globals.tl: field 'import' must be 'module:qualname'"),
+             ({"globals": {"N": {"value": 1, "import": "m:x"}}}, ".globals.N: must be an object with one of"),
+             ({"globals": {"N": {"value": [1, 2]}}}, ".globals.N: field 'value' must be a JSON scalar"),
+             ({"globals": {"h": {"script": {"qualname": "h"}}}}, ".globals.h.script: field 'filename' must be a string")]
+    path = tmp_path / "m.json"
+
+    def write(program_source):
+        kernel = {"module": "__main__", "qualname": "k", "source_hash": "0" * 64, "parameters": ["x"], "constexprs": [],
+                  "specializations": [], "program_source": program_source}
+        path.write_text(json.dumps({"format": "zerojit-manifest", "version": 1, "triton_version": "3.6.0",
+                                    "target": "cuda:90", "command": ["python", "app.py"], "kernels": [kernel]}))
+
+    for change, message in cases:
+        write({**good, **change})
+        with pytest.raises(ManifestError) as info:
+            read_manifest(path)
+        assert str(info.value).startswith(f"{path}: kernels[0].program_source") and message in str(info.value), \
+            (change, str(info.value))
+    write(good)
+    assert read_manifest(path).kernels[0].program_source == good
+    write({"qualname": "k", "skipped": "why"})  # a skipped one needs nothing else
+    assert read_manifest(path).kernels[0].program_source["skipped"] == "why"
