@@ -69,15 +69,15 @@ def capture(jit_fn: Any, _stack: tuple[str, ...] = ()) -> dict[str, Any]:
     (or ``triton.jit`` was given a ``repr`` callable) it is ``{"qualname": ..., "skipped":
     reason}`` instead, the reason naming the global."""
     fn = jit_fn.fn
-    src, line, def_line = _tc.jit_source(jit_fn)
     options = _tc.jit_options(jit_fn)
+    if options.pop("repr", False):  # (it names the compiled kernel)
+        return {"qualname": fn.__qualname__, "skipped": "triton.jit was given a repr callable, which a manifest "
+                "cannot carry"}
+    src, line, def_line = _tc.jit_source(jit_fn)
     data: dict[str, Any] = {"qualname": fn.__qualname__, "filename": fn.__code__.co_filename, "line": line,
                             "def_line": def_line, "source": src,
                             "future_annotations": bool(fn.__code__.co_flags & __future__.annotations.compiler_flag),
-                            "options": {k: v for k, v in options.items() if k != "repr"}, "globals": {}}
-    if options.get("repr"):
-        return {"qualname": fn.__qualname__, "skipped": "triton.jit was given a repr callable, which a manifest "
-                "cannot carry"}
+                            "options": options, "globals": {}}
     stack = (*_stack, fn.__qualname__)
     for name in _global_names(src):
         if name not in fn.__globals__:
@@ -112,7 +112,9 @@ def _encode(value: Any, stack: tuple[str, ...]) -> tuple[dict[str, Any] | None, 
         inner = value.value
         if _json_scalar(inner):
             return {"value": inner, "constexpr": True}, None
-        return None, f"is tl.constexpr({_brief(inner)}), whose value is not a JSON scalar"
+        if type(inner) is tl.dtype:
+            return {"value": {"triton_dtype": str(inner)}, "constexpr": True}, None
+        return None, f"is tl.constexpr({_brief(inner)}), whose value is not a JSON scalar or a tl.dtype"
     if _json_scalar(value):
         return {"value": value}, None
     if type(value) is tl.dtype:
