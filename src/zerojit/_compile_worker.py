@@ -240,6 +240,7 @@ class Worker:
         triton_compat.set_cache_manager_class(
             checked_manager_class(triton_compat.cache_manager_class() or triton_compat.default_cache_manager))
         self.functions: dict = {}
+        self.scripts = None  # a zerojit.script_kernels.Rebuilder, made at the first __main__ kernel
         self.waiting = None  # called with True/False around a wait for another process's entry lock (serve)
         self.hit: list = []  # the current compile's cache hits, from Triton's listener
         self.stages: list = []  # and its (stage, seconds)
@@ -284,9 +285,29 @@ class Worker:
             raise TypeError(f"{qualified} is a {type(obj).__name__}, not a triton.jit function")
         return obj
 
+    def script_function(self, qualified: str, data: dict):
+        """The ``triton.jit`` function a ``__main__`` kernel's recorded ``program_source`` builds
+        (:mod:`zerojit.script_kernels`, all in one namespace as in the parent; remembered like an
+        import). Its ``cache_key`` is the parent's to check: an entry under another key is
+        another entry, which the parent then misses and compiles itself."""
+        fn = self.functions.get(qualified)
+        if isinstance(fn, BaseException):
+            raise fn
+        if fn is None:
+            from zerojit.script_kernels import Rebuilder
+
+            try:
+                self.scripts = self.scripts or Rebuilder()
+                fn = self.functions[qualified] = self.scripts.function(data)
+            except Exception as e:
+                self.functions[qualified] = e
+                raise
+        return fn
+
     def compile(self, task: dict) -> dict:
         try:
-            fn = self.function(task["function"])
+            script = task.get("script")
+            fn = self.script_function(task["function"], script) if script else self.function(task["function"])
             signature, constants, attrs = pickle.loads(task["payload"])
         except Exception as e:
             return {"ok": False, "unavailable": True, "error": f"{type(e).__name__}: {e}"}

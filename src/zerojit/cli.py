@@ -115,7 +115,7 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.compile_only import InterpreterProcessError
     from zerojit.kernels.mla.backends import BackendError
     from zerojit.kernels.mla.config import ConfigError
-    from zerojit.manifest import ManifestError
+    from zerojit.manifest import ManifestError, UntrustedManifestError
     from zerojit.monitor import MonitorModeError, RuntimeJitError
     from zerojit.outputs import OutputError
     from zerojit.recording import ProgramError
@@ -131,7 +131,7 @@ def _exit_status(error: BaseException) -> int | None:
     # command names its flag: _output_errors).
     if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
                           MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError,
-                          StallSettingError)):
+                          StallSettingError, UntrustedManifestError)):
         return 2
     if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError, CompileHung)):
         return 1
@@ -1013,7 +1013,7 @@ def exec_command(
             typer.echo(f"zerojit exec: {count(tuned, 'autotune choice')} of the recording restored (their tuning keys "
                        "benchmark nothing)", err=True)
         policy = install_default_policy(recorded)  # an untuned tuning key: a default choice, never a benchmark
-        restore = count_raw_launches(recorded)
+        restore = count_raw_launches(recorded, note=lambda m: typer.echo(f"zerojit exec: {m}", err=True))
         try:
             rc = program.run(propagate=(RuntimeJitError,))  # its own exceptions: its traceback, status 1
         except RuntimeJitError as e:  # a blocked compile: explained where the program launched it

@@ -38,6 +38,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Sequence
 
+from . import script_kernels as _script
 from . import triton_compat as _tc
 from .kernel import CompiledVariant, TritonJitKernel
 from .manifest import KernelRecord, RecordedKernel, RecordedKey, encode_classes, recorded_kernel_class
@@ -152,6 +153,9 @@ def generic_function_of(jit_fn: Any, keep_one: Iterable[str] = ()) -> Any:
     fn = made.get(keep)
     if fn is None:
         fn = made.setdefault(keep, _tc.generic_function(jit_fn, keep))
+        source = _script.program_source_of(jit_fn)
+        if source is not None:  # a __main__ kernel's: a compile worker rebuilds it from the same source
+            _script.mark_rebuilt(fn, source)
     return fn
 
 

@@ -15,8 +15,12 @@ the manifest: a pointer as a :class:`~zerojit.specialization.WarmupTensor` of th
 and alignment, an int as the recorded representative of its class (``scalar_rep``), a constexpr
 by value, the launch options as passed.
 
-A kernel that cannot be warmed (its module no longer imports, its source hash differs, it was
-defined in the program's ``__main__``) is skipped and reported (:class:`ManifestSkip`), never
+A function defined at the top level of the program's ``__main__`` carries its source, lines and
+globals (:attr:`KernelRecord.program_source`, :mod:`zerojit.script_kernels`) and is rebuilt from
+them instead of imported; such a manifest is code, and a warm-up refuses one that other users can
+write to (:func:`read_manifest` with ``to_run``). A kernel that cannot be warmed (its module no
+longer imports, its source hash differs, it was defined inside a function or reads a global its
+``program_source`` could not carry) is skipped and reported (:class:`ManifestSkip`), never
 failing the warm-up; a specialization holding a value JSON cannot carry (a constexpr function, a
 tensor descriptor) likewise. A file that is not a manifest, is truncated or corrupted raises
 :class:`ManifestError`, and so does a warm-up of a manifest recorded with another Triton version
@@ -34,18 +38,20 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 import triton.language as tl
 
+from . import script_kernels as _script
 from . import triton_compat as _tc
 from .kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .outputs import atomic_output
 from .specialization import SpecClass, WarmupTensor, bind
 
-__all__ = ["FORMAT", "VERSION", "ManifestError", "ManifestSkip", "RecordedSpecialization", "KernelRecord",
+__all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "ManifestSkip", "RecordedSpecialization",
+           "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
             "decode_exact", "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings",
@@ -330,6 +336,9 @@ class KernelRecord:
         shape_constexprs: the constexprs whose value flows into a shape argument
             (:func:`zerojit.shapeflow.shape_parameters`), which can never be runtime ints; None:
             not known (a manifest written without it).
+        program_source: for a function defined at the top level of the program's ``__main__``,
+            what rebuilding it needs (its source, lines, globals: :mod:`zerojit.script_kernels`),
+            or why it cannot be carried (its ``skipped`` field); None for every other function.
     """
 
     module: str
@@ -340,6 +349,7 @@ class KernelRecord:
     specializations: tuple[RecordedSpecialization, ...]
     tunings: tuple[RecordedTuning, ...] = ()
     shape_constexprs: tuple[str, ...] | None = None
+    program_source: dict[str, Any] | None = field(default=None, hash=False)
 
     @property
     def name(self) -> str:
@@ -355,7 +365,8 @@ class KernelRecord:
                 "parameters": list(self.parameters), "constexprs": list(self.constexprs),
                 "specializations": [s.to_dict() for s in self.specializations],
                 "tunings": [t.to_dict() for t in self.tunings],
-                **({} if self.shape_constexprs is None else {"shape_constexprs": list(self.shape_constexprs)})}
+                **({} if self.shape_constexprs is None else {"shape_constexprs": list(self.shape_constexprs)}),
+                **({} if self.program_source is None else {"program_source": self.program_source})}
 
 
 @dataclass(frozen=True)
@@ -454,7 +465,8 @@ def _manifest_from(data: Any, path: str) -> Manifest:
                                     source_hash=_field(k, "source_hash", str, where), parameters=params,
                                     constexprs=tuple(_field(k, "constexprs", list, where)),
                                     specializations=tuple(specs), tunings=_tunings(k, where),
-                                    shape_constexprs=_names(k, "shape_constexprs", where, params)))
+                                    shape_constexprs=_names(k, "shape_constexprs", where, params),
+                                    program_source=_program_source(k, where)))
     folder = data.get("program_folder")
     if folder is not None and not isinstance(folder, str):
         raise ManifestError(f"{path}: field 'program_folder' must be a string or null, not {type(folder).__name__}")
@@ -582,6 +594,18 @@ def _launch(data: Any, where: str) -> TuningLaunch:
     return TuningLaunch(positional, tuple(arguments), tuple(grids))
 
 
+def _program_source(data: dict, where: str) -> dict[str, Any] | None:
+    """A kernel's ``program_source`` (optional: only ``__main__`` kernels have one), validated."""
+    value = data.get("program_source")
+    if value is None:
+        return None
+    try:
+        _script.validate(value, f"{where}.program_source")
+    except ValueError as e:
+        raise ManifestError(str(e)) from None
+    return value
+
+
 def _autotune_config(data: dict, where: str) -> tuple[tuple[str, Any], ...] | None:
     value = data.get("autotune_config")
     if value is None:
@@ -607,16 +631,29 @@ class _FrozenDict(dict):
         return hash(tuple(sorted(self.items())))
 
 
-def read_manifest(path: str | os.PathLike) -> Manifest:
+class UntrustedManifestError(ManifestError):
+    """A manifest that carries program source (code a warm-up runs) is a file other users can
+    write to: refused, as the program itself would be (invalid input: exit 2 at the CLI)."""
+
+
+def read_manifest(path: str | os.PathLike, *, to_run: bool = False) -> Manifest:
     """Read and validate a manifest file.
+
+    ``to_run``: the manifest is read to be warmed (a warm-up, ``zerojit exec``). One that carries
+    a ``program_source`` is code then (rebuilding the function runs its ``def``, and Triton runs
+    its constexpr code while compiling), trusted like the program: it is refused when other
+    users can write to the file (:func:`zerojit.script_kernels.writable_by_others`).
 
     Raises:
         FileNotFoundError, IsADirectoryError, PermissionError: the file cannot be opened.
         ManifestError: not UTF-8 text or not JSON (a truncated or corrupted file), not a zerojit
             manifest, another schema version, or a field missing or of the wrong type (each named).
+        UntrustedManifestError: ``to_run``, the manifest carries program source and other users
+            can write to the file.
     """
     path = os.fspath(path)
     with open(path, encoding="utf-8") as f:
+        st = os.fstat(f.fileno())  # the file read, whatever replaces the path meanwhile
         try:
             data = json.loads(f.read())
         except UnicodeDecodeError as e:  # (a ValueError too) a binary file, or text in another encoding
@@ -625,7 +662,14 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
         except ValueError as e:
             raise ManifestError(f"{path}: not a readable manifest (truncated or corrupted JSON: {e}); "
                                 "record it again") from None
-    return _manifest_from(data, path)
+    manifest = _manifest_from(data, path)
+    carried = [k.name for k in manifest.kernels if k.program_source is not None and "skipped" not in k.program_source]
+    why = _script.writable_by_others(st) if to_run and carried else None
+    if why is not None:
+        raise UntrustedManifestError(f"{path}: refused: it carries program source ({', '.join(carried)}), which a "
+                                     f"warm-up runs as code, and {why}: make it writable by its owner only "
+                                     "(chmod go-w) and owned by you")
+    return manifest
 
 
 def write_manifest(manifest: Manifest, path: str | os.PathLike) -> None:
@@ -770,8 +814,12 @@ def recorded_kernel_class(jit_fn: Any, name: str, record: KernelRecord, base: ty
 
 def unimportable(record: KernelRecord) -> str | None:
     """Why no warm-up can import ``record``'s function, wherever it runs, or None: it is defined
-    in the program's ``__main__`` (the script itself) or inside a function, which do not exist
-    before the program runs. The reason says what to change."""
+    inside a function, or in the program's ``__main__`` (the script itself) without a usable
+    :attr:`~KernelRecord.program_source` (none recorded, or a global it could not carry), which do
+    not exist before the program runs. A ``__main__`` function with one is rebuilt from it
+    (:func:`warmup_plan`): None. The reason says what to change."""
+    if "<locals>" not in record.qualname and record.program_source is not None:
+        return _script.skipped_reason(record.program_source)
     if record.module == "__main__":
         return ("defined in the program's __main__ (the script itself), which cannot be imported before the program "
                 "runs: move the kernel into a module the script imports, then record the program again")
@@ -788,6 +836,8 @@ def _recorded_object(record: KernelRecord) -> Any:
     why = unimportable(record)
     if why is not None:
         raise LookupError(why)
+    if record.program_source is not None:
+        raise LookupError("defined in the program's __main__: rebuilt from its program_source, not imported")
     try:
         obj = importlib.import_module(record.module)
     except Exception as e:
@@ -808,8 +858,15 @@ def _module_file(module: str) -> str:
     return str(getattr(sys.modules.get(module), "__file__", None) or f"module {module!r}")
 
 
-def _import_function(record: KernelRecord) -> Any:
-    """The recorded ``triton.jit`` function, imported again; raises LookupError naming what failed."""
+def _import_function(record: KernelRecord, scripts: _script.Rebuilder | None = None) -> Any:
+    """The recorded ``triton.jit`` function, imported again (a ``__main__`` one: rebuilt from its
+    program source, in ``scripts``'s namespace); raises LookupError naming what failed."""
+    if record.program_source is not None and unimportable(record) is None:
+        try:
+            return (scripts or _script.Rebuilder()).function(record.program_source)
+        except _script.ScriptError as e:
+            raise LookupError(f"defined in the program's __main__, and its recorded program_source cannot be rebuilt "
+                              f"here: {e}") from None
     obj = _recorded_object(record)
     jit_fn = _tc.unwrap_jit_function(obj)
     if jit_fn is None:
@@ -851,6 +908,10 @@ def restore_tunings(kernels: Sequence["RecordedKernel"]) -> tuple[int, list[str]
             continue
         chosen = [t for t in record.tunings if t.config is not None]  # (the others: zerojit.recorded_tuning)
         if not chosen:
+            continue
+        if record.program_source is not None:  # its autotuner is the program's, made when it runs
+            notes.append(f"{record.name}: {len(chosen)} recorded tuning choices not restored: it is defined in "
+                         "the program's __main__")
             continue
         tuner = recorded_autotuner(record)
         if tuner is None:
@@ -895,9 +956,11 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
     for the program. Without it the modules import from ``sys.path`` as the caller set it up:
     ``zerojit exec`` puts the folder of the program it is about to run there, as ``python app.py``
     does, so a copy of the program warms (and source-checks) the copy's own kernels, not the
-    recorded folder's. A kernel is skipped when its function does not import any more, is
-    defined in ``__main__``, or its source hash differs from the recorded one (its source or a
-    dependency changed). A specialization is skipped when it holds a value a manifest cannot
+    recorded folder's. A ``__main__`` kernel is rebuilt from its ``program_source`` (all of them
+    in one namespace). A kernel is skipped when its function does not import (or rebuild) any
+    more, is defined inside a function or in ``__main__`` without a usable ``program_source``, or
+    its source hash differs from the recorded one (its source or a dependency changed). A
+    specialization is skipped when it holds a value a manifest cannot
     reproduce. Nothing raises for one kernel's problem.
 
     Raises:
@@ -913,10 +976,11 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
     if program_folder and folder and os.path.isdir(folder) and folder not in sys.path:
         sys.path.insert(0, folder)  # where the program's modules imported from
     import_seconds = 0.0
+    scripts = _script.Rebuilder()  # the __main__ kernels' one namespace, as the program had
     for record in manifest.kernels:
         t0 = time.perf_counter()
         try:
-            jit_fn = _import_function(record)
+            jit_fn = _import_function(record, scripts)
         except LookupError as e:
             skipped.append(ManifestSkip(record.name, str(e)))
             continue
@@ -924,10 +988,11 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
             import_seconds += time.perf_counter() - t0
         now = _tc.source_hash(jit_fn)
         if now != record.source_hash:
+            compared = ("its program_source, rebuilt" if record.program_source is not None
+                        else _module_file(record.module))
             skipped.append(ManifestSkip(record.name, f"source hash {now[:12]}... differs from the recorded "
                                         f"{record.source_hash[:12]}... (its source or a function it calls changed "
-                                        f"since recording; compared: {_module_file(record.module)}): record the "
-                                        "program again"))
+                                        f"since recording; compared: {compared}): record the program again"))
             continue
         if _tc.parameter_names(jit_fn) != record.parameters:
             skipped.append(ManifestSkip(record.name, f"parameters {list(_tc.parameter_names(jit_fn))} differ from the "
@@ -945,7 +1010,7 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
         try:
             kernels.append(recorded_kernel(KernelRecord(record.module, record.qualname, record.source_hash,
                                                         record.parameters, record.constexprs, tuple(usable),
-                                                        record.tunings), jit_fn))
+                                                        record.tunings, record.program_source), jit_fn))
         except KernelDefinitionError as e:  # a parameter zerojit's launch path cannot take (variadic, reserved)
             skipped.append(ManifestSkip(record.name, str(e)))
     return kernels, skipped, import_seconds

@@ -47,7 +47,9 @@ processes warming one key space into one cache folder compile each entry once; t
 and load it. Triton writes each file atomically and an entry's group file last, so no reader
 ever sees a partial entry.
 
-Anything a worker cannot do (a function defined in ``__main__`` or in a function, an argument
+A function of the program's ``__main__`` rebuilt from a manifest's ``program_source``
+(:mod:`zerojit.script_kernels`) is sent with it, and the worker rebuilds it. Anything a worker
+cannot do (another function defined in ``__main__`` or in a function, an argument
 that does not pickle, a crash, a compile error) is done again in-process by the second sweep, so
 a failing key fails with the same error as in a serial warm-up; ``WarmupStats.recovered`` says
 what happened. But for a compile that stops answering (:mod:`zerojit.watchdog`): its worker is
@@ -75,6 +77,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from . import _compile_worker as _wire
+from . import script_kernels as _script
 from . import triton_compat as _tc
 from . import watchdog as _watchdog
 from .cache import (cache_dir, entry_lock, entry_lock_path, install_remembered_launcher, known_triton_key,
@@ -169,6 +172,7 @@ class _Request:
     options: dict
     target: Any
     kernel: str = ""  # the zerojit kernel's name
+    script: dict | None = None  # a __main__ kernel's program_source, which the worker rebuilds it from
 
 
 @dataclass
@@ -419,7 +423,8 @@ class WarmupSession:
         """The compile request a worker can run, or None (a closure, ``__main__``, unpicklable;
         noted once per function in ``recovered``)."""
         function = f"{jit_fn.fn.__module__}:{jit_fn.fn.__qualname__}"
-        if not _importable(jit_fn.fn):
+        script = _script.program_source_of(jit_fn)
+        if not _importable(jit_fn.fn) and script is None:
             where = "in __main__" if jit_fn.fn.__module__ == "__main__" else "inside a function"
             self._note(f"{function} is defined {where}, where a worker cannot import it; compiled in this process")
             return None
@@ -435,7 +440,7 @@ class WarmupSession:
             self._note(f"{function}: its compile arguments do not pickle ({type(e).__name__}: {e}); compiled in this process")
             return None
         target = _tc.device_cache(jit_fn, request.device).target
-        return _Request(function, entry, payload, _tc.hook_compile_options(compile), target, kernel)
+        return _Request(function, entry, payload, _tc.hook_compile_options(compile), target, kernel, script)
 
     def _finish(self, pool: "_WorkerPool") -> dict[str, float]:
         """Stop the workers this warm-up used (``workers`` counts them); their seconds per entry.
@@ -784,10 +789,13 @@ def _writable_cache() -> bool:
 
 
 def _kernel_modules(jobs: Sequence[tuple[Any, Any]]) -> list[str]:
-    """The modules that define the jobs' Triton functions, where a worker can import them (empty:
-    no worker could compile any of the jobs)."""
-    functions = {getattr(getattr(k, "kernel", None), "fn", None) for k, _ in jobs if isinstance(k, TritonJitKernel)}
-    return sorted({fn.__module__ for fn in functions if fn is not None and _importable(fn)})
+    """The modules that define the jobs' Triton functions, where a worker can import them, and
+    those a ``__main__`` function rebuilt from its ``program_source`` imports its globals from
+    (empty: no worker could compile any of the jobs)."""
+    jit_fns = {getattr(k, "kernel", None) for k, _ in jobs if isinstance(k, TritonJitKernel)}
+    modules = {fn.fn.__module__ for fn in jit_fns if fn is not None and _importable(fn.fn)}
+    modules |= {module for fn in jit_fns if fn is not None for module in _script.imported_modules(fn)}
+    return sorted(modules)
 
 
 def _importable(fn: Any) -> bool:
@@ -1209,7 +1217,7 @@ class _WorkerPool:
     def submit_compile(self, request: _Request, lock_path: str) -> None:
         self._submit(request.entry, {"kind": "compile", "name": request.entry, "function": request.function,
                                      "payload": request.payload, "options": request.options, "lock": lock_path,
-                                     "kernel": request.kernel})
+                                     "kernel": request.kernel, "script": request.script})
 
     def submit_launcher(self, types: tuple, key: str, lock_path: str) -> None:
         self._submit(f"launcher:{key}", {"kind": "launcher", "name": f"launcher:{key}", "key": key, "signature": types,

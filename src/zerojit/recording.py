@@ -15,7 +15,10 @@
   (an instance attribute, :func:`zerojit.triton_compat.wrap_run`) so that every raw launch reports
   its ``CompiledKernel`` to zerojit's launch observer (the monitor counts hits, the audit maps
   them to warmed keys), and under a compile-only target is a dry launch instead of a refused
-  real one. Cost per raw launch: one Python call frame, a driver check and the observer call
+  real one. A kernel of the program's ``__main__``, recorded with its source
+  (:mod:`zerojit.script_kernels`) and rebuilt by the warm-up, is bound to the program's own
+  function at that function's first launch (``_ScriptBinding``). Cost per raw launch: one Python
+  call frame, a driver check and the observer call
   (about a microsecond on top of Triton's ``run``); zerojit kernels' own launches never pass
   through it (they bind Triton's ``run`` directly).
 * The manifest (:meth:`Recorder.manifest`) holds one run (the command) and, per kernel, the
@@ -28,6 +31,7 @@
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 import re
 import runpy
@@ -36,6 +40,7 @@ import threading
 import types
 from typing import Any, Callable, Sequence
 
+from . import script_kernels as _script
 from . import triton_compat as _tc
 from .compile_only import active_compile_only, compile_only, current_target_name, in_dry_benchmark
 from .context import in_warmup
@@ -321,7 +326,9 @@ class Recorder:
             kernels = []
             for ident, jit_fn in self._functions.items():
                 module, qualname = _tc.jit_identity(jit_fn)
-                held = _module_attribute(module, qualname)  # the jit function, or an autotuner around it
+                # the jit function, or an autotuner around it (a __main__ one: in the script's namespace,
+                # which is no module any more once the program ended)
+                held = _module_attribute(module, qualname, jit_fn.__globals__ if module == "__main__" else None)
                 configs = _tc.wrapped_config_kwargs(held)
                 specs = tuple(RecordedSpecialization(spec, values, options, count,
                                                      _chosen_config(configs, _tc.parameter_names(jit_fn), spec, options),
@@ -329,18 +336,22 @@ class Recorder:
                               for spec, values, options, count in self._specs[ident].values())
                 constexprs = _tc.ordered_constexpr_parameters(jit_fn)
                 shapes = shape_parameters(jit_fn)
+                script = _script.capture(jit_fn) if module == "__main__" and "<locals>" not in qualname else None
                 kernels.append(KernelRecord(module, qualname, _tc.source_hash(jit_fn), _tc.parameter_names(jit_fn),
                                             constexprs, specs, self._tunings.tunings(held),
-                                            None if shapes is None else tuple(p for p in constexprs if p in shapes)))
+                                            None if shapes is None else tuple(p for p in constexprs if p in shapes),
+                                            script))
         return Manifest(_tc.TRITON_VERSION, self._target or target or "device", tuple(command), tuple(kernels),
                         folder, runs=(RecordedRun(tuple(command)),))
 
 
-def _module_attribute(module: str, qualname: str) -> Any:
-    """What the program's module holds under the function's name (an autotuner, a heuristics
-    object or the ``triton.jit`` function), or None (the module is gone from ``sys.modules``)."""
-    obj: Any = sys.modules.get(module)
-    for part in qualname.split("."):
+def _module_attribute(module: str, qualname: str, namespace: dict | None = None) -> Any:
+    """What the program's module (or ``namespace``, its globals) holds under the function's name
+    (an autotuner, a heuristics object or the ``triton.jit`` function), or None (the module is
+    gone from ``sys.modules``)."""
+    first, *rest = qualname.split(".")
+    obj: Any = namespace.get(first) if namespace is not None else getattr(sys.modules.get(module), first, None)
+    for part in rest:
         obj = getattr(obj, part, None)
     return obj
 
@@ -390,21 +401,111 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
         write_manifest(recorder.manifest(command, target=target or current_target_name(), folder=program.folder), out)
 
 
-def count_raw_launches(kernels: Sequence[RecordedKernel]) -> Callable[[], None]:
+def count_raw_launches(kernels: Sequence[RecordedKernel], *,
+                       note: Callable[[str], None] | None = None) -> Callable[[], None]:
     """Route the raw launches of each recorded kernel's function to zerojit's launch observer
     (see the module doc); under a compile-only target they become dry launches. Returns the
-    function that undoes it."""
+    function that undoes it.
+
+    A kernel rebuilt from a ``program_source`` (defined in the program's ``__main__``) is not
+    the program's function, which does not exist yet: the program's is *bound* at its first
+    launch (:class:`_ScriptBinding`), then counted like the others. A program function that
+    cannot be bound (its source hash or options differ from the recorded ones: a line inserted
+    above it moves its starting line, which Triton hashes) is named in one line through ``note``
+    (default: stderr) and left to Triton, which compiles it as usual (the monitor reports it).
+    """
     wrapped = []
+    scripts: dict[str, RecordedKernel] = {}
     for kernel in kernels:
         jit_fn = kernel.kernel
         _tc.wrap_run(jit_fn, _counting(kernel))
         wrapped.append(jit_fn)
+        if kernel.record.program_source is not None:
+            scripts.setdefault(kernel.record.qualname, kernel)
+    # installed after the wrapping above: those functions' launches never pass through its hook
+    binding = _ScriptBinding(scripts, note or _to_stderr) if scripts else None
 
     def restore() -> None:
+        if binding is not None:
+            wrapped.extend(binding.uninstall())
         for jit_fn in wrapped:
             _tc.unwrap_run(jit_fn)
 
     return restore
+
+
+def _to_stderr(message: str) -> None:
+    print(f"zerojit: {message}", file=sys.stderr, flush=True)
+
+
+class _ScriptBinding:
+    """Binds the program's ``__main__`` jit functions to the kernels a warm-up rebuilt from their
+    recorded ``program_source``, each at its first launch: Triton's ``cache_key`` covers the
+    function's starting line and globals that may be defined below it, so its definition is too
+    early to check it.
+
+    A class-level hook on ``JITFunction.run`` (:func:`zerojit.triton_compat.patch_run_everywhere`)
+    sees the first launch of each function that has no ``run`` of its own. A ``__main__``
+    function whose qualified name is a recorded one and whose ``cache_key``, parameters and
+    ``triton.jit`` options are the recorded ones gets the rebuilt function's compiled variants
+    (:func:`zerojit.triton_compat.adopt_compiled`: the same ``CompiledKernel`` objects, so its
+    launches are hits of the warmed keys) and its own counting ``run``
+    (:func:`count_raw_launches`), bound to Triton's: its later launches never reach the hook.
+    Every other function's launch costs the hook one attribute comparison (a ``__main__`` one: a
+    dict lookup more).
+    """
+
+    def __init__(self, scripts: dict[str, RecordedKernel], note: Callable[[str], None]) -> None:
+        self._scripts = scripts
+        self._note = note
+        self._lock = threading.Lock()
+        self._seen: dict[int, Any] = {}  # id -> each __main__ function looked at (kept: ids stay unique)
+        self._bound: list[Any] = []
+        self._restore = _tc.patch_run_everywhere(self._hook)
+
+    def _hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        seen, bind = self._seen, self._bind
+
+        def run(jit_fn: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+            if jit_fn.__module__ == "__main__" and id(jit_fn) not in seen and bind(jit_fn, original):
+                return jit_fn.run(*args, grid=grid, warmup=warmup, **kwargs)  # its own run, bound just now
+            return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
+
+        return run
+
+    def _bind(self, jit_fn: Any, original: Callable[..., Any]) -> bool:
+        """Bind ``jit_fn`` when it is a recorded kernel of the program; True when it was."""
+        with self._lock:
+            if id(jit_fn) in self._seen:
+                return _tc.wrapped_run(jit_fn)
+            self._seen[id(jit_fn)] = jit_fn
+            kernel = self._scripts.get(jit_fn.__qualname__)
+            if kernel is None or "<locals>" in jit_fn.__qualname__:
+                return False
+            record = kernel.record
+            now = _tc.source_hash(jit_fn)
+            options = {k: v for k, v in _tc.jit_options(jit_fn).items() if k != "repr"}
+            if now != record.source_hash:
+                why = (f"its source hash {now[:12]}... differs from the recorded {record.source_hash[:12]}... (its "
+                       "source, its starting line (a line added or removed above it counts) or a function it calls "
+                       "changed since recording)")
+            elif _tc.parameter_names(jit_fn) != record.parameters:
+                why = (f"its parameters {list(_tc.parameter_names(jit_fn))} differ from the recorded "
+                       f"{list(record.parameters)}")
+            elif options != record.program_source["options"]:
+                why = f"its triton.jit options {options} differ from the recorded {record.program_source['options']}"
+            else:
+                _tc.adopt_compiled(kernel.kernel, jit_fn)
+                _tc.wrap_run(jit_fn, lambda _: _counting(kernel)(functools.partial(original, jit_fn)))
+                self._bound.append(jit_fn)
+                return True
+            self._note(f"{record.name}: not warmed: {why}; Triton compiles it as usual: record the program again")
+            return False
+
+    def uninstall(self) -> list[Any]:
+        """Remove the hook; returns the program functions bound (the caller unwraps them)."""
+        self._restore()
+        return self._bound
 
 
 def _counting(kernel: RecordedKernel) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

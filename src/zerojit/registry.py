@@ -521,7 +521,8 @@ class JitWarmupRegistry:
                 created (a bundle's: also not writable).
             TypeError: ``bundle`` is not a path.
             zerojit.manifest.ManifestError: ``manifest`` is truncated, corrupted or no manifest, or
-                was recorded with another Triton version.
+                was recorded with another Triton version; ``UntrustedManifestError``: it carries
+                program source (code) and other users can write to the file.
             OSError: ``manifest`` cannot be read.
             ValueError: ``target`` names another target than the one this process compiles for.
         """
@@ -539,7 +540,8 @@ class JitWarmupRegistry:
         manifest_phases: dict[str, float] = {}
         if manifest is not None:  # reading it imports the recorded functions' modules (torch, a library...)
             t0 = time.perf_counter()
-            recorded, skipped, import_seconds = warmup_plan(read_manifest(manifest), where=os.fspath(manifest),
+            recorded, skipped, import_seconds = warmup_plan(read_manifest(manifest, to_run=True),
+                                                            where=os.fspath(manifest),
                                                             program_folder=program_folder)
             for kernel in recorded:
                 self.register(kernel)

@@ -1340,6 +1340,57 @@ def misses_intercepted(jit_fn: Any) -> bool:
     return "_zerojit_original_do_compile" in jit_fn.__dict__
 
 
+def jit_source(jit_fn: Any) -> tuple[str, int, int]:
+    """``(src, starting_line, def_line)`` of a ``triton.jit`` function: its source as Triton holds
+    and hashes it (``JITFunction.src``: dedented, from ``def`` on), the line its source block
+    starts at in its file (``starting_line_number``: the first decorator's, part of its
+    ``cache_key``) and the line of its ``def`` (what Triton's code generator numbers lines from,
+    ``get_jit_fn_file_line``)."""
+    start = jit_fn.starting_line_number
+    offset = next((i for i, line in enumerate(jit_fn.raw_src) if line.strip().startswith("def ")), 0)
+    return jit_fn.src, start, start + offset
+
+
+#: The ``triton.jit`` options that change what a function compiles to or how its launches bind
+#: (``JITFunction.__init__``'s, 3.6-3.9), as :func:`jit_options` reads them.
+JIT_OPTIONS = ("do_not_specialize", "do_not_specialize_on_alignment", "debug", "noinline")
+
+
+def jit_options(jit_fn: Any) -> dict[str, Any]:
+    """The :data:`JIT_OPTIONS` ``jit_fn`` was made with, by name (the do-not-specialize lists as
+    lists of the names or indices given), plus ``"repr": True`` when it was given a ``repr``
+    callable (which names its compiled kernels)."""
+    options = {name: getattr(jit_fn, name) for name in JIT_OPTIONS}
+    options["do_not_specialize"] = list(options["do_not_specialize"])
+    options["do_not_specialize_on_alignment"] = list(options["do_not_specialize_on_alignment"])
+    if getattr(jit_fn, "_repr", None) is not None:
+        options["repr"] = True
+    return options
+
+
+def is_jit_function(obj: Any) -> bool:
+    """True when ``obj`` is a ``triton.jit`` function (a ``JITFunction``)."""
+    return isinstance(obj, JITFunction)
+
+
+def adopt_compiled(source: Any, target: Any) -> int:
+    """Give ``target`` (a ``triton.jit`` function of the same source, parameters and options)
+    every variant ``source`` holds in its in-process caches, on every device: Triton's key ->
+    ``CompiledKernel`` entries (the same objects, so launches of ``target`` are hits of what
+    ``source`` compiled) and its memo of keys. ``target``'s own entries are kept. Returns how
+    many variants it got."""
+    added = 0
+    for device, caches in list(source.device_caches.items()):
+        mine = target.device_caches[device]  # (created with its own binder on first use)
+        for key, kernel in caches[0].items():
+            if key not in mine[0]:
+                mine[0][key] = kernel
+                added += 1
+        for key, value in caches[1].items():
+            mine[1].setdefault(key, value)
+    return added
+
+
 def wrapped_run(jit_fn: Any) -> bool:
     """True when :func:`wrap_run` wrapped ``jit_fn``."""
     return "_zerojit_original_run" in jit_fn.__dict__
