@@ -31,6 +31,7 @@ version, so no per-kernel check would notice). :func:`write_manifest` writes ato
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib
 import json
@@ -1008,9 +1009,7 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
             else:
                 usable.append(s)
         try:
-            kernels.append(recorded_kernel(KernelRecord(record.module, record.qualname, record.source_hash,
-                                                        record.parameters, record.constexprs, tuple(usable),
-                                                        record.tunings, record.program_source), jit_fn))
+            kernels.append(recorded_kernel(dataclasses.replace(record, specializations=tuple(usable)), jit_fn))
         except KernelDefinitionError as e:  # a parameter zerojit's launch path cannot take (variadic, reserved)
             skipped.append(ManifestSkip(record.name, str(e)))
     return kernels, skipped, import_seconds

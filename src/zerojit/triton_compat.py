@@ -1381,7 +1381,8 @@ def adopt_compiled(source: Any, target: Any) -> int:
     many variants it got."""
     added = 0
     for device, caches in list(source.device_caches.items()):
-        mine = target.device_caches[device]  # (created with its own binder on first use)
+        with target_scope():  # a binder made now asks the driver for the target (the machine view's)
+            mine = target.device_caches[device]  # (created with its own binder on first use)
         for key, kernel in caches[0].items():
             if key not in mine[0]:
                 mine[0][key] = kernel
