@@ -28,26 +28,7 @@ unset ZEROJIT_JIT_MONITOR
 START=$(date +%s)
 TOTAL=${TOTAL_S:-530}
 
-# step NAME SECONDS CMD...: run CMD under a deadline (killed 10 s after it if it ignores SIGTERM),
-# its output appended to the log under a header with its exit status and seconds.
-step() {
-  local name=$1 limit=$2 t0 rc=0 left
-  shift 2
-  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then
-    return
-  fi
-  left=$((TOTAL - ($(date +%s) - START)))
-  if [ "$left" -lt 20 ]; then
-    echo "== $name: skipped, ${left} s of the ${TOTAL} s budget left" | tee -a "$LOG"
-    return
-  fi
-  [ "$limit" -gt "$left" ] && limit=$left
-  t0=$(date +%s.%N)
-  echo "== $name (deadline ${limit} s): $*" >>"$LOG"
-  timeout -k 10 "$limit" "$@" >>"$LOG" 2>&1 || rc=$?
-  echo "== $name: exit $rc after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s" >>"$LOG"
-  echo "$name: exit $rc"
-}
+. benchmarks/gpu_steps.sh  # step NAME SECONDS CMD...
 
 # The transcript: record with no GPU, exec twice on the GPU (tuned at warm-up, then from the tuning file).
 tuned_exec_transcript() {

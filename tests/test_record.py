@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _cli import run_zerojit as _zerojit
 import torch
 
 from zerojit import JitMonitor, JitWarmupRegistry, RuntimeJitError
@@ -421,12 +422,6 @@ print("ran")
 NO_GPU_TARGET = [] if torch.cuda.is_available() else ["--target", "cuda:90"]
 
 
-def _zerojit(args, cache, cwd) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(SRC)}
-    env.pop("TRITON_INTERPRET", None)
-    env.pop("ZEROJIT_JIT_MONITOR", None)
-    return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
 
 
 def test_liger_kernel_program_recorded_then_executed_with_zero_runtime_compiles(tmp_path):

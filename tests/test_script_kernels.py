@@ -13,15 +13,12 @@ import json
 import os
 import runpy
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from _cli import run_zerojit as _zerojit
 
 from zerojit.manifest import ManifestError, read_manifest
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Two kernels of the script itself: one calls a __main__ helper that reads a module-level
 # tl.constexpr, one is wrapped by triton.heuristics and reads another. Three launches.
@@ -65,12 +62,6 @@ if __name__ == "__main__":
 '''
 
 
-def _zerojit(args, cache, cwd) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(SRC)}
-    env.pop("TRITON_INTERPRET", None)
-    env.pop("ZEROJIT_JIT_MONITOR", None)
-    return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
 
 
 def _exec(manifest, cache, cwd, *more):

@@ -25,6 +25,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from _cli import run_zerojit as _zerojit
 
 if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
     pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
@@ -211,11 +212,6 @@ EXPECTED_KERNELS = {
 }
 
 
-def _zerojit(args, cache, cwd) -> subprocess.CompletedProcess:
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(SRC)}
-    env.pop("TRITON_INTERPRET", None)
-    return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
 
 
 @pytest.mark.skipif(triton.__version__ != "3.6.0", reason="FLA compiles for minutes on 2 cores: CI runs it with "

@@ -8,13 +8,11 @@ specializations, and each int class from Triton's own binder on every value of t
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
+from _cli import run_zerojit as _zerojit
 import torch
 import triton
 
@@ -28,7 +26,6 @@ from zerojit.shapeflow import shape_parameters
 from zerojit.triton_compat import bind, param_specialization
 from zerojit.widen import WidenError, widen
 
-SRC = Path(__file__).resolve().parents[1] / "src"
 
 KERNELS = '''
 import triton
@@ -285,12 +282,6 @@ def test_a_constexpr_miss_leads_with_what_differs_and_its_widen_command(kernels,
 # ---------------------------------------------------------------------------------------------
 
 
-def _zerojit(args, cache, cwd):
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(SRC)}
-    env.pop("TRITON_INTERPRET", None)
-    env.pop("ZEROJIT_JIT_MONITOR", None)
-    return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
 
 
 def test_batch_sizes_recorded_few_widened_to_all_run_with_zero_runtime_compiles(kernels, tmp_path):

@@ -1368,11 +1368,6 @@ def jit_options(jit_fn: Any) -> dict[str, Any]:
     return options
 
 
-def is_jit_function(obj: Any) -> bool:
-    """True when ``obj`` is a ``triton.jit`` function (a ``JITFunction``)."""
-    return isinstance(obj, JITFunction)
-
-
 def adopt_compiled(source: Any, target: Any) -> int:
     """Give ``target`` (a ``triton.jit`` function of the same source, parameters and options)
     every variant ``source`` holds in its in-process caches, on every device: Triton's key ->

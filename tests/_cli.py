@@ -1,0 +1,21 @@
+"""The zerojit command line as the tests run it: ``python -m zerojit ARGS`` in a child process of
+this interpreter, importing this checkout's ``src``, with its own Triton cache and no
+``TRITON_INTERPRET`` (the CLI compiles) or ``ZEROJIT_JIT_MONITOR`` of the test run's."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def run_zerojit(args, cache, cwd, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``zerojit ARGS`` in ``cwd`` with ``TRITON_CACHE_DIR=cache``; its output captured as text."""
+    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(SRC)}
+    env.pop("TRITON_INTERPRET", None)
+    env.pop("ZEROJIT_JIT_MONITOR", None)
+    return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout)
