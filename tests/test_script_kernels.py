@@ -234,9 +234,9 @@ print("ran")
 
 def test_an_autotuned_kernel_of_main_records_its_configs_and_execs_with_zero_runtime_compiles(tmp_path):
     """Both configs of a triton.autotune object defined in the script (found in the script's own
-    namespace after it ended) are recorded with their config and warmed; the compile-only
-    benchmark's dry launches and the chosen config's launch are then hits (warn mode: the
-    benchmark itself, which error mode blocks under compile-only, is the autotune policy's)."""
+    namespace after it ended) are recorded with their config and warmed; exec binds the program's
+    autotuner at its first launch and gives its tuning key the default policy (no benchmark), so
+    error mode passes: the chosen config's launches are hits."""
     (tmp_path / "app.py").write_text(TUNED)
     rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], tmp_path / "c", tmp_path)
     assert rec.returncode == 0 and "ran" in rec.stdout and "warning" not in rec.stderr, rec.stderr
@@ -244,11 +244,12 @@ def test_an_autotuned_kernel_of_main_records_its_configs_and_execs_with_zero_run
     configs = [s["autotune_config"] for s in kernel["specializations"]]
     assert [c["BLOCK"] for c in configs] == [64, 128], configs
     out = tmp_path / "exec.json"
-    run = _zerojit(["exec", "--manifest", "m.json", "--jit-monitor-mode", "warn", "--target", "cuda:90", "--no-progress",
+    run = _zerojit(["exec", "--manifest", "m.json", "--jit-monitor-mode", "error", "--target", "cuda:90", "--no-progress",
                     "--json", str(out), "--", "python", "app.py"], tmp_path / "fresh", tmp_path)
     assert run.returncode == 0 and "ran" in run.stdout, run.stderr
     data = json.loads(out.read_text())
-    assert (data["launches"], data["runtime_compiles"]) == (3, 0), run.stderr
+    assert (data["launches"], data["runtime_compiles"], data["benchmarks"]) == (1, 0, 0), run.stderr
+    assert data["untuned_tuning_keys"] == 1 and "1 tuning key(s) untuned under compile-only" in run.stderr
 
 
 def test_the_programs_function_is_bound_at_first_launch_to_the_warmed_variants_and_then_skips_the_hook(

@@ -1013,7 +1013,8 @@ def exec_command(
             typer.echo(f"zerojit exec: {count(tuned, 'autotune choice')} of the recording restored (their tuning keys "
                        "benchmark nothing)", err=True)
         policy = install_default_policy(recorded)  # an untuned tuning key: a default choice, never a benchmark
-        restore = count_raw_launches(recorded, note=lambda m: typer.echo(f"zerojit exec: {m}", err=True))
+        restore = count_raw_launches(recorded, note=lambda m: typer.echo(f"zerojit exec: {m}", err=True),
+                                     serve_tuner=policy.install)
         try:
             rc = program.run(propagate=(RuntimeJitError,))  # its own exceptions: its traceback, status 1
         except RuntimeJitError as e:  # a blocked compile: explained where the program launched it

@@ -56,7 +56,7 @@ __all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "Mani
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
             "decode_exact", "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings",
-           "TensorLaunch", "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner", "RecordedRun"]
+           "TensorLaunch", "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner", "RecordedRun", "restore_record_tunings"]
 
 #: The ``format`` field of every manifest.
 FORMAT = "zerojit-manifest"
@@ -905,29 +905,36 @@ def restore_tunings(kernels: Sequence["RecordedKernel"]) -> tuple[int, list[str]
     restored, notes = 0, []
     for kernel in kernels:
         record = kernel.record
-        if not record.tunings:
+        if not any(t.config is not None for t in record.tunings):  # (the others: zerojit.recorded_tuning)
             continue
-        chosen = [t for t in record.tunings if t.config is not None]  # (the others: zerojit.recorded_tuning)
-        if not chosen:
+        if record.program_source is not None:  # its autotuner is the program's: restored at its first launch
             continue
-        if record.program_source is not None:  # its autotuner is the program's, made when it runs
-            notes.append(f"{record.name}: {len(chosen)} recorded tuning choices not restored: it is defined in "
-                         "the program's __main__")
+        n, why = restore_record_tunings(record, recorded_autotuner(record))
+        restored += n
+        notes += why
+    return restored, notes
+
+
+def restore_record_tunings(record: KernelRecord, tuner: Any | None) -> tuple[int, list[str]]:
+    """Put ``record``'s recorded choices into ``tuner`` (its function's ``triton.autotune``
+    object; None: it has none any more), as :func:`restore_tunings` does per kernel; ``zerojit
+    exec`` calls it for a ``__main__`` kernel's autotuner at its first launch (it exists only once
+    the program made it). Returns how many were restored and a note for each that was not."""
+    chosen = [t for t in record.tunings if t.config is not None]
+    if not chosen:
+        return 0, []
+    if tuner is None:
+        return 0, [f"{record.name}: {len(chosen)} recorded tuning choices, but it is no triton.autotune kernel any more"]
+    restored, notes = 0, []
+    configs = {encode_config(c.all_kwargs()): c for c in tuner.configs}
+    for tuning in chosen:
+        config = configs.get(tuning.config)
+        if config is None:
+            notes.append(f"{record.name}: the config chosen at tuning key {tuning.key} ({dict(tuning.config)}) is "
+                         "none of its configs any more: that key gets the default policy")
             continue
-        tuner = recorded_autotuner(record)
-        if tuner is None:
-            notes.append(f"{record.name}: {len(chosen)} recorded tuning choices, but it is no triton.autotune "
-                         "kernel any more")
-            continue
-        configs = {encode_config(c.all_kwargs()): c for c in tuner.configs}
-        for tuning in chosen:
-            config = configs.get(tuning.config)
-            if config is None:
-                notes.append(f"{record.name}: the config chosen at tuning key {tuning.key} ({dict(tuning.config)}) is "
-                             "none of its configs any more: that key gets the default policy")
-                continue
-            _tc.fill_autotuner_cache(tuner, tuple(tuning.key), config)
-            restored += 1
+        _tc.fill_autotuner_cache(tuner, tuple(tuning.key), config)
+        restored += 1
     return restored, notes
 
 

@@ -343,6 +343,21 @@ class DefaultPolicy:
         return (f"{len(kinds)} tuning key(s) untuned {where}: default policy ({kinds.count('nearest')} nearest tuned, "
                 f"{kinds.count('first')} first surviving config), 0 benchmarks")
 
+    def install(self, record: KernelRecord, tuner: Any | None) -> None:
+        """Serve ``tuner`` (the ``triton.autotune`` object of ``record``'s function; None: it has
+        none) by the policy; a no-op for an autotuner with one config, or one whose ``run`` is
+        wrapped already (a zerojit kernel class serves it). :func:`install_default_policy` calls it
+        per recorded kernel; ``zerojit exec`` also for the autotuner of a ``__main__`` kernel,
+        which exists only once the program made it (:mod:`zerojit.script_kernels`), at its first
+        launch."""
+        if tuner is None or len(_tc.autotune_configs(tuner)) < 2 or _tc.wrapped_run(tuner):
+            return
+        carried = {s.autotune_config for s in record.specializations if s.autotune_config is not None}
+        compiled = frozenset(i for i, c in enumerate(_tc.autotune_configs(tuner))
+                             if encode_config(c.all_kwargs()) in carried)
+        warmed = frozenset((s.specialization, s.options) for s in record.specializations)
+        self._wrap(record.name, tuner, compiled, warmed)
+
     def _wrap(self, name: str, tuner: Any, compiled: frozenset[int], warmed: frozenset[tuple]) -> None:
         configs = _tc.autotune_configs(tuner)
         arguments = [_tc.config_arguments(c) for c in configs]
@@ -414,15 +429,7 @@ def install_default_policy(kernels: Sequence[RecordedKernel]) -> DefaultPolicy:
     microseconds); at the first launch of an untuned key, one binder call per surviving config."""
     policy = DefaultPolicy()
     for kernel in kernels:
-        record = kernel.record
-        tuner = recorded_autotuner(record)
-        if tuner is None or len(_tc.autotune_configs(tuner)) < 2 or _tc.wrapped_run(tuner):
-            continue
-        carried = {s.autotune_config for s in record.specializations if s.autotune_config is not None}
-        compiled = frozenset(i for i, c in enumerate(_tc.autotune_configs(tuner))
-                             if encode_config(c.all_kwargs()) in carried)
-        warmed = frozenset((s.specialization, s.options) for s in record.specializations)
-        policy._wrap(record.name, tuner, compiled, warmed)
+        policy.install(kernel.record, recorded_autotuner(kernel.record))
     return policy
 
 

@@ -46,7 +46,7 @@ from .compile_only import active_compile_only, compile_only, current_target_name
 from .context import in_warmup
 from .kernel import check_hook_pins, launch_observer
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedRun, RecordedSpecialization,
-                       encode_specialization, encode_value, write_manifest)
+                       encode_specialization, encode_value, restore_record_tunings, write_manifest)
 from .recorded_tuning import LaunchRecorder
 from .shapeflow import shape_parameters
 from .specialization import bind, scalar_rep
@@ -401,8 +401,8 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
         write_manifest(recorder.manifest(command, target=target or current_target_name(), folder=program.folder), out)
 
 
-def count_raw_launches(kernels: Sequence[RecordedKernel], *,
-                       note: Callable[[str], None] | None = None) -> Callable[[], None]:
+def count_raw_launches(kernels: Sequence[RecordedKernel], *, note: Callable[[str], None] | None = None,
+                       serve_tuner: Callable[[KernelRecord, Any], None] | None = None) -> Callable[[], None]:
     """Route the raw launches of each recorded kernel's function to zerojit's launch observer
     (see the module doc); under a compile-only target they become dry launches. Returns the
     function that undoes it.
@@ -413,6 +413,11 @@ def count_raw_launches(kernels: Sequence[RecordedKernel], *,
     cannot be bound (its source hash or options differ from the recorded ones: a line inserted
     above it moves its starting line, which Triton hashes) is named in one line through ``note``
     (default: stderr) and left to Triton, which compiles it as usual (the monitor reports it).
+    A ``triton.autotune`` object over such a function is the program's too: at its first launch
+    the function is bound, its recorded choices are put into it
+    (:func:`zerojit.manifest.restore_record_tunings`) and ``serve_tuner(record, tuner)`` runs
+    (``zerojit exec``: the default policy, :meth:`zerojit.recorded_tuning.DefaultPolicy.install`),
+    before the autotuner looks at its cache: so its first tuning key benchmarks nothing.
     """
     wrapped = []
     scripts: dict[str, RecordedKernel] = {}
@@ -423,7 +428,7 @@ def count_raw_launches(kernels: Sequence[RecordedKernel], *,
         if kernel.record.program_source is not None:
             scripts.setdefault(kernel.record.qualname, kernel)
     # installed after the wrapping above: those functions' launches never pass through its hook
-    binding = _ScriptBinding(scripts, note or _to_stderr) if scripts else None
+    binding = _ScriptBinding(scripts, note or _to_stderr, serve_tuner) if scripts else None
 
     def restore() -> None:
         if binding is not None:
@@ -455,15 +460,53 @@ class _ScriptBinding:
     dict lookup more).
     """
 
-    def __init__(self, scripts: dict[str, RecordedKernel], note: Callable[[str], None]) -> None:
+    def __init__(self, scripts: dict[str, RecordedKernel], note: Callable[[str], None],
+                 serve_tuner: Callable[[KernelRecord, Any], None] | None = None) -> None:
         self._scripts = scripts
         self._note = note
-        self._lock = threading.Lock()
+        self._serve_tuner = serve_tuner
+        self._lock = threading.RLock()  # (a tuner's first launch binds its function under it)
         self._seen: dict[int, Any] = {}  # id -> each __main__ function looked at (kept: ids stay unique)
+        self._tuners: dict[int, Any] = {}  # id -> each autotuner looked at (kept, as _seen)
         self._bound: list[Any] = []
+        self._run: Callable[..., Any] | None = None  # JITFunction.run under the hook
         self._restore = _tc.patch_run_everywhere(self._hook)
+        tuned = any(k.record.tunings or any(s.autotune_config for s in k.record.specializations)
+                    for k in scripts.values())
+        self._restore_tuners = _tc.patch_autotuner_run(self._tuner_hook) if tuned else None
+
+    def _tuner_hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        tuners, serve = self._tuners, self._serve
+
+        def run(tuner: Any, *args: Any, **kwargs: Any) -> Any:
+            if id(tuner) not in tuners and serve(tuner):
+                return tuner.run(*args, **kwargs)  # its own run, wrapped just now
+            return original(tuner, *args, **kwargs)
+
+        return run
+
+    def _serve(self, tuner: Any) -> bool:
+        """At an autotuner's first launch: when it is over a recorded ``__main__`` function, bind
+        the function, restore its recorded choices and hand it to ``serve_tuner``; True when its
+        ``run`` is now wrapped (the policy's)."""
+        with self._lock:
+            if id(tuner) in self._tuners:
+                return False
+            self._tuners[id(tuner)] = tuner
+            jit_fn = _tc.unwrap_jit_function(tuner)
+            kernel = self._scripts.get(getattr(jit_fn, "__qualname__", None))
+            if (kernel is None or jit_fn.__module__ != "__main__" or self._run is None
+                    or not self._bind(jit_fn, self._run)):
+                return False
+            _, notes = restore_record_tunings(kernel.record, tuner)
+            for why in notes:
+                self._note(why)
+            if self._serve_tuner is not None:
+                self._serve_tuner(kernel.record, tuner)
+            return _tc.wrapped_run(tuner)
 
     def _hook(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        self._run = original
         seen, bind = self._seen, self._bind
 
         def run(jit_fn: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
@@ -503,7 +546,9 @@ class _ScriptBinding:
             return False
 
     def uninstall(self) -> list[Any]:
-        """Remove the hook; returns the program functions bound (the caller unwraps them)."""
+        """Remove the hooks; returns the program functions bound (the caller unwraps them)."""
+        if self._restore_tuners is not None:
+            self._restore_tuners()
         self._restore()
         return self._bound
 
