@@ -78,10 +78,15 @@ def recorded(tmp_path_factory):
     """APP recorded for cuda:90: ``(folder, manifest path, record's result)``; tests copy what they edit."""
     root = tmp_path_factory.mktemp("script-app")
     (root / "app.py").write_text(APP)
-    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], root / "rec-cache",
-                   root)
+    umask = os.umask(0o002)  # many systems' default for users: new files group-writable
+    try:
+        rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"],
+                       root / "rec-cache", root)
+    finally:
+        os.umask(umask)
     assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr
-    os.chmod(root / "m.json", 0o644)
+    # a manifest that carries source is code: written writable by its owner only, whatever the umask
+    assert os.stat(root / "m.json").st_mode & 0o777 == 0o644
     return root, root / "m.json", rec
 
 

@@ -211,8 +211,9 @@ def _output_errors(command: str, option: str, path: str) -> Iterator[None]:
 _pending_stdout: list[list[tuple[str, str, str]]] = []
 
 
-def _write_output(command: str, option: str, path: str, text: str) -> None:
-    """Write ``text`` as the whole of the output of ``option`` (:func:`zerojit.outputs.write_output`);
+def _write_output(command: str, option: str, path: str, text: str, *, owner_writes_only: bool = False) -> None:
+    """Write ``text`` as the whole of the output of ``option`` (:func:`zerojit.outputs.write_output`;
+    ``owner_writes_only``: a manifest that carries program source);
     ``-``: to standard output, once the command has ended (under :func:`_stdout_is_for`)."""
     from zerojit.outputs import STDOUT, write_output
 
@@ -220,7 +221,7 @@ def _write_output(command: str, option: str, path: str, text: str) -> None:
         _pending_stdout[-1].append((command, option, text))
         return
     with _output_errors(command, option, path):
-        write_output(path, text)
+        write_output(path, text, owner_writes_only=owner_writes_only)
 
 
 def _stdout_is_for(param: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -788,9 +789,12 @@ def record(
     required. The program's hardware probes (a library asking Triton's driver for the GPU, as FLA
     does) still see this machine, not the target, so the manifest holds the kernels and configs
     the program picks here: record a GPU deployment's manifest on that GPU (a short run), then
-    warm it anywhere with --target. Exit status: the program's own; 2 when the program cannot be run (another Python
-    than this one included) or an option is invalid, or there is neither a GPU nor --target (no
-    manifest is written then).
+    warm it anywhere with --target. Kernels defined at the top level of the script itself (its
+    __main__) are carried by their source (the manifest is then code: it is written writable by
+    its owner only, and a warm-up refuses one that others can write to); kernels defined inside a
+    function are named and not carried. Exit status: the program's own; 2 when the program cannot
+    be run (another Python than this one included) or an option is invalid, or there is neither a
+    GPU nor --target (no manifest is written then).
     """
     import subprocess
     import sys
@@ -830,13 +834,15 @@ def record(
         except (KeyboardInterrupt, subprocess.TimeoutExpired):  # a second Ctrl-C, or a child that ignores it
             proc.kill()
             proc.wait()
-        if os.path.exists(recorded):
-            _write_output("record", "--output", output, Path(recorded).read_text(encoding="utf-8"))
+        if os.path.exists(recorded):  # (not read: it may carry program source, so owner-writable only)
+            _write_output("record", "--output", output, Path(recorded).read_text(encoding="utf-8"),
+                          owner_writes_only=True)
         raise
     if not os.path.exists(recorded):
         raise typer.Exit(rc or 1)
     manifest = read_manifest(recorded)
-    _write_output("record", "--output", output, Path(recorded).read_text(encoding="utf-8"))
+    _write_output("record", "--output", output, Path(recorded).read_text(encoding="utf-8"),
+                  owner_writes_only=bool(manifest.carries_source))
     if output != "-":
         typer.echo(f"wrote {output}")
     typer.echo(manifest.summary())
@@ -958,7 +964,12 @@ def exec_command(
     of recorded kernels are counted as hits (and are dry launches under a compile-only target:
     outputs are not computed). In error mode a specialization the manifest lacks is blocked
     before compiling, ending the program: the error names the kernel, where the program launched
-    it, and each argument whose class differs from the nearest recorded one. A triton.autotune
+    it, and each argument whose class differs from the nearest recorded one. A kernel defined in
+    the script itself (carried by its source) is rebuilt for the warm-up and bound to the
+    program's function at its first launch, when its source hash (its source, starting line,
+    the globals and functions it reads) is the recorded one; otherwise it is named in one line and
+    compiles as Triton would. Generic variants are warmed in fallback mode only (--no-generic: none
+    there either). A triton.autotune
     kernel's choices recorded on a GPU are put back into its autotuner before the program runs,
     so their tuning keys benchmark nothing; on a GPU its recorded tuning keys with no choice (a
     recording under a compile-only target) are tuned at warm-up on buffers of the recorded
@@ -978,7 +989,8 @@ def exec_command(
     on the request path; background compiles are reported, not failures), or for a corrupted
     manifest or one recorded with another Triton version, else the program's own (1 for an
     exception, as python's; the only status with the monitor off); 2 when the program cannot be
-    run or an option is invalid.
+    run or an option is invalid, or the manifest carries program source and other users can
+    write to it (docs/manifest.md: a manifest that carries source is code).
     """
     from zerojit import monitor as _monitor
     from zerojit.compile_only import compile_only
@@ -1001,7 +1013,10 @@ def exec_command(
         registry = JitWarmupRegistry()
         report = registry.warmup(manifest=manifest, workers=_capped_workers("exec", workers),
                                  progress=_progress(no_progress), target=chosen or "device", program_folder=False,
-                                 generic=not no_generic, learned=not no_learned)
+                                 # generic variants serve fallback mode only: in error and warn mode a
+                                 # miss compiles (or is blocked) whatever was warmed, so they would only
+                                 # double the warm-up (FLA's: 27 keys, 18.6 s -> 46 s)
+                                 generic=mode == "fallback" and not no_generic, learned=not no_learned)
         typer.echo(report.summary(), err=True)
         recorded = [k for k in registry.kernels if isinstance(k, RecordedKernel)]
         if not chosen:  # a GPU: the recorded tuning keys with no choice are tuned now, before the program runs
@@ -1393,7 +1408,8 @@ def learned_merge(
         _refuse("learned merge", f"{path}: cannot be read: {e.strerror or e}")
     for s in skipped:
         typer.echo(f"zerojit learned merge: SKIPPED {s}", err=True)
-    _write_output("learned merge", "--output", output, json.dumps(merged.to_dict(), indent=1) + "\n")
+    _write_output("learned merge", "--output", output, json.dumps(merged.to_dict(), indent=1) + "\n",
+                  owner_writes_only=bool(merged.carries_source))
     typer.echo(f"wrote {output}: {count(added, 'learned key')} added ({count(len(merged.kernels), 'kernel')}, "
                f"{count(merged.num_specializations, 'specialization')})", err=output == "-")
 
@@ -1440,7 +1456,8 @@ def manifest_widen(
     except WidenError as e:
         _refuse("manifest widen", str(e))
     added = new_specializations(before, after)
-    _write_output("manifest widen", "--output", output, json.dumps(after.to_dict(), indent=1) + "\n")
+    _write_output("manifest widen", "--output", output, json.dumps(after.to_dict(), indent=1) + "\n",
+                  owner_writes_only=bool(after.carries_source))
     seconds, how = estimate_seconds(added)
     total = sum(added.values())
     typer.echo(f"wrote {output}: {count(total, 'new variant')}" + (f" of {', '.join(added)}" if added else ""))
@@ -1482,7 +1499,8 @@ def manifest_merge(
         merged = merge_manifests([(path, read_manifest(path)) for path in manifests])
     except MergeError as e:
         _refuse("manifest merge", str(e))
-    _write_output("manifest merge", "--output", output, json.dumps(merged.to_dict(), indent=1) + "\n")
+    _write_output("manifest merge", "--output", output, json.dumps(merged.to_dict(), indent=1) + "\n",
+                  owner_writes_only=bool(merged.carries_source))
     typer.echo(f"wrote {output}: {count(len(merged.runs or ()), 'run')}, {count(len(merged.kernels), 'kernel')}, "
                f"{count(merged.num_specializations, 'specialization')}")
     if report:

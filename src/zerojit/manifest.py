@@ -400,6 +400,11 @@ class Manifest:
     runs: tuple[RecordedRun, ...] | None = None
 
     @property
+    def carries_source(self) -> list[str]:
+        """The kernels whose ``program_source`` carries their source (code a warm-up runs)."""
+        return [k.name for k in self.kernels if k.program_source is not None and "skipped" not in k.program_source]
+
+    @property
     def num_specializations(self) -> int:
         return sum(len(k.specializations) for k in self.kernels)
 
@@ -664,7 +669,7 @@ def read_manifest(path: str | os.PathLike, *, to_run: bool = False) -> Manifest:
             raise ManifestError(f"{path}: not a readable manifest (truncated or corrupted JSON: {e}); "
                                 "record it again") from None
     manifest = _manifest_from(data, path)
-    carried = [k.name for k in manifest.kernels if k.program_source is not None and "skipped" not in k.program_source]
+    carried = manifest.carries_source
     why = _script.writable_by_others(st) if to_run and carried else None
     if why is not None:
         raise UntrustedManifestError(f"{path}: refused: it carries program source ({', '.join(carried)}), which a "
@@ -676,13 +681,14 @@ def read_manifest(path: str | os.PathLike, *, to_run: bool = False) -> Manifest:
 def write_manifest(manifest: Manifest, path: str | os.PathLike) -> None:
     """Write ``manifest`` to ``path`` whole or not at all (:func:`zerojit.outputs.atomic_output`:
     a temporary file in the same folder, fsync-ed, then renamed), so a reader never sees half a
-    manifest and a failed write leaves the previous one.
+    manifest and a failed write leaves the previous one. One that carries program source is
+    written writable by its owner only (a warm-up refuses it otherwise: :func:`read_manifest`).
 
     Raises:
         zerojit.outputs.OutputError: the folder is missing or not writable, the disk is full, or
             ``path`` is not a regular file (a device, a FIFO, a symbolic link: never replaced).
     """
-    with atomic_output(path) as f:
+    with atomic_output(path, owner_writes_only=bool(manifest.carries_source)) as f:
         json.dump(manifest.to_dict(), f, indent=1)
         f.write("\n")
 

@@ -134,7 +134,7 @@ def temporary_name(path: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike, *, binary: bool = False) -> Iterator[IO]:
+def atomic_output(path: str | os.PathLike, *, binary: bool = False, owner_writes_only: bool = False) -> Iterator[IO]:
     """Yield a file to write the whole of ``path`` into; when the block ends, it is flushed,
     ``fsync``-ed and renamed over ``path``. If the block or the write fails, ``path`` is as it
     was and the temporary file is removed. The new file has the old one's permission bits, else
@@ -144,6 +144,9 @@ def atomic_output(path: str | os.PathLike, *, binary: bool = False) -> Iterator[
 
     Args:
         binary: yield a binary file (else text, UTF-8).
+        owner_writes_only: the new file is writable by its owner only, whatever the umask or the
+            old file's bits (a manifest that carries program source is code: a warm-up refuses one
+            others can write to, :func:`zerojit.manifest.read_manifest`).
 
     Raises:
         OutputError: ``path`` is something a rename must not replace (a directory, a device, a
@@ -166,6 +169,8 @@ def atomic_output(path: str | os.PathLike, *, binary: bool = False) -> Iterator[
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             if mode is not None:
                 os.fchmod(f.fileno(), mode)
+            if owner_writes_only:
+                os.fchmod(f.fileno(), stat.S_IMODE(os.fstat(f.fileno()).st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -181,9 +186,11 @@ def atomic_output(path: str | os.PathLike, *, binary: bool = False) -> Iterator[
         raise
 
 
-def write_output(path: str | os.PathLike, data: str | bytes, *, stdout: IO | None = None) -> None:
+def write_output(path: str | os.PathLike, data: str | bytes, *, stdout: IO | None = None,
+                 owner_writes_only: bool = False) -> None:
     """Write ``data`` as the whole of ``path`` (:func:`atomic_output`); to ``stdout`` (default
-    ``sys.stdout``) when ``path`` is :data:`STDOUT`, flushed.
+    ``sys.stdout``) when ``path`` is :data:`STDOUT`, flushed. ``owner_writes_only``: as
+    :func:`atomic_output`'s.
 
     Raises:
         OutputError: as :func:`atomic_output`; for standard output, a failed write (a closed pipe).
@@ -201,7 +208,7 @@ def write_output(path: str | os.PathLike, data: str | bytes, *, stdout: IO | Non
         except OSError as e:
             raise OutputError(e.errno, e.strerror or str(e), "<stdout>") from None
         return
-    with atomic_output(path, binary=isinstance(data, bytes)) as f:
+    with atomic_output(path, binary=isinstance(data, bytes), owner_writes_only=owner_writes_only) as f:
         f.write(data)
 
 
