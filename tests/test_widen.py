@@ -175,7 +175,8 @@ def test_the_command_refuses_an_unknown_kernel_or_parameter_in_one_line(kernels,
     for axis, words in [("nope:B=1..4", f"holds no kernel 'nope'; it holds {kernels.__name__}.recurrent_kernel"),
                         ("recurrent_kernel:Q=1..4", "has no parameter 'Q'; its parameters: x_ptr, out_ptr, n, T, B,"),
                         ("recurrent_kernel:x_ptr=1", "'x_ptr' is no int"),
-                        ("recurrent_kernel:B", "is not KERNEL:PARAM=VALUES")]:
+                        ("recurrent_kernel:B", "is not KERNEL:PARAM=VALUES"),
+                        ("recurrent_kernel:B=5..1", "range '5..1' is empty (A..B needs A <= B)")]:
         done = run(axis)
         assert done.exit_code == 2, done.output
         assert words in done.output and "Traceback" not in done.output and len(done.output.splitlines()) == 1

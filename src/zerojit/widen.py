@@ -114,14 +114,14 @@ def parse_axis(text: str) -> Axis:
             if word.lower() in ("true", "false"):
                 items.append(word.lower() == "true")
             elif dots:
-                lo, hi = int(low), int(high)
-                if lo > hi:
-                    raise WidenError(f"axis {text!r}: range {word!r} is empty (A..B needs A <= B)")
-                items.append((lo, hi))
+                items.append((int(low), int(high)))
             else:
                 items.append(int(word))
         except ValueError:
             raise WidenError(f"axis {text!r}: {word!r} is no int, A..B range, true or false") from None
+        # checked outside the try, which would take this WidenError (a ValueError) for a bad word
+        if isinstance(items[-1], tuple) and items[-1][0] > items[-1][1]:
+            raise WidenError(f"axis {text!r}: range {word!r} is empty (A..B needs A <= B)")
     if len({isinstance(i, bool) for i in items}) > 1:
         raise WidenError(f"axis {text!r} mixes bools and ints")
     return Axis(kernel, parameter, tuple(items))
