@@ -187,6 +187,40 @@ def test_the_command_refuses_an_unknown_kernel_or_parameter_in_one_line(kernels,
     assert len(read_manifest(tmp_path / "w.json").kernels[0].specializations) == 4
 
 
+def test_widen_warns_of_shape_values_not_powers_of_two_and_of_tuned_constexprs(kernels, compile_only_target,
+                                                                              tmp_path, monkeypatch):
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+    from zerojit.widen import widen_warnings
+
+    manifest = _record(kernels.recurrent_kernel, 4, [1])
+    name = f"{kernels.__name__}.recurrent_kernel"
+    assert manifest.kernels[0].shape_constexprs == ("BK", "NP2")  # BK: tl.arange(0, BK)
+    assert widen_warnings(manifest, ["recurrent_kernel:BK=16..18", "recurrent_kernel:B=3..5"]) == [
+        f"{name}'s constexpr 'BK' sets a shape or a static loop bound, and 17, 18 are not powers of two: a tl.arange "
+        "bound or a block shape needs a power of two (those variants will fail to compile), a tl.static_range bound "
+        "takes any int"]
+    assert widen_warnings(manifest, ["recurrent_kernel:BK=16,32,64", "recurrent_kernel:NP2=1..4"])[0].startswith(
+        f"{name}'s constexpr 'NP2' sets a shape or a static loop bound, and 3 is not a power of two:")
+    # an autotuned kernel's config sets BK: a widened value is one no config launches
+    [record] = manifest.kernels
+    tuned = dataclasses.replace(record, specializations=tuple(
+        dataclasses.replace(s, autotune_config=(("BK", 16),)) for s in record.specializations))
+    assert widen_warnings(dataclasses.replace(manifest, kernels=(tuned,)), ["recurrent_kernel:BK=16,32"]) == [
+        f"{name}'s constexpr 'BK' is set by its triton.autotune configs: widening it adds variants no config launches"]
+    # the command prints them and still writes the manifest (a static_range bound takes any int)
+    write_manifest(manifest, tmp_path / "m.json")
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(app, ["manifest", "widen", "m.json", "--axis", "recurrent_kernel:BK=16..18", "-o",
+                                    "w.json"])
+    assert done.exit_code == 0, done.output
+    assert f"zerojit manifest widen: warning: {name}'s constexpr 'BK' sets a shape" in done.output
+    assert len(read_manifest(tmp_path / "w.json").kernels[0].specializations) == 3
+
+
 # ---------------------------------------------------------------------------------------------
 # The report: shapes, bools, configuration vs growth
 # ---------------------------------------------------------------------------------------------

@@ -1430,7 +1430,7 @@ def manifest_widen(
 
     from zerojit.manifest import read_manifest
     from zerojit.reports import count
-    from zerojit.widen import WidenError, estimate_seconds, new_specializations, widen
+    from zerojit.widen import WidenError, estimate_seconds, new_specializations, widen, widen_warnings
 
     _check_input_file("manifest widen", "manifest", manifest)
     _check_output_file("manifest widen", "--output", output)
@@ -1439,6 +1439,8 @@ def manifest_widen(
         after = widen(before, axis)
     except WidenError as e:
         _refuse("manifest widen", str(e))
+    for warning in widen_warnings(before, axis):
+        typer.echo(f"zerojit manifest widen: warning: {warning}", err=True)
     added = new_specializations(before, after)
     _write_output("manifest widen", "--output", output, json.dumps(after.to_dict(), indent=1) + "\n")
     seconds, how = estimate_seconds(added)

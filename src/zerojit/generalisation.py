@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .manifest import KernelRecord, Manifest
-from .widen import WidenError, new_specializations, suggested_values, widen, widen_command
+from .widen import WidenError, new_specializations, suggested_values, tuned_parameters, widen, widen_command
 
 __all__ = ["Growth", "Setting", "growth", "settings", "growth_report", "bounded_together", "tuned_parameters"]
 
@@ -118,13 +118,6 @@ def _words(entry: tuple[str, Any], constexpr: bool) -> str:
     if ty.startswith("*"):
         return f"{ty} {'16-byte aligned' if attr == 'D' else 'not 16-byte aligned'}"
     return ty
-
-
-def tuned_parameters(record: KernelRecord) -> tuple[str, ...]:
-    """The constexprs a ``triton.autotune`` config of ``record`` sets (its recorded
-    ``autotune_config``s): the tuner's config space, compiled whole, which no workload grows."""
-    found = {name for s in record.specializations if s.autotune_config for name, _ in s.autotune_config}
-    return tuple(p for p in record.constexprs if p in found)
 
 
 def _recorded(record: KernelRecord) -> list:
