@@ -256,7 +256,38 @@ def test_the_report_offers_widen_for_each_growing_constexpr_and_a_runtime_int_on
     assert "recurrent_kernel:USE_G=true,false" in found["USE_G"].widen
     text = growth_report(manifest, "m.json")
     [bk_line] = [line for line in text.splitlines() if "'BK'" in line]
-    assert "do_not_specialize" not in bk_line and "stays a constexpr" in bk_line
+    assert "do_not_specialize" not in bk_line
+    assert bk_line.endswith("(adds 4 variants); it sets a shape or a static loop bound, so it stays a constexpr")
+
+
+def test_the_report_offers_no_bound_that_saves_nothing_and_counts_one_variant_in_the_singular(
+        kernels, compile_only_target):
+    fn = kernels.recurrent_kernel
+    x, out = torch.zeros(64), torch.zeros(64)
+
+    def record(calls):
+        recorder = Recorder().install()
+        try:
+            for n, b in calls:
+                fn[(1,)](x, out, n, 4, B=b, H=4, BK=16, NP2=16, SCALE=2, USE_G=False)
+        finally:
+            recorder.uninstall()
+        return recorder.manifest(["python", "app.py"])
+
+    # n (divisible by 16, then not) varies only with B: bounding either alone leaves 2 variants
+    text = growth_report(record([(64, 1), (100, 2)]), "m.json")
+    lines = text.splitlines()
+    name = f"{kernels.__name__}.recurrent_kernel"
+    assert lines[0] == ("generalisation: 2 parameter(s) make the key space grow with the workload (1 not listed: "
+                        "bounding it alone saves nothing):")
+    assert lines[1] == (f"  {name}: constexpr parameter 'B' took 2 values (1, 2): warm every value with `zerojit "
+                        "manifest widen m.json --axis recurrent_kernel:B=1..2 -o m-widened.json` (adds 2 variants)")
+    assert lines[2] == f"  {name}: 'n', 'B' bounded together: 2 -> 1 variants (saves 1)"
+    assert "saves 0" not in text and "'n' took" not in text and len(lines) == 3
+    # B = 1, 2, 4 widened to 1..4 adds the 3 alone
+    [b_line] = [line for line in growth_report(record([(64, 1), (64, 2), (64, 4)]), "m.json").splitlines()
+                if "'B'" in line]
+    assert "(adds 1 variant); or, if it follows the request" in b_line and b_line.endswith("3 -> 1 variants (saves 2)")
 
 
 def test_a_value_constant_within_each_run_is_configuration_not_growth(kernels, compile_only_target):
