@@ -414,7 +414,8 @@ def test_the_estimate_takes_each_kernels_own_remembered_compiles_else_all(tmp_pa
     # k_one: median of its own 1, 3, 2 = 2.0; k_two: none of its own, median of all five = 3.0
     assert seconds == 4 * 2.0 + 1 * 3.0
     assert "m.k_one: 4 x 2.00 s (median of its 3 remembered compiles)" in how
-    assert "m.k_two: 1 x 3.00 s (median of all remembered compiles)" in how
+    assert how.endswith("m.k_two: 1 x 3.00 s (none of its own remembered: the median of other kernels' compiles, "
+                        "which may be far off for this one (a heavy kernel can take 10x as long))")
     assert estimate_seconds({"m.k_one": 4}, remembered={}, folder=str(tmp_path))[0] is None
 
 

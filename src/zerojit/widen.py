@@ -312,7 +312,8 @@ def estimate_seconds(counts: Mapping[str, int], *, remembered: Mapping[str, floa
     worker, from the compile seconds this Triton install remembers (``remembered``, default
     :func:`zerojit.cache.remembered_compile_seconds`: entry folder -> seconds): per kernel the
     median of its remembered entries (found in the cache folder ``folder``, default Triton's, by
-    their metadata file, named after the function), else the median over everything remembered.
+    their metadata file, named after the function), else the median over everything remembered,
+    which the words say may be far off (a heavy kernel compiles 10x longer than the median).
     Returns the seconds (None when nothing is remembered) and how they were estimated, in words."""
     remembered = remembered_compile_seconds() if remembered is None else remembered
     if not remembered:
@@ -325,7 +326,9 @@ def estimate_seconds(counts: Mapping[str, int], *, remembered: Mapping[str, floa
         own = [s for entry, s in remembered.items() if os.path.exists(os.path.join(folder, entry, file))]
         each = statistics.median(own) if own else overall
         total += n * each
-        words.append(f"{name}: {n} x {each:.2f} s ({f'median of its {len(own)} remembered compiles' if own else 'median of all remembered compiles'})")
+        how = (f"median of its {len(own)} remembered compiles" if own else "none of its own remembered: the median "
+               "of other kernels' compiles, which may be far off for this one (a heavy kernel can take 10x as long)")
+        words.append(f"{name}: {n} x {each:.2f} s ({how})")
     return total, "; ".join(words)
 
 
