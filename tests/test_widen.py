@@ -8,6 +8,7 @@ specializations, and each int class from Triton's own binder on every value of t
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import uuid
 
@@ -185,6 +186,11 @@ def test_the_command_refuses_an_unknown_kernel_or_parameter_in_one_line(kernels,
     assert done.exit_code == 0, done.output
     assert "wrote w.json: 2 new variants" in done.output and "estimated compile time:" in done.output
     assert len(read_manifest(tmp_path / "w.json").kernels[0].specializations) == 4
+    # -o -: the manifest alone on stdout, the summary on stderr, naming no file
+    done = CliRunner().invoke(app, ["manifest", "widen", "m.json", "--axis", "recurrent_kernel:B=1..4", "-o", "-"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == read_manifest(tmp_path / "w.json").to_dict()
+    assert done.stderr.startswith(f"wrote the widened manifest to stdout: 2 new variants of {kernels.__name__}.")
 
 
 def test_widen_warns_of_shape_values_not_powers_of_two_and_of_tuned_constexprs(kernels, compile_only_target,

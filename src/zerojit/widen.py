@@ -326,8 +326,9 @@ def estimate_seconds(counts: Mapping[str, int], *, remembered: Mapping[str, floa
         own = [s for entry, s in remembered.items() if os.path.exists(os.path.join(folder, entry, file))]
         each = statistics.median(own) if own else overall
         total += n * each
-        how = (f"median of its {len(own)} remembered compiles" if own else "none of its own remembered: the median "
-               "of other kernels' compiles, which may be far off for this one (a heavy kernel can take 10x as long)")
+        how = (f"median of its {len(own)} remembered compiles" if own else
+               "none of its own remembered: the median of other kernels' compiles, which may be far off for this "
+               "one (a heavy kernel can take 10x as long)")
         words.append(f"{name}: {n} x {each:.2f} s ({how})")
     return total, "; ".join(words)
 
