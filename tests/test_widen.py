@@ -8,6 +8,7 @@ specializations, and each int class from Triton's own binder on every value of t
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import uuid
 
@@ -175,7 +176,8 @@ def test_the_command_refuses_an_unknown_kernel_or_parameter_in_one_line(kernels,
     for axis, words in [("nope:B=1..4", f"holds no kernel 'nope'; it holds {kernels.__name__}.recurrent_kernel"),
                         ("recurrent_kernel:Q=1..4", "has no parameter 'Q'; its parameters: x_ptr, out_ptr, n, T, B,"),
                         ("recurrent_kernel:x_ptr=1", "'x_ptr' is no int"),
-                        ("recurrent_kernel:B", "is not KERNEL:PARAM=VALUES")]:
+                        ("recurrent_kernel:B", "is not KERNEL:PARAM=VALUES"),
+                        ("recurrent_kernel:B=5..1", "range '5..1' is empty (A..B needs A <= B)")]:
         done = run(axis)
         assert done.exit_code == 2, done.output
         assert words in done.output and "Traceback" not in done.output and len(done.output.splitlines()) == 1
@@ -184,6 +186,45 @@ def test_the_command_refuses_an_unknown_kernel_or_parameter_in_one_line(kernels,
     assert done.exit_code == 0, done.output
     assert "wrote w.json: 2 new variants" in done.output and "estimated compile time:" in done.output
     assert len(read_manifest(tmp_path / "w.json").kernels[0].specializations) == 4
+    # -o -: the manifest alone on stdout, the summary on stderr, naming no file
+    done = CliRunner().invoke(app, ["manifest", "widen", "m.json", "--axis", "recurrent_kernel:B=1..4", "-o", "-"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout) == read_manifest(tmp_path / "w.json").to_dict()
+    assert done.stderr.startswith(f"wrote the widened manifest to stdout: 2 new variants of {kernels.__name__}.")
+
+
+def test_widen_warns_of_shape_values_not_powers_of_two_and_of_tuned_constexprs(kernels, compile_only_target,
+                                                                              tmp_path, monkeypatch):
+    import dataclasses
+
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+    from zerojit.widen import widen_warnings
+
+    manifest = _record(kernels.recurrent_kernel, 4, [1])
+    name = f"{kernels.__name__}.recurrent_kernel"
+    assert manifest.kernels[0].shape_constexprs == ("BK", "NP2")  # BK: tl.arange(0, BK)
+    assert widen_warnings(manifest, ["recurrent_kernel:BK=16..18", "recurrent_kernel:B=3..5"]) == [
+        f"{name}'s constexpr 'BK' sets a shape or a static loop bound, and 17, 18 are not powers of two: a tl.arange "
+        "bound or a block shape needs a power of two (those variants will fail to compile), a tl.static_range bound "
+        "takes any int"]
+    assert widen_warnings(manifest, ["recurrent_kernel:BK=16,32,64", "recurrent_kernel:NP2=1..4"])[0].startswith(
+        f"{name}'s constexpr 'NP2' sets a shape or a static loop bound, and 3 is not a power of two:")
+    # an autotuned kernel's config sets BK: a widened value is one no config launches
+    [record] = manifest.kernels
+    tuned = dataclasses.replace(record, specializations=tuple(
+        dataclasses.replace(s, autotune_config=(("BK", 16),)) for s in record.specializations))
+    assert widen_warnings(dataclasses.replace(manifest, kernels=(tuned,)), ["recurrent_kernel:BK=16,32"]) == [
+        f"{name}'s constexpr 'BK' is set by its triton.autotune configs: widening it adds variants no config launches"]
+    # the command prints them and still writes the manifest (a static_range bound takes any int)
+    write_manifest(manifest, tmp_path / "m.json")
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(app, ["manifest", "widen", "m.json", "--axis", "recurrent_kernel:BK=16..18", "-o",
+                                    "w.json"])
+    assert done.exit_code == 0, done.output
+    assert f"zerojit manifest widen: warning: {name}'s constexpr 'BK' sets a shape" in done.output
+    assert len(read_manifest(tmp_path / "w.json").kernels[0].specializations) == 3
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +262,38 @@ def test_the_report_offers_widen_for_each_growing_constexpr_and_a_runtime_int_on
     assert "recurrent_kernel:USE_G=true,false" in found["USE_G"].widen
     text = growth_report(manifest, "m.json")
     [bk_line] = [line for line in text.splitlines() if "'BK'" in line]
-    assert "do_not_specialize" not in bk_line and "stays a constexpr" in bk_line
+    assert "do_not_specialize" not in bk_line
+    assert bk_line.endswith("(adds 4 variants); it sets a shape or a static loop bound, so it stays a constexpr")
+
+
+def test_the_report_offers_no_bound_that_saves_nothing_and_counts_one_variant_in_the_singular(
+        kernels, compile_only_target):
+    fn = kernels.recurrent_kernel
+    x, out = torch.zeros(64), torch.zeros(64)
+
+    def record(calls):
+        recorder = Recorder().install()
+        try:
+            for n, b in calls:
+                fn[(1,)](x, out, n, 4, B=b, H=4, BK=16, NP2=16, SCALE=2, USE_G=False)
+        finally:
+            recorder.uninstall()
+        return recorder.manifest(["python", "app.py"])
+
+    # n (divisible by 16, then not) varies only with B: bounding either alone leaves 2 variants
+    text = growth_report(record([(64, 1), (100, 2)]), "m.json")
+    lines = text.splitlines()
+    name = f"{kernels.__name__}.recurrent_kernel"
+    assert lines[0] == ("generalisation: 2 parameter(s) make the key space grow with the workload (1 not listed: "
+                        "bounding it alone saves nothing):")
+    assert lines[1] == (f"  {name}: constexpr parameter 'B' took 2 values (1, 2): warm every value with `zerojit "
+                        "manifest widen m.json --axis recurrent_kernel:B=1..2 -o m-widened.json` (adds 2 variants)")
+    assert lines[2] == f"  {name}: 'n', 'B' bounded together: 2 -> 1 variants (saves 1)"
+    assert "saves 0" not in text and "'n' took" not in text and len(lines) == 3
+    # B = 1, 2, 4 widened to 1..4 adds the 3 alone
+    [b_line] = [line for line in growth_report(record([(64, 1), (64, 2), (64, 4)]), "m.json").splitlines()
+                if "'B'" in line]
+    assert "(adds 1 variant); or, if it follows the request" in b_line and b_line.endswith("3 -> 1 variants (saves 2)")
 
 
 def test_a_value_constant_within_each_run_is_configuration_not_growth(kernels, compile_only_target):
@@ -348,7 +420,8 @@ def test_the_estimate_takes_each_kernels_own_remembered_compiles_else_all(tmp_pa
     # k_one: median of its own 1, 3, 2 = 2.0; k_two: none of its own, median of all five = 3.0
     assert seconds == 4 * 2.0 + 1 * 3.0
     assert "m.k_one: 4 x 2.00 s (median of its 3 remembered compiles)" in how
-    assert "m.k_two: 1 x 3.00 s (median of all remembered compiles)" in how
+    assert how.endswith("m.k_two: 1 x 3.00 s (none of its own remembered: the median of other kernels' compiles, "
+                        "which may be far off for this one (a heavy kernel can take 10x as long))")
     assert estimate_seconds({"m.k_one": 4}, remembered={}, folder=str(tmp_path))[0] is None
 
 

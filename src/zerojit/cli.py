@@ -1431,13 +1431,16 @@ def manifest_widen(
     output: str = typer.Option(..., "-o", "--output", metavar="MANIFEST",
                                help="the widened manifest to write ('-': standard output)"),
 ) -> None:
-    """Write MANIFEST with each recorded specialization of KERNEL repeated for every value of
-    PARAM on the axis: every value of a constexpr, every Triton class (equal to 1, divisible by
-    16, other; the int width) of a specialized int; several axes of one kernel as their cross
-    product; each new specialization once.
+    """Read MANIFEST and write to --output its copy with each recorded specialization of KERNEL
+    repeated for every value of PARAM on the axis: every value of a constexpr, every Triton class
+    (equal to 1, divisible by 16, other; the int width) of a specialized int; several axes of one
+    kernel as their cross product; each new specialization once.
 
     Prints the new variants and the compile time they are expected to take, from the compile
-    times this Triton install remembers. A kernel left with more than zerojit.keyspace's
+    times this Triton install remembers (to stderr with -o -, where stdout carries the manifest).
+    Warns, and writes all the same, of values that are not powers of two for a constexpr that
+    sets a shape or a static loop bound, and of a constexpr the kernel's triton.autotune configs
+    set. A kernel left with more than zerojit.keyspace's
     DEFAULT_KEY_BUDGET specializations is refused. Exit status: 0 written; 1 a corrupted
     manifest; 2 invalid input (an unknown or ambiguous KERNEL, an unknown PARAM or one widen
     cannot set, a malformed axis, a size above the budget, an output that cannot be written).
@@ -1446,7 +1449,7 @@ def manifest_widen(
 
     from zerojit.manifest import read_manifest
     from zerojit.reports import count
-    from zerojit.widen import WidenError, estimate_seconds, new_specializations, widen
+    from zerojit.widen import WidenError, estimate_seconds, new_specializations, widen, widen_warnings
 
     _check_input_file("manifest widen", "manifest", manifest)
     _check_output_file("manifest widen", "--output", output)
@@ -1455,12 +1458,15 @@ def manifest_widen(
         after = widen(before, axis)
     except WidenError as e:
         _refuse("manifest widen", str(e))
+    for warning in widen_warnings(before, axis):
+        typer.echo(f"zerojit manifest widen: warning: {warning}", err=True)
     added = new_specializations(before, after)
     _write_output("manifest widen", "--output", output, json.dumps(after.to_dict(), indent=1) + "\n",
                   owner_writes_only=bool(after.carries_source))
     seconds, how = estimate_seconds(added)
     total = sum(added.values())
-    typer.echo(f"wrote {output}: {count(total, 'new variant')}" + (f" of {', '.join(added)}" if added else ""))
+    wrote = "wrote the widened manifest to stdout" if output == "-" else f"wrote {output}"
+    typer.echo(f"{wrote}: {count(total, 'new variant')}" + (f" of {', '.join(added)}" if added else ""))
     if total:
         typer.echo(f"estimated compile time: {seconds:.1f} s on one worker ({how})" if seconds is not None
                    else f"estimated compile time: none: {how}")
@@ -1501,7 +1507,8 @@ def manifest_merge(
         _refuse("manifest merge", str(e))
     _write_output("manifest merge", "--output", output, json.dumps(merged.to_dict(), indent=1) + "\n",
                   owner_writes_only=bool(merged.carries_source))
-    typer.echo(f"wrote {output}: {count(len(merged.runs or ()), 'run')}, {count(len(merged.kernels), 'kernel')}, "
+    wrote = "wrote the merged manifest to stdout" if output == "-" else f"wrote {output}"
+    typer.echo(f"{wrote}: {count(len(merged.runs or ()), 'run')}, {count(len(merged.kernels), 'kernel')}, "
                f"{count(merged.num_specializations, 'specialization')}")
     if report:
         typer.echo(growth_report(merged, output if output != "-" else "MANIFEST"))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .manifest import KernelRecord, Manifest
-from .widen import WidenError, new_specializations, suggested_values, widen, widen_command
+from .widen import WidenError, new_specializations, suggested_values, tuned_parameters, widen, widen_command
 
 __all__ = ["Growth", "Setting", "growth", "settings", "growth_report", "bounded_together", "tuned_parameters"]
 
@@ -72,12 +72,15 @@ class Growth:
                 f"{'classes' if self.kind in ('int', 'pointer') else 'values'} ({', '.join(self.values)})")
         if self.widen is None:
             return f"{head}: {self.fix} bounds it; {self.variants} -> {self.bounded} variants (saves {self.saves})"
-        adds = "over the key budget" if self.widen_adds is None else f"adds {self.widen_adds} variants"
+        adds = ("over the key budget" if self.widen_adds is None
+                else f"adds {self.widen_adds} variant{'' if self.widen_adds == 1 else 's'}")
         text = f"{head}: warm every value with `{self.widen}` ({adds})"
         if self.fix is not None:
+            if not self.saves:  # it varies only with another parameter: bounding it alone saves nothing
+                return text
             return (text + f"; or, {self.fix}: {self.variants} -> {self.bounded} variants (saves {self.saves})")
-        if self.shape:
-            return text + "; it sets a shape (tl.arange, a block or tile size), so it stays a constexpr"
+        if self.shape:  # the manifest's shape_constexprs do not tell a tl.arange bound from a static_range one
+            return text + "; it sets a shape or a static loop bound, so it stays a constexpr"
         if self.kind == "constexpr":
             return text + ("; whether it could be a runtime int is not known (the manifest holds no shape analysis: "
                            "record it again)")
@@ -118,13 +121,6 @@ def _words(entry: tuple[str, Any], constexpr: bool) -> str:
     if ty.startswith("*"):
         return f"{ty} {'16-byte aligned' if attr == 'D' else 'not 16-byte aligned'}"
     return ty
-
-
-def tuned_parameters(record: KernelRecord) -> tuple[str, ...]:
-    """The constexprs a ``triton.autotune`` config of ``record`` sets (its recorded
-    ``autotune_config``s): the tuner's config space, compiled whole, which no workload grows."""
-    found = {name for s in record.specializations if s.autotune_config for name, _ in s.autotune_config}
-    return tuple(p for p in record.constexprs if p in found)
 
 
 def _recorded(record: KernelRecord) -> list:
@@ -258,15 +254,20 @@ def growth_report(manifest: Manifest, path: str = "MANIFEST") -> str:
                  f"{manifest.num_specializations} recorded specialization(s): the key space does not grow with this "
                  "workload"]
     else:
-        lines = [f"generalisation: {len(found)} parameter(s) make the key space grow with the workload:"]
-        lines += [f"  {g}" for g in found]
+        # a bound that saves nothing alone (the parameter varies only with others) is no suggestion:
+        # left out, and counted in the kernel's bounded-together line, where it may save
+        shown = [g for g in found if g.widen is not None or g.saves]
+        hidden = len(found) - len(shown)
+        lines = [f"generalisation: {len(found)} parameter(s) make the key space grow with the workload"
+                 + (f" ({hidden} not listed: bounding it alone saves nothing)" if hidden else "") + ":"]
+        lines += [f"  {g}" for g in shown]
         for record in manifest.kernels:
             mine = [g for g in found if g.kernel == record.name and g.fix is not None]
-            if len(mine) > 1:
-                left = bounded_together(record, mine)
-                total = len(_recorded(record))
-                lines.append(f"  {record.name}: all {len(mine)} bounded together: {total} -> {left} variants (saves "
-                             f"{total - left})")
+            left = bounded_together(record, mine) if len(mine) > 1 else None
+            total = len(_recorded(record))
+            if left is not None and left < total:
+                lines.append(f"  {record.name}: {', '.join(repr(g.parameter) for g in mine)} bounded together: {total} "
+                             f"-> {left} variants (saves {total - left})")
     if configured:
         runs = manifest.runs or ()
         lines.append(f"configuration: {len(configured)} parameter(s) constant within each of the {len(runs)} recorded "

@@ -37,8 +37,8 @@ from .keyspace import DEFAULT_KEY_BUDGET
 from .manifest import KernelRecord, Manifest, RecordedSpecialization
 from .specialization import classify, scalar_rep
 
-__all__ = ["WidenError", "Axis", "parse_axis", "find_kernel", "widen", "new_specializations", "estimate_seconds",
-           "suggested_values", "widen_command", "widened_path"]
+__all__ = ["WidenError", "Axis", "parse_axis", "find_kernel", "widen", "widen_warnings", "tuned_parameters",
+           "new_specializations", "estimate_seconds", "suggested_values", "widen_command", "widened_path"]
 
 _INT_TYPES = ("i32", "i64", "u64")
 # Triton's int widths by value range (zerojit.specialization): the pieces a range is sampled in
@@ -114,14 +114,14 @@ def parse_axis(text: str) -> Axis:
             if word.lower() in ("true", "false"):
                 items.append(word.lower() == "true")
             elif dots:
-                lo, hi = int(low), int(high)
-                if lo > hi:
-                    raise WidenError(f"axis {text!r}: range {word!r} is empty (A..B needs A <= B)")
-                items.append((lo, hi))
+                items.append((int(low), int(high)))
             else:
                 items.append(int(word))
         except ValueError:
             raise WidenError(f"axis {text!r}: {word!r} is no int, A..B range, true or false") from None
+        # checked outside the try, which would take this WidenError (a ValueError) for a bad word
+        if isinstance(items[-1], tuple) and items[-1][0] > items[-1][1]:
+            raise WidenError(f"axis {text!r}: range {word!r} is empty (A..B needs A <= B)")
     if len({isinstance(i, bool) for i in items}) > 1:
         raise WidenError(f"axis {text!r} mixes bools and ints")
     return Axis(kernel, parameter, tuple(items))
@@ -225,6 +225,44 @@ def widen(manifest: Manifest, axes: Iterable[Axis | str], *, budget: int = DEFAU
     return dataclasses.replace(manifest, kernels=tuple(kernels))
 
 
+def tuned_parameters(record: KernelRecord) -> tuple[str, ...]:
+    """The constexprs a ``triton.autotune`` config of ``record`` sets (its recorded
+    ``autotune_config``s): the tuner's config space, compiled whole, which no workload grows."""
+    found = {name for s in record.specializations if s.autotune_config for name, _ in s.autotune_config}
+    return tuple(p for p in record.constexprs if p in found)
+
+
+def widen_warnings(manifest: Manifest, axes: Iterable[Axis | str]) -> list[str]:
+    """What may be wrong with widening ``manifest`` by ``axes`` (each valid for :func:`widen`),
+    one line each, not refused:
+
+    * a constexpr that sets a shape or a static loop bound (the kernel's ``shape_constexprs``)
+      given values that are not powers of two: ``tl.arange`` bounds and block shapes take powers
+      of two only (Triton: "arange's range must be a power of 2"), a ``tl.static_range`` bound
+      any int, and the manifest does not tell which;
+    * a constexpr a ``triton.autotune`` config sets (:func:`tuned_parameters`): the launches take
+      its value from the configs, so a value none of them has is compiled for nothing."""
+    found = []
+    for axis in axes:
+        axis = parse_axis(axis) if isinstance(axis, str) else axis
+        record = find_kernel(manifest, axis.kernel)
+        name, where = axis.parameter, f"{record.name}'s constexpr {axis.parameter!r}"
+        if name not in record.constexprs or isinstance(axis.items[0], bool):
+            continue
+        if name in (record.shape_constexprs or ()):
+            odd = [v for v in axis.values() if v < 1 or v & (v - 1)]
+            if odd:
+                shown = ", ".join(map(str, odd[:8])) + (f", ... ({len(odd)} in all)" if len(odd) > 8 else "")
+                found.append(f"{where} sets a shape or a static loop bound, and {shown} "
+                             f"{'is not a power' if len(odd) == 1 else 'are not powers'} of two: a tl.arange bound "
+                             "or a block shape needs a power of two (those variants will fail to compile), a "
+                             "tl.static_range bound takes any int")
+        if name in tuned_parameters(record):
+            found.append(f"{where} is set by its triton.autotune configs: widening it adds variants no config "
+                         "launches")
+    return found
+
+
 def _widened(record: KernelRecord, axes: Sequence[Axis], budget: int) -> KernelRecord:
     sets = [_choices(record, axis) for axis in axes]
     product = math.prod(len(choices) for _, choices in sets)
@@ -274,7 +312,8 @@ def estimate_seconds(counts: Mapping[str, int], *, remembered: Mapping[str, floa
     worker, from the compile seconds this Triton install remembers (``remembered``, default
     :func:`zerojit.cache.remembered_compile_seconds`: entry folder -> seconds): per kernel the
     median of its remembered entries (found in the cache folder ``folder``, default Triton's, by
-    their metadata file, named after the function), else the median over everything remembered.
+    their metadata file, named after the function), else the median over everything remembered,
+    which the words say may be far off (a heavy kernel compiles 10x longer than the median).
     Returns the seconds (None when nothing is remembered) and how they were estimated, in words."""
     remembered = remembered_compile_seconds() if remembered is None else remembered
     if not remembered:
@@ -287,7 +326,10 @@ def estimate_seconds(counts: Mapping[str, int], *, remembered: Mapping[str, floa
         own = [s for entry, s in remembered.items() if os.path.exists(os.path.join(folder, entry, file))]
         each = statistics.median(own) if own else overall
         total += n * each
-        words.append(f"{name}: {n} x {each:.2f} s ({f'median of its {len(own)} remembered compiles' if own else 'median of all remembered compiles'})")
+        how = (f"median of its {len(own)} remembered compiles" if own else
+               "none of its own remembered: the median of other kernels' compiles, which may be far off for this "
+               "one (a heavy kernel can take 10x as long)")
+        words.append(f"{name}: {n} x {each:.2f} s ({how})")
     return total, "; ".join(words)
 
 
