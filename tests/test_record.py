@@ -642,8 +642,8 @@ print("ran")
 def test_a_kernel_defined_in_a_function_of_main_is_named_when_recorded_and_its_miss_says_why(tmp_path):
     # (a kernel at the top level of __main__ is carried by its source: test_script_kernels)
     (tmp_path / "app.py").write_text(MAIN_KERNEL)
-    why = ("defined in the program's __main__ (the script itself), which cannot be imported before the program runs: "
-           "move the kernel into a module the script imports, then record the program again")
+    why = ("defined inside a function of the program's __main__ (the script itself), which does not exist before the "
+           "program runs: move the kernel to the script's top level, then record the program again")
     name = "__main__.make.<locals>.main_kernel"
     rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], tmp_path / "c", tmp_path)
     assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr

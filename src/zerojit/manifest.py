@@ -815,18 +815,22 @@ def recorded_kernel_class(jit_fn: Any, name: str, record: KernelRecord, base: ty
 
 def unimportable(record: KernelRecord) -> str | None:
     """Why no warm-up can import ``record``'s function, wherever it runs, or None: it is defined
-    inside a function, or in the program's ``__main__`` (the script itself) without a usable
-    :attr:`~KernelRecord.program_source` (none recorded, or a global it could not carry), which do
-    not exist before the program runs. A ``__main__`` function with one is rebuilt from it
-    (:func:`warmup_plan`): None. The reason says what to change."""
-    if "<locals>" not in record.qualname and record.program_source is not None:
+    inside a function (of a module, or of the program's ``__main__``), or at the top level of
+    ``__main__`` (the script itself) without a usable :attr:`~KernelRecord.program_source` (none
+    recorded, or a global it could not carry), which do not exist before the program runs. A
+    top-level ``__main__`` function with one is rebuilt from it (:func:`warmup_plan`): None. The
+    reason says what to change (for a function of ``__main__``: moving it to the script's top level)."""
+    if "<locals>" in record.qualname:
+        where = ("inside a function of the program's __main__ (the script itself)" if record.module == "__main__"
+                 else "inside a function")
+        to = "the script's top level" if record.module == "__main__" else "a module's top level"
+        return (f"defined {where}, which does not exist before the program runs: move the kernel to {to}, then "
+                "record the program again")
+    if record.program_source is not None:
         return _script.skipped_reason(record.program_source)
     if record.module == "__main__":
         return ("defined in the program's __main__ (the script itself), which cannot be imported before the program "
                 "runs: move the kernel into a module the script imports, then record the program again")
-    if "<locals>" in record.qualname:
-        return ("defined inside a function, which cannot be imported before the program runs: move the kernel to a "
-                "module's top level, then record the program again")
     return None
 
 
