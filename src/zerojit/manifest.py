@@ -55,8 +55,8 @@ __all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "Mani
            "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
-            "decode_exact", "encode_specialization", "encode_config", "unimportable", "SOURCE_CHANGED", "source_changed",
-           "note_unbound", "unbound_reason", "RecordedTuning", "restore_tunings",
+            "decode_exact", "encode_specialization", "encode_config", "unimportable",
+           "SOURCE_CHANGED", "source_changed", "note_unbound", "unbound_reason", "RecordedTuning", "restore_tunings",
            "TensorLaunch", "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner", "RecordedRun", "restore_record_tunings"]
 
 #: The ``format`` field of every manifest.
@@ -99,9 +99,9 @@ def source_changed(now: str, recorded: str, compared: str | None = None) -> str:
     function's source, its starting line, the functions it calls and the globals it reads (a
     ``BLOCK = tl.constexpr(256)`` above it), so the reason lists each."""
     where = f"; compared: {compared}" if compared else ""
-    return (f"{SOURCE_CHANGED} (source hash {now[:12]}... differs from the recorded {recorded[:12]}...: its source, its "
-            f"starting line (a line added or removed above it counts), a function it calls or a global it reads "
-            f"changed{where}): record the program again")
+    return (f"{SOURCE_CHANGED} (source hash {now[:12]}... differs from the recorded {recorded[:12]}...: its "
+            "source, its starting line (a line added or removed above it counts), a function it calls or a global it "
+            f"reads changed{where}): record the program again")
 
 
 # The program's functions a manifest recorded that zerojit exec could not bind to their warmed
