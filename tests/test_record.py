@@ -350,7 +350,7 @@ def _edited(manifest: Manifest, **changes) -> Manifest:
 def test_kernels_that_cannot_be_warmed_are_skipped_per_kernel(kernels, compile_only_target, tmp_path):
     good = _record(kernels.add_one_kernel)
     cases = {
-        "changed": (_edited(good, source_hash="0" * 64), "its source or a function it calls changed"),
+        "changed": (_edited(good, source_hash="0" * 64), "its source changed since recording (source hash "),
         "gone": (_edited(good, module="zj_no_such_module"), "module 'zj_no_such_module' does not import"),
         "main": (_edited(good, module="__main__"), "defined in the program's __main__"),
     }
@@ -642,8 +642,8 @@ print("ran")
 def test_a_kernel_defined_in_a_function_of_main_is_named_when_recorded_and_its_miss_says_why(tmp_path):
     # (a kernel at the top level of __main__ is carried by its source: test_script_kernels)
     (tmp_path / "app.py").write_text(MAIN_KERNEL)
-    why = ("defined in the program's __main__ (the script itself), which cannot be imported before the program runs: "
-           "move the kernel into a module the script imports, then record the program again")
+    why = ("defined inside a function of the program's __main__ (the script itself), which does not exist before the "
+           "program runs: move the kernel to the script's top level, then record the program again")
     name = "__main__.make.<locals>.main_kernel"
     rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py"], tmp_path / "c", tmp_path)
     assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr
@@ -653,7 +653,7 @@ def test_a_kernel_defined_in_a_function_of_main_is_named_when_recorded_and_its_m
     run = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--", "python", "app.py"], tmp_path / "c", tmp_path)
     assert run.returncode == 1 and "ran" not in run.stdout and "Traceback" not in run.stderr, run.stderr
     assert f"  SKIPPED {name}: {why}\n" in run.stderr
-    assert f"'main_kernel' is in the manifest, but its warm-up skipped it: {why}" in run.stderr
+    assert f"the manifest recorded it, but its warm-up skipped it: {why}" in run.stderr
     assert "no manifest warmed it" not in run.stderr
 
 
@@ -770,8 +770,8 @@ def test_autotune_choices_recorded_are_restored_by_exec_so_nothing_benchmarks(tm
     kernel_file = tmp_path / f"{module}.py"
     kernel_file.write_text(kernel_file.read_text() + "    pass  # edited after recording\n")
     ran = _zerojit(["exec", "--manifest", "m.json", "--", "python", "app.py"], cache, tmp_path)
-    assert ran.returncode == 1 and "the manifest's warm-up skipped the kernel, so none of its recorded tuning choices " \
-        "was restored: source hash" in ran.stderr, ran.stderr
+    assert ran.returncode == 1 and "none of its recorded tuning choices was restored: the manifest recorded it, but " \
+        "its source changed since recording (source hash" in ran.stderr, ran.stderr
 
 
 def test_an_autotuner_of_several_configs_records_every_config_under_compile_only(kernels, compile_only_target, tmp_path):
@@ -856,9 +856,15 @@ def test_exec_imports_the_programs_own_copy_and_source_checks_its_file(recorded_
     run = _zerojit(["exec", "--manifest", str(root / "m.json"), "--no-progress", "--", "python", "copy/app.py", "100"],
                    cache, tmp_path)
     assert f"kernel module {kern}\n" in run.stdout, run.stdout + run.stderr  # python's own choice: the copy's
-    assert f"SKIPPED {module}.add_kernel: source hash" in run.stderr
-    assert f"(its source or a function it calls changed since recording; compared: {kern})" in run.stderr
+    assert f"SKIPPED {module}.add_kernel: its source changed since recording (source hash " in run.stderr
+    causes = ("its source, its starting line (a line added or removed above it counts), a function it calls or a "
+              f"global it reads changed; compared: {kern}): record the program again")
+    assert causes in run.stderr
     assert run.returncode == 1 and "ran" not in run.stdout  # its launch compiles: blocked in error mode
+    # the blocked compile says why, as the warm-up did (not "no manifest warmed it"), its arguments once
+    assert "  the manifest recorded it, but its source changed since recording (source hash " in run.stderr
+    assert run.stderr.count(causes) == 3 and "no manifest warmed it" not in run.stderr  # SKIPPED, log line, error
+    assert run.stderr.count("runtime specialization") == 1, run.stderr
 
 
 def _launch_line(root) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import shutil
 
@@ -127,9 +128,19 @@ def test_a_line_inserted_above_a_kernel_names_it_as_changed_and_triton_compiles_
     assert run.returncode == 1 and "ran" not in run.stdout and "Traceback" not in run.stderr, run.stderr
     notes = [line for line in run.stderr.splitlines() if "not warmed" in line]
     assert len(notes) == 1, run.stderr
-    assert notes[0].startswith("zerojit exec: __main__.even_kernel: not warmed: its source hash "), run.stderr
-    assert "a line added or removed above it counts" in notes[0]
+    why = ("its source changed since recording (source hash {}... differs from the recorded {}...: its source, its "
+           "starting line (a line added or removed above it counts), a function it calls or a global it reads "
+           "changed): record the program again")
+    was = next(k["source_hash"] for k in json.loads(manifest.read_text())["kernels"] if k["qualname"] == "even_kernel")
+    now = re.search(r"its source changed since recording \(source hash ([0-9a-f]{12})\.\.\.", notes[0]).group(1)
+    assert now != was[:12]
+    assert notes == [f"zerojit exec: __main__.even_kernel: not warmed (Triton compiles it at run time): "
+                     f"{why.format(now, was[:12])}"], run.stderr
+    # the blocked compile gives the same reason (not "no manifest warmed it"), its arguments once
     assert "would compile at run time" in run.stderr and "'even_kernel'" in run.stderr
+    assert f"  the manifest recorded it, but {why.format(now, was[:12])}\n" in run.stderr
+    assert "no manifest warmed it" not in run.stderr and "launched raw" not in run.stderr
+    assert run.stderr.count("x_ptr: *fp32") == 1 and run.stderr.count("runtime specialization") == 1, run.stderr
     data = json.loads(out.read_text())
     # scale_kernel (unchanged) was bound and hit; even_kernel's first launch was blocked
     assert (data["launches"], data["runtime_compiles"], data["blocked"]) == (1, 1, 1)

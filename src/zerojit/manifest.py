@@ -55,7 +55,8 @@ __all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "Mani
            "KernelRecord",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
-            "decode_exact", "encode_specialization", "encode_config", "unimportable", "RecordedTuning", "restore_tunings",
+            "decode_exact", "encode_specialization", "encode_config", "unimportable",
+           "SOURCE_CHANGED", "source_changed", "note_unbound", "unbound_reason", "RecordedTuning", "restore_tunings",
            "TensorLaunch", "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner", "RecordedRun", "restore_record_tunings"]
 
 #: The ``format`` field of every manifest.
@@ -85,6 +86,44 @@ class ManifestSkip:
 
     def __str__(self) -> str:  # (the report's line reads "SKIPPED kernel: reason")
         return f"{self.kernel}: {self.reason}"
+
+
+SOURCE_CHANGED = "its source changed since recording"  #: how every source-changed reason begins (the monitor's cue)
+
+
+def source_changed(now: str, recorded: str, compared: str | None = None) -> str:
+    """Why a recorded function whose source hash (Triton's ``cache_key``) is ``now``, not the
+    ``recorded`` one, is not warmed, naming the file ``compared`` where given: the
+    :class:`ManifestSkip` reason of :func:`warmup_plan` and of ``zerojit exec``'s binding of a
+    ``__main__`` function (:mod:`zerojit.recording`). Triton's ``cache_key`` covers the
+    function's source, its starting line, the functions it calls and the globals it reads (a
+    ``BLOCK = tl.constexpr(256)`` above it), so the reason lists each."""
+    where = f"; compared: {compared}" if compared else ""
+    return (f"{SOURCE_CHANGED} (source hash {now[:12]}... differs from the recorded {recorded[:12]}...: its "
+            "source, its starting line (a line added or removed above it counts), a function it calls or a global it "
+            f"reads changed{where}): record the program again")
+
+
+# The program's functions a manifest recorded that zerojit exec could not bind to their warmed
+# variants (their source changed since recording): id -> (the function, why), for the monitor's
+# explanation of their runtime compiles (a table here: recording and the monitor both import it).
+_UNBOUND: dict[int, tuple[Any, str]] = {}
+
+
+def note_unbound(jit_fn: Any, reason: str | None) -> None:
+    """Record why the program's function ``jit_fn``, which a manifest recorded, was not bound to
+    its warmed variants (``reason``: a clause, "its source changed since recording (...)"), or
+    forget it (None); :func:`unbound_reason` gives it back."""
+    if reason is None:
+        _UNBOUND.pop(id(jit_fn), None)
+    else:
+        _UNBOUND[id(jit_fn)] = (jit_fn, reason)  # (the function is kept: its id stays its own)
+
+
+def unbound_reason(jit_fn: Any) -> str | None:
+    """Why ``jit_fn``, which a manifest recorded, was not bound (:func:`note_unbound`), or None."""
+    entry = _UNBOUND.get(id(jit_fn))
+    return entry[1] if entry is not None and entry[0] is jit_fn else None
 
 
 def encode_value(value: Any) -> Any:
@@ -821,18 +860,22 @@ def recorded_kernel_class(jit_fn: Any, name: str, record: KernelRecord, base: ty
 
 def unimportable(record: KernelRecord) -> str | None:
     """Why no warm-up can import ``record``'s function, wherever it runs, or None: it is defined
-    inside a function, or in the program's ``__main__`` (the script itself) without a usable
-    :attr:`~KernelRecord.program_source` (none recorded, or a global it could not carry), which do
-    not exist before the program runs. A ``__main__`` function with one is rebuilt from it
-    (:func:`warmup_plan`): None. The reason says what to change."""
-    if "<locals>" not in record.qualname and record.program_source is not None:
+    inside a function (of a module, or of the program's ``__main__``), or at the top level of
+    ``__main__`` (the script itself) without a usable :attr:`~KernelRecord.program_source` (none
+    recorded, or a global it could not carry), which do not exist before the program runs. A
+    top-level ``__main__`` function with one is rebuilt from it (:func:`warmup_plan`): None. The
+    reason says what to change (for a function of ``__main__``: moving it to the script's top level)."""
+    if "<locals>" in record.qualname:
+        where = ("inside a function of the program's __main__ (the script itself)" if record.module == "__main__"
+                 else "inside a function")
+        to = "the script's top level" if record.module == "__main__" else "a module's top level"
+        return (f"defined {where}, which does not exist before the program runs: move the kernel to {to}, then "
+                "record the program again")
+    if record.program_source is not None:
         return _script.skipped_reason(record.program_source)
     if record.module == "__main__":
         return ("defined in the program's __main__ (the script itself), which cannot be imported before the program "
                 "runs: move the kernel into a module the script imports, then record the program again")
-    if "<locals>" in record.qualname:
-        return ("defined inside a function, which cannot be imported before the program runs: move the kernel to a "
-                "module's top level, then record the program again")
     return None
 
 
@@ -973,7 +1016,7 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
     recorded folder's. A ``__main__`` kernel is rebuilt from its ``program_source`` (all of them
     in one namespace). A kernel is skipped when its function does not import (or rebuild) any
     more, is defined inside a function or in ``__main__`` without a usable ``program_source``, or
-    its source hash differs from the recorded one (its source or a dependency changed). A
+    its source hash differs from the recorded one (:func:`source_changed`). A
     specialization is skipped when it holds a value a manifest cannot
     reproduce. Nothing raises for one kernel's problem.
 
@@ -1004,9 +1047,7 @@ def warmup_plan(manifest: Manifest, *, where: str = "manifest",
         if now != record.source_hash:
             compared = ("its program_source, rebuilt" if record.program_source is not None
                         else _module_file(record.module))
-            skipped.append(ManifestSkip(record.name, f"source hash {now[:12]}... differs from the recorded "
-                                        f"{record.source_hash[:12]}... (its source or a function it calls changed "
-                                        f"since recording; compared: {compared}): record the program again"))
+            skipped.append(ManifestSkip(record.name, source_changed(now, record.source_hash, compared)))
             continue
         if _tc.parameter_names(jit_fn) != record.parameters:
             skipped.append(ManifestSkip(record.name, f"parameters {list(_tc.parameter_names(jit_fn))} differ from the "

@@ -45,8 +45,9 @@ How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
   warm-up (:meth:`~zerojit.kernel.TritonJitKernel.serve_library_path`). Raw launches of the
   functions a manifest warmed report there too under ``zerojit exec``
   (:func:`zerojit.recording.count_raw_launches`); a raw launch no manifest warmed is explained as
-  such (record the program, or, when a manifest warm-up skipped its function, why it did), not
-  as a dropped registration.
+  such (record the program, or, when a manifest recorded its function but its warm-up skipped it
+  or exec could not bind it, why: "the manifest recorded it, but its source changed since
+  recording"), not as a dropped registration.
 
 Error mode never degrades silently: another party that assigns Triton's ``jit_cache_hook`` or
 compile listener after install (a profiler, a tracer) does not take the monitor out; the
@@ -106,7 +107,7 @@ from . import registry as _registry
 from .context import allow_compiles, in_warmup
 from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
 from .kernel import TritonJitKernel
-from .manifest import RecordedKey
+from .manifest import SOURCE_CHANGED, RecordedKey, unbound_reason
 from .specialization import SpecClass
 from .widen import suggested_values, widen_command
 from .triton_compat import alignment_unspecialized_parameters, constexpr_parameters, guard_hook_assignments
@@ -414,9 +415,12 @@ class RuntimeCompile:
         widen: for a recorded kernel whose int or bool constexprs differ, the ``zerojit manifest
             widen`` command that warms their values (the warmed ones and this call's, rounded
             up: :func:`zerojit.widen.suggested_values`); None otherwise.
-        skipped: for a raw launch no manifest warmed, why the manifest warm-up that recorded its
-            function skipped it (``ManifestSkip.reason``, which says what to change); None when
-            no warm-up skipped it.
+        skipped: for a raw launch of a function a manifest recorded but nothing warmed, why (a
+            warm-up's ``ManifestSkip``, or ``zerojit exec``'s binding of a ``__main__`` function:
+            :func:`zerojit.manifest.note_unbound`), as a clause after "the manifest recorded it,
+            but": "its source changed since recording (...): record the program again", or "its
+            warm-up skipped it: " and the warm-up's reason; each says what to change. None when
+            no manifest recorded it.
         constexprs / alignment_unspecialized: the kernel's ``tl.constexpr`` parameters and those in
             ``do_not_specialize_on_alignment`` (for the words: "constexpr 1", "alignment not
             specialized").
@@ -451,7 +455,7 @@ class RuntimeCompile:
     def unwarmed_reason(self) -> str:
         """Why no key of this kernel was warmed, and what to do (for a miss without a nearest key)."""
         if self.unmigrated and self.skipped is not None:
-            return f"{self.kernel!r} is in the manifest, but its warm-up skipped it: {self.skipped}"
+            return f"the manifest recorded it, but {self.skipped}"
         if self.unmigrated:
             return (f"{self.kernel!r} is launched raw (not a zerojit kernel) and no manifest warmed it: record the "
                     "program (zerojit record -- CMD) and run it with zerojit exec --manifest, or migrate the kernel")
@@ -505,6 +509,8 @@ class RuntimeCompile:
             return (f"{what} of kernel {self.kernel!r}{when}: {'; '.join(self.difference_lines)} (nearest warmed "
                     f"variant: warm-up #{self.nearest_index} of {self.warmed_count})"
                     + (f"; warm it: {self.widen}" if self.widen else ""))
+        if self.unmigrated and self.skipped is not None and not self.no_warmup:  # no variant of it: why, not its key
+            return f"{what} of kernel {self.kernel!r}{when}: {self.unwarmed_reason}"
         text = f"{what} of kernel {self.kernel!r}{when} ({self.arguments})"
         if self.options:
             text += f" [{self.options}]"
@@ -542,7 +548,10 @@ class RuntimeCompile:
             head = f"zerojit: kernel {self.kernel!r} compiled at run time, after warm-up"
         if self.recorded and (self.differences or self.option_difference):
             return "\n".join([head, *self._recorded_lines()])
-        lines = [head, f"  Triton function: {self.function}"]
+        lines = [head]
+        if self.nearest_key is None and self.unmigrated and not self.no_warmup:
+            lines.append(f"  {self.unwarmed_reason}")  # why, first; the arguments below, once
+        lines.append(f"  Triton function: {self.function}")
         lines.append("  runtime specialization:")
         lines += [f"    {n}: {self._words(n, s)}" for n, s in zip(self.param_names, self.specialization)]
         if self.options:
@@ -550,7 +559,7 @@ class RuntimeCompile:
         if self.no_warmup:
             pass  # the head says why no key is warmed; there is no nearest one to name
         elif self.nearest_key is None and self.unmigrated:
-            lines.append(f"  {self.unwarmed_reason}")
+            pass  # said above
         elif self.nearest_key is None and self.registered_without_keys:
             lines.append(f"  no key of {self.kernel!r} was warmed: it was registered, but its get_warmup_keys returned "
                          "no key for the requests registered (an empty choices(), or requests that reach none): widen "
@@ -611,8 +620,9 @@ class RuntimeBenchmark:
         kernel: the kernel's name (zerojit's, else the ``triton.jit`` function's).
         tuning_key: the autotuner's tuning key (``key`` argument values, then argument dtypes).
         configs: how many configs the autotuner had to benchmark.
-        skipped: why a manifest warm-up skipped the kernel (``ManifestSkip.reason``: it was
-            neither warmed nor given its recorded tuning choices); None when none skipped it.
+        skipped: why the manifest that recorded the kernel did not warm it, so it was neither
+            warmed nor given its recorded tuning choices (as :attr:`RuntimeCompile.skipped`);
+            None when no manifest recorded it.
     """
 
     kernel: str
@@ -627,8 +637,8 @@ class RuntimeBenchmark:
     def explain(self, *, blocked: bool = False) -> str:
         verb = "blocked" if blocked else "ran"
         if self.skipped is not None:
-            return (f"{self.summary()} {verb} after warm-up: the manifest's warm-up skipped the kernel, so none of its "
-                    f"recorded tuning choices was restored: {self.skipped}")
+            return (f"{self.summary()} {verb} after warm-up: none of its recorded tuning choices was restored: the "
+                    f"manifest recorded it, but {self.skipped}")
         return (f"{self.summary()} {verb} after warm-up: wrap the kernel in a zerojit kernel class and warm it "
                 "(zerojit.autotune: an untuned key then takes the nearest tuned key's config, else the first "
                 "surviving one), or tune this key at warm-up, so the choice is known before serving (a kernel "
@@ -1341,9 +1351,20 @@ class JitMonitor:
                                          widen=self._widen(function, params or v.param_names, diffs, candidates)
                                          if recorded else None)
         elif jit_fn is not None and not direct and not _is_contract_function(jit_fn):
-            skips = [skip.reason for r in self._reports for skip in getattr(r, "skipped", ()) if skip.kernel == function]
-            record = dataclasses.replace(record, unmigrated=True, skipped=skips[-1] if skips else None)
+            record = dataclasses.replace(record, unmigrated=True, skipped=self._skipped(jit_fn, function))
         return record
+
+    def _skipped(self, jit_fn: Any, function: str) -> str | None:
+        """Why ``jit_fn`` (``module.qualname``: ``function``), which a manifest recorded, was not
+        warmed, as a clause after "the manifest recorded it, but" (:attr:`RuntimeCompile.skipped`);
+        None when no manifest recorded it."""
+        unbound = unbound_reason(jit_fn)  # zerojit exec's binding of a __main__ function
+        if unbound is not None:
+            return unbound
+        skips = [skip.reason for r in self._reports for skip in getattr(r, "skipped", ()) if skip.kernel == function]
+        if not skips:
+            return None
+        return skips[-1] if skips[-1].startswith(SOURCE_CHANGED) else f"its warm-up skipped it: {skips[-1]}"
 
     def _widen(self, function: str, params: tuple[str, ...], diffs: tuple[ArgDifference, ...],
                candidates: list[Any]) -> str | None:
@@ -1388,9 +1409,9 @@ class JitMonitor:
                     fn = fn.fn
                 name = self.kernel_name(fn) if isinstance(fn, _tc.JITFunction) else repr(tuner)
                 function = ".".join(_tc.jit_identity(fn)) if isinstance(fn, _tc.JITFunction) else None
-                skips = [skip.reason for r in self._reports for skip in getattr(r, "skipped", ()) if skip.kernel == function]
+                skipped = self._skipped(fn, function) if function is not None else None
                 entry = self._benchmarks[(id(tuner), key)] = [
-                    RuntimeBenchmark(name, key, len(_tc.autotune_configs(tuner)), skipped=skips[-1] if skips else None), 0]
+                    RuntimeBenchmark(name, key, len(_tc.autotune_configs(tuner)), skipped=skipped), 0]
             entry[1] += 1
             record = entry[0]
         if self._mode == "error":

@@ -46,7 +46,8 @@ from .compile_only import active_compile_only, compile_only, current_target_name
 from .context import in_warmup
 from .kernel import check_hook_pins, launch_observer
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedRun, RecordedSpecialization,
-                       encode_specialization, encode_value, restore_record_tunings, write_manifest)
+                       encode_specialization, encode_value, note_unbound, restore_record_tunings, source_changed,
+                       write_manifest)
 from .recorded_tuning import LaunchRecorder
 from .shapeflow import shape_parameters
 from .specialization import bind, scalar_rep
@@ -412,7 +413,8 @@ def count_raw_launches(kernels: Sequence[RecordedKernel], *, note: Callable[[str
     launch (:class:`_ScriptBinding`), then counted like the others. A program function that
     cannot be bound (its source hash or options differ from the recorded ones: a line inserted
     above it moves its starting line, which Triton hashes) is named in one line through ``note``
-    (default: stderr) and left to Triton, which compiles it as usual (the monitor reports it).
+    (default: stderr) and left to Triton, which compiles it as usual; the monitor's explanation of
+    that compile gives the same reason (:func:`zerojit.manifest.note_unbound`).
     A ``triton.autotune`` object over such a function is the program's too: at its first launch
     the function is bound, its recorded choices are put into it
     (:func:`zerojit.manifest.restore_record_tunings`) and ``serve_tuner(record, tuner)`` runs
@@ -469,6 +471,7 @@ class _ScriptBinding:
         self._seen: dict[int, Any] = {}  # id -> each __main__ function looked at (kept: ids stay unique)
         self._tuners: dict[int, Any] = {}  # id -> each autotuner looked at (kept, as _seen)
         self._bound: list[Any] = []
+        self._unbound: list[Any] = []  # the recorded ones not bound (manifest.note_unbound), forgotten at uninstall
         self._run: Callable[..., Any] | None = None  # JITFunction.run under the hook
         self._restore = _tc.patch_run_everywhere(self._hook)
         tuned = any(k.record.tunings or any(s.autotune_config for s in k.record.specializations)
@@ -529,20 +532,21 @@ class _ScriptBinding:
             now = _tc.source_hash(jit_fn)
             options = {k: v for k, v in _tc.jit_options(jit_fn).items() if k != "repr"}
             if now != record.source_hash:
-                why = (f"its source hash {now[:12]}... differs from the recorded {record.source_hash[:12]}... (its "
-                       "source, its starting line (a line added or removed above it counts) or a function it calls "
-                       "changed since recording)")
+                why = source_changed(now, record.source_hash)
             elif _tc.parameter_names(jit_fn) != record.parameters:
                 why = (f"its parameters {list(_tc.parameter_names(jit_fn))} differ from the recorded "
-                       f"{list(record.parameters)}")
+                       f"{list(record.parameters)}: record the program again")
             elif options != record.program_source["options"]:
-                why = f"its triton.jit options {options} differ from the recorded {record.program_source['options']}"
+                why = (f"its triton.jit options {options} differ from the recorded "
+                       f"{record.program_source['options']}: record the program again")
             else:
                 _tc.adopt_compiled(kernel.kernel, jit_fn)
                 _tc.wrap_run(jit_fn, lambda _: _counting(kernel)(functools.partial(original, jit_fn)))
                 self._bound.append(jit_fn)
                 return True
-            self._note(f"{record.name}: not warmed: {why}; Triton compiles it as usual: record the program again")
+            note_unbound(jit_fn, why)  # the monitor's explanation of its compile says why, not "no manifest"
+            self._unbound.append(jit_fn)
+            self._note(f"{record.name}: not warmed (Triton compiles it at run time): {why}")
             return False
 
     def uninstall(self) -> list[Any]:
@@ -550,6 +554,8 @@ class _ScriptBinding:
         if self._restore_tuners is not None:
             self._restore_tuners()
         self._restore()
+        for jit_fn in self._unbound:
+            note_unbound(jit_fn, None)
         return self._bound
 
 
