@@ -19,3 +19,16 @@ def run_zerojit(args, cache, cwd, timeout: float = 600) -> subprocess.CompletedP
     env.pop("ZEROJIT_JIT_MONITOR", None)
     return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, cwd=cwd, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def fresh_module(text: str, prefix: str, folder, monkeypatch):
+    """``text`` as a module of a new name (``PREFIX_<random>``) in ``folder``, put on ``sys.path``
+    (undone by ``monkeypatch``) and imported: importable by name, as a program's kernel modules
+    are. The caller drops it from ``sys.modules`` when done (its name: ``module.__name__``)."""
+    import importlib
+    import uuid
+
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    (Path(folder) / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(folder))
+    return importlib.import_module(name)

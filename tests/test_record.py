@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from _cli import run_zerojit as _zerojit
+from _cli import fresh_module, run_zerojit as _zerojit
 import torch
 
 from zerojit import JitMonitor, JitWarmupRegistry, RuntimeJitError
@@ -79,12 +79,9 @@ LAUNCHES = [(64, {}), (100, {}), (64, {}), (64, {"num_warps": 2})]
 @pytest.fixture
 def kernels(tmp_path, monkeypatch):
     """A fresh module holding raw triton.jit kernels (importable by name, as a program's are)."""
-    name = f"zj_rec_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(KERNELS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module(name)
+    module = fresh_module(KERNELS, "zj_rec", tmp_path, monkeypatch)
     yield module
-    sys.modules.pop(name, None)
+    sys.modules.pop(module.__name__, None)
 
 
 def _launch_all(fn, dtype=torch.float32, launches=LAUNCHES):

@@ -7,13 +7,11 @@ specializations, and each int class from Triton's own binder on every value of t
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
-import uuid
 
 import pytest
-from _cli import run_zerojit as _zerojit
+from _cli import fresh_module, run_zerojit as _zerojit
 import torch
 import triton
 
@@ -66,12 +64,9 @@ print("ran")
 @pytest.fixture
 def kernels(tmp_path, monkeypatch):
     """A fresh module holding the test kernels (importable by name, as a program's are)."""
-    name = f"zj_widen_{uuid.uuid4().hex[:8]}"
-    (tmp_path / f"{name}.py").write_text(KERNELS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module(name)
+    module = fresh_module(KERNELS, "zj_widen", tmp_path, monkeypatch)
     yield module
-    sys.modules.pop(name, None)
+    sys.modules.pop(module.__name__, None)
 
 
 def _launch(fn, H, Bs, n=64, use_g=False):
