@@ -337,10 +337,10 @@ def test_a_constexpr_miss_leads_with_what_differs_and_its_widen_command(kernels,
     name = f"{kernels.__name__}.recurrent_kernel"
     assert lines[1:4] == [
         "  differs from the nearest warmed variant in 1 argument:",
-        "    B: warmed as constexpr 1, called as constexpr 5",
+        "    B: warmed as constexpr 2, called as constexpr 5",  # the nearest value of the two warmed
         f"  warm it: zerojit manifest widen {path} --axis {name}:B=1..8 -o {tmp_path / 'm-widened.json'}, then exec "
         "with the widened manifest (or record the program again with this workload: zerojit record)"]
-    assert lines[4].startswith("  nearest warmed variant: warm-up #1 of 2 for this kernel; the other 9 arguments")
+    assert lines[4].startswith("  nearest warmed variant: warm-up #2 of 2 for this kernel; the other 9 arguments")
     assert len(lines) == 6 and not any(line.lstrip().startswith(("H:", "SCALE:")) for line in lines)
 
 

@@ -1331,7 +1331,10 @@ class JitMonitor:
                     if not names:  # the same options, passed in another order: Triton keys on str(options)
                         opt_diff = f"launch options in another order: warmed with {warmed_text}, called with {called_text}"
             widths = sum(d.warmed.kind == d.called.kind == "int" and d.warmed.attr == d.called.attr for d in diffs)
-            score = (len(diffs) - widths + (opt_diff is not None), widths)
+            # ties go to the nearest constexpr values (B=17 after 1..16 warmed: B=16, not B=1)
+            apart = sum(abs(d.warmed.attr - d.called.attr) for d in diffs
+                        if type(d.warmed.attr) is int and type(d.called.attr) is int)
+            score = (len(diffs) - widths + (opt_diff is not None), widths, apart)
             if best is None or score < best[0]:
                 best = (score, order, v, diffs, opt_diff)
         record = RuntimeCompile(
