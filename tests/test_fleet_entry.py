@@ -1,0 +1,227 @@
+"""Store entries end to end against a real redis-server: a farm pushes a compile-only warm-up's
+entries signed, a node with an empty cache pulls them and warms up with zero compiles; every
+fault the issue lists is refused or survived, naming the entry and the reason.
+
+Triton's compilation listener counts compiles (``cache_hit`` False) and disk loads (True).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+pytest.importorskip("cryptography", reason="the cryptography package is not installed (pip install "
+                    "'zerojit[store]'): signed entries cannot be tested")
+
+import dataclasses  # noqa: E402
+import json  # noqa: E402
+
+from triton import knobs  # noqa: E402
+
+from _redis_server import _start, flush, redis_url  # noqa: E402,F401 (fixtures)
+
+from zerojit.cache import entries_of  # noqa: E402
+from zerojit.compile_only import compile_only  # noqa: E402
+from zerojit.examples.scale_add import scale_add  # noqa: E402
+from zerojit.fleet import entry as fe  # noqa: E402
+from zerojit.fleet import signing  # noqa: E402
+from zerojit.fleet.store import NAMESPACE, open_store  # noqa: E402
+from zerojit.fleet.transfer import pull, push_report  # noqa: E402
+from zerojit.registry import JitWarmupRegistry  # noqa: E402
+
+
+def registry() -> JitWarmupRegistry:
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        scale_add.register_warmup(periods=(16, 7), aligned=(True, False))
+    return reg
+
+
+def forget() -> None:
+    scale_add.kernel.device_caches.clear()
+
+
+@pytest.fixture(scope="module")
+def farm(tmp_path_factory):
+    """A compile-only cuda:90 warm-up of the example kernel's 4 keys in the farm's cache folder,
+    its build identity and a key pair (the farm signs; nodes trust the public key)."""
+    root = tmp_path_factory.mktemp("farm")
+    private, public, kid = signing.keygen(str(root / "keys"))
+    with pytest.MonkeyPatch.context() as mp, compile_only("cuda:90"):
+        mp.setattr(knobs.cache, "dir", str(root / "farm-cache"))
+        forget()
+        report = registry().warmup(progress=False, target="cuda:90", generic=False)
+        build = fe.build_identity("cuda:90")
+        names = sorted(entries_of(report.variants))
+        entries = {e.name: e for e in (fe.entry_of_variant(v, build) for v in report.variants)}
+    return {"report": report, "build": build, "names": names, "entries": entries, "farm_cache": root / "farm-cache",
+            "key": signing.load_signing_key(private), "keys": signing.load_verify_keys([public]), "kid": kid,
+            "root": root}
+
+
+@pytest.fixture
+def node_cache(tmp_path, monkeypatch):
+    folder = tmp_path / "node-cache"
+    monkeypatch.setattr(knobs.cache, "dir", str(folder))
+    forget()
+    return folder
+
+
+def raw(url):
+    import redis
+
+    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5)
+
+
+def test_push_then_pull_warms_a_node_with_zero_compiles(farm, flush, node_cache, monkeypatch):
+    store = open_store(flush)
+    with compile_only("cuda:90"), monkeypatch.context() as mp:
+        mp.setattr(knobs.cache, "dir", str(farm["farm_cache"]))
+        pushed = push_report(store, farm["report"], farm["key"])
+    assert sorted(pushed.stored) == farm["names"] and len(farm["names"]) == 4 and pushed.present == []
+    with raw(flush) as r:  # one value per entry, at the content address of its entry and build
+        assert sorted(r.keys("*")) == sorted(f"{NAMESPACE}{fe.address_of(n, farm['build'])}".encode()
+                                             for n in farm["names"])
+    again = push_report(store, farm["report"], farm["key"], target="cuda:90")
+    assert again.stored == [] and sorted(again.present) == farm["names"]
+
+    result = pull(store, farm["names"], farm["build"], farm["keys"])
+    assert (sorted(result.installed), result.missing, result.refused, result.down) == (farm["names"], [], [], None)
+    for name in farm["names"]:  # byte for byte the farm's files (group file paths aside)
+        for f, data in farm["entries"][name].files.items():
+            if not f.startswith("__grp__"):
+                assert (node_cache / name / f).read_bytes() == data
+    events = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
+    with compile_only("cuda:90"):
+        report = registry().warmup(progress=False, target="cuda:90", generic=False)
+    assert events == [True] * 4 and report.stats.total_compiled == 0
+    assert [v.triton_key for v in report.variants] == [v.triton_key for v in farm["report"].variants]
+    assert pull(store, farm["names"], farm["build"], farm["keys"]).local == farm["names"]  # nothing read again
+
+
+def _pull_one(store, farm, name):
+    return pull(store, [name], farm["build"], farm["keys"])
+
+
+def _refused(result, name, pattern, node_cache):
+    assert result.installed == [] and [n for n, _ in result.refused] == [name]
+    assert pattern in result.refused[0][1], result.refused[0][1]
+    assert not (node_cache / name).exists()  # nothing of it installed
+
+
+def test_a_truncated_value_is_refused(farm, flush, node_cache):
+    name = farm["names"][0]
+    address = fe.address_of(name, farm["build"])
+    value = fe.encode(farm["entries"][name], farm["key"])
+    with raw(flush) as r:
+        r.set(NAMESPACE + address, value[:-100])
+    result = _pull_one(open_store(flush), farm, name)
+    cut = len(value) - 100 - value.index(b"\n", len(fe.MAGIC)) - 1
+    _refused(result, name, f"truncated or damaged ({cut} bytes of files, its header lists {cut + 100})", node_cache)
+
+
+def test_a_wrong_signature_is_refused_naming_the_key(farm, flush, node_cache, tmp_path):
+    name, other = farm["names"][0], farm["names"][1]
+    store = open_store(flush)
+    stranger, _, stranger_id = signing.keygen(str(tmp_path / "stranger"))
+    store.put_if_absent(fe.address_of(name, farm["build"]), fe.encode(farm["entries"][name],
+                                                                       signing.load_signing_key(stranger)))
+    _refused(_pull_one(store, farm, name), name, f"signed by key {stranger_id}, which is not trusted (trusted: "
+             f"{farm['kid']})", node_cache)
+    # a trusted signature over other files: the cubin replaced, its digest in the header too
+    e = farm["entries"][other]
+    value = fe.encode(e, farm["key"])
+    cubin = next(n for n in e.files if n.endswith(".cubin"))
+    forged = dataclasses.replace(e, files={**e.files, cubin: e.files[cubin][:-4] + b"\0\0\0\1"})
+    header_forged = fe.encode(forged, signing.load_signing_key(stranger)).split(b"\n")[1]
+    header = json.loads(header_forged)
+    header["signature"] = json.loads(value.split(b"\n")[1])["signature"]  # the farm's, for the real files
+    body = b"".join(forged.files[n] for n in sorted(forged.files))
+    with raw(flush) as r:
+        r.set(NAMESPACE + fe.address_of(other, farm["build"]),
+              fe.MAGIC + json.dumps(header).encode() + b"\n" + body)
+    _refused(_pull_one(store, farm, other), other, f"the signature of key {farm['kid']} does not verify", node_cache)
+
+
+def test_altered_bytes_under_a_valid_signature_are_refused(farm, flush, node_cache):
+    name = farm["names"][0]
+    e = farm["entries"][name]
+    value = bytearray(fe.encode(e, farm["key"]))
+    value[-1] ^= 0xFF  # the last file's last byte
+    with raw(flush) as r:
+        r.set(NAMESPACE + fe.address_of(name, farm["build"]), bytes(value))
+    last = sorted(e.files)[-1]
+    _refused(_pull_one(open_store(flush), farm, name), name, f"files/{last} does not match its SHA-256", node_cache)
+
+
+def test_another_builds_entry_is_refused(farm, flush, node_cache):
+    name = farm["names"][0]
+    theirs = dataclasses.replace(farm["entries"][name], build={**farm["build"], "triton_version": "3.5.1"})
+    with raw(flush) as r:  # signed by the trusted key, yet for another Triton: put where this build looks
+        r.set(NAMESPACE + fe.address_of(name, farm["build"]), fe.encode(theirs, farm["key"]))
+    here = farm["build"]["triton_version"]
+    _refused(_pull_one(open_store(flush), farm, name), name,
+             f"built for another build (triton_version '3.5.1', here '{here}')", node_cache)
+
+
+def test_an_entry_under_another_address_is_refused(farm, flush, node_cache):
+    name, other = farm["names"][:2]
+    with raw(flush) as r:  # a valid, trusted entry replayed under another entry's address
+        r.set(NAMESPACE + fe.address_of(other, farm["build"]), fe.encode(farm["entries"][name], farm["key"]))
+    _refused(_pull_one(open_store(flush), farm, other), other, "filed under another address", node_cache)
+
+
+def test_a_key_evicted_between_status_and_pull_is_compiled(farm, flush, node_cache):
+    store = open_store(flush)
+    addresses = [fe.address_of(n, farm["build"]) for n in farm["names"]]
+    for n, a in zip(farm["names"], addresses):
+        store.put_if_absent(a, fe.encode(farm["entries"][n], farm["key"]))
+    assert store.exists(addresses) == set(addresses)  # the status
+    assert store.delete(addresses[1:2]) == 1  # evicted
+    result = pull(store, farm["names"], farm["build"], farm["keys"])
+    assert result.missing == farm["names"][1:2] and sorted(result.installed) == sorted(farm["names"][:1] + farm["names"][2:])
+
+
+def test_redis_gone_mid_pull_leaves_whole_entries(farm, node_cache, tmp_path):
+    proc, url, log = _start(tmp_path, None)
+    try:
+        inner = open_store(url)
+        for n in farm["names"]:
+            inner.put_if_absent(fe.address_of(n, farm["build"]), fe.encode(farm["entries"][n], farm["key"]))
+
+        class Dying:  # the server stops right after the second value is read
+            reads = 0
+
+            def get(self, address):
+                value = inner.get(address)
+                Dying.reads += 1
+                if Dying.reads == 2:
+                    proc.terminate()
+                    proc.wait(5)
+                return value
+
+        result = pull(Dying(), farm["names"], farm["build"], farm["keys"])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+    assert result.installed == farm["names"][:2] and result.missing == farm["names"][2:]
+    assert result.down is not None and "is down (get:" in result.down
+    for n in farm["names"][:2]:  # whole: every file of the farm's entry, byte for byte (group file paths aside)
+        files = farm["entries"][n].files
+        assert set(os.listdir(node_cache / n)) == set(files)
+        assert all((node_cache / n / f).read_bytes() == d for f, d in files.items() if not f.startswith("__grp__"))
+    assert not any((node_cache / n).exists() for n in farm["names"][2:])
+
+
+def test_store_down_at_start_pulls_nothing_in_one_line(farm, node_cache):
+    from _redis_server import free_port
+
+    result = pull(open_store(f"redis://127.0.0.1:{free_port()}/0"), farm["names"], farm["build"], farm["keys"])
+    assert (result.installed, result.missing) == ([], farm["names"])
+    assert result.summary().endswith(": compiling locally") and "\n" not in result.summary()
