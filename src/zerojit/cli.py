@@ -1094,6 +1094,54 @@ def exec_command(
     raise typer.Exit(status)
 
 
+@contextlib.contextmanager
+def _warmed_for_export(command: str, what: str, ctx: typer.Context, *, config: str, target: str,
+                       workers: Optional[int], backend: Optional[str], dcp_size: Optional[int],
+                       dcp_interleave: Optional[int], num_speculative_tokens: Optional[int], no_progress: bool,
+                       manifest: Optional[str]) -> Iterator[Any]:
+    """Warm a model's key space (or a manifest's specializations) for ``target`` as ``zerojit
+    COMMAND`` (bundle export, store push) does before it publishes the result, a ``what``; yields
+    the report inside the compile-only block (exit 2 on invalid flags, 1 when nothing was warmed)."""
+    from zerojit.cache import current_target_name
+    from zerojit.compile_only import compile_only
+    from zerojit.registry import JitWarmupRegistry
+    from zerojit.runner.config import load_config
+    from zerojit.runner.engine import usable_cores
+    from zerojit.runner.model import register_model
+
+    if target != "device":
+        _check_target(command, target)
+    elif current_target_name() is None:
+        _refuse(command, f"--target device: no GPU is visible here; pass the compile-only target the {what} is for "
+                "(e.g. --target cuda:90): it needs no GPU")
+    apply_jit_monitor_mode(None)
+    overrides, given_as = _config_overrides(ctx, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                                            num_speculative_tokens=num_speculative_tokens)
+    if manifest is not None:
+        _check_input_file(command, "manifest", manifest)
+        given = [_given(ctx, n, v) for n, v in dict(config=config, backend=backend, **overrides).items()
+                 if ctx.get_parameter_source(n).name != "DEFAULT"]
+        if given:
+            _refuse(command, f"--manifest and {', '.join(given)} conflict: a manifest names its kernels and "
+                    "specializations itself")
+    if dcp_size is not None:
+        overrides.setdefault("dcp_rank", 0)
+    with (compile_only(target) if target != "device" else contextlib.nullcontext()):
+        if manifest is not None:
+            cfg, registry = None, JitWarmupRegistry()
+        else:
+            cfg = load_config(config, given_as=given_as, **overrides)
+            registry = register_model(cfg, backend)
+        if manifest is not None:
+            _current_folder_importable()
+        report = registry.warmup(cfg, manifest=manifest, workers=_capped_workers(command, workers) or usable_cores(),
+                                 progress=_progress(no_progress), target=target)
+        for skipped in report.skipped:
+            typer.echo(f"zerojit {command}: SKIPPED {skipped}", err=True)
+        _nothing_warmed(command, report)  # (before anything is published: nothing empty)
+        yield report
+
+
 bundle_app = typer.Typer(cls=_Group, no_args_is_help=True,
                          help="Cache bundles: a model's compiled key space as one archive.")
 app.add_typer(bundle_app, name="bundle")
@@ -1132,44 +1180,14 @@ def bundle_export(
     (config, TARGET, output path, a cache folder that cannot serve, a bad ZEROJIT_JIT_MONITOR,
     TRITON_INTERPRET=1).
     """
-    from zerojit.cache import current_target_name, export_bundle
-    from zerojit.compile_only import compile_only
-    from zerojit.registry import JitWarmupRegistry, count
-    from zerojit.runner.config import load_config
-    from zerojit.runner.engine import usable_cores
-    from zerojit.runner.model import register_model
+    from zerojit.cache import export_bundle
+    from zerojit.registry import count
 
     _check_output_file("bundle export", "--output", output, stdout=False)
-    if target != "device":
-        _check_target("bundle export", target)
-    elif current_target_name() is None:
-        _refuse("bundle export", "--target device: no GPU is visible here; pass the compile-only target the "
-                "bundle is for (e.g. --target cuda:90): it needs no GPU")
-    apply_jit_monitor_mode(None)
-    overrides, given_as = _config_overrides(ctx, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
-                                            num_speculative_tokens=num_speculative_tokens)
-    if manifest is not None:
-        _check_input_file("bundle export", "manifest", manifest)
-        given = [_given(ctx, n, v) for n, v in dict(config=config, backend=backend, **overrides).items()
-                 if ctx.get_parameter_source(n).name != "DEFAULT"]
-        if given:
-            _refuse("bundle export", f"--manifest and {', '.join(given)} conflict: a manifest names its kernels and "
-                    "specializations itself")
-    if dcp_size is not None:
-        overrides.setdefault("dcp_rank", 0)
-    with (compile_only(target) if target != "device" else contextlib.nullcontext()):
-        if manifest is not None:
-            cfg, registry = None, JitWarmupRegistry()
-        else:
-            cfg = load_config(config, given_as=given_as, **overrides)
-            registry = register_model(cfg, backend)
-        if manifest is not None:
-            _current_folder_importable()
-        report = registry.warmup(cfg, manifest=manifest, workers=_capped_workers("bundle export", workers) or usable_cores(),
-                                 progress=_progress(no_progress), target=target)
-        for skipped in report.skipped:
-            typer.echo(f"zerojit bundle export: SKIPPED {skipped}", err=True)
-        _nothing_warmed("bundle export", report)  # (before the bundle is written: no empty bundle)
+    with _warmed_for_export("bundle export", "bundle", ctx, config=config, target=target, workers=workers,
+                            backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                            num_speculative_tokens=num_speculative_tokens, no_progress=no_progress,
+                            manifest=manifest) as report:
         with _output_errors("bundle export", "--output", output):
             manifest = export_bundle(report, output)
     origin = report.stats.origin(len({id(getattr(v, "compiled", v)) for v in report.variants}))
