@@ -8,6 +8,7 @@ Commands:
     warmup   warm a manifest's specializations (into the Triton cache) and print the report
     exec     warm a manifest, install the monitor, then run the unmodified program in-process
     bundle   export / import / inspect a cache bundle (the compiled key space as one archive)
+    store    keygen / push: a fleet's shared store of signed entries (zerojit.fleet)
     learned  show / clear / merge into a manifest the keys that missed after warm-up (zerojit.learned)
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
@@ -113,6 +114,8 @@ def _exit_status(error: BaseException) -> int | None:
     """
     from zerojit.cache import BundleError, BundleReadError, CacheFolderError
     from zerojit.compile_only import InterpreterProcessError
+    from zerojit.fleet.signing import SigningError
+    from zerojit.fleet.store import StoreDown, StoreError
     from zerojit.kernels.mla.backends import BackendError
     from zerojit.kernels.mla.config import ConfigError
     from zerojit.manifest import ManifestError, UntrustedManifestError
@@ -131,9 +134,9 @@ def _exit_status(error: BaseException) -> int | None:
     # command names its flag: _output_errors).
     if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
                           MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError,
-                          StallSettingError, UntrustedManifestError)):
+                          StallSettingError, UntrustedManifestError, StoreError, SigningError)):
         return 2
-    if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError, CompileHung)):
+    if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError, CompileHung, StoreDown)):
         return 1
     return None
 
@@ -1246,6 +1249,92 @@ def bundle_inspect(
     _check_input_file("bundle inspect", "bundle", file)
     manifest = verify_bundle(file)
     typer.echo(json.dumps(manifest.to_dict(), indent=2) if json_out else manifest.summary())
+
+
+store_app = typer.Typer(cls=_Group, no_args_is_help=True,
+                        help="A fleet's shared store (Redis): a farm pushes signed entries, nodes pull them.")
+app.add_typer(store_app, name="store")
+
+
+def _store_options() -> tuple[Any, Any, Any]:
+    """``--store URL``, ``--connect-timeout S`` and ``--timeout S`` (zerojit.fleet.store's deadlines)."""
+    from zerojit.fleet.store import CONNECT_TIMEOUT, OPERATION_TIMEOUT
+
+    return (typer.Option(..., "--store", metavar="URL", help="redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// (TLS)"),
+            typer.Option(CONNECT_TIMEOUT, "--connect-timeout", metavar="S", help="seconds to connect to the store"),
+            typer.Option(OPERATION_TIMEOUT, "--timeout", metavar="S", help="seconds for each store operation"))
+
+
+_STORE, _CONNECT_TIMEOUT, _TIMEOUT = _store_options()
+
+
+@store_app.command("keygen", cls=_Command)
+@_reflowed
+@_user_errors("store keygen")
+def store_keygen(
+    output: str = typer.Option(..., "-o", "--output", metavar="DIR", help="the folder to write the key pair into"),
+) -> None:
+    """Write a new Ed25519 key pair for signing store entries into DIR.
+
+    zerojit-store.key (PKCS#8 PEM, mode 0600): the farm's, named by ZEROJIT_STORE_SIGNING_KEY when
+    it pushes. zerojit-store.pub (SubjectPublicKeyInfo PEM): every node's, listed in
+    ZEROJIT_STORE_VERIFY_KEYS (':'-separated, several for a rotation). Exit status: 0 written; 2 a
+    key file there already (never overwritten) or a folder that cannot be written."""
+    from zerojit.fleet.signing import keygen
+
+    private, public, kid = keygen(output)
+    typer.echo(f"key {kid}: private {private} (the farm's: ZEROJIT_STORE_SIGNING_KEY), public {public} (every "
+               "node's: ZEROJIT_STORE_VERIFY_KEYS)")
+
+
+@store_app.command("push", cls=_Command)
+@_reflowed
+@_user_errors("store push")
+def store_push(
+    ctx: typer.Context,
+    store: str = _STORE,
+    connect_timeout: float = _CONNECT_TIMEOUT,
+    timeout: float = _TIMEOUT,
+    config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
+    target: str = typer.Option("cuda:90", "--target", metavar="TARGET",
+                               help="compile-only target (e.g. cuda:90), or 'device' for the GPU here"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
+                                          help="compile worker processes (default and most: the cores this process "
+                                          "can use)"),
+    backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
+    dcp_size: Optional[int] = typer.Option(None, "--dcp-size", metavar="S", help="decode-context-parallel size"),
+    dcp_interleave: Optional[int] = typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
+    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", metavar="N",
+                                                         help="draft tokens per decode step"),
+    no_progress: bool = _no_progress_option("progress bar"),
+    manifest: Optional[str] = typer.Option(None, "--manifest", metavar="MANIFEST",
+                                           help="push a recording's specializations (zerojit record) instead of a "
+                                           "model's key space; the model flags are then refused"),
+) -> None:
+    """Warm a model's key space (or a manifest's specializations) for TARGET and publish every
+    key's cache entry to the store, signed.
+
+    Needs ZEROJIT_STORE_SIGNING_KEY (the private key zerojit store keygen wrote): without it the
+    push is refused before anything is compiled. Each entry is one store value under an address
+    of its Triton cache key and this build (Triton version and build, Python, target, ptxas,
+    cache-relevant variables); an entry the store holds already is kept (of two pushers, one
+    stores it and both succeed). Exit status: 0 pushed; 1 warm-up failed, or the store is down
+    or did not answer in time; 2 invalid input (no signing key or not a usable one, a URL that
+    is not redis:// or rediss://, the warm-up flags as for bundle export).
+    """
+    from zerojit.fleet.signing import signing_key_from_env
+    from zerojit.fleet.store import open_store
+    from zerojit.fleet.transfer import push_report
+
+    key = signing_key_from_env()
+    target_store = open_store(store, connect_timeout=connect_timeout, timeout=timeout)
+    target_store.exists(["0" * 64])  # down: say so now, before a warm-up for nothing
+    with _warmed_for_export("store push", "push", ctx, config=config, target=target, workers=workers,
+                            backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                            num_speculative_tokens=num_speculative_tokens, no_progress=no_progress,
+                            manifest=manifest) as report:
+        result = push_report(target_store, report, key)
+    typer.echo(f"{target_store.name}: {result.summary()}, signed by key {key.key_id}")
 
 
 learned_app = typer.Typer(cls=_Group, no_args_is_help=True,

@@ -14,17 +14,19 @@ different builds never share an address.
 
 A value (:func:`encode`) is one line ``zerojit-store-entry 1``, one line of header JSON (the
 address, the entry, the build identity, each file's name, size and SHA-256, the launcher's, the
-restore record, the signature: :mod:`zerojit.fleet.signing`), then the files' bytes in header
-order. :func:`decode` trusts nothing in it: the sizes must add up (a value cut short is refused),
-the build identity must be this machine's, the address must be the one asked for and the one the
-header's entry and build give, the signature must verify with a trusted key, and every file must
-match its SHA-256 and structure (:func:`zerojit.integrity.file_problem`). :func:`install` then
-installs it as a bundle import does (:func:`zerojit.cache.install_entries`: staged, moved in
-whole, the group file last, digests recorded).
+restore record, when it was pushed, the signature: :mod:`zerojit.fleet.signing`), then the
+files' bytes in header order. :func:`decode` trusts nothing in it: the sizes must add up (a
+value cut short is refused), the build identity must be this machine's, the address must be the
+one asked for and the one the header's entry and build give, the signature must verify with a
+trusted key, and every file must match its SHA-256 and structure
+(:func:`zerojit.integrity.file_problem`). :func:`install` then installs it as a bundle import
+does (:func:`zerojit.cache.install_entries`: staged, moved in whole, the group file last,
+digests recorded).
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
@@ -144,6 +146,8 @@ def encode(entry: Entry, key: signing.SigningKey) -> bytes:
         "launcher": None if entry.launcher is None else [entry.launcher[0], len(entry.launcher[1]),
                                                          integrity.sha256(entry.launcher[1])],
         "restore": entry.restore,
+        # when it was pushed (not signed: for gc, which keeps the newest builds); UTC, ISO 8601
+        "pushed": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "signature": signing.sign(key, entry.address, entry.build, entry.digests()),
     }
     body = b"".join(entry.files[n] for n in names) + (entry.launcher[1] if entry.launcher else b"")
