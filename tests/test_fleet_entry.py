@@ -29,7 +29,8 @@ from zerojit.examples.scale_add import scale_add  # noqa: E402
 from zerojit.fleet import entry as fe  # noqa: E402
 from zerojit.fleet import signing  # noqa: E402
 from zerojit.fleet.store import NAMESPACE, open_store  # noqa: E402
-from zerojit.fleet.transfer import pull, push_report  # noqa: E402
+from zerojit.fleet.needs import entry_names, key_space_jobs  # noqa: E402
+from zerojit.fleet.transfer import pull, pull_jobs, push_report, status  # noqa: E402
 from zerojit.registry import JitWarmupRegistry  # noqa: E402
 
 
@@ -225,3 +226,31 @@ def test_store_down_at_start_pulls_nothing_in_one_line(farm, node_cache):
     result = pull(open_store(f"redis://127.0.0.1:{free_port()}/0"), farm["names"], farm["build"], farm["keys"])
     assert (result.installed, result.missing) == ([], farm["names"])
     assert result.summary().endswith(": compiling locally") and "\n" not in result.summary()
+
+
+def test_a_key_spaces_entries_are_named_before_anything_is_compiled(farm, node_cache):
+    with compile_only("cuda:90"):
+        jobs, skipped = key_space_jobs(registry())
+        names = entry_names(jobs)
+    assert (len(jobs), skipped) == (4, [])
+    assert names == [next(iter(entries_of([v]))) for v in farm["report"].variants]  # the farm's, key by key
+    assert not node_cache.exists() or not any(p.name in names for p in node_cache.iterdir())  # nothing compiled
+
+
+def test_status_then_pull_of_a_warm_up_compiles_only_what_the_store_lacks(farm, flush, node_cache, monkeypatch):
+    store = open_store(flush)
+    held = farm["names"][:3]
+    for n in held:
+        store.put_if_absent(fe.address_of(n, farm["build"]), fe.encode(farm["entries"][n], farm["key"]))
+    st = status(store, farm["names"], farm["build"])
+    assert (st.present, st.missing) == (held, farm["names"][3:])
+    assert st.summary() == f"3 of 4 needed entries in the store; missing: {farm['names'][3]}"
+    events = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
+    with compile_only("cuda:90"):
+        reg = registry()
+        result = pull_jobs(store, key_space_jobs(reg)[0], farm["build"], farm["keys"])
+        assert (sorted(result.installed), result.missing) == (held, farm["names"][3:])
+        report = reg.warmup(progress=False, target="cuda:90", generic=False)
+    assert sorted(events) == [False, True, True, True]  # one compile: the entry the store lacked
+    assert report.stats.total_compiled == 1

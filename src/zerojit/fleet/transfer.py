@@ -20,9 +20,11 @@ from .. import cache as _cache
 from ..reports import count
 from . import entry as _entry
 from . import signing
+from .needs import entry_names
 from .store import Store, StoreDown
 
-__all__ = ["PushResult", "PullResult", "push_entries", "push_report", "pull", "present_locally"]
+__all__ = ["PushResult", "PullResult", "StoreStatus", "push_entries", "push_report", "pull", "pull_jobs", "status",
+           "present_locally"]
 
 
 @dataclass
@@ -149,3 +151,35 @@ def pull(store: Store, names: Iterable[str], build: dict, keys: signing.VerifyKe
             continue
         result.installed.append(name)
     return result
+
+
+def pull_jobs(store: Store, jobs: Any, build: dict, keys: signing.VerifyKeys) -> PullResult:
+    """:func:`pull` the entries of a warm-up's ``(kernel, key)`` jobs
+    (:func:`zerojit.fleet.needs.entry_names`; run it inside the warm-up's compile-only block)."""
+    return pull(store, [n for n in entry_names(jobs) if n is not None], build, keys)
+
+
+@dataclass
+class StoreStatus:
+    """Which needed entries the store holds now (``present``) and which not (``missing``); one
+    may still be evicted before it is pulled."""
+
+    present: list[str]
+    missing: list[str]
+
+    def summary(self) -> str:
+        line = f"{len(self.present)} of {count(len(self.present) + len(self.missing), 'needed entry', 'needed entries')} in the store"
+        return line + (f"; missing: {', '.join(self.missing[:5])}{', ...' if len(self.missing) > 5 else ''}"
+                       if self.missing else "")
+
+
+def status(store: Store, names: Iterable[str], build: dict) -> StoreStatus:
+    """Which of the entries ``names`` (of build ``build``) the store holds.
+
+    Raises:
+        StoreDown: the store cannot be reached in time.
+    """
+    names = list(dict.fromkeys(names))
+    held = store.exists(_entry.address_of(n, build) for n in names)
+    return StoreStatus([n for n in names if _entry.address_of(n, build) in held],
+                       [n for n in names if _entry.address_of(n, build) not in held])
