@@ -11,7 +11,7 @@ pytest.importorskip("cryptography", reason="the cryptography package is not inst
 
 from typer.testing import CliRunner  # noqa: E402
 
-from _redis_server import free_port  # noqa: E402
+from _redis_server import flush, free_port, redis_url  # noqa: E402,F401 (fixtures)
 
 from zerojit.cli import app  # noqa: E402
 from zerojit.fleet import signing  # noqa: E402
@@ -55,3 +55,26 @@ def test_push_to_a_bad_url_or_a_store_down_says_so_before_any_warm_up(tmp_path):
     one_line(invoke("store", "push", "--store", f"redis://:pw@127.0.0.1:{port}/0", env=env), 1,
              f"zerojit store push: store redis://:***@127.0.0.1:{port}/0 is down (exists: ")
     assert time.monotonic() - start < 5  # no warm-up of the dsv4-like key space first
+
+
+def test_status_and_wait_name_the_missing_entries_of_the_key_space(flush, tmp_path, monkeypatch):
+    """The default config's key space against an empty store: every needed entry missing, named
+    with nothing compiled; wait gives up after --timeout with exit 1, also for a store down."""
+    import re
+
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "node-cache"))
+    status = invoke("store", "status", "--store", flush)
+    assert status.exit_code == 0, (status.output, status.exception)
+    m = re.fullmatch(r"redis://:\*\*\*@127\.0\.0\.1:\d+/0: 0 of (\d+) needed entries in the store; missing: "
+                     r"([A-Z2-7]{52}), .*\n", status.output)
+    assert m and int(m.group(1)) > 5, status.output
+    assert not any(p.name == m.group(2) for p in (tmp_path / "node-cache").iterdir())  # named, not compiled
+    start = time.monotonic()
+    one_line(invoke("store", "wait", "--timeout", "1", "--store", flush), 1,
+             f"zerojit store wait: not ready after 1 s: 0 of {m.group(1)} needed entries in the store; missing: "
+             f"{m.group(2)}")
+    one_line(invoke("store", "wait", "--timeout", "1", "--store", f"redis://127.0.0.1:{free_port()}/0"), 1,
+             "zerojit store wait: not ready after 1 s: store redis://127.0.0.1:")
+    assert time.monotonic() - start < 30

@@ -8,7 +8,7 @@ Commands:
     warmup   warm a manifest's specializations (into the Triton cache) and print the report
     exec     warm a manifest, install the monitor, then run the unmodified program in-process
     bundle   export / import / inspect a cache bundle (the compiled key space as one archive)
-    store    keygen / push: a fleet's shared store of signed entries (zerojit.fleet)
+    store    keygen / push / status / wait: a fleet's shared store of signed entries (zerojit.fleet)
     learned  show / clear / merge into a manifest the keys that missed after warm-up (zerojit.learned)
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
@@ -1098,18 +1098,16 @@ def exec_command(
 
 
 @contextlib.contextmanager
-def _warmed_for_export(command: str, what: str, ctx: typer.Context, *, config: str, target: str,
-                       workers: Optional[int], backend: Optional[str], dcp_size: Optional[int],
-                       dcp_interleave: Optional[int], num_speculative_tokens: Optional[int], no_progress: bool,
-                       manifest: Optional[str]) -> Iterator[Any]:
-    """Warm a model's key space (or a manifest's specializations) for ``target`` as ``zerojit
-    COMMAND`` (bundle export, store push) does before it publishes the result, a ``what``; yields
-    the report inside the compile-only block (exit 2 on invalid flags, 1 when nothing was warmed)."""
+def _key_space(command: str, what: str, ctx: typer.Context, *, config: str, target: str, backend: Optional[str],
+               dcp_size: Optional[int], dcp_interleave: Optional[int], num_speculative_tokens: Optional[int],
+               manifest: Optional[str]) -> Iterator[tuple[Any, Any]]:
+    """The registry and model configuration of ``zerojit COMMAND``'s key space (a model's, or a
+    manifest's with ``cfg`` None), yielded inside the compile-only block of ``target``, once the
+    flags are checked (exit 2: a ``what`` for a target that cannot be, flags that conflict)."""
     from zerojit.cache import current_target_name
     from zerojit.compile_only import compile_only
     from zerojit.registry import JitWarmupRegistry
     from zerojit.runner.config import load_config
-    from zerojit.runner.engine import usable_cores
     from zerojit.runner.model import register_model
 
     if target != "device":
@@ -1132,11 +1130,26 @@ def _warmed_for_export(command: str, what: str, ctx: typer.Context, *, config: s
     with (compile_only(target) if target != "device" else contextlib.nullcontext()):
         if manifest is not None:
             cfg, registry = None, JitWarmupRegistry()
+            _current_folder_importable()
         else:
             cfg = load_config(config, given_as=given_as, **overrides)
             registry = register_model(cfg, backend)
-        if manifest is not None:
-            _current_folder_importable()
+        yield registry, cfg
+
+
+@contextlib.contextmanager
+def _warmed_for_export(command: str, what: str, ctx: typer.Context, *, config: str, target: str,
+                       workers: Optional[int], backend: Optional[str], dcp_size: Optional[int],
+                       dcp_interleave: Optional[int], num_speculative_tokens: Optional[int], no_progress: bool,
+                       manifest: Optional[str]) -> Iterator[Any]:
+    """Warm a model's key space (or a manifest's specializations) for ``target`` as ``zerojit
+    COMMAND`` (bundle export, store push) does before it publishes the result, a ``what``; yields
+    the report inside the compile-only block (exit 2 on invalid flags, 1 when nothing was warmed)."""
+    from zerojit.runner.engine import usable_cores
+
+    with _key_space(command, what, ctx, config=config, target=target, backend=backend, dcp_size=dcp_size,
+                    dcp_interleave=dcp_interleave, num_speculative_tokens=num_speculative_tokens,
+                    manifest=manifest) as (registry, cfg):
         report = registry.warmup(cfg, manifest=manifest, workers=_capped_workers(command, workers) or usable_cores(),
                                  progress=_progress(no_progress), target=target)
         for skipped in report.skipped:
@@ -1257,15 +1270,16 @@ app.add_typer(store_app, name="store")
 
 
 def _store_options() -> tuple[Any, Any, Any]:
-    """``--store URL``, ``--connect-timeout S`` and ``--timeout S`` (zerojit.fleet.store's deadlines)."""
+    """``--store URL``, ``--connect-timeout S`` and ``--op-timeout S`` (zerojit.fleet.store's deadlines;
+    ``--timeout`` is ``store wait``'s)."""
     from zerojit.fleet.store import CONNECT_TIMEOUT, OPERATION_TIMEOUT
 
     return (typer.Option(..., "--store", metavar="URL", help="redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// (TLS)"),
             typer.Option(CONNECT_TIMEOUT, "--connect-timeout", metavar="S", help="seconds to connect to the store"),
-            typer.Option(OPERATION_TIMEOUT, "--timeout", metavar="S", help="seconds for each store operation"))
+            typer.Option(OPERATION_TIMEOUT, "--op-timeout", metavar="S", help="seconds for each store operation"))
 
 
-_STORE, _CONNECT_TIMEOUT, _TIMEOUT = _store_options()
+_STORE, _CONNECT_TIMEOUT, _OP_TIMEOUT = _store_options()
 
 
 @store_app.command("keygen", cls=_Command)
@@ -1294,7 +1308,7 @@ def store_push(
     ctx: typer.Context,
     store: str = _STORE,
     connect_timeout: float = _CONNECT_TIMEOUT,
-    timeout: float = _TIMEOUT,
+    op_timeout: float = _OP_TIMEOUT,
     config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
     target: str = typer.Option("cuda:90", "--target", metavar="TARGET",
                                help="compile-only target (e.g. cuda:90), or 'device' for the GPU here"),
@@ -1327,7 +1341,7 @@ def store_push(
     from zerojit.fleet.transfer import push_report
 
     key = signing_key_from_env()
-    target_store = open_store(store, connect_timeout=connect_timeout, timeout=timeout)
+    target_store = open_store(store, connect_timeout=connect_timeout, timeout=op_timeout)
     target_store.exists(["0" * 64])  # down: say so now, before a warm-up for nothing
     with _warmed_for_export("store push", "push", ctx, config=config, target=target, workers=workers,
                             backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
@@ -1335,6 +1349,118 @@ def store_push(
                             manifest=manifest) as report:
         result = push_report(target_store, report, key)
     typer.echo(f"{target_store.name}: {result.summary()}, signed by key {key.key_id}")
+
+
+def _store_needs(command: str, ctx: typer.Context, *, store: str, connect_timeout: float, op_timeout: float,
+                 target: str, manifest: Optional[str], **space: Any) -> tuple[Any, list[str], dict]:
+    """The store, the cache entries the key space needs (named, nothing compiled:
+    :func:`zerojit.fleet.needs.entry_names`) and the build identity they must be of."""
+    from zerojit.cache import current_target_name
+    from zerojit.fleet.entry import build_identity
+    from zerojit.fleet.needs import entry_names, key_space_jobs
+    from zerojit.fleet.store import open_store
+
+    opened = open_store(store, connect_timeout=connect_timeout, timeout=op_timeout)
+    with _key_space(command, "store", ctx, target=target, manifest=manifest, **space) as (registry, cfg):
+        jobs, skipped = key_space_jobs(registry, cfg, manifest)
+        for s in skipped:
+            typer.echo(f"zerojit {command}: SKIPPED {s}", err=True)
+        names = list(dict.fromkeys(n for n in entry_names(jobs) if n is not None))
+        build = build_identity(target if target != "device" else current_target_name())
+    return opened, names, build
+
+
+def _key_space_options() -> dict[str, Any]:
+    return dict(
+        config=typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
+        target=typer.Option("cuda:90", "--target", metavar="TARGET",
+                            help="the target the nodes serve (a compile-only target, e.g. cuda:90, or 'device')"),
+        backend=typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
+        dcp_size=typer.Option(None, "--dcp-size", metavar="S", help="decode-context-parallel size"),
+        dcp_interleave=typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
+        num_speculative_tokens=typer.Option(None, "--num-speculative-tokens", metavar="N",
+                                            help="draft tokens per decode step"),
+        manifest=typer.Option(None, "--manifest", metavar="MANIFEST",
+                              help="a recording's specializations (zerojit record) instead of a model's key space"),
+    )
+
+
+_SPACE = _key_space_options()
+
+
+@store_app.command("status", cls=_Command)
+@_reflowed
+@_user_errors("store status")
+def store_status(
+    ctx: typer.Context,
+    store: str = _STORE,
+    connect_timeout: float = _CONNECT_TIMEOUT,
+    op_timeout: float = _OP_TIMEOUT,
+    config: str = _SPACE["config"],
+    target: str = _SPACE["target"],
+    backend: Optional[str] = _SPACE["backend"],
+    dcp_size: Optional[int] = _SPACE["dcp_size"],
+    dcp_interleave: Optional[int] = _SPACE["dcp_interleave"],
+    num_speculative_tokens: Optional[int] = _SPACE["num_speculative_tokens"],
+    manifest: Optional[str] = _SPACE["manifest"],
+) -> None:
+    """Say how many of the cache entries a key space needs for TARGET the store holds, and which
+    are missing. Compiles nothing: each key's entry is named by Triton's own cache-key hashing.
+    Exit status: 0 said; 1 the store is down or did not answer in time; 2 invalid input."""
+    from zerojit.fleet.transfer import status
+
+    opened, names, build = _store_needs("store status", ctx, store=store, connect_timeout=connect_timeout,
+                                        op_timeout=op_timeout, target=target, manifest=manifest, config=config,
+                                        backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                                        num_speculative_tokens=num_speculative_tokens)
+    typer.echo(f"{opened.name}: {status(opened, names, build).summary()}")
+
+
+@store_app.command("wait", cls=_Command)
+@_reflowed
+@_user_errors("store wait")
+def store_wait(
+    ctx: typer.Context,
+    timeout: float = typer.Option(..., "--timeout", metavar="S", min=0, help="seconds to wait at most"),
+    store: str = _STORE,
+    connect_timeout: float = _CONNECT_TIMEOUT,
+    op_timeout: float = _OP_TIMEOUT,
+    config: str = _SPACE["config"],
+    target: str = _SPACE["target"],
+    backend: Optional[str] = _SPACE["backend"],
+    dcp_size: Optional[int] = _SPACE["dcp_size"],
+    dcp_interleave: Optional[int] = _SPACE["dcp_interleave"],
+    num_speculative_tokens: Optional[int] = _SPACE["num_speculative_tokens"],
+    manifest: Optional[str] = _SPACE["manifest"],
+) -> None:
+    """Block until the store holds every cache entry a key space needs for TARGET (a node's
+    start-up gate: the farm pushes, the node waits, then pulls). A store that is down counts as
+    not ready yet. Exit status: 0 all there; 1 not all there after S seconds (the missing
+    entries named, or the store named as down); 2 invalid input."""
+    import time
+
+    from zerojit.fleet.store import StoreDown
+    from zerojit.fleet.transfer import status
+
+    deadline = time.monotonic() + timeout
+    opened, names, build = _store_needs("store wait", ctx, store=store, connect_timeout=connect_timeout,
+                                        op_timeout=op_timeout, target=target, manifest=manifest, config=config,
+                                        backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                                        num_speculative_tokens=num_speculative_tokens)
+    while True:
+        try:
+            st, why = status(opened, names, build), None
+            if not st.missing:
+                typer.echo(f"{opened.name}: {st.summary()}")
+                return
+            why = st.summary()
+        except StoreDown as e:
+            why = str(e)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            typer.echo(f"zerojit store wait: not ready after {timeout:g} s: {why}", err=True)
+            raise typer.Exit(1)
+        time.sleep(min(1.0, left))
 
 
 learned_app = typer.Typer(cls=_Group, no_args_is_help=True,
