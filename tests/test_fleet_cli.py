@@ -78,3 +78,11 @@ def test_status_and_wait_name_the_missing_entries_of_the_key_space(flush, tmp_pa
     one_line(invoke("store", "wait", "--timeout", "1", "--store", f"redis://127.0.0.1:{free_port()}/0"), 1,
              "zerojit store wait: not ready after 1 s: store redis://127.0.0.1:")
     assert time.monotonic() - start < 30
+
+
+def test_gc_of_an_empty_store_and_a_bad_count(flush):
+    result = invoke("store", "gc", "--keep-builds", "2", "--store", flush)
+    assert result.exit_code == 0 and result.output.endswith(
+        ": kept 0 builds; dropped 0 entries of older builds and 0 values that were no zerojit entry\n"), result.output
+    one_line(invoke("store", "gc", "--keep-builds", "0", "--store", flush), 2, "zerojit store gc: Invalid value for "
+             "'--keep-builds'")

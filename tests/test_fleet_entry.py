@@ -30,7 +30,7 @@ from zerojit.fleet import entry as fe  # noqa: E402
 from zerojit.fleet import signing  # noqa: E402
 from zerojit.fleet.store import NAMESPACE, open_store  # noqa: E402
 from zerojit.fleet.needs import entry_names, key_space_jobs  # noqa: E402
-from zerojit.fleet.transfer import pull, pull_jobs, push_report, status  # noqa: E402
+from zerojit.fleet.transfer import build_digest, gc, pull, pull_jobs, push_report, status  # noqa: E402
 from zerojit.registry import JitWarmupRegistry  # noqa: E402
 
 
@@ -254,3 +254,28 @@ def test_status_then_pull_of_a_warm_up_compiles_only_what_the_store_lacks(farm, 
         report = reg.warmup(progress=False, target="cuda:90", generic=False)
     assert sorted(events) == [False, True, True, True]  # one compile: the entry the store lacked
     assert report.stats.total_compiled == 1
+
+
+def _pushed_at(value: bytes, when: str) -> bytes:
+    head, _, body = value[len(fe.MAGIC):].partition(b"\n")
+    header = json.loads(head)
+    header["pushed"] = when  # not signed: gc's ordering only
+    return fe.MAGIC + json.dumps(header).encode() + b"\n" + body
+
+
+def test_gc_keeps_the_newest_builds_and_drops_foreign_values(farm, flush):
+    store = open_store(flush)
+    name = farm["names"][0]
+    builds = {when: {**farm["build"], "triton_build": f"build-{when}"} for when in ("2026-01", "2026-03", "2026-02")}
+    addresses = {}
+    for when, build in builds.items():
+        e = dataclasses.replace(farm["entries"][name], build=build)
+        addresses[when] = e.address
+        store.put_if_absent(e.address, _pushed_at(fe.encode(e, farm["key"]), f"{when}-01T00:00:00+00:00"))
+    store.put_if_absent("ff" * 32, b"not an entry")
+    result = gc(store, keep_builds=2)
+    assert result.kept == [build_digest(builds["2026-03"]), build_digest(builds["2026-02"])]
+    assert (result.dropped, result.foreign) == (1, 1)
+    assert sorted(store.scan()) == sorted([addresses["2026-03"], addresses["2026-02"]])
+    with pytest.raises(ValueError, match="keep at least 1 build"):
+        gc(store, keep_builds=0)

@@ -8,7 +8,7 @@ Commands:
     warmup   warm a manifest's specializations (into the Triton cache) and print the report
     exec     warm a manifest, install the monitor, then run the unmodified program in-process
     bundle   export / import / inspect a cache bundle (the compiled key space as one archive)
-    store    keygen / push / status / wait: a fleet's shared store of signed entries (zerojit.fleet)
+    store    keygen / push / status / wait / gc: a fleet's shared store of signed entries (zerojit.fleet)
     learned  show / clear / merge into a manifest the keys that missed after warm-up (zerojit.learned)
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
@@ -1461,6 +1461,27 @@ def store_wait(
             typer.echo(f"zerojit store wait: not ready after {timeout:g} s: {why}", err=True)
             raise typer.Exit(1)
         time.sleep(min(1.0, left))
+
+
+@store_app.command("gc", cls=_Command)
+@_reflowed
+@_user_errors("store gc")
+def store_gc(
+    keep_builds: int = typer.Option(..., "--keep-builds", min=1, metavar="N",
+                                    help="keep the entries of the N builds pushed to most recently"),
+    store: str = _STORE,
+    connect_timeout: float = _CONNECT_TIMEOUT,
+    op_timeout: float = _OP_TIMEOUT,
+) -> None:
+    """Drop the entries of every build but the N pushed to most recently (a build: Triton version
+    and build, Python, target, ptxas, cache-relevant variables), and every value in zerojit's
+    namespace that is no zerojit entry. Exit status: 0 done; 1 the store is down or did not
+    answer in time; 2 invalid input."""
+    from zerojit.fleet.store import open_store
+    from zerojit.fleet.transfer import gc
+
+    opened = open_store(store, connect_timeout=connect_timeout, timeout=op_timeout)
+    typer.echo(f"{opened.name}: {gc(opened, keep_builds).summary()}")
 
 
 learned_app = typer.Typer(cls=_Group, no_args_is_help=True,

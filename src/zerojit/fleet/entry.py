@@ -39,7 +39,7 @@ from .. import triton_compat as _tc
 from . import signing
 
 __all__ = ["Entry", "EntryRefused", "build_identity", "address_of", "entry_of_variant", "encode", "decode", "install",
-           "MAGIC"]
+           "header_of", "MAGIC"]
 
 MAGIC = b"zerojit-store-entry 1\n"
 _ENTRY_RE = re.compile(r"^[A-Z2-7]+$")  # Triton's entry folders: the base 32 of a SHA-256
@@ -160,6 +160,15 @@ def _first_difference(theirs: Mapping[str, Any], ours: Mapping[str, Any]) -> str
             return f"{f} {str(theirs.get(f))[:40]!r}, here {str(ours.get(f))[:40]!r}"
     extra = sorted(set(theirs) ^ set(ours))
     return f"fields {extra}"
+
+
+def header_of(value: bytes) -> dict:
+    """The header of store value ``value``, unchecked (for listing and gc, never for installing).
+
+    Raises:
+        EntryRefused: not a zerojit entry, or its header line is not whole JSON.
+    """
+    return _header(value, "store value")[0]
 
 
 def _header(value: bytes, where: str) -> tuple[dict, bytes]:

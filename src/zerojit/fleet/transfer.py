@@ -23,8 +23,8 @@ from . import signing
 from .needs import entry_names
 from .store import Store, StoreDown
 
-__all__ = ["PushResult", "PullResult", "StoreStatus", "push_entries", "push_report", "pull", "pull_jobs", "status",
-           "present_locally"]
+__all__ = ["PushResult", "PullResult", "StoreStatus", "GcResult", "push_entries", "push_report", "pull", "pull_jobs",
+           "status", "gc", "build_digest", "present_locally"]
 
 
 @dataclass
@@ -183,3 +183,54 @@ def status(store: Store, names: Iterable[str], build: dict) -> StoreStatus:
     held = store.exists(_entry.address_of(n, build) for n in names)
     return StoreStatus([n for n in names if _entry.address_of(n, build) in held],
                        [n for n in names if _entry.address_of(n, build) not in held])
+
+
+@dataclass
+class GcResult:
+    """What :func:`gc` did: the builds kept (newest first, by build digest), the entries dropped,
+    and the values dropped that were no zerojit entry at all (damaged, or another writer's)."""
+
+    kept: list[str]
+    dropped: int
+    foreign: int
+
+    def summary(self) -> str:
+        return (f"kept {count(len(self.kept), 'build')}; dropped {count(self.dropped, 'entry', 'entries')} of older "
+                f"builds and {count(self.foreign, 'value')} that were no zerojit entry")
+
+
+def build_digest(build: dict) -> str:
+    """A short name of a build identity: the first 16 hex digits of its canonical JSON's SHA-256."""
+    return _entry.address_of("", build)[:16]
+
+
+def gc(store: Store, keep_builds: int) -> GcResult:
+    """Drop every entry but those of the ``keep_builds`` builds pushed to most recently (by each
+    build's newest ``pushed`` time), and every value of the namespace that is no zerojit entry.
+    Reads each value's header (the whole value: the store interface has no partial read).
+
+    Raises:
+        ValueError: ``keep_builds`` below 1.
+        StoreDown: the store cannot be reached in time (what was dropped stays dropped).
+    """
+    if keep_builds < 1:
+        raise ValueError(f"keep_builds={keep_builds!r}: keep at least 1 build")
+    newest: dict[str, str] = {}
+    by_build: dict[str, list[str]] = {}
+    foreign: list[str] = []
+    for address in list(store.scan()):
+        value = store.get(address)
+        if value is None:  # evicted meanwhile
+            continue
+        try:
+            header = _entry.header_of(value)
+            digest, pushed = build_digest(header["build"]), str(header.get("pushed", ""))
+        except (_entry.EntryRefused, KeyError, TypeError):
+            foreign.append(address)
+            continue
+        by_build.setdefault(digest, []).append(address)
+        newest[digest] = max(newest.get(digest, ""), pushed)
+    kept = sorted(newest, key=lambda d: newest[d], reverse=True)[:keep_builds]
+    drop = [a for d, addresses in by_build.items() if d not in kept for a in addresses]
+    store.delete(drop + foreign)
+    return GcResult(kept, len(drop), len(foreign))
