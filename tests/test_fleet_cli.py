@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+pytest.importorskip("redis", reason="the redis package is not installed (pip install 'zerojit[store]'): "
+                    "the store cannot be tested")
 pytest.importorskip("cryptography", reason="the cryptography package is not installed (pip install "
                     "'zerojit[store]'): the store commands cannot be tested")
 

@@ -13,6 +13,8 @@ import pytest
 
 if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
     pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+pytest.importorskip("redis", reason="the redis package is not installed (pip install 'zerojit[store]'): "
+                    "the store cannot be tested")
 pytest.importorskip("cryptography", reason="the cryptography package is not installed (pip install "
                     "'zerojit[store]'): signed entries cannot be tested")
 

@@ -8,9 +8,12 @@ import time
 
 import pytest
 
-from _redis_server import PASSWORD, flush, free_port, redis_url  # noqa: F401 (fixtures)
+pytest.importorskip("redis", reason="the redis package is not installed (pip install 'zerojit[store]'): "
+                    "the store cannot be tested")
 
-from zerojit.fleet.store import NAMESPACE, RedisStore, StoreDown, StoreError, open_store
+from _redis_server import PASSWORD, flush, free_port, redis_url  # noqa: E402,F401 (fixtures)
+
+from zerojit.fleet.store import NAMESPACE, RedisStore, StoreDown, StoreError, open_store  # noqa: E402
 
 
 def test_put_get_round_trip_under_the_namespace(flush):
