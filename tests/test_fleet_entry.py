@@ -281,3 +281,30 @@ def test_gc_keeps_the_newest_builds_and_drops_foreign_values(farm, flush):
     assert sorted(store.scan()) == sorted([addresses["2026-03"], addresses["2026-02"]])
     with pytest.raises(ValueError, match="keep at least 1 build"):
         gc(store, keep_builds=0)
+
+
+def test_the_launcher_module_travels_with_its_entry_on_triton_3_6(farm, node_cache, monkeypatch):
+    """A compile-only farm builds no launcher; one on the farm's disk (here a real ELF extension
+    module standing in for it) is carried, signed, and installed where Triton looks for it."""
+    import sys
+
+    from zerojit import triton_compat as tc
+
+    variant = farm["report"].variants[0]
+    key = tc.launcher_key(tuple(tc.source_of(variant.compiled)[1].values()))
+    if key is None:
+        pytest.skip(f"Triton {tc.TRITON_VERSION} builds no launcher modules (3.7 and later)")
+    so = min((f for m in list(sys.modules.values()) if (f := getattr(m, "__file__", None) or "").endswith(".so")),
+             key=os.path.getsize)  # a loaded extension module: a real ELF shared object
+    data = open(so, "rb").read()
+    monkeypatch.setattr(knobs.cache, "dir", str(farm["farm_cache"]))
+    tc.cache_manager(key).put(data, tc.launcher_file(), binary=True)
+    e = fe.entry_of_variant(variant, farm["build"])
+    assert e.launcher == (key, data) and f"launcher/{key}" in e.digests()
+    value = fe.encode(e, farm["key"])
+    monkeypatch.setattr(knobs.cache, "dir", str(node_cache))
+    tampered = value[:-1] + bytes([value[-1] ^ 0xFF])  # the launcher comes last
+    with pytest.raises(fe.EntryRefused, match=f"launcher/{key} does not match its SHA-256"):
+        fe.decode(tampered, e.address, farm["build"], farm["keys"])
+    assert fe.install(fe.decode(value, e.address, farm["build"], farm["keys"])) is True
+    assert open(tc.cache_manager(key).get_file(tc.launcher_file()), "rb").read() == data
