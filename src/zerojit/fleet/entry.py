@@ -199,7 +199,8 @@ def decode(value: bytes, address: str, build: Mapping[str, Any], keys: signing.V
         launcher = header["launcher"]
         launcher = None if launcher is None else (str(launcher[0]), int(launcher[1]), str(launcher[2]))
         if not isinstance(name, str) or not isinstance(theirs, dict) or not _ENTRY_RE.match(name) \
-                or not all(_FILE_RE.match(n) and size >= 0 for n, size, _ in files):
+                or not all(_FILE_RE.match(n) and size >= 0 for n, size, _ in files) \
+                or len({n for n, _, _ in files}) != len(files):
             raise TypeError("a field of the wrong type or form")
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise EntryRefused(f"{where}: its header is not a zerojit entry's ({e})") from None

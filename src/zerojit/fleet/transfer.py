@@ -138,7 +138,8 @@ def pull(store: Store, names: Iterable[str], build: dict, keys: signing.VerifyKe
             value = store.get(address)
         except StoreDown as e:
             result.down = str(e)
-            result.missing += [n for n in wanted[i:] if not present_locally(n)]
+            for n in wanted[i:]:
+                (result.local if present_locally(n) else result.missing).append(n)
             break
         if value is None:  # never pushed, or evicted since a status said it was there
             result.missing.append(name)
