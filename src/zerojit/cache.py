@@ -97,6 +97,7 @@ __all__ = [
     "import_bundle",
     "entries_of",
     "pack_entries",
+    "read_entries",
     "install_entries",
     "remove_leftovers",
 ]
@@ -824,21 +825,7 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
     entries.update(entries_of(generic))
     for v in generic:
         entry_kernel.setdefault(_entry_of(v.compiled), v.kernel)
-    blobs: dict[tuple[str, str], bytes] = {}
-    for entry, files in entries.items():
-        digests = None
-        for name, p in files.items():
-            try:  # never pack a damaged entry (zerojit.integrity); the error below names it, not a log line
-                with integrity.collecting():
-                    if name.startswith("__grp__"):
-                        integrity.read_group_file(p)
-                        blobs[(entry, name)] = integrity.read_regular(p)
-                    else:
-                        digests = integrity.digests_of(os.path.dirname(p)) if digests is None else digests
-                        blobs[(entry, name)] = integrity.read_checked(p, digests)  # a regular file only
-            except integrity.DamagedFileError as e:
-                raise BundleError(f"{e}: not packed, and the entry was dropped from the cache; run the export again "
-                                  "to compile it afresh") from None
+    blobs = {(entry, name): data for entry, files in read_entries(entries).items() for name, data in files.items()}
     tuning: dict[str, bytes] = {}
     folder = os.path.join(cache_dir(), _autotune.TUNING_FOLDER)
     for name in sorted(kernels):  # a kernel's tuning files: "<kernel>-<source hash>.json"
@@ -863,6 +850,34 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
         for name, data in tuning.items():
             _add(tar, f"tuning/{name}", data)
     return manifest
+
+
+def read_entries(entries: dict[str, dict[str, str]]) -> dict[str, dict[str, bytes]]:
+    """Read entries (as :func:`entries_of` gives them) for export: ``{entry: {file: bytes}}``,
+    each file checked first (:mod:`zerojit.integrity`: its recorded digest, its structure; the
+    group file parsed), so a damaged entry is never exported.
+
+    Raises:
+        BundleError: a damaged file (named; its entry is dropped from the cache, so a warm-up
+            run again compiles it afresh).
+    """
+    out: dict[str, dict[str, bytes]] = {}
+    for entry, files in entries.items():
+        digests = None
+        blobs = out.setdefault(entry, {})
+        for name, p in files.items():
+            try:  # the error below names a damaged file, not a log line
+                with integrity.collecting():
+                    if name.startswith("__grp__"):
+                        integrity.read_group_file(p)
+                        blobs[name] = integrity.read_regular(p)
+                    else:
+                        digests = integrity.digests_of(os.path.dirname(p)) if digests is None else digests
+                        blobs[name] = integrity.read_checked(p, digests)  # a regular file only
+            except integrity.DamagedFileError as e:
+                raise BundleError(f"{e}: not packed, and the entry was dropped from the cache; run the export again "
+                                  "to compile it afresh") from None
+    return out
 
 
 def _primer_variant() -> list:

@@ -8,6 +8,7 @@ Commands:
     warmup   warm a manifest's specializations (into the Triton cache) and print the report
     exec     warm a manifest, install the monitor, then run the unmodified program in-process
     bundle   export / import / inspect a cache bundle (the compiled key space as one archive)
+    store    keygen / push / status / wait / gc: a fleet's shared store of signed entries (zerojit.fleet)
     learned  show / clear / merge into a manifest the keys that missed after warm-up (zerojit.learned)
 
 Exit status, in every command: 2 for invalid input (a flag, a config, a trace, a missing file, a
@@ -113,6 +114,8 @@ def _exit_status(error: BaseException) -> int | None:
     """
     from zerojit.cache import BundleError, BundleReadError, CacheFolderError
     from zerojit.compile_only import InterpreterProcessError
+    from zerojit.fleet.signing import SigningError
+    from zerojit.fleet.store import StoreDown, StoreError
     from zerojit.kernels.mla.backends import BackendError
     from zerojit.kernels.mla.config import ConfigError
     from zerojit.manifest import ManifestError, UntrustedManifestError
@@ -131,9 +134,9 @@ def _exit_status(error: BaseException) -> int | None:
     # command names its flag: _output_errors).
     if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
                           MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError,
-                          StallSettingError, UntrustedManifestError)):
+                          StallSettingError, UntrustedManifestError, StoreError, SigningError)):
         return 2
-    if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError, CompileHung)):
+    if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError, CompileHung, StoreDown)):
         return 1
     return None
 
@@ -1094,6 +1097,67 @@ def exec_command(
     raise typer.Exit(status)
 
 
+@contextlib.contextmanager
+def _key_space(command: str, what: str, ctx: typer.Context, *, config: str, target: str, backend: Optional[str],
+               dcp_size: Optional[int], dcp_interleave: Optional[int], num_speculative_tokens: Optional[int],
+               manifest: Optional[str]) -> Iterator[tuple[Any, Any]]:
+    """The registry and model configuration of ``zerojit COMMAND``'s key space (a model's, or a
+    manifest's with ``cfg`` None), yielded inside the compile-only block of ``target``, once the
+    flags are checked (exit 2: a ``what`` for a target that cannot be, flags that conflict)."""
+    from zerojit.cache import current_target_name
+    from zerojit.compile_only import compile_only
+    from zerojit.registry import JitWarmupRegistry
+    from zerojit.runner.config import load_config
+    from zerojit.runner.model import register_model
+
+    if target != "device":
+        _check_target(command, target)
+    elif current_target_name() is None:
+        _refuse(command, f"--target device: no GPU is visible here; pass the compile-only target the {what} is for "
+                "(e.g. --target cuda:90): it needs no GPU")
+    apply_jit_monitor_mode(None)
+    overrides, given_as = _config_overrides(ctx, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                                            num_speculative_tokens=num_speculative_tokens)
+    if manifest is not None:
+        _check_input_file(command, "manifest", manifest)
+        given = [_given(ctx, n, v) for n, v in dict(config=config, backend=backend, **overrides).items()
+                 if ctx.get_parameter_source(n).name != "DEFAULT"]
+        if given:
+            _refuse(command, f"--manifest and {', '.join(given)} conflict: a manifest names its kernels and "
+                    "specializations itself")
+    if dcp_size is not None:
+        overrides.setdefault("dcp_rank", 0)
+    with (compile_only(target) if target != "device" else contextlib.nullcontext()):
+        if manifest is not None:
+            cfg, registry = None, JitWarmupRegistry()
+            _current_folder_importable()
+        else:
+            cfg = load_config(config, given_as=given_as, **overrides)
+            registry = register_model(cfg, backend)
+        yield registry, cfg
+
+
+@contextlib.contextmanager
+def _warmed_for_export(command: str, what: str, ctx: typer.Context, *, config: str, target: str,
+                       workers: Optional[int], backend: Optional[str], dcp_size: Optional[int],
+                       dcp_interleave: Optional[int], num_speculative_tokens: Optional[int], no_progress: bool,
+                       manifest: Optional[str]) -> Iterator[Any]:
+    """Warm a model's key space (or a manifest's specializations) for ``target`` as ``zerojit
+    COMMAND`` (bundle export, store push) does before it publishes the result, a ``what``; yields
+    the report inside the compile-only block (exit 2 on invalid flags, 1 when nothing was warmed)."""
+    from zerojit.runner.engine import usable_cores
+
+    with _key_space(command, what, ctx, config=config, target=target, backend=backend, dcp_size=dcp_size,
+                    dcp_interleave=dcp_interleave, num_speculative_tokens=num_speculative_tokens,
+                    manifest=manifest) as (registry, cfg):
+        report = registry.warmup(cfg, manifest=manifest, workers=_capped_workers(command, workers) or usable_cores(),
+                                 progress=_progress(no_progress), target=target)
+        for skipped in report.skipped:
+            typer.echo(f"zerojit {command}: SKIPPED {skipped}", err=True)
+        _nothing_warmed(command, report)  # (before anything is published: nothing empty)
+        yield report
+
+
 bundle_app = typer.Typer(cls=_Group, no_args_is_help=True,
                          help="Cache bundles: a model's compiled key space as one archive.")
 app.add_typer(bundle_app, name="bundle")
@@ -1132,44 +1196,14 @@ def bundle_export(
     (config, TARGET, output path, a cache folder that cannot serve, a bad ZEROJIT_JIT_MONITOR,
     TRITON_INTERPRET=1).
     """
-    from zerojit.cache import current_target_name, export_bundle
-    from zerojit.compile_only import compile_only
-    from zerojit.registry import JitWarmupRegistry, count
-    from zerojit.runner.config import load_config
-    from zerojit.runner.engine import usable_cores
-    from zerojit.runner.model import register_model
+    from zerojit.cache import export_bundle
+    from zerojit.registry import count
 
     _check_output_file("bundle export", "--output", output, stdout=False)
-    if target != "device":
-        _check_target("bundle export", target)
-    elif current_target_name() is None:
-        _refuse("bundle export", "--target device: no GPU is visible here; pass the compile-only target the "
-                "bundle is for (e.g. --target cuda:90): it needs no GPU")
-    apply_jit_monitor_mode(None)
-    overrides, given_as = _config_overrides(ctx, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
-                                            num_speculative_tokens=num_speculative_tokens)
-    if manifest is not None:
-        _check_input_file("bundle export", "manifest", manifest)
-        given = [_given(ctx, n, v) for n, v in dict(config=config, backend=backend, **overrides).items()
-                 if ctx.get_parameter_source(n).name != "DEFAULT"]
-        if given:
-            _refuse("bundle export", f"--manifest and {', '.join(given)} conflict: a manifest names its kernels and "
-                    "specializations itself")
-    if dcp_size is not None:
-        overrides.setdefault("dcp_rank", 0)
-    with (compile_only(target) if target != "device" else contextlib.nullcontext()):
-        if manifest is not None:
-            cfg, registry = None, JitWarmupRegistry()
-        else:
-            cfg = load_config(config, given_as=given_as, **overrides)
-            registry = register_model(cfg, backend)
-        if manifest is not None:
-            _current_folder_importable()
-        report = registry.warmup(cfg, manifest=manifest, workers=_capped_workers("bundle export", workers) or usable_cores(),
-                                 progress=_progress(no_progress), target=target)
-        for skipped in report.skipped:
-            typer.echo(f"zerojit bundle export: SKIPPED {skipped}", err=True)
-        _nothing_warmed("bundle export", report)  # (before the bundle is written: no empty bundle)
+    with _warmed_for_export("bundle export", "bundle", ctx, config=config, target=target, workers=workers,
+                            backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                            num_speculative_tokens=num_speculative_tokens, no_progress=no_progress,
+                            manifest=manifest) as report:
         with _output_errors("bundle export", "--output", output):
             manifest = export_bundle(report, output)
     origin = report.stats.origin(len({id(getattr(v, "compiled", v)) for v in report.variants}))
@@ -1228,6 +1262,226 @@ def bundle_inspect(
     _check_input_file("bundle inspect", "bundle", file)
     manifest = verify_bundle(file)
     typer.echo(json.dumps(manifest.to_dict(), indent=2) if json_out else manifest.summary())
+
+
+store_app = typer.Typer(cls=_Group, no_args_is_help=True,
+                        help="A fleet's shared store (Redis): a farm pushes signed entries, nodes pull them.")
+app.add_typer(store_app, name="store")
+
+
+def _store_options() -> tuple[Any, Any, Any]:
+    """``--store URL``, ``--connect-timeout S`` and ``--op-timeout S`` (zerojit.fleet.store's deadlines;
+    ``--timeout`` is ``store wait``'s)."""
+    from zerojit.fleet.store import CONNECT_TIMEOUT, OPERATION_TIMEOUT
+
+    return (typer.Option(..., "--store", metavar="URL", help="redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// (TLS)"),
+            typer.Option(CONNECT_TIMEOUT, "--connect-timeout", metavar="S", help="seconds to connect to the store"),
+            typer.Option(OPERATION_TIMEOUT, "--op-timeout", metavar="S", help="seconds for each store operation"))
+
+
+_STORE, _CONNECT_TIMEOUT, _OP_TIMEOUT = _store_options()
+
+
+@store_app.command("keygen", cls=_Command)
+@_reflowed
+@_user_errors("store keygen")
+def store_keygen(
+    output: str = typer.Option(..., "-o", "--output", metavar="DIR", help="the folder to write the key pair into"),
+) -> None:
+    """Write a new Ed25519 key pair for signing store entries into DIR.
+
+    zerojit-store.key (PKCS#8 PEM, mode 0600): the farm's, named by ZEROJIT_STORE_SIGNING_KEY when
+    it pushes. zerojit-store.pub (SubjectPublicKeyInfo PEM): every node's, listed in
+    ZEROJIT_STORE_VERIFY_KEYS (':'-separated, several for a rotation). Exit status: 0 written; 2 a
+    key file there already (never overwritten) or a folder that cannot be written."""
+    from zerojit.fleet.signing import keygen
+
+    private, public, kid = keygen(output)
+    typer.echo(f"key {kid}: private {private} (the farm's: ZEROJIT_STORE_SIGNING_KEY), public {public} (every "
+               "node's: ZEROJIT_STORE_VERIFY_KEYS)")
+
+
+@store_app.command("push", cls=_Command)
+@_reflowed
+@_user_errors("store push")
+def store_push(
+    ctx: typer.Context,
+    store: str = _STORE,
+    connect_timeout: float = _CONNECT_TIMEOUT,
+    op_timeout: float = _OP_TIMEOUT,
+    config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
+    target: str = typer.Option("cuda:90", "--target", metavar="TARGET",
+                               help="compile-only target (e.g. cuda:90), or 'device' for the GPU here"),
+    workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
+                                          help="compile worker processes (default and most: the cores this process "
+                                          "can use)"),
+    backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
+    dcp_size: Optional[int] = typer.Option(None, "--dcp-size", metavar="S", help="decode-context-parallel size"),
+    dcp_interleave: Optional[int] = typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
+    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", metavar="N",
+                                                         help="draft tokens per decode step"),
+    no_progress: bool = _no_progress_option("progress bar"),
+    manifest: Optional[str] = typer.Option(None, "--manifest", metavar="MANIFEST",
+                                           help="push a recording's specializations (zerojit record) instead of a "
+                                           "model's key space; the model flags are then refused"),
+) -> None:
+    """Warm a model's key space (or a manifest's specializations) for TARGET and publish every
+    key's cache entry to the store, signed.
+
+    Needs ZEROJIT_STORE_SIGNING_KEY (the private key zerojit store keygen wrote): without it the
+    push is refused before anything is compiled. Each entry is one store value under an address
+    of its Triton cache key and this build (Triton version and build, Python, target, ptxas,
+    cache-relevant variables); an entry the store holds already is kept (of two pushers, one
+    stores it and both succeed). Exit status: 0 pushed; 1 warm-up failed, or the store is down
+    or did not answer in time; 2 invalid input (no signing key or not a usable one, a URL that
+    is not redis:// or rediss://, the warm-up flags as for bundle export).
+    """
+    from zerojit.fleet.signing import signing_key_from_env
+    from zerojit.fleet.store import open_store
+    from zerojit.fleet.transfer import push_report
+
+    key = signing_key_from_env()
+    target_store = open_store(store, connect_timeout=connect_timeout, timeout=op_timeout)
+    target_store.exists(["0" * 64])  # down: say so now, before a warm-up for nothing
+    with _warmed_for_export("store push", "push", ctx, config=config, target=target, workers=workers,
+                            backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                            num_speculative_tokens=num_speculative_tokens, no_progress=no_progress,
+                            manifest=manifest) as report:
+        result = push_report(target_store, report, key)
+    typer.echo(f"{target_store.name}: {result.summary()}, signed by key {key.key_id}")
+
+
+def _store_needs(command: str, ctx: typer.Context, *, store: str, connect_timeout: float, op_timeout: float,
+                 target: str, manifest: Optional[str], **space: Any) -> tuple[Any, list[str], dict]:
+    """The store, the cache entries the key space needs (named, nothing compiled:
+    :func:`zerojit.fleet.needs.entry_names`) and the build identity they must be of."""
+    from zerojit.cache import current_target_name
+    from zerojit.fleet.entry import build_identity
+    from zerojit.fleet.needs import entry_names, key_space_jobs
+    from zerojit.fleet.store import open_store
+
+    opened = open_store(store, connect_timeout=connect_timeout, timeout=op_timeout)
+    with _key_space(command, "store", ctx, target=target, manifest=manifest, **space) as (registry, cfg):
+        jobs, skipped = key_space_jobs(registry, cfg, manifest)
+        for s in skipped:
+            typer.echo(f"zerojit {command}: SKIPPED {s}", err=True)
+        names = list(dict.fromkeys(n for n in entry_names(jobs) if n is not None))
+        build = build_identity(target if target != "device" else current_target_name())
+    return opened, names, build
+
+
+def _key_space_options() -> dict[str, Any]:
+    return dict(
+        config=typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
+        target=typer.Option("cuda:90", "--target", metavar="TARGET",
+                            help="the target the nodes serve (a compile-only target, e.g. cuda:90, or 'device')"),
+        backend=typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
+        dcp_size=typer.Option(None, "--dcp-size", metavar="S", help="decode-context-parallel size"),
+        dcp_interleave=typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
+        num_speculative_tokens=typer.Option(None, "--num-speculative-tokens", metavar="N",
+                                            help="draft tokens per decode step"),
+        manifest=typer.Option(None, "--manifest", metavar="MANIFEST",
+                              help="a recording's specializations (zerojit record) instead of a model's key space"),
+    )
+
+
+_SPACE = _key_space_options()
+
+
+@store_app.command("status", cls=_Command)
+@_reflowed
+@_user_errors("store status")
+def store_status(
+    ctx: typer.Context,
+    store: str = _STORE,
+    connect_timeout: float = _CONNECT_TIMEOUT,
+    op_timeout: float = _OP_TIMEOUT,
+    config: str = _SPACE["config"],
+    target: str = _SPACE["target"],
+    backend: Optional[str] = _SPACE["backend"],
+    dcp_size: Optional[int] = _SPACE["dcp_size"],
+    dcp_interleave: Optional[int] = _SPACE["dcp_interleave"],
+    num_speculative_tokens: Optional[int] = _SPACE["num_speculative_tokens"],
+    manifest: Optional[str] = _SPACE["manifest"],
+) -> None:
+    """Say how many of the cache entries a key space needs for TARGET the store holds, and which
+    are missing. Compiles nothing: each key's entry is named by Triton's own cache-key hashing.
+    Exit status: 0 said; 1 the store is down or did not answer in time; 2 invalid input."""
+    from zerojit.fleet.transfer import status
+
+    opened, names, build = _store_needs("store status", ctx, store=store, connect_timeout=connect_timeout,
+                                        op_timeout=op_timeout, target=target, manifest=manifest, config=config,
+                                        backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                                        num_speculative_tokens=num_speculative_tokens)
+    typer.echo(f"{opened.name}: {status(opened, names, build).summary()}")
+
+
+@store_app.command("wait", cls=_Command)
+@_reflowed
+@_user_errors("store wait")
+def store_wait(
+    ctx: typer.Context,
+    timeout: float = typer.Option(..., "--timeout", metavar="S", min=0, help="seconds to wait at most"),
+    store: str = _STORE,
+    connect_timeout: float = _CONNECT_TIMEOUT,
+    op_timeout: float = _OP_TIMEOUT,
+    config: str = _SPACE["config"],
+    target: str = _SPACE["target"],
+    backend: Optional[str] = _SPACE["backend"],
+    dcp_size: Optional[int] = _SPACE["dcp_size"],
+    dcp_interleave: Optional[int] = _SPACE["dcp_interleave"],
+    num_speculative_tokens: Optional[int] = _SPACE["num_speculative_tokens"],
+    manifest: Optional[str] = _SPACE["manifest"],
+) -> None:
+    """Block until the store holds every cache entry a key space needs for TARGET (a node's
+    start-up gate: the farm pushes, the node waits, then pulls). A store that is down counts as
+    not ready yet. Exit status: 0 all there; 1 not all there after S seconds (the missing
+    entries named, or the store named as down); 2 invalid input."""
+    import time
+
+    from zerojit.fleet.store import StoreDown
+    from zerojit.fleet.transfer import status
+
+    deadline = time.monotonic() + timeout
+    opened, names, build = _store_needs("store wait", ctx, store=store, connect_timeout=connect_timeout,
+                                        op_timeout=op_timeout, target=target, manifest=manifest, config=config,
+                                        backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
+                                        num_speculative_tokens=num_speculative_tokens)
+    while True:
+        try:
+            st, why = status(opened, names, build), None
+            if not st.missing:
+                typer.echo(f"{opened.name}: {st.summary()}")
+                return
+            why = st.summary()
+        except StoreDown as e:
+            why = str(e)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            typer.echo(f"zerojit store wait: not ready after {timeout:g} s: {why}", err=True)
+            raise typer.Exit(1)
+        time.sleep(min(1.0, left))
+
+
+@store_app.command("gc", cls=_Command)
+@_reflowed
+@_user_errors("store gc")
+def store_gc(
+    keep_builds: int = typer.Option(..., "--keep-builds", min=1, metavar="N",
+                                    help="keep the entries of the N builds pushed to most recently"),
+    store: str = _STORE,
+    connect_timeout: float = _CONNECT_TIMEOUT,
+    op_timeout: float = _OP_TIMEOUT,
+) -> None:
+    """Drop the entries of every build but the N pushed to most recently (a build: Triton version
+    and build, Python, target, ptxas, cache-relevant variables), and every value in zerojit's
+    namespace that is no zerojit entry. Exit status: 0 done; 1 the store is down or did not
+    answer in time; 2 invalid input."""
+    from zerojit.fleet.store import open_store
+    from zerojit.fleet.transfer import gc
+
+    opened = open_store(store, connect_timeout=connect_timeout, timeout=op_timeout)
+    typer.echo(f"{opened.name}: {gc(opened, keep_builds).summary()}")
 
 
 learned_app = typer.Typer(cls=_Group, no_args_is_help=True,

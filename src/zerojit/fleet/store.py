@@ -1,0 +1,187 @@
+"""The store a fleet shares: a small key-value interface, and Redis behind it.
+
+A :class:`Store` holds one value per content address (:mod:`zerojit.fleet.entry`): a value is
+written once and never changed (:meth:`Store.put_if_absent`), so two pushers of one entry both
+succeed and one of them wins, and an evicted value takes its whole entry with it (never half of
+one). The interface is kept this small so that an S3-compatible object store can follow.
+
+:class:`RedisStore` talks to a ``redis-server`` through ``redis-py``. redis-py waits forever
+unless told otherwise, so every connection has a deadline to connect (2 s by default) and one
+per operation (10 s): a passed deadline, a refused connection or a server that goes away raises
+:class:`StoreDown`, which a caller turns into "compile locally" in one line. Values live under
+``zerojit:v1:<address>``, zerojit's own namespace.
+"""
+
+from __future__ import annotations
+
+import abc
+import urllib.parse
+from typing import Iterable, Iterator
+
+__all__ = ["Store", "StoreDown", "StoreError", "RedisStore", "open_store", "NAMESPACE", "CONNECT_TIMEOUT",
+           "OPERATION_TIMEOUT"]
+
+NAMESPACE = "zerojit:v1:"
+CONNECT_TIMEOUT = 2.0  #: seconds to connect to the store (issue 31: redis-py has no deadline unless told)
+OPERATION_TIMEOUT = 10.0  #: seconds for one operation's reply
+_SCAN_BATCH = 500  # keys per SCAN / EXISTS round trip
+
+
+class StoreError(ValueError):
+    """The store is given wrongly (a URL of another scheme, a missing package): a user error,
+    the message says what to give instead."""
+
+
+class StoreDown(ConnectionError):
+    """The store cannot be reached or did not answer within its deadline; the message names
+    the store (never its password) and what failed. Callers compile locally instead."""
+
+
+class Store(abc.ABC):
+    """A map from content address (a hex string) to one immutable value (bytes)."""
+
+    #: the store as messages name it (a URL without its password)
+    name: str = "store"
+
+    @abc.abstractmethod
+    def get(self, address: str) -> bytes | None:
+        """The value at ``address``, or None when there is none (never stored, or evicted).
+
+        Raises:
+            StoreDown: the store cannot be reached in time."""
+
+    @abc.abstractmethod
+    def put_if_absent(self, address: str, value: bytes) -> bool:
+        """Store ``value`` at ``address`` unless a value is there already; True when this call
+        stored it. A value is never replaced: another pusher's entry of the same address is the
+        same entry.
+
+        Raises:
+            StoreDown: the store cannot be reached in time."""
+
+    @abc.abstractmethod
+    def exists(self, addresses: Iterable[str]) -> set[str]:
+        """Which of ``addresses`` hold a value now (one may still be evicted before it is read).
+
+        Raises:
+            StoreDown: the store cannot be reached in time."""
+
+    @abc.abstractmethod
+    def scan(self) -> Iterator[str]:
+        """Every address that holds a value (for garbage collection), in no particular order.
+
+        Raises:
+            StoreDown: the store cannot be reached in time."""
+
+    @abc.abstractmethod
+    def delete(self, addresses: Iterable[str]) -> int:
+        """Remove the values of ``addresses``; returns how many were there.
+
+        Raises:
+            StoreDown: the store cannot be reached in time."""
+
+    def close(self) -> None:
+        """Release connections (a no-op where there are none)."""
+
+
+def _display(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (messages never carry it)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+
+
+class RedisStore(Store):
+    """A :class:`Store` on a Redis server (``redis://`` or ``rediss://`` for TLS, a password in
+    the URL: ``redis://:PASSWORD@host:6379/0``).
+
+    Args:
+        url: the server's URL.
+        connect_timeout: seconds to connect (redis-py's ``socket_connect_timeout``).
+        timeout: seconds for each operation's reply (redis-py's ``socket_timeout``).
+
+    Raises:
+        StoreError: not a ``redis://`` / ``rediss://`` URL, a timeout not positive, or the
+            ``redis`` package missing (install ``zerojit[store]``).
+
+    Connecting is lazy: the first operation connects, and raises :class:`StoreDown` if it cannot.
+    """
+
+    def __init__(self, url: str, *, connect_timeout: float = CONNECT_TIMEOUT,
+                 timeout: float = OPERATION_TIMEOUT) -> None:
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme not in ("redis", "rediss"):
+            raise StoreError(f"store {_display(url)!r}: give a redis:// or rediss:// URL "
+                             "(e.g. redis://:PASSWORD@host:6379/0)")
+        for what, value in (("connect timeout", connect_timeout), ("timeout", timeout)):
+            if not value > 0:
+                raise StoreError(f"store {_display(url)}: the {what} must be a positive number of seconds, "
+                                 f"not {value!r}")
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError:
+            raise StoreError("the store needs the redis package: pip install 'zerojit[store]'") from None
+        self._redis = redis
+        self.name = _display(url)
+        try:
+            # no retries: a deadline passed is the "store down" path at once, not three times later
+            self._client = redis.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=timeout,
+                                                retry_on_timeout=False, retry=Retry(NoBackoff(), 0))
+        except ValueError as e:
+            raise StoreError(f"store {self.name}: {e}") from None
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as e:
+            raise StoreDown(f"store {self.name} is down ({what}: {e})") from None
+        except self._redis.RedisError as e:  # authentication, a full server (OOM): no store to use either
+            raise StoreDown(f"store {self.name} refused {what}: {e}") from None
+
+    def get(self, address: str) -> bytes | None:
+        return self._call("get", self._client.get, NAMESPACE + address)
+
+    def put_if_absent(self, address: str, value: bytes) -> bool:
+        return bool(self._call("put", self._client.set, NAMESPACE + address, value, nx=True))
+
+    def exists(self, addresses: Iterable[str]) -> set[str]:
+        addresses = list(dict.fromkeys(addresses))
+        found: set[str] = set()
+        for start in range(0, len(addresses), _SCAN_BATCH):
+            batch = addresses[start:start + _SCAN_BATCH]
+            pipe = self._client.pipeline(transaction=False)
+            for a in batch:
+                pipe.exists(NAMESPACE + a)
+            found.update(a for a, n in zip(batch, self._call("exists", pipe.execute)) if n)
+        return found
+
+    def scan(self) -> Iterator[str]:
+        cursor = 0
+        while True:
+            cursor, keys = self._call("scan", self._client.scan, cursor, match=NAMESPACE + "*", count=_SCAN_BATCH)
+            for k in keys:
+                yield k.decode()[len(NAMESPACE):]
+            if cursor == 0:
+                return
+
+    def delete(self, addresses: Iterable[str]) -> int:
+        keys = [NAMESPACE + a for a in addresses]
+        return sum(self._call("delete", self._client.delete, *keys[i:i + _SCAN_BATCH])
+                   for i in range(0, len(keys), _SCAN_BATCH))
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def open_store(url: str, *, connect_timeout: float = CONNECT_TIMEOUT, timeout: float = OPERATION_TIMEOUT) -> Store:
+    """The store at ``url`` (``redis://``, ``rediss://``; other schemes may follow).
+
+    Raises:
+        StoreError: a URL of no known scheme, a bad timeout, a missing package.
+    """
+    return RedisStore(url, connect_timeout=connect_timeout, timeout=timeout)

@@ -1,0 +1,237 @@
+"""Push a warm-up's entries to a store; pull the entries a cache lacks.
+
+A push publishes every key of a warm-up (:func:`push_report`), each entry signed
+(:mod:`zerojit.fleet.signing`) and stored once (:meth:`~zerojit.fleet.store.Store.put_if_absent`:
+of two pushers of one entry one stores it and both succeed). A pull (:func:`pull`) takes the
+cache entries a warm-up needs (Triton's cache-key hashes, in base 32), skips those the cache
+folder holds complete, and for each of the others reads its value, checks it whole
+(:func:`zerojit.fleet.entry.decode`) and installs it whole (:func:`zerojit.fleet.entry.install`).
+Whatever is not pulled (missing, evicted, refused, or the store down) is left for the warm-up to
+compile: a pull never fails a warm-up, it says what it did (:class:`PullResult`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .. import cache as _cache
+from ..reports import count
+from . import entry as _entry
+from . import signing
+from .needs import entry_names
+from .store import Store, StoreDown
+
+__all__ = ["PushResult", "PullResult", "StoreStatus", "GcResult", "push_entries", "push_report", "pull", "pull_jobs",
+           "status", "gc", "build_digest", "present_locally"]
+
+
+@dataclass
+class PushResult:
+    """What a push did: entries it stored, entries the store held already, bytes it sent."""
+
+    stored: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    bytes: int = 0
+
+    def summary(self) -> str:
+        return (f"pushed {count(len(self.stored), 'entry', 'entries')} ({self.bytes} bytes); "
+                f"{len(self.present)} already in the store")
+
+
+@dataclass
+class PullResult:
+    """What a pull did, by cache entry name.
+
+    Attributes:
+        installed: pulled and installed; local: the cache held them complete (not read);
+        missing: not in the store (never pushed, or evicted); refused: ``(entry, reason)``, not
+        installed (:class:`~zerojit.fleet.entry.EntryRefused`); down: the one-line reason the
+        store went away (the entries not reached are in ``missing``), else None; bytes: read.
+    """
+
+    installed: list[str] = field(default_factory=list)
+    local: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    down: str | None = None
+    bytes: int = 0
+
+    def summary(self) -> str:
+        line = (f"store: {count(len(self.installed), 'entry', 'entries')} pulled ({self.bytes} bytes), "
+                f"{len(self.local)} local, {len(self.missing)} missing, {len(self.refused)} refused")
+        return line + (f"; {self.down}: compiling locally" if self.down else "")
+
+
+def push_entries(store: Store, entries: Iterable[_entry.Entry], key: signing.SigningKey) -> PushResult:
+    """Store each of ``entries`` signed with ``key``, unless its address holds a value already.
+
+    Raises:
+        StoreDown: the store went away (what was stored before stays, each value whole).
+    """
+    result = PushResult()
+    for e in entries:
+        value = _entry.encode(e, key)
+        if store.put_if_absent(e.address, value):
+            result.stored.append(e.name)
+            result.bytes += len(value)
+        else:
+            result.present.append(e.name)
+    return result
+
+
+def push_report(store: Store, report: Any, key: signing.SigningKey, *, target: str | None = None) -> PushResult:
+    """Push the entries of every key (and generic variant) of a warm-up ``report``.
+
+    Args:
+        target: the target the report compiled for; default its own (a ``"device"`` report: this
+            process's target, as a bundle export decides it).
+
+    Raises:
+        zerojit.cache.BundleError: a failed warm-up (its keys are not all there), no target known,
+            or a missing or damaged cache file (named).
+        StoreDown: the store went away.
+    """
+    if getattr(report, "failures", ()):
+        raise _cache.BundleError(f"the warm-up had {count(len(report.failures), 'failure')}: push a warm-up that "
+                                 "compiled every key")
+    target = target or (report.target if report.target != "device" else _cache.current_target_name())
+    if not target:
+        raise _cache.BundleError("no target known for the push: pass target= (e.g. 'cuda:90')")
+    build = _entry.build_identity(target)
+    variants = list(report.variants) + [v for v in getattr(report, "generic", ()) if v.compiled is not None]
+    entries: dict[str, _entry.Entry] = {}
+    for v in variants:
+        e = _entry.entry_of_variant(v, build)
+        entries.setdefault(e.name, e)
+    return push_entries(store, entries.values(), key)
+
+
+def present_locally(name: str, folder: str | None = None) -> bool:
+    """Whether the cache folder (default Triton's) holds entry ``name`` complete: its group file
+    is written last (:mod:`zerojit.cache`), so an entry with one is whole."""
+    path = os.path.join(folder or _cache.cache_dir(), name)
+    try:
+        return any(n.startswith("__grp__") for n in os.listdir(path))
+    except OSError:
+        return False
+
+
+def pull(store: Store, names: Iterable[str], build: dict, keys: signing.VerifyKeys) -> PullResult:
+    """Install into Triton's cache folder the entries ``names`` (of build ``build``) the cache
+    lacks, each checked whole against ``keys`` first. Never raises for the store: a store down
+    (at the start or midway) ends the pull with :attr:`PullResult.down` set, every entry installed
+    before it whole.
+
+    Raises:
+        zerojit.cache.BundleCacheDirError: the cache folder cannot be written.
+    """
+    result = PullResult()
+    wanted = [n for n in dict.fromkeys(names)]
+    for i, name in enumerate(wanted):
+        if present_locally(name):
+            result.local.append(name)
+            continue
+        address = _entry.address_of(name, build)
+        try:
+            value = store.get(address)
+        except StoreDown as e:
+            result.down = str(e)
+            for n in wanted[i:]:
+                (result.local if present_locally(n) else result.missing).append(n)
+            break
+        if value is None:  # never pushed, or evicted since a status said it was there
+            result.missing.append(name)
+            continue
+        result.bytes += len(value)
+        try:
+            _entry.install(_entry.decode(value, address, build, keys))
+        except (_entry.EntryRefused, _cache.BundleCorruptError) as e:
+            result.refused.append((name, str(e)))
+            continue
+        result.installed.append(name)
+    return result
+
+
+def pull_jobs(store: Store, jobs: Any, build: dict, keys: signing.VerifyKeys) -> PullResult:
+    """:func:`pull` the entries of a warm-up's ``(kernel, key)`` jobs
+    (:func:`zerojit.fleet.needs.entry_names`; run it inside the warm-up's compile-only block)."""
+    return pull(store, [n for n in entry_names(jobs) if n is not None], build, keys)
+
+
+@dataclass
+class StoreStatus:
+    """Which needed entries the store holds now (``present``) and which not (``missing``); one
+    may still be evicted before it is pulled."""
+
+    present: list[str]
+    missing: list[str]
+
+    def summary(self) -> str:
+        line = f"{len(self.present)} of {count(len(self.present) + len(self.missing), 'needed entry', 'needed entries')} in the store"
+        return line + (f"; missing: {', '.join(self.missing[:5])}{', ...' if len(self.missing) > 5 else ''}"
+                       if self.missing else "")
+
+
+def status(store: Store, names: Iterable[str], build: dict) -> StoreStatus:
+    """Which of the entries ``names`` (of build ``build``) the store holds.
+
+    Raises:
+        StoreDown: the store cannot be reached in time.
+    """
+    names = list(dict.fromkeys(names))
+    held = store.exists(_entry.address_of(n, build) for n in names)
+    return StoreStatus([n for n in names if _entry.address_of(n, build) in held],
+                       [n for n in names if _entry.address_of(n, build) not in held])
+
+
+@dataclass
+class GcResult:
+    """What :func:`gc` did: the builds kept (newest first, by build digest), the entries dropped,
+    and the values dropped that were no zerojit entry at all (damaged, or another writer's)."""
+
+    kept: list[str]
+    dropped: int
+    foreign: int
+
+    def summary(self) -> str:
+        return (f"kept {count(len(self.kept), 'build')}; dropped {count(self.dropped, 'entry', 'entries')} of older "
+                f"builds and {count(self.foreign, 'value')} that were no zerojit entry")
+
+
+def build_digest(build: dict) -> str:
+    """A short name of a build identity: the first 16 hex digits of its canonical JSON's SHA-256."""
+    return _entry.address_of("", build)[:16]
+
+
+def gc(store: Store, keep_builds: int) -> GcResult:
+    """Drop every entry but those of the ``keep_builds`` builds pushed to most recently (by each
+    build's newest ``pushed`` time), and every value of the namespace that is no zerojit entry.
+    Reads each value's header (the whole value: the store interface has no partial read).
+
+    Raises:
+        ValueError: ``keep_builds`` below 1.
+        StoreDown: the store cannot be reached in time (what was dropped stays dropped).
+    """
+    if keep_builds < 1:
+        raise ValueError(f"keep_builds={keep_builds!r}: keep at least 1 build")
+    newest: dict[str, str] = {}
+    by_build: dict[str, list[str]] = {}
+    foreign: list[str] = []
+    for address in list(store.scan()):
+        value = store.get(address)
+        if value is None:  # evicted meanwhile
+            continue
+        try:
+            header = _entry.header_of(value)
+            digest, pushed = build_digest(header["build"]), str(header.get("pushed", ""))
+        except (_entry.EntryRefused, KeyError, TypeError):
+            foreign.append(address)
+            continue
+        by_build.setdefault(digest, []).append(address)
+        newest[digest] = max(newest.get(digest, ""), pushed)
+    kept = sorted(newest, key=lambda d: newest[d], reverse=True)[:keep_builds]
+    drop = [a for d, addresses in by_build.items() if d not in kept for a in addresses]
+    store.delete(drop + foreign)
+    return GcResult(kept, len(drop), len(foreign))

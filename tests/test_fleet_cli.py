@@ -1,0 +1,90 @@
+"""``zerojit store keygen|push``: one line and exit 2 for a user error, 1 for a store that is down."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("redis", reason="the redis package is not installed (pip install 'zerojit[store]'): "
+                    "the store cannot be tested")
+pytest.importorskip("cryptography", reason="the cryptography package is not installed (pip install "
+                    "'zerojit[store]'): the store commands cannot be tested")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from _redis_server import flush, free_port, redis_url  # noqa: E402,F401 (fixtures)
+
+from zerojit.cli import app  # noqa: E402
+from zerojit.fleet import signing  # noqa: E402
+
+
+def invoke(*args: str, env: dict | None = None):
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def one_line(result, status: int, text: str) -> None:
+    lines = result.output.strip().splitlines()
+    assert (result.exit_code, len(lines)) == (status, 1), (result.exit_code, result.output, result.exception)
+    assert lines[0].startswith(text), lines[0]
+
+
+def test_keygen_writes_a_pair_and_never_overwrites_it(tmp_path):
+    result = invoke("store", "keygen", "-o", str(tmp_path / "keys"))
+    assert result.exit_code == 0, result.output
+    kid = signing.load_signing_key(str(tmp_path / "keys" / signing.PRIVATE_NAME)).key_id
+    assert set(signing.load_verify_keys([str(tmp_path / "keys" / signing.PUBLIC_NAME)]).keys) == {kid}
+    assert result.output.startswith(f"key {kid}: private {tmp_path / 'keys' / signing.PRIVATE_NAME}")
+    one_line(invoke("store", "keygen", "-o", str(tmp_path / "keys")), 2,
+             f"zerojit store keygen: {tmp_path / 'keys' / signing.PRIVATE_NAME} exists already")
+
+
+def test_push_without_a_signing_key_is_refused(tmp_path):
+    one_line(invoke("store", "push", "--store", "redis://127.0.0.1:6379/0", env={signing.SIGNING_KEY_ENV: ""}), 2,
+             "zerojit store push: pushing to a store needs a signing key: set ZEROJIT_STORE_SIGNING_KEY")
+    public = signing.keygen(str(tmp_path))[1]
+    one_line(invoke("store", "push", "--store", "redis://127.0.0.1:6379/0", env={signing.SIGNING_KEY_ENV: public}), 2,
+             f"zerojit store push: signing key {public} is not an unencrypted PEM private key")
+
+
+def test_push_to_a_bad_url_or_a_store_down_says_so_before_any_warm_up(tmp_path):
+    private = signing.keygen(str(tmp_path))[0]
+    env = {signing.SIGNING_KEY_ENV: private}
+    one_line(invoke("store", "push", "--store", "http://127.0.0.1:6379", env=env), 2,
+             "zerojit store push: store 'http://127.0.0.1:6379': give a redis:// or rediss:// URL")
+    port = free_port()
+    start = time.monotonic()
+    one_line(invoke("store", "push", "--store", f"redis://:pw@127.0.0.1:{port}/0", env=env), 1,
+             f"zerojit store push: store redis://:***@127.0.0.1:{port}/0 is down (exists: ")
+    assert time.monotonic() - start < 5  # no warm-up of the dsv4-like key space first
+
+
+def test_status_and_wait_name_the_missing_entries_of_the_key_space(flush, tmp_path, monkeypatch):
+    """The default config's key space against an empty store: every needed entry missing, named
+    with nothing compiled; wait gives up after --timeout with exit 1, also for a store down."""
+    import re
+
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "node-cache"))
+    status = invoke("store", "status", "--store", flush)
+    assert status.exit_code == 0, (status.output, status.exception)
+    m = re.fullmatch(r"redis://:\*\*\*@127\.0\.0\.1:\d+/0: 0 of (\d+) needed entries in the store; missing: "
+                     r"([A-Z2-7]{52}), .*\n", status.output)
+    assert m and int(m.group(1)) > 5, status.output
+    assert not any(p.name == m.group(2) for p in (tmp_path / "node-cache").iterdir())  # named, not compiled
+    start = time.monotonic()
+    one_line(invoke("store", "wait", "--timeout", "1", "--store", flush), 1,
+             f"zerojit store wait: not ready after 1 s: 0 of {m.group(1)} needed entries in the store; missing: "
+             f"{m.group(2)}")
+    one_line(invoke("store", "wait", "--timeout", "1", "--store", f"redis://127.0.0.1:{free_port()}/0"), 1,
+             "zerojit store wait: not ready after 1 s: store redis://127.0.0.1:")
+    assert time.monotonic() - start < 30
+
+
+def test_gc_of_an_empty_store_and_a_bad_count(flush):
+    result = invoke("store", "gc", "--keep-builds", "2", "--store", flush)
+    assert result.exit_code == 0 and result.output.endswith(
+        ": kept 0 builds; dropped 0 entries of older builds and 0 values that were no zerojit entry\n"), result.output
+    one_line(invoke("store", "gc", "--keep-builds", "0", "--store", flush), 2, "zerojit store gc: Invalid value for "
+             "'--keep-builds'")

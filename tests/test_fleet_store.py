@@ -1,0 +1,88 @@
+"""zerojit.fleet.store against a real redis-server (tests/_redis_server.py starts one)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("redis", reason="the redis package is not installed (pip install 'zerojit[store]'): "
+                    "the store cannot be tested")
+
+from _redis_server import PASSWORD, flush, free_port, redis_url  # noqa: E402,F401 (fixtures)
+
+from zerojit.fleet.store import NAMESPACE, RedisStore, StoreDown, StoreError, open_store  # noqa: E402
+
+
+def test_put_get_round_trip_under_the_namespace(flush):
+    import redis
+
+    store = open_store(flush)
+    value = bytes(range(256)) * 40
+    assert store.get("ab" * 32) is None
+    assert store.put_if_absent("ab" * 32, value) is True
+    assert store.get("ab" * 32) == value
+    assert store.exists(["ab" * 32, "cd" * 32]) == {"ab" * 32}
+    with redis.Redis.from_url(flush) as raw:  # one value per entry, in zerojit's namespace only
+        assert raw.keys("*") == [f"{NAMESPACE}{'ab' * 32}".encode()]
+    assert sorted(store.scan()) == ["ab" * 32]
+    assert store.delete(["ab" * 32, "cd" * 32]) == 1 and store.get("ab" * 32) is None
+
+
+def test_two_pushers_of_one_address_one_wins_both_succeed(flush):
+    stores = [open_store(flush) for _ in range(8)]
+    barrier = threading.Barrier(len(stores))
+    results: list[bool] = [None] * len(stores)
+
+    def push(i):
+        barrier.wait()
+        results[i] = stores[i].put_if_absent("ee" * 32, f"pusher {i}".encode())
+
+    threads = [threading.Thread(target=push, args=(i,)) for i in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(results) == [False] * 7 + [True]
+    winner = results.index(True)
+    assert stores[0].get("ee" * 32) == f"pusher {winner}".encode()  # never replaced by a later pusher
+
+
+def test_the_password_is_required_and_never_shown(redis_url):
+    wrong = redis_url.replace(PASSWORD, "not-the-password")
+    store = open_store(wrong)
+    with pytest.raises(StoreDown) as e:
+        store.get("00" * 32)
+    assert "not-the-password" not in str(e.value) and "***" in str(e.value)
+    assert open_store(redis_url).get("00" * 32) is None  # the right one works
+
+
+def test_store_down_at_start_is_storedown_at_once():
+    store = open_store(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    start = time.monotonic()
+    with pytest.raises(StoreDown, match=r"is down \(get:"):
+        store.get("00" * 32)
+    assert time.monotonic() - start < 2.0
+
+
+def test_a_server_that_never_answers_passes_the_operation_deadline():
+    """A socket that accepts connections (the kernel's backlog) but never replies: redis-py would
+    wait forever without a deadline; with timeout=0.5 the call fails within about that."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        store = RedisStore(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", connect_timeout=0.5, timeout=0.5)
+        start = time.monotonic()
+        with pytest.raises(StoreDown, match="Timeout|timed out"):
+            store.get("00" * 32)
+        elapsed = time.monotonic() - start
+    assert 0.4 < elapsed < 3.0
+
+
+@pytest.mark.parametrize("url, why", [("http://127.0.0.1:6379", "redis:// or rediss://"),
+                                       ("redis://127.0.0.1:6379", "positive")])
+def test_bad_store_arguments_are_user_errors(url, why):
+    with pytest.raises(StoreError, match=why):
+        RedisStore(url, timeout=0 if why == "positive" else 10)
