@@ -12,9 +12,10 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-def run_zerojit(args, cache, cwd, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``zerojit ARGS`` in ``cwd`` with ``TRITON_CACHE_DIR=cache``; its output captured as text."""
-    env = {**os.environ, "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(SRC)}
+def run_zerojit(args, cache, cwd, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``zerojit ARGS`` in ``cwd`` with ``TRITON_CACHE_DIR=cache`` (and ``env``'s variables);
+    its output captured as text."""
+    env = {**os.environ, **(env or {}), "TRITON_CACHE_DIR": str(cache), "PYTHONPATH": str(SRC)}
     env.pop("TRITON_INTERPRET", None)
     env.pop("ZEROJIT_JIT_MONITOR", None)
     return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, cwd=cwd, capture_output=True, text=True,

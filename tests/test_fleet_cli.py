@@ -88,3 +88,33 @@ def test_gc_of_an_empty_store_and_a_bad_count(flush):
         ": kept 0 builds; dropped 0 entries of older builds and 0 values that were no zerojit entry\n"), result.output
     one_line(invoke("store", "gc", "--keep-builds", "0", "--store", flush), 2, "zerojit store gc: Invalid value for "
              "'--keep-builds'")
+
+
+def test_the_start_up_script_farm_push_node_wait_then_run_pulls_everything(flush, tmp_path):
+    """docs/start-up.md's fleet script: the farm (no GPU) pushes the key space, a node with an
+    empty cache waits for the store, then ``zerojit run --store`` pulls every entry and replays
+    the trace with 0 runtime compiles; ``--push`` without a signing key, or without ``--store``,
+    is refused in one line before anything compiles."""
+    from _cli import run_zerojit
+
+    private, public, _ = signing.keygen(str(tmp_path / "keys"))
+    farm = run_zerojit(["store", "push", "--store", flush, "--target", "cuda:90", "--no-progress"],
+                       tmp_path / "farm-cache", tmp_path, env={signing.SIGNING_KEY_ENV: private})
+    assert farm.returncode == 0 and " entries (" in farm.stdout, farm.stdout + farm.stderr
+    node_env = {signing.VERIFY_KEYS_ENV: public, "TRITON_HOME": str(tmp_path / "node-home")}
+    wait = run_zerojit(["store", "wait", "--store", flush, "--timeout", "30"], tmp_path / "node-cache", tmp_path,
+                       env=node_env)
+    assert wait.returncode == 0, wait.stdout + wait.stderr
+    node = run_zerojit(["run", "--device", "cpu", "--requests", "20", "--no-progress", "--store", flush],
+                       tmp_path / "node-cache", tmp_path, env=node_env)
+    assert node.returncode == 0, node.stdout + node.stderr
+    keys = int(node.stdout.split("warm-up      zerojit: ")[1].split(" keys")[0])
+    assert f"{keys} pulled from the store, then loaded from the disk cache" in node.stdout, node.stdout
+    assert "generic variants: " in node.stdout and " 0 missing, 0 refused" in node.stdout, node.stdout
+    assert "monitor      error: 0 runtime compiles" in node.stdout, node.stdout
+    for args, env, text in ((["--store", flush, "--push"], node_env, "needs a signing key: set ZEROJIT_STORE_SIGNING_KEY"),
+                            (["--push"], node_env, "--push needs --store URL")):
+        refused = run_zerojit(["run", "--device", "cpu", *args], tmp_path / "other-cache", tmp_path, env=env)
+        assert (refused.returncode, refused.stdout) == (2, ""), refused.stdout + refused.stderr
+        assert refused.stderr.startswith("zerojit run: ") and text in refused.stderr and \
+            len(refused.stderr.splitlines()) == 1, refused.stderr

@@ -23,7 +23,8 @@ LAYERS = {
     "warm-up": ["zerojit.reports", "zerojit.integrity", "zerojit._primer", "zerojit.loading", "zerojit.cache",
                 "zerojit.restore", "zerojit._compile_worker", "zerojit.precompile",
                 "zerojit.distributed", "zerojit.registry", "zerojit.script_kernels", "zerojit.manifest",
-                "zerojit.generic", "zerojit.learned", "zerojit.recorded_tuning", "zerojit.widen", "zerojit.merging"],
+                "zerojit.generic", "zerojit.learned", "zerojit.recorded_tuning", "zerojit.widen", "zerojit.merging",
+                "zerojit.warmup_store"],
     # issue 31: the shared store, on top of the cache layer's install and verify functions
     "fleet": ["zerojit.fleet"],
     "observation": ["zerojit.growth", "zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording",

@@ -24,6 +24,7 @@ from .keyspace import KeySpaceError, choices, int_range, trace_dispatch, zip_inp
 from .monitor import JitMonitor, RuntimeJitError  # listens for warm-ups: ZEROJIT_JIT_MONITOR
 from .registry import JitWarmupRegistry, NoTargetError, WarmupError, WarmupReport
 from . import serving  # registers fallback mode with the monitor: ZEROJIT_JIT_MONITOR=fallback
+from . import fleet  # registers redis:// and rediss:// stores with the warm-up: warmup(store=URL)
 from .specialization import SpecClass, WarmupTensor, classify, scalar_rep
 
 __all__ = [

@@ -125,6 +125,7 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.registry import NoTargetError, WarmupError
     from zerojit.runner.engine import RunError
     from zerojit.runner.trace import TraceError
+    from zerojit.warmup_store import UnknownStoreError
     from zerojit.watchdog import CompileHung, StallSettingError
 
     # A cache folder that cannot be written is invalid input, also when a bundle import met it; so
@@ -134,7 +135,7 @@ def _exit_status(error: BaseException) -> int | None:
     # command names its flag: _output_errors).
     if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
                           MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError,
-                          StallSettingError, UntrustedManifestError, StoreError, SigningError)):
+                          StallSettingError, UntrustedManifestError, StoreError, SigningError, UnknownStoreError)):
         return 2
     if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError, CompileHung, StoreDown)):
         return 1
@@ -466,6 +467,41 @@ def _config_help() -> str:
             "stem)")
 
 
+def _warmup_store_options() -> dict[str, Any]:
+    """``--store URL``, ``--push``, ``--connect-timeout S`` and ``--op-timeout S`` of the commands
+    that warm up (run, warmup, exec): the fleet store the warm-up pulls from (zerojit.fleet)."""
+    from zerojit.fleet.store import CONNECT_TIMEOUT, OPERATION_TIMEOUT
+
+    return dict(
+        store=typer.Option(None, "--store", metavar="URL", envvar="ZEROJIT_STORE",
+                           help="a fleet store (redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// for TLS): pull the "
+                           "entries this warm-up needs and the cache lacks, signed by a key of "
+                           "ZEROJIT_STORE_VERIFY_KEYS, before compiling the rest (a store down: compile locally)"),
+        push=typer.Option(False, "--push", help="with --store: publish what this warm-up holds and the store lacks, "
+                          "signed with ZEROJIT_STORE_SIGNING_KEY (required)"),
+        connect_timeout=typer.Option(CONNECT_TIMEOUT, "--connect-timeout", metavar="S",
+                                     help="seconds to connect to the store"),
+        op_timeout=typer.Option(OPERATION_TIMEOUT, "--op-timeout", metavar="S",
+                                help="seconds for each store operation"),
+    )
+
+
+_WARMUP_STORE = _warmup_store_options()
+
+
+def _warmup_store(command: str, store: Optional[str], push: bool, connect_timeout: float, op_timeout: float) -> Any:
+    """The store of ``--store`` opened for the warm-up (None without one), checked before anything
+    compiles: a bad URL or timeout, no trusted key, ``--push`` without a signing key or without
+    ``--store`` are refused (exit 2)."""
+    if store is None:
+        if push:
+            _refuse(command, "--push needs --store URL: the store to publish the warm-up's entries to")
+        return None
+    from zerojit.warmup_store import open_store
+
+    return open_store(store, push=push, connect_timeout=connect_timeout, timeout=op_timeout)
+
+
 @app.command("run", cls=_Command)
 @_reflowed
 @_user_errors("run")
@@ -510,6 +546,10 @@ def run_command(
     cut_keyspace: bool = typer.Option(False, "--cut-keyspace", hidden=True,  # benchmarks/fallback_runner.py
                                       help="benchmarks only: drop one warmed class per kernel after the primer"),
     no_learned: bool = _no_learned_option(),
+    store: Optional[str] = _WARMUP_STORE["store"],
+    push: bool = _WARMUP_STORE["push"],
+    connect_timeout: float = _WARMUP_STORE["connect_timeout"],
+    op_timeout: float = _WARMUP_STORE["op_timeout"],
 ) -> None:
     """Replay a request trace through the sparse-MLA kernels with zero runtime JIT (the main job).
 
@@ -540,6 +580,8 @@ def run_command(
                                             num_speculative_tokens=num_speculative_tokens)
     if overrides:  # checked here to name a bad value's flag (run() knows only fields); it loads it again
         load_config(config, given_as=given_as, **overrides)
+    if store is not None and warmup != "zerojit":
+        _refuse("run", f"--store and --warmup {warmup} conflict: only a zerojit warm-up pulls from a store")
     options = RunOptions(
         config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
         jit_monitor_mode=jit_monitor_mode, check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
@@ -548,6 +590,7 @@ def run_command(
         generic=not no_generic, swap=swap, fallback_miss=fallback_miss, background_workers=background_workers,
         cut_keyspace=cut_keyspace,
         learned=not no_learned,
+        store=_warmup_store("run", store, push, connect_timeout, op_timeout),
     )
     # The flag wins over ZEROJIT_JIT_MONITOR for the process monitor too, which otherwise reads
     # the variable when warm-up completes (a value the option took from it is already checked).
@@ -883,6 +926,10 @@ def warmup_command(
                                            help="also write the report as JSON to this file (phases, workers' "
                                            "timeline; '-': standard output, the report then on stderr)"),
     no_learned: bool = _no_learned_option(),
+    store: Optional[str] = _WARMUP_STORE["store"],
+    push: bool = _WARMUP_STORE["push"],
+    connect_timeout: float = _WARMUP_STORE["connect_timeout"],
+    op_timeout: float = _WARMUP_STORE["op_timeout"],
 ) -> None:
     """Compile (and on a GPU load) every specialization a manifest recorded, and print the report.
 
@@ -905,6 +952,7 @@ def warmup_command(
     _check_input_file("warmup", "manifest", manifest)
     _check_output_file("warmup", "--json", json_out)
     chosen = _manifest_target("warmup", target, manifest)
+    opened = _warmup_store("warmup", store, push, connect_timeout, op_timeout)
     _current_folder_importable()
     def write_json(report: Any) -> None:
         if json_out:
@@ -918,7 +966,7 @@ def warmup_command(
             registry = JitWarmupRegistry()
             report = registry.warmup(manifest=manifest, workers=_capped_workers("warmup", workers),
                                      progress=_progress(no_progress), target=chosen or "device",
-                                     learned=not no_learned)
+                                     learned=not no_learned, store=opened)
         except WarmupError as e:  # a failed key: reported (exit 1) by _user_errors, its report written first
             write_json(e.report)
             raise
@@ -956,6 +1004,10 @@ def exec_command(
     fallback_miss: str = _fallback_miss_option(),
     background_workers: int = _background_workers_option(),
     no_learned: bool = _no_learned_option(),
+    store: Optional[str] = _WARMUP_STORE["store"],
+    push: bool = _WARMUP_STORE["push"],
+    connect_timeout: float = _WARMUP_STORE["connect_timeout"],
+    op_timeout: float = _WARMUP_STORE["op_timeout"],
 ) -> None:
     """Warm a manifest, install the JIT monitor, then run the unmodified program in this process.
 
@@ -1007,6 +1059,7 @@ def exec_command(
     _check_output_file("exec", "--json", json_out)
     program = Program(command)  # (its folder goes first on sys.path, as python puts it: the warm-up imports from it)
     chosen = _manifest_target("exec", target, manifest)
+    opened = _warmup_store("exec", store, push, connect_timeout, op_timeout)
     mode = jit_monitor_mode or ("error" if chosen else "fallback")  # (chosen: a compile-only target)
     apply_jit_monitor_mode(mode)
     _configure_fallback(mode, swap, fallback_miss, background_workers)
@@ -1019,7 +1072,8 @@ def exec_command(
                                  # generic variants serve fallback mode only: in error and warn mode a
                                  # miss compiles (or is blocked) whatever was warmed, so they would only
                                  # double the warm-up (FLA's: 27 keys, 18.6 s -> 46 s)
-                                 generic=mode == "fallback" and not no_generic, learned=not no_learned)
+                                 generic=mode == "fallback" and not no_generic, learned=not no_learned,
+                                 store=opened)
         typer.echo(report.summary(), err=True)
         recorded = [k for k in registry.kernels if isinstance(k, RecordedKernel)]
         if not chosen:  # a GPU: the recorded tuning keys with no choice are tuned now, before the program runs

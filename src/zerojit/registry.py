@@ -40,6 +40,7 @@ from .autotune import TunedKey
 from .generic import file_variants, plan as generic_plan
 from .kernel import TritonJitKernel
 from .manifest import RecordedKernel, read_manifest, warmup_plan
+from .warmup_store import StoreOutcome, WarmupStore, open_store
 from .reports import (KernelWarmup, NoTargetError, WarmupError, WarmupFailure, WarmupReport, WarmupStats,
                       count as count)
 
@@ -199,7 +200,7 @@ def capped_workers(asked: int | None, cores: int) -> "int | WorkerChoice | None"
 
 
 def choose_workers(asked: int | None, *, cores: int, to_compile: int, restored: int = 0,
-                   sharded: bool = False) -> WorkerChoice:
+                   sharded: bool = False, pulled: int = 0) -> WorkerChoice:
     """The compile workers of a warm-up: ``asked`` when given (``workers=N`` means N), else chosen.
 
     Chosen: none (this process compiles) when no key is left to compile (every key restored
@@ -215,11 +216,15 @@ def choose_workers(asked: int | None, *, cores: int, to_compile: int, restored: 
         to_compile: the keys the restore index did not cover (compiled, or loaded from Triton's
             disk cache when it has them).
         restored: the keys the restore index covered.
+        pulled: the keys whose entries a fleet store gave (not among ``to_compile``).
         sharded: the warm-up runs with a ``torch.distributed`` process group.
     """
     if asked is not None:
         return WorkerChoice(asked, f"{count(asked, 'worker')} (as asked)" if asked > 1 else "in this process (as asked)")
     if to_compile == 0:
+        if pulled:
+            return WorkerChoice(1, f"in this process (nothing to compile: {pulled} pulled from the store"
+                                + (f", {restored} restored)" if restored else ")"))
         return WorkerChoice(1, f"in this process (all {count(restored, 'key')} restored)" if restored
                             else "in this process (no keys)")
     if sharded:
@@ -270,13 +275,14 @@ def _worker_note(choice: WorkerChoice, stats: WarmupStats) -> str:
     return f"{choice.why}; none started (see the notes)"
 
 
-def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any,
-                  progress: bool) -> tuple[list, WarmupStats]:
+def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any, progress: bool,
+                  store: "WarmupStore | None" = None) -> tuple[list, WarmupStats, "StoreOutcome | None"]:
     """Make and file the generic variants of the warmed ``jobs`` (``outcomes``: their results)
     in ``session``, counted apart from the keys (:mod:`zerojit.generic`): restored from their own
     index (``generic-*.json``) where it covers them, else warm-up jobs of the session (sharded
     over ``group``'s ranks when given), the index then written. Returns the variants filed and
-    their stats; a group that gets none, or an index refused, is a line in those stats'
+    their stats, and what ``store`` gave (pulled before compiling, as for the keys; None without
+    a store); a group that gets none, or an index refused, is a line in those stats'
     ``recovered``."""
     from .precompile import JobOutcome, plan_digest  # see the note at the imports
     from .restore import restore_variants, save_index
@@ -294,6 +300,11 @@ def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any,
         counts.add_phase("restore", time.perf_counter() - t0)
         counts.restored += len(restored)
         rest = [job for i, job in enumerate(gjobs) if i not in restored]
+        pulled = None
+        if store is not None and rest:
+            t0 = time.perf_counter()
+            pulled = store.pull(rest)[0]
+            counts.add_phase("store", time.perf_counter() - t0)
         if rest and group is not None:
             from .distributed import sharded_warmup
 
@@ -309,7 +320,7 @@ def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any,
         filed, problems = file_variants(made, [o.variant if o.error is None else o.error for o in done],
                                         current_device())
     counts.recovered.extend(made.notes + problems)
-    return filed, counts.stats()
+    return filed, counts.stats(store_entries=pulled.pulled if pulled is not None else 0), pulled
 
 
 class JitWarmupRegistry:
@@ -453,6 +464,8 @@ class JitWarmupRegistry:
         program_folder: bool = True,
         generic: bool = True,
         learned: bool = True,
+        store: "str | WarmupStore | None" = None,
+        push: bool = False,
     ) -> WarmupReport:
         """Compile (and on a GPU load) every key of every registered kernel.
 
@@ -497,6 +510,15 @@ class JitWarmupRegistry:
                 a group whose warmed variant is generic already costs nothing. Counted apart
                 (``report.generic_variants``; never keys). A group that gets none (its compile
                 failed) is a note, not a failure. False: none.
+            store: a fleet's shared store of cache entries (:mod:`zerojit.warmup_store`): a URL
+                (``redis://``, ``rediss://``: :mod:`zerojit.fleet`, trusting the public keys of
+                ``ZEROJIT_STORE_VERIFY_KEYS``) or an opened store. The keys (and generic variants)
+                left after the restore index that the cache folder lacks are pulled from it,
+                each checked whole, before anything compiles; the rest compile here.
+                ``report.store`` says what was pulled, missing and refused (named); a store
+                down is a line there, never a failure.
+            push: with ``store``: afterwards publish every entry of this warm-up the store
+                lacks, signed with ``ZEROJIT_STORE_SIGNING_KEY`` (required).
             learned: also warm the keys that missed after earlier warm-ups into this cache folder
                 (the learned-keys file, :mod:`zerojit.learned`) of the kernels this warm-up has
                 (registered, or recorded in ``manifest``): through a contract kernel's
@@ -524,7 +546,12 @@ class JitWarmupRegistry:
                 was recorded with another Triton version; ``UntrustedManifestError``: it carries
                 program source (code) and other users can write to the file.
             OSError: ``manifest`` cannot be read.
-            ValueError: ``target`` names another target than the one this process compiles for.
+            ValueError: ``target`` names another target than the one this process compiles for;
+                ``push`` without ``store``.
+            zerojit.warmup_store.UnknownStoreError: a store URL of no known scheme;
+                ``zerojit.fleet``'s ``StoreError`` (a bad URL, ``redis`` missing) and
+                ``SigningError`` (no trusted key; ``push`` without a signing key): all before
+                anything is compiled.
         """
         from .precompile import JobOutcome, WarmupSession, plan_digest  # see the note at the imports
         from .restore import cache_folder_warnings, restore_variants, save_index
@@ -535,7 +562,26 @@ class JitWarmupRegistry:
         if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
             raise ValueError(f"warmup(workers={workers!r}): the number of compile worker processes is a whole number "
                              ">= 1 (or None: chosen from the cores and the keys)")
+        if push and store is None:
+            raise ValueError("warmup(push=True) needs store=: the store to publish the warm-up's entries to")
         start = time.perf_counter()
+        opened = open_store(store, push=push) if store is not None else None
+        try:
+            return self._warmup(config, opened, workers=workers, made=made, progress=progress,
+                                raise_on_failure=raise_on_failure, target=target, bundle=bundle, group=group,
+                                manifest=manifest, program_folder=program_folder, generic=generic, learned=learned,
+                                start=start)
+        finally:
+            if opened is not None and isinstance(store, str):  # a store the caller opened stays open
+                opened.close()
+
+    def _warmup(self, config: Any, store: "WarmupStore | None", *, workers: "int | None", made: "WorkerChoice | None",
+                progress: bool, raise_on_failure: bool, target: str, bundle: Any, group: Any, manifest: Any,
+                program_folder: bool, generic: bool, learned: bool, start: float) -> WarmupReport:
+        """:meth:`warmup`'s body, ``store`` opened."""
+        from .precompile import JobOutcome, WarmupSession, plan_digest  # see the note at the imports
+        from .restore import cache_folder_warnings, restore_variants, save_index
+
         skipped: list = []
         manifest_phases: dict[str, float] = {}
         if manifest is not None:  # reading it imports the recorded functions' modules (torch, a library...)
@@ -581,10 +627,16 @@ class JitWarmupRegistry:
                 import_launch_path_modules()
                 imports_seconds = time.perf_counter() - t0
             rest = [job for i, job in enumerate(jobs) if i not in restored] + extra
+            pulled: StoreOutcome | None = None
+            got: set[int] = set()  # rest's jobs whose entries the store gave: loaded from disk, not compiled
+            if store is not None:
+                t0 = time.perf_counter()
+                pulled, got = store.pull(rest) if compiles and rest else (StoreOutcome(store.name), set())
+                store_seconds = time.perf_counter() - t0
             if compiles:  # killed imports' and Triton writes' stale leftovers (entry folders: only when compiling)
                 remove_leftovers(entries=bool(rest))
-            choice = made or choose_workers(workers, cores=usable_cores(), to_compile=len(rest), restored=len(restored),
-                                            sharded=group is not None)
+            choice = made or choose_workers(workers, cores=usable_cores(), to_compile=len(rest) - len(got),
+                                            restored=len(restored), pulled=len(got), sharded=group is not None)
 
             prestarted, self._prestarted = self._prestarted, None  # start_workers': used or stopped by the session
             with WarmupSession(workers=choice.workers, pool=prestarted) as session:
@@ -594,7 +646,8 @@ class JitWarmupRegistry:
 
                     ran = sharded_warmup(session, rest, group, progress=progress)
                 elif rest:
-                    ran = session.run(rest, progress=progress, expect_warm=imported is not None or bool(restored))
+                    ran = session.run(rest, progress=progress,
+                                      expect_warm=imported is not None or bool(restored) or bool(got))
                 else:
                     ran = []
                 ran_iter = iter(ran)
@@ -602,8 +655,11 @@ class JitWarmupRegistry:
                             for i in range(len(jobs))]
                 primer = list(ran_iter)
                 # generic variants: a second sweep of this session, once the keys' variants are known
-                generic_variants, generic_stats = _warm_generic(
-                    session, jobs, outcomes, group=group, progress=progress) if generic else ([], None)
+                generic_variants, generic_stats, generic_pulled = _warm_generic(
+                    session, jobs, outcomes, group=group, progress=progress,
+                    store=store if pulled is not None and not pulled.down else None) if generic else ([], None, None)
+                if generic_pulled is not None:
+                    pulled = pulled.add(generic_pulled)
         session.counts.recovered.extend(damaged)
         session.counts.recovered.extend(take_damaged_notes())  # remembered build keys, compile seconds
         if restore_target is not None:
@@ -650,7 +706,8 @@ class JitWarmupRegistry:
             for kernel, done in per_kernel.items()
         )
         phases = {**manifest_phases, "restore": restore_seconds,
-                  **({"imports": imports_seconds} if imports_seconds is not None else {}), **session.counts.phases}
+                  **({"imports": imports_seconds} if imports_seconds is not None else {}),
+                  **({"store": store_seconds} if pulled is not None else {}), **session.counts.phases}
         if any(getattr(v, "loaded", False) for k in kernels for v in k.variants):
             t0 = time.perf_counter()
             loading.prime_launch_path()
@@ -658,6 +715,8 @@ class JitWarmupRegistry:
                 loading.prime_raw_launch_path()
             phases["prime"] = time.perf_counter() - t0
         stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0,
+                                     store_entries=pulled.pulled - (generic_pulled.pulled if generic_pulled else 0)
+                                     if pulled is not None else 0,
                                      restored=len(restored) + session.counts.restored,
                                      phases=phases)
         stats = dataclasses.replace(stats, worker_choice=_worker_note(choice, stats))
@@ -672,7 +731,10 @@ class JitWarmupRegistry:
                               learned_through_keys=sum(not isinstance(k, RecordedKernel) for k, _ in warmed_learned),
                               learned_skipped=tuple(learned_plan.skipped) if learned_plan is not None else (),
                               learned_file=learned_plan.path if learned_plan is not None else None,
-                              manifest=os.fspath(manifest) if manifest is not None else None)
+                              manifest=os.fspath(manifest) if manifest is not None else None,
+                              store=pulled)
+        if store is not None:  # publish before the listeners hear of it: a push compiles nothing
+            report = dataclasses.replace(report, store=store.push(report, pulled))
 
         # From here on a compile is a runtime compile: the listeners (the runtime monitor, the
         # audit) hear of this warm-up; see add_warmup_listener.

@@ -86,6 +86,8 @@ class WarmupStats:
             once: :mod:`zerojit.integrity`), one line per cause, ending ``[N keys]`` when N keys
             gave the same line.
         bundle_entries: cache entries installed from a bundle.
+        store_entries: cache entries pulled from a fleet's store (``warmup(store=...)``) and
+            installed before the warm-up compiled anything; loaded from disk (in ``disk_loads``).
         restored: variants put straight into the in-process caches from zerojit's restore index
             (a warm start: no Triton lookup; see :mod:`zerojit.restore`).
         phases: wall-clock seconds per phase, in order, as ``(name, seconds)``: ``manifest``
@@ -139,6 +141,7 @@ class WarmupStats:
     launchers_remembered: int = 0
     recovered: tuple[str, ...] = ()
     bundle_entries: int = 0
+    store_entries: int = 0
     restored: int = 0
     phases: tuple[tuple[str, float], ...] = ()
     worker_seconds: float = 0.0
@@ -185,6 +188,9 @@ class WarmupStats:
             parts.append(f"{self.lock_waits} compiled meanwhile by another process (this warm-up waited for its lock), "
                          "then loaded from the disk cache")
         cached = self.disk_loads - self.worker_compiled - self.lock_waits
+        if self.store_entries:
+            parts.append(f"{self.store_entries} pulled from the store, then loaded from the disk cache")
+            cached -= self.store_entries
         if cached > 0:
             bundle = f", {count(self.bundle_entries, 'entry', 'entries')} installed from a bundle" if self.bundle_entries else ""
             parts.append(f"{cached} loaded from the disk cache, compiled before this warm-up{bundle}")
@@ -238,6 +244,7 @@ class WarmupReport:
     learned_skipped: tuple[Any, ...] = ()
     learned_file: str | None = None
     manifest: str | None = None  #: the manifest warmed (``warmup(manifest=PATH)``), for messages; None without one
+    store: Any = None  #: what ``warmup(store=...)``'s store gave and took (:class:`zerojit.warmup_store.StoreOutcome`)
 
     @property
     def num_keys(self) -> int:
@@ -282,6 +289,7 @@ class WarmupReport:
             "learned_skipped": [{"where": s.where, "kernel": s.kernel, "reason": s.reason}
                                 for s in self.learned_skipped],
             "learned_file": self.learned_file,
+            "store": self.store.to_dict() if self.store is not None else None,
         }
 
     def summary(self) -> str:
@@ -302,6 +310,8 @@ class WarmupReport:
                 lines.append(f"  compile workers: {self.stats.worker_choice}")
             lines += self.stats.notes("  note: ")
         lines += self.generic_lines("  ")
+        if self.store is not None:
+            lines += self.store.lines("  ")
         listed = {f.kernel for f in self.failures if f.key is None}  # (a key listing that failed says so itself)
         for k in self.kernels:
             empty = "  (registered, but get_warmup_keys gave no key: a launch of it will compile)" \

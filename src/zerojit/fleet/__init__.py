@@ -14,3 +14,14 @@ Issue 31, groundwork. One concept per module:
 The store is read during warm-up only; Triton's own remote cache backend is never installed.
 Needs the ``zerojit[store]`` extra (``redis``, ``cryptography``); importing this package does not.
 """
+
+from ..warmup_store import register_scheme as _register_scheme
+
+
+def _open(url: str, **options):  # imported when a warm-up opens a store: redis and cryptography only then
+    from .warmup import open_warmup_store
+
+    return open_warmup_store(url, **options)
+
+
+_register_scheme(("redis", "rediss"), _open)

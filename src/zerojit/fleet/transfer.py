@@ -71,7 +71,12 @@ def push_entries(store: Store, entries: Iterable[_entry.Entry], key: signing.Sig
         StoreDown: the store went away (what was stored before stays, each value whole).
     """
     result = PushResult()
+    entries = list(entries)
+    held = store.exists(e.address for e in entries)  # one round trip: a value held is not sent again
     for e in entries:
+        if e.address in held:
+            result.present.append(e.name)
+            continue
         value = _entry.encode(e, key)
         if store.put_if_absent(e.address, value):
             result.stored.append(e.name)

@@ -164,6 +164,8 @@ class RunOptions:
             trace misses there; needs a zerojit warm-up.
         learned: a zerojit warm-up also warms the keys earlier runs missed into this cache folder
             (:mod:`zerojit.learned`; ``--no-learned``: False).
+        store: a fleet store (``--store``): its URL or an opened one; the zerojit warm-up pulls
+            the entries it needs that the cache lacks, and pushes when it was opened to.
     """
 
     config: str = "dsv4-like"
@@ -191,6 +193,7 @@ class RunOptions:
     background_workers: int = 1
     cut_keyspace: bool = False
     learned: bool = True
+    store: Any = None
 
     def __post_init__(self) -> None:
         problems = []
@@ -352,9 +355,9 @@ class WarmupSummary:
                 "kernels": dict(self.keys_by_kernel), "failures": list(self.failures), "stats": stats,
                 "origin": self.origin, "worker_choice": self.worker_choice,
                 **({k: v for k, v in self.report.to_dict().items()
-                    if k.startswith(("generic_", "learned"))} if self.report is not None
+                    if k.startswith(("generic_", "learned", "store"))} if self.report is not None
                    else {"generic_variants": 0, "generic_stats": None, "learned": 0, "learned_through_keys": 0,
-                         "learned_skipped": [], "learned_file": None})}
+                         "learned_skipped": [], "learned_file": None, "store": None})}
 
 
 @dataclass(frozen=True)
@@ -672,6 +675,7 @@ class RunReport:
             + (f", {w.worker_choice}" if w.worker_choice else "") + (f"; {w.origin}" if w.origin else ""),
             *(w.report.stats.notes("               note: ") if w.report is not None and w.report.stats else ()),
             *(w.report.generic_lines("               ") if w.report is not None else ()),
+            *(w.report.store.lines("               ") if w.report is not None and w.report.store else ()),
             *(w.report.learned_lines("               ") if w.report is not None else ()),
             f"  monitor      {self.monitor_mode}: {count(self.runtime_compiles, 'runtime compile')}"
             + (f"; {self.serving_counts()}" if self.monitor_mode == "fallback" else ""),
@@ -954,7 +958,7 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
         _require_fresh_process(registry, options.warmup)
     if options.warmup == "zerojit":
         report = registry.warmup(config, progress=options.progress, workers=options.warmup_workers, target=target,
-                                 generic=options.generic, learned=options.learned)
+                                 generic=options.generic, learned=options.learned, store=options.store)
     elif options.warmup == "triton":
         report = _triton_warmup(registry, config, target, progress=options.progress)
     else:
