@@ -553,9 +553,6 @@ class JitWarmupRegistry:
                 ``SigningError`` (no trusted key; ``push`` without a signing key): all before
                 anything is compiled.
         """
-        from .precompile import JobOutcome, WarmupSession, plan_digest  # see the note at the imports
-        from .restore import cache_folder_warnings, restore_variants, save_index
-
         made = workers if isinstance(workers, WorkerChoice) else None
         if made is not None:
             workers = made.workers
