@@ -1,21 +1,27 @@
 """A real ``redis-server`` for the fleet tests, on a free local port, stopped afterwards.
 
-The fixtures skip, naming why, when the ``redis`` package or the ``redis-server`` program is
-missing or the server does not answer within :data:`START_DEADLINE` seconds: a fleet test never
-passes without a server.
+``.ci/run`` starts one for the whole run and names it in ``ZEROJIT_TEST_REDIS_URL`` (with its
+password): :func:`redis_url` then uses it, and fails when it does not answer (CI promised a
+server). Otherwise each test module starts its own; tests that stop a server mid-pull always
+start their own (:func:`_start`). The fixtures skip, naming why, when the ``redis`` package or
+the ``redis-server`` program is missing or the server does not answer within
+:data:`START_DEADLINE` seconds: a fleet test never passes without a server.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import time
+import urllib.parse
 
 import pytest
 
 START_DEADLINE = 10.0  # seconds for redis-server to answer PING
-PASSWORD = "fleet-test-secret"
+SHARED_URL = os.environ.get("ZEROJIT_TEST_REDIS_URL")  # .ci/run's server, for the whole run
+PASSWORD = urllib.parse.urlsplit(SHARED_URL).password if SHARED_URL else "fleet-test-secret"
 
 
 def free_port() -> int:
@@ -60,7 +66,15 @@ def _start(tmp_path, password: str | None):
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory):
-    """The URL (with its password) of a redis-server started for this test module."""
+    """The URL (with its password) of a redis-server started for this test module, or of
+    ``ZEROJIT_TEST_REDIS_URL``'s (which must answer)."""
+    if SHARED_URL:
+        import redis
+
+        with redis.Redis.from_url(SHARED_URL, socket_connect_timeout=2, socket_timeout=5) as client:
+            client.ping()  # a failure fails the test: .ci/run said a server is there
+        yield SHARED_URL
+        return
     proc, url, log = _start(tmp_path_factory.mktemp("redis"), PASSWORD)
     yield url
     proc.terminate()
