@@ -10,9 +10,12 @@ cache key from them (:func:`zerojit.triton_compat.disk_cache_hash`: Triton's own
 cached. A key already in the in-process cache names its compiled variant's entry instead.
 
 Costs Triton's build hash once per process (:func:`zerojit.cache.use_fast_triton_key`,
-remembered across processes) and about a warm-up launch per key. Only the first compile a key's
-launch asks for is seen: an autotuned kernel's other configs are not named (the warm-up compiles
-them; see FLEET_NOTES.md).
+remembered across processes) and about a warm-up launch per key. An autotuned kernel's configs
+are all named: its key space holds one key per config that survives pruning
+(:class:`zerojit.autotune.TunedKey`, ``TritonJitKernel.tuned_keys``), each a job of its own
+whose launch is forced to that config, and a warm-up launch compiles exactly once
+(``TritonJitKernel.compile`` refuses any other count), so ending it at the first compile
+request misses nothing.
 """
 
 from __future__ import annotations
