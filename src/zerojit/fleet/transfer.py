@@ -26,7 +26,7 @@ from ..reports import count
 from . import entry as _entry
 from . import signing
 from . import tuning as _tuning
-from .needs import entry_names
+from .needs import needed_entry_names
 from .store import Store, StoreDown
 
 __all__ = ["PushResult", "PullResult", "StoreStatus", "GcResult", "push_entries", "push_tunings", "push_report", "pull",
@@ -244,13 +244,14 @@ def pull_tunings(store: Store, kernels: Iterable[Any], build: dict, keys: signin
     return result
 
 
-def pull_jobs(store: Store, jobs: Any, build: dict, keys: signing.VerifyKeys) -> PullResult:
-    """:func:`pull` the entries of a warm-up's ``(kernel, key)`` jobs
-    (:func:`zerojit.fleet.needs.entry_names`; run it inside the warm-up's compile-only block),
-    then their kernels' tuning files (:func:`pull_tunings`, in :attr:`PullResult.tunings`)
-    unless the store went down."""
+def pull_jobs(store: Store, jobs: Any, build: dict, keys: signing.VerifyKeys, *, generic: bool = False) -> PullResult:
+    """:func:`pull` the entries of a warm-up's ``(kernel, key)`` jobs and, with ``generic`` (pass
+    the warm-up's own ``generic``), of the generic variants it will make of them
+    (:func:`zerojit.fleet.needs.needed_entry_names`; run it inside the warm-up's compile-only
+    block), then their kernels' tuning files (:func:`pull_tunings`, in
+    :attr:`PullResult.tunings`) unless the store went down."""
     jobs = list(jobs)
-    result = pull(store, [n for n in entry_names(jobs) if n is not None], build, keys)
+    result = pull(store, needed_entry_names(jobs, generic=generic), build, keys)
     if result.down is None:
         result.tunings = pull_tunings(store, [kernel for kernel, _ in jobs], build, keys)
         result.down = result.tunings.down
