@@ -123,6 +123,7 @@ def test_rediss_refuses_an_untrusted_server_certificate_as_store_down(redis_tls,
     ("ssl_ca_certs=/nonexistent/ca.pem", "ssl_ca_certs: no file '/nonexistent/ca.pem'"),
     ("ssl_cert_reqs=maybe", "ssl_cert_reqs='maybe': give one of required, optional, none"),
     ("nonsense", "is not name=value pairs"),
+    ("password=hunter2", "rediss://127.0.0.1:6380/0?password=***: URL parameter 'password' is not accepted"),
 ])
 def test_rediss_url_parameters_are_checked(query, why):
     with pytest.raises(StoreError, match=re.escape(why)):

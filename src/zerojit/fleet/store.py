@@ -92,10 +92,14 @@ class Store(abc.ABC):
 
 
 def _display(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (messages never carry it)."""
+    """``url`` with its password replaced by ``***`` (messages never carry it), also one given
+    as a query parameter (refused, but named)."""
     parts = urllib.parse.urlsplit(url)
+    if "password" in parts.query:
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        parts = parts._replace(query="&".join(f"{k}={'***' if 'password' in k else v}" for k, v in query))
     if parts.password is None:
-        return url
+        return urllib.parse.urlunsplit(parts)
     netloc = parts.netloc.rsplit("@", 1)
     user = parts.username or ""
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
