@@ -70,7 +70,10 @@ def _name_jobs(jobs: Sequence[tuple[Any, Any]]) -> tuple[list[str | None], list[
         src = _tc.ast_source(jit_fn, request.signature, request.constants, request.attrs)
         name = entry_name(_tc.disk_cache_hash(src, _tc.current_target(), _tc.hook_compile_options(compile)))
         sink = WARMUP_SINK.get()  # the warm-up launch put its arguments there before Triton ran
-        spec = spec_classes(jit_fn, bind(jit_fn, **sink[-1][1])[1]) if sink else None
+        try:  # bound as TritonJitKernel.compile binds them
+            spec = spec_classes(jit_fn, bind(jit_fn, **sink[-1][1])[1]) if sink else None
+        except Exception:  # its generic variant is then not named (the warm-up makes it)
+            spec = None
         named.append((name, str(key), spec))
         raise _Named()
 
