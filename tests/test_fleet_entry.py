@@ -308,3 +308,47 @@ def test_the_launcher_module_travels_with_its_entry_on_triton_3_6(farm, node_cac
         fe.decode(tampered, e.address, farm["build"], farm["keys"])
     assert fe.install(fe.decode(value, e.address, farm["build"], farm["keys"])) is True
     assert open(tc.cache_manager(key).get_file(tc.launcher_file()), "rb").read() == data
+
+
+def _forget_generic() -> None:
+    from zerojit import generic
+
+    generic.forget()
+    for fn in scale_add.kernel.__dict__.get("_zerojit_generic", {}).values():
+        fn.device_caches.clear()
+
+
+def test_generic_variants_are_named_ahead_pulled_and_loaded(farm, flush, node_cache, monkeypatch, tmp_path):
+    """A warm-up with generic variants (registry.warmup's default): their jobs are made after the
+    keys compile, yet their entries are named before anything compiles (from the keys' names and
+    specializations seen at Triton's hook), equal to the farm's, and a node that pulls them
+    compiles nothing, generic variants included."""
+    from zerojit.fleet.needs import needed_entry_names
+
+    keys = [next(iter(entries_of([v]))) for v in farm["report"].variants]  # in job order
+    with compile_only("cuda:90"), monkeypatch.context() as mp:
+        mp.setattr(knobs.cache, "dir", str(tmp_path / "farm-generic"))
+        forget()
+        _forget_generic()
+        report = registry().warmup(progress=False, target="cuda:90", generic=True)
+        generic = list(entries_of([v for v in report.generic if v.compiled is not None]))
+        assert generic and not set(generic) & set(farm["names"])
+        pushed = push_report(open_store(flush), report, farm["key"])
+    assert sorted(pushed.stored) == sorted(farm["names"] + generic)
+    forget()
+    _forget_generic()
+    events = []
+    monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
+    with compile_only("cuda:90"):
+        reg = registry()
+        jobs = key_space_jobs(reg)[0]
+        assert needed_entry_names(jobs) == keys + generic
+        assert needed_entry_names(jobs, generic=False) == keys
+        assert events == [] and not node_cache.exists()  # nothing compiled
+        result = pull_jobs(open_store(flush), jobs, farm["build"], farm["keys"], generic=True)
+        assert (result.installed, result.missing, result.refused) == (keys + generic, [], [])
+        node = reg.warmup(progress=False, target="cuda:90", generic=True)
+    assert events == [True] * (4 + len(generic))  # every key and generic variant loaded from disk
+    assert node.stats.total_compiled == 0 and node.generic_stats.total_compiled == 0
+    assert [v.triton_key for v in node.generic] == [v.triton_key for v in report.generic]
+    _forget_generic()

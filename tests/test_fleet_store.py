@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
@@ -11,7 +12,7 @@ import pytest
 pytest.importorskip("redis", reason="the redis package is not installed (pip install 'zerojit[store]'): "
                     "the store cannot be tested")
 
-from _redis_server import PASSWORD, flush, free_port, redis_url  # noqa: E402,F401 (fixtures)
+from _redis_server import PASSWORD, flush, free_port, redis_tls, redis_url  # noqa: E402,F401 (fixtures)
 
 from zerojit.fleet.store import NAMESPACE, RedisStore, StoreDown, StoreError, open_store  # noqa: E402
 
@@ -86,3 +87,46 @@ def test_a_server_that_never_answers_passes_the_operation_deadline():
 def test_bad_store_arguments_are_user_errors(url, why):
     with pytest.raises(StoreError, match=why):
         RedisStore(url, timeout=0 if why == "positive" else 10)
+
+
+def test_rediss_with_the_servers_ca_and_a_password_round_trips(redis_tls):
+    """A real TLS-only redis-server (--port 0 --tls-port), its CA given in the URL's query."""
+    import redis
+
+    url = f"{redis_tls['url']}?ssl_ca_certs={redis_tls['ca']}"
+    store = open_store(url)
+    value = bytes(range(256)) * 8
+    assert store.put_if_absent("ab" * 32, value) is True and store.get("ab" * 32) == value
+    with redis.Redis.from_url(url) as raw:  # over TLS, in the namespace
+        assert raw.get(f"{NAMESPACE}{'ab' * 32}") == value
+        assert raw.connection_pool.connection_class.__name__ == "SSLConnection"
+    wrong = open_store(url.replace(PASSWORD, "not-the-password"))
+    with pytest.raises(StoreDown) as e:
+        wrong.get("ab" * 32)
+    assert "not-the-password" not in str(e.value) and "***" in str(e.value)
+
+
+@pytest.mark.parametrize("ca", [None, "other_ca"])
+def test_rediss_refuses_an_untrusted_server_certificate_as_store_down(redis_tls, ca):
+    url = redis_tls["url"] + (f"?ssl_ca_certs={redis_tls[ca]}" if ca else "")
+    store = RedisStore(url, connect_timeout=1, timeout=1)
+    start = time.monotonic()
+    with pytest.raises(StoreDown, match="CERTIFICATE_VERIFY_FAILED") as e:
+        store.get("00" * 32)
+    assert time.monotonic() - start < 2.0
+    assert str(e.value).endswith("the server's TLS certificate is not trusted: give the CA that signed it in the "
+                                 "URL, ?ssl_ca_certs=PATH") and PASSWORD not in str(e.value)
+
+
+@pytest.mark.parametrize("query, why", [
+    ("socket_timeout=0", "URL parameter 'socket_timeout' is not accepted"),
+    ("ssl_ca_certs=/nonexistent/ca.pem", "ssl_ca_certs: no file '/nonexistent/ca.pem'"),
+    ("ssl_cert_reqs=maybe", "ssl_cert_reqs='maybe': give one of required, optional, none"),
+    ("nonsense", "is not name=value pairs"),
+    ("password=hunter2", "rediss://127.0.0.1:6380/0?password=***: URL parameter 'password' is not accepted"),
+])
+def test_rediss_url_parameters_are_checked(query, why):
+    with pytest.raises(StoreError, match=re.escape(why)):
+        RedisStore(f"rediss://127.0.0.1:6380/0?{query}")
+    with pytest.raises(StoreError, match="is a TLS parameter: use a rediss:// URL"):
+        RedisStore("redis://127.0.0.1:6379/0?ssl_cert_reqs=none")

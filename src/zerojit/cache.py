@@ -99,6 +99,7 @@ __all__ = [
     "pack_entries",
     "read_entries",
     "install_entries",
+    "tuning_files",
     "remove_leftovers",
 ]
 
@@ -826,14 +827,7 @@ def export_bundle(report: Any, path: str | os.PathLike, *, target: str | None = 
     for v in generic:
         entry_kernel.setdefault(_entry_of(v.compiled), v.kernel)
     blobs = {(entry, name): data for entry, files in read_entries(entries).items() for name, data in files.items()}
-    tuning: dict[str, bytes] = {}
-    folder = os.path.join(cache_dir(), _autotune.TUNING_FOLDER)
-    for name in sorted(kernels):  # a kernel's tuning files: "<kernel>-<source hash>.json"
-        if os.path.isdir(folder):
-            for f in sorted(os.listdir(folder)):
-                if f.startswith(f"{name}-") and _TUNING_RE.match(f"tuning/{f}"):
-                    with open(os.path.join(folder, f), "rb") as fh:
-                        tuning[f] = fh.read()
+    tuning = tuning_files(kernels)
     manifest = BundleManifest(
         **fingerprint(target),
         kernels=kernels,
@@ -1101,6 +1095,27 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
     for name, data in tuning.items():  # each whole or not at all; the kernel checks its fields when it reads it
         _autotune.write_atomically(os.path.join(into or cache_dir(), _autotune.TUNING_FOLDER, name), data)
     return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present))
+
+
+def tuning_files(kernels: Iterable[str]) -> dict[str, bytes]:
+    """The tuning files (:mod:`zerojit.autotune`: ``<kernel>-<source hash>.json`` in the cache
+    folder's ``zerojit-tuning``) of the kernels named ``kernels``: ``{file name: bytes}``, as a
+    bundle export carries them.
+
+    Raises:
+        OSError: a tuning file that cannot be read.
+    """
+    tuning: dict[str, bytes] = {}
+    folder = os.path.join(cache_dir(), _autotune.TUNING_FOLDER)
+    if not os.path.isdir(folder):
+        return tuning
+    names = sorted(os.listdir(folder))
+    for kernel in sorted(set(kernels)):
+        for f in names:
+            if f.startswith(f"{kernel}-") and _TUNING_RE.match(f"tuning/{f}"):
+                with open(os.path.join(folder, f), "rb") as fh:
+                    tuning[f] = fh.read()
+    return tuning
 
 
 def pack_entries(entries: dict[str, dict[str, str]]) -> dict[str, dict[str, bytes]]:

@@ -1407,11 +1407,12 @@ def store_push(
 
 def _store_needs(command: str, ctx: typer.Context, *, store: str, connect_timeout: float, op_timeout: float,
                  target: str, manifest: Optional[str], **space: Any) -> tuple[Any, list[str], dict]:
-    """The store, the cache entries the key space needs (named, nothing compiled:
-    :func:`zerojit.fleet.needs.entry_names`) and the build identity they must be of."""
+    """The store, the cache entries the key space needs, its generic variants' included as
+    ``store push`` pushes them (named, nothing compiled: :func:`zerojit.fleet.needs.needed_entry_names`)
+    and the build identity they must be of."""
     from zerojit.cache import current_target_name
     from zerojit.fleet.entry import build_identity
-    from zerojit.fleet.needs import entry_names, key_space_jobs
+    from zerojit.fleet.needs import key_space_jobs, needed_entry_names
     from zerojit.fleet.store import open_store
 
     opened = open_store(store, connect_timeout=connect_timeout, timeout=op_timeout)
@@ -1419,7 +1420,7 @@ def _store_needs(command: str, ctx: typer.Context, *, store: str, connect_timeou
         jobs, skipped = key_space_jobs(registry, cfg, manifest)
         for s in skipped:
             typer.echo(f"zerojit {command}: SKIPPED {s}", err=True)
-        names = list(dict.fromkeys(n for n in entry_names(jobs) if n is not None))
+        names = needed_entry_names(jobs)
         build = build_identity(target if target != "device" else current_target_name())
     return opened, names, build
 

@@ -33,23 +33,26 @@ class StoreOutcome:
 
     Attributes:
         store: the store as messages name it (its URL without a password).
-        pulled: cache entries pulled and installed (each checked whole first); ``bytes`` read.
+        pulled: cache entries pulled and installed (each checked whole first); ``bytes`` read;
+            ``tuning_files``: autotuned kernels' tuning files pulled and installed.
         missing: entries the warm-up needed that the store lacked (compiled here instead).
         refused: ``(entry, reason)`` for each entry refused (unsigned, wrongly signed, another
             build's, damaged): compiled here instead.
         down: why the store went away (at the start or midway), else None: what it did not
             give was compiled here.
-        pushed, pushed_bytes, already_there: with ``push``, entries this warm-up stored and
-            those the store held already; ``push_error`` says why a push did not happen.
+        pushed, pushed_tuning_files, pushed_bytes, already_there: with ``push``, entries (and
+            tuning files) this warm-up stored, and the entries the store held already; ``push_error`` says why a push did not happen.
     """
 
     store: str
     pulled: int = 0
     bytes: int = 0
+    tuning_files: int = 0
     missing: int = 0
     refused: tuple[tuple[str, str], ...] = ()
     down: str | None = None
     pushed: int | None = None
+    pushed_tuning_files: int = 0
     pushed_bytes: int = 0
     already_there: int = 0
     push_error: str | None = None
@@ -57,19 +60,23 @@ class StoreOutcome:
     def add(self, other: "StoreOutcome") -> "StoreOutcome":
         """This outcome and ``other`` (a second pull of the same warm-up: its generic variants)."""
         return dataclasses.replace(self, pulled=self.pulled + other.pulled, bytes=self.bytes + other.bytes,
+                                   tuning_files=self.tuning_files + other.tuning_files,
                                    missing=self.missing + other.missing, refused=self.refused + other.refused,
                                    down=self.down or other.down)
 
     def lines(self, indent: str = "") -> list[str]:
         """The report's lines: what was pulled, missing or refused (each named), pushed."""
-        line = (f"{indent}store {self.store}: {count(self.pulled, 'entry', 'entries')} pulled "
+        tunings = f" and {count(self.tuning_files, 'tuning file')}" if self.tuning_files else ""
+        line = (f"{indent}store {self.store}: {count(self.pulled, 'entry', 'entries')}{tunings} pulled "
                 f"({self.bytes / 1e6:.1f} MB), {self.missing} missing, {len(self.refused)} refused")
         if self.down:
             line += f"; {self.down}: compiled locally"
         out = [line]
         out += [f"{indent}  refused {name}: {reason} (compiled locally)" for name, reason in self.refused]
         if self.pushed is not None:
-            out.append(f"{indent}  pushed {count(self.pushed, 'entry', 'entries')} ({self.pushed_bytes / 1e6:.1f} MB); "
+            tunings = f" and {count(self.pushed_tuning_files, 'tuning file')}" if self.pushed_tuning_files else ""
+            out.append(f"{indent}  pushed {count(self.pushed, 'entry', 'entries')}{tunings} "
+                       f"({self.pushed_bytes / 1e6:.1f} MB); "
                        f"{self.already_there} already in the store")
         if self.push_error:
             out.append(f"{indent}  push failed: {self.push_error}")

@@ -9,7 +9,11 @@ Issue 31, groundwork. One concept per module:
   module on Triton 3.6, its restore record), its content address and its verified decoding.
 * :mod:`zerojit.fleet.signing`: Ed25519 keys, signatures over an entry's address, build
   identity and file digests, and the trusted keys of ``ZEROJIT_STORE_VERIFY_KEYS``.
-* :mod:`zerojit.fleet.transfer`: push a warm-up's entries, pull the ones a cache lacks.
+* :mod:`zerojit.fleet.tuning`: one tuning file of an autotuned kernel as one store value.
+* :mod:`zerojit.fleet.needs`: the entries a key space needs (its generic variants' too), named
+  before anything compiles.
+* :mod:`zerojit.fleet.transfer`: push a warm-up's entries and tuning files, pull the ones a
+  cache lacks.
 
 The store is read during warm-up only; Triton's own remote cache backend is never installed.
 Needs the ``zerojit[store]`` extra (``redis``, ``cryptography``); importing this package does not.

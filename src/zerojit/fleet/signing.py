@@ -27,13 +27,14 @@ from typing import Any, Mapping
 
 __all__ = ["SigningError", "SignatureRefused", "SigningKey", "VerifyKeys", "keygen", "key_id", "load_signing_key",
            "load_verify_keys", "signing_key_from_env", "verify_keys_from_env", "signed_message", "sign", "verify",
-           "SIGNING_KEY_ENV", "VERIFY_KEYS_ENV", "PRIVATE_NAME", "PUBLIC_NAME"]
+           "SIGNING_KEY_ENV", "VERIFY_KEYS_ENV", "DOMAINS", "PRIVATE_NAME", "PUBLIC_NAME"]
 
 SIGNING_KEY_ENV = "ZEROJIT_STORE_SIGNING_KEY"
 VERIFY_KEYS_ENV = "ZEROJIT_STORE_VERIFY_KEYS"
 PRIVATE_NAME = "zerojit-store.key"
 PUBLIC_NAME = "zerojit-store.pub"
-_DOMAIN = "zerojit-store-entry-v1"  # the signed message's first field: a signature means this and nothing else
+# the signed message's first field: a signature means this kind of value and nothing else
+DOMAINS = {"entry": "zerojit-store-entry-v1", "tuning": "zerojit-store-tuning-v1"}
 
 
 class SigningError(ValueError):
@@ -183,21 +184,25 @@ def verify_keys_from_env(environ: Mapping[str, str] = os.environ) -> VerifyKeys:
     return load_verify_keys([p for p in environ.get(VERIFY_KEYS_ENV, "").split(":") if p])
 
 
-def signed_message(address: str, build: Mapping[str, Any], digests: Mapping[str, str]) -> bytes:
-    """The bytes a signature covers: canonical JSON (sorted keys, no spaces) of the domain tag,
-    the content address, the build identity and every file's SHA-256."""
-    return json.dumps({"domain": _DOMAIN, "address": address, "build": build, "digests": dict(digests)},
+def signed_message(address: str, build: Mapping[str, Any], digests: Mapping[str, str], kind: str = "entry") -> bytes:
+    """The bytes a signature covers: canonical JSON (sorted keys, no spaces) of the domain tag
+    of the value's ``kind`` (:data:`DOMAINS`: a cache entry, a tuning file), the content
+    address, the build identity and every file's SHA-256."""
+    return json.dumps({"domain": DOMAINS[kind], "address": address, "build": build, "digests": dict(digests)},
                       sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
 
 
-def sign(key: SigningKey, address: str, build: Mapping[str, Any], digests: Mapping[str, str]) -> dict[str, str]:
-    """The signature record of an entry: ``{"key_id": ..., "signature": base64}``."""
-    signature = key.private.sign(signed_message(address, build, digests))
+def sign(key: SigningKey, address: str, build: Mapping[str, Any], digests: Mapping[str, str],
+         kind: str = "entry") -> dict[str, str]:
+    """The signature record of a value of ``kind`` (:data:`DOMAINS`): ``{"key_id": ..., "signature": base64}``."""
+    signature = key.private.sign(signed_message(address, build, digests, kind))
     return {"key_id": key.key_id, "signature": base64.b64encode(signature).decode("ascii")}
 
 
-def verify(keys: VerifyKeys, record: Any, address: str, build: Mapping[str, Any], digests: Mapping[str, str]) -> str:
-    """Check the signature record ``record`` of an entry; returns the key id that signed it.
+def verify(keys: VerifyKeys, record: Any, address: str, build: Mapping[str, Any], digests: Mapping[str, str],
+           kind: str = "entry") -> str:
+    """Check the signature record ``record`` of a value of ``kind`` (:data:`DOMAINS`); returns
+    the key id that signed it.
 
     Raises:
         SignatureRefused: no signature, a key not among ``keys`` (named), or a signature that
@@ -213,7 +218,7 @@ def verify(keys: VerifyKeys, record: Any, address: str, build: Mapping[str, Any]
         trusted = ", ".join(sorted(keys.keys)) or f"none: {VERIFY_KEYS_ENV} is unset"
         raise SignatureRefused(f"signed by key {kid}, which is not trusted (trusted: {trusted})")
     try:
-        key.verify(base64.b64decode(record["signature"], validate=True), signed_message(address, build, digests))
+        key.verify(base64.b64decode(record["signature"], validate=True), signed_message(address, build, digests, kind))
     except (invalid, ValueError):
         raise SignatureRefused(f"the signature of key {kid} does not verify (altered, or signed for another "
                                "address or build)") from None

@@ -15,6 +15,8 @@ per operation (10 s): a passed deadline, a refused connection or a server that g
 from __future__ import annotations
 
 import abc
+import os
+import ssl
 import urllib.parse
 from typing import Iterable, Iterator
 
@@ -25,6 +27,11 @@ NAMESPACE = "zerojit:v1:"
 CONNECT_TIMEOUT = 2.0  #: seconds to connect to the store (issue 31: redis-py has no deadline unless told)
 OPERATION_TIMEOUT = 10.0  #: seconds for one operation's reply
 _SCAN_BATCH = 500  # keys per SCAN / EXISTS round trip
+# the URL query parameters a rediss:// URL may carry (redis-py's SSLConnection arguments, passed
+# through by redis.from_url); every other one is refused, as redis-py lets the query override any
+# argument, the deadlines included
+TLS_PARAMETERS = {"ssl_ca_certs": "file", "ssl_ca_path": "folder", "ssl_certfile": "file", "ssl_keyfile": "file",
+                  "ssl_cert_reqs": ("required", "optional", "none"), "ssl_check_hostname": ("true", "false")}
 
 
 class StoreError(ValueError):
@@ -85,18 +92,58 @@ class Store(abc.ABC):
 
 
 def _display(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (messages never carry it)."""
+    """``url`` with its password replaced by ``***`` (messages never carry it), also one given
+    as a query parameter (refused, but named)."""
     parts = urllib.parse.urlsplit(url)
+    if "password" in parts.query:
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        parts = parts._replace(query="&".join(f"{k}={'***' if 'password' in k else v}" for k, v in query))
     if parts.password is None:
-        return url
+        return urllib.parse.urlunsplit(parts)
     netloc = parts.netloc.rsplit("@", 1)
     user = parts.username or ""
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
 
 
+def _check_query(url: str, display: str) -> None:
+    """Refuse a URL query parameter other than :data:`TLS_PARAMETERS` (or one on ``redis://``),
+    a value not among its choices, or a file or folder that is not there."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise StoreError(f"store {display}: its query {parts.query!r} is not name=value pairs") from None
+    for name, value in query:
+        kind = TLS_PARAMETERS.get(name)
+        if kind is None:
+            raise StoreError(f"store {display}: URL parameter {name!r} is not accepted (accepted: "
+                             f"{', '.join(TLS_PARAMETERS)}; deadlines: --connect-timeout / --op-timeout)")
+        if parts.scheme != "rediss":
+            raise StoreError(f"store {display}: {name} is a TLS parameter: use a rediss:// URL")
+        if isinstance(kind, tuple):
+            if value.lower() not in kind:
+                raise StoreError(f"store {display}: {name}={value!r}: give one of {', '.join(kind)}")
+        elif not (os.path.isfile if kind == "file" else os.path.isdir)(value):
+            raise StoreError(f"store {display}: {name}: no {kind} {value!r}")
+
+
+def _tls_hint(error: BaseException) -> str:
+    """A hint for a connection refused for its certificate (redis-py's message is OpenSSL's)."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return ("; the server's TLS certificate is not trusted: give the CA that signed it in the URL, "
+                    "?ssl_ca_certs=PATH")
+        seen = seen.__cause__ or seen.__context__
+    return ""
+
+
 class RedisStore(Store):
     """A :class:`Store` on a Redis server (``redis://`` or ``rediss://`` for TLS, a password in
-    the URL: ``redis://:PASSWORD@host:6379/0``).
+    the URL: ``redis://:PASSWORD@host:6379/0``). A ``rediss://`` URL may carry the TLS
+    parameters of :data:`TLS_PARAMETERS` as its query (redis-py's names), e.g.
+    ``rediss://:PASSWORD@host:6380/0?ssl_ca_certs=/etc/zerojit/redis-ca.pem``; without
+    ``ssl_ca_certs`` the server's certificate must be trusted by the system's CAs.
 
     Args:
         url: the server's URL.
@@ -104,7 +151,8 @@ class RedisStore(Store):
         timeout: seconds for each operation's reply (redis-py's ``socket_timeout``).
 
     Raises:
-        StoreError: not a ``redis://`` / ``rediss://`` URL, a timeout not positive, or the
+        StoreError: not a ``redis://`` / ``rediss://`` URL, a URL parameter not accepted (or
+            a TLS one on ``redis://``, a file it names missing), a timeout not positive, or the
             ``redis`` package missing (install ``zerojit[store]``).
 
     Connecting is lazy: the first operation connects, and raises :class:`StoreDown` if it cannot.
@@ -116,6 +164,7 @@ class RedisStore(Store):
         if scheme not in ("redis", "rediss"):
             raise StoreError(f"store {_display(url)!r}: give a redis:// or rediss:// URL "
                              "(e.g. redis://:PASSWORD@host:6379/0)")
+        _check_query(url, _display(url))
         for what, value in (("connect timeout", connect_timeout), ("timeout", timeout)):
             if not value > 0:
                 raise StoreError(f"store {_display(url)}: the {what} must be a positive number of seconds, "
@@ -139,7 +188,7 @@ class RedisStore(Store):
         try:
             return fn(*args, **kwargs)
         except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as e:
-            raise StoreDown(f"store {self.name} is down ({what}: {e})") from None
+            raise StoreDown(f"store {self.name} is down ({what}: {e}){_tls_hint(e)}") from None
         except self._redis.RedisError as e:  # authentication, a full server (OOM): no store to use either
             raise StoreDown(f"store {self.name} refused {what}: {e}") from None
 

@@ -1,4 +1,4 @@
-"""Push a warm-up's entries to a store; pull the entries a cache lacks.
+"""Push a warm-up's entries and tuning files to a store; pull the ones a cache lacks.
 
 A push publishes every key of a warm-up (:func:`push_report`), each entry signed
 (:mod:`zerojit.fleet.signing`) and stored once (:meth:`~zerojit.fleet.store.Store.put_if_absent`:
@@ -8,6 +8,10 @@ folder holds complete, and for each of the others reads its value, checks it who
 (:func:`zerojit.fleet.entry.decode`) and installs it whole (:func:`zerojit.fleet.entry.install`).
 Whatever is not pulled (missing, evicted, refused, or the store down) is left for the warm-up to
 compile: a pull never fails a warm-up, it says what it did (:class:`PullResult`).
+
+Autotuned kernels' tuning files travel as values of their own (:mod:`zerojit.fleet.tuning`):
+:func:`push_tunings` (part of :func:`push_report`) and :func:`pull_tunings` (part of
+:func:`pull_jobs`), so a node reads the farm's choices instead of benchmarking again.
 """
 
 from __future__ import annotations
@@ -16,28 +20,36 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .. import autotune as _autotune
 from .. import cache as _cache
 from ..reports import count
 from . import entry as _entry
 from . import signing
-from .needs import entry_names
+from . import tuning as _tuning
+from .needs import needed_entry_names
 from .store import Store, StoreDown
 
-__all__ = ["PushResult", "PullResult", "StoreStatus", "GcResult", "push_entries", "push_report", "pull", "pull_jobs",
-           "status", "gc", "build_digest", "present_locally"]
+__all__ = ["PushResult", "PullResult", "StoreStatus", "GcResult", "push_entries", "push_tunings", "push_report", "pull",
+           "pull_tunings", "pull_jobs", "status", "gc", "build_digest", "present_locally"]
 
 
 @dataclass
 class PushResult:
-    """What a push did: entries it stored, entries the store held already, bytes it sent."""
+    """What a push did: entries (or tuning files) it stored, those the store held already, bytes
+    it sent; ``tunings``: the tuning files' push (:func:`push_tunings`) where it pushed them too."""
 
     stored: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
     bytes: int = 0
+    tunings: PushResult | None = None
 
     def summary(self) -> str:
-        return (f"pushed {count(len(self.stored), 'entry', 'entries')} ({self.bytes} bytes); "
+        line = (f"pushed {count(len(self.stored), 'entry', 'entries')} ({self.bytes} bytes); "
                 f"{len(self.present)} already in the store")
+        t = self.tunings
+        if t is not None and (t.stored or t.present):
+            line += f"; {count(len(t.stored), 'tuning file')} pushed, {len(t.present)} already there"
+        return line
 
 
 @dataclass
@@ -46,6 +58,7 @@ class PullResult:
 
     Attributes:
         installed: pulled and installed; local: the cache held them complete (not read);
+        (for :func:`pull_tunings`: tuning file names, not entries)
         missing: not in the store (never pushed, or evicted); refused: ``(entry, reason)``, not
         installed (:class:`~zerojit.fleet.entry.EntryRefused`); down: the one-line reason the
         store went away (the entries not reached are in ``missing``), else None; bytes: read.
@@ -57,10 +70,15 @@ class PullResult:
     refused: list[tuple[str, str]] = field(default_factory=list)
     down: str | None = None
     bytes: int = 0
+    tunings: PullResult | None = None
 
     def summary(self) -> str:
         line = (f"store: {count(len(self.installed), 'entry', 'entries')} pulled ({self.bytes} bytes), "
                 f"{len(self.local)} local, {len(self.missing)} missing, {len(self.refused)} refused")
+        t = self.tunings
+        if t is not None and (t.installed or t.local or t.missing or t.refused):
+            line += (f"; {count(len(t.installed), 'tuning file')} pulled, {len(t.local)} local, "
+                     f"{len(t.missing)} missing, {len(t.refused)} refused")
         return line + (f"; {self.down}: compiling locally" if self.down else "")
 
 
@@ -86,8 +104,33 @@ def push_entries(store: Store, entries: Iterable[_entry.Entry], key: signing.Sig
     return result
 
 
+def push_tunings(store: Store, kernels: Iterable[str], key: signing.SigningKey, build: dict) -> PushResult:
+    """Store the tuning files of the kernels named ``kernels`` (those in the cache folder:
+    :func:`zerojit.cache.tuning_files`, as a bundle carries them), each signed with ``key`` under
+    its address (:func:`zerojit.fleet.tuning.address_of`: name, GPU, ``build``), unless the
+    address holds one already (a file is pushed once per kernel source, GPU and build: a file
+    tuned again later is not published over it).
+
+    Raises:
+        zerojit.cache.BundleError: a file that is not a tuning file (named).
+        OSError: a tuning file that cannot be read.
+        StoreDown: the store went away (what was stored before stays, each value whole).
+    """
+    result = PushResult()
+    for name, data in _cache.tuning_files(kernels).items():
+        t = _tuning.of_file(name, data, build)
+        value = _tuning.encode(t, key)
+        if store.put_if_absent(t.address, value):
+            result.stored.append(name)
+            result.bytes += len(value)
+        else:
+            result.present.append(name)
+    return result
+
+
 def push_report(store: Store, report: Any, key: signing.SigningKey, *, target: str | None = None) -> PushResult:
-    """Push the entries of every key (and generic variant) of a warm-up ``report``.
+    """Push the entries of every key (and generic variant) of a warm-up ``report``, and its
+    kernels' tuning files (:func:`push_tunings`, in :attr:`PushResult.tunings`).
 
     Args:
         target: the target the report compiled for; default its own (a ``"device"`` report: this
@@ -110,7 +153,9 @@ def push_report(store: Store, report: Any, key: signing.SigningKey, *, target: s
     for v in variants:
         e = _entry.entry_of_variant(v, build)
         entries.setdefault(e.name, e)
-    return push_entries(store, entries.values(), key)
+    result = push_entries(store, entries.values(), key)
+    result.tunings = push_tunings(store, {v.kernel for v in report.variants}, key, build)
+    return result
 
 
 def present_locally(name: str, folder: str | None = None) -> bool:
@@ -159,10 +204,63 @@ def pull(store: Store, names: Iterable[str], build: dict, keys: signing.VerifyKe
     return result
 
 
-def pull_jobs(store: Store, jobs: Any, build: dict, keys: signing.VerifyKeys) -> PullResult:
-    """:func:`pull` the entries of a warm-up's ``(kernel, key)`` jobs
-    (:func:`zerojit.fleet.needs.entry_names`; run it inside the warm-up's compile-only block)."""
-    return pull(store, [n for n in entry_names(jobs) if n is not None], build, keys)
+def pull_tunings(store: Store, kernels: Iterable[Any], build: dict, keys: signing.VerifyKeys) -> PullResult:
+    """Install the tuning files of ``kernels`` (kernel objects of a warm-up; those with an
+    autotuner of several configs, :func:`zerojit.fleet.tuning.wanted`) that the cache folder
+    lacks, tuned on this GPU (none where none runs) for build ``build``, each checked whole
+    against ``keys`` and against the kernel's header and configs before it is written
+    (:func:`zerojit.fleet.tuning.install`). Run it where the warm-up runs, before it (the warm-up
+    reads the files at its end). Never raises for the store, as :func:`pull`.
+
+    Raises:
+        zerojit.outputs.OutputError: the tuning folder cannot be written.
+    """
+    result = PullResult()
+    seen: set[str] = set()
+    for kernel in kernels:
+        want = _tuning.wanted(kernel)
+        if want is None or want[0] in seen:
+            continue
+        name, gpu, header, configs = want
+        seen.add(name)
+        if result.down is not None:
+            result.missing.append(name)
+            continue
+        if os.path.exists(os.path.join(_cache.cache_dir(), _autotune.TUNING_FOLDER, name)):
+            result.local.append(name)
+            continue
+        address = _tuning.address_of(name, gpu, build)
+        try:
+            value = store.get(address)
+        except StoreDown as e:
+            result.down = str(e)
+            result.missing.append(name)
+            continue
+        if value is None:
+            result.missing.append(name)
+            continue
+        result.bytes += len(value)
+        try:
+            _tuning.install(_tuning.decode(value, address, build, keys), header, configs)
+        except _entry.EntryRefused as e:
+            result.refused.append((name, str(e)))
+            continue
+        result.installed.append(name)
+    return result
+
+
+def pull_jobs(store: Store, jobs: Any, build: dict, keys: signing.VerifyKeys, *, generic: bool = False) -> PullResult:
+    """:func:`pull` the entries of a warm-up's ``(kernel, key)`` jobs and, with ``generic`` (pass
+    the warm-up's own ``generic``), of the generic variants it will make of them
+    (:func:`zerojit.fleet.needs.needed_entry_names`; run it inside the warm-up's compile-only
+    block), then their kernels' tuning files (:func:`pull_tunings`, in
+    :attr:`PullResult.tunings`) unless the store went down."""
+    jobs = list(jobs)
+    result = pull(store, needed_entry_names(jobs, generic=generic), build, keys)
+    if result.down is None:
+        result.tunings = pull_tunings(store, [kernel for kernel, _ in jobs], build, keys)
+        result.down = result.tunings.down
+    return result
 
 
 @dataclass
@@ -193,7 +291,7 @@ def status(store: Store, names: Iterable[str], build: dict) -> StoreStatus:
 
 @dataclass
 class GcResult:
-    """What :func:`gc` did: the builds kept (newest first, by build digest), the entries dropped,
+    """What :func:`gc` did: the builds kept (newest first, by build digest), the entries (and tuning files) dropped,
     and the values dropped that were no zerojit entry at all (damaged, or another writer's)."""
 
     kept: list[str]
@@ -211,8 +309,9 @@ def build_digest(build: dict) -> str:
 
 
 def gc(store: Store, keep_builds: int) -> GcResult:
-    """Drop every entry but those of the ``keep_builds`` builds pushed to most recently (by each
-    build's newest ``pushed`` time), and every value of the namespace that is no zerojit entry.
+    """Drop every entry and tuning file but those of the ``keep_builds`` builds pushed to most
+    recently (by each build's newest ``pushed`` time), and every value of the namespace that is
+    neither.
     Reads each value's header (the whole value: the store interface has no partial read).
 
     Raises:
@@ -229,7 +328,7 @@ def gc(store: Store, keep_builds: int) -> GcResult:
         if value is None:  # evicted meanwhile
             continue
         try:
-            header = _entry.header_of(value)
+            header = (_tuning.header_of if value.startswith(_tuning.MAGIC) else _entry.header_of)(value)
             digest, pushed = build_digest(header["build"]), str(header.get("pushed", ""))
         except (_entry.EntryRefused, KeyError, TypeError):
             foreign.append(address)

@@ -3,7 +3,8 @@
 :class:`FleetWarmupStore` is the :class:`zerojit.warmup_store.WarmupStore` the warm-up calls:
 before compiling it names each job's cache entry (:func:`zerojit.fleet.needs.entry_names`, no
 compile) and pulls those the cache folder lacks (:func:`zerojit.fleet.transfer.pull`: each
-checked whole against the trusted keys, installed whole); after the warm-up, with ``push``, it
+checked whole against the trusted keys, installed whole), then the tuning files of its
+autotuned kernels (:func:`zerojit.fleet.transfer.pull_tunings`); after the warm-up, with ``push``, it
 publishes the warm-up's entries (:func:`zerojit.fleet.transfer.push_report`), sending only those
 the store lacks. A store that is down, at the start or midway, is one line in the report and
 the warm-up compiles what it did not give.
@@ -24,7 +25,7 @@ from . import entry as _entry
 from . import signing
 from .needs import entry_names
 from .store import CONNECT_TIMEOUT, OPERATION_TIMEOUT, StoreDown, open_store
-from .transfer import pull, push_report
+from .transfer import pull, pull_tunings, push_report
 
 __all__ = ["FleetWarmupStore", "open_warmup_store"]
 
@@ -67,11 +68,15 @@ class FleetWarmupStore:
 
     def pull(self, jobs: Sequence[tuple[Any, Any]]) -> tuple[StoreOutcome, set[int]]:
         """See :meth:`zerojit.warmup_store.WarmupStore.pull`; run inside the warm-up's target."""
-        names = entry_names(jobs)
-        result = pull(self._store, [n for n in names if n is not None], self._build(), self._keys)
+        names, build = entry_names(jobs), self._build()
+        result = pull(self._store, [n for n in names if n is not None], build, self._keys)
+        tunings = pull_tunings(self._store, [kernel for kernel, _ in jobs], build, self._keys) \
+            if result.down is None else None  # (before the warm-up: it reads them at its end)
         installed = set(result.installed)
-        outcome = StoreOutcome(self.name, pulled=len(result.installed), bytes=result.bytes,
-                               missing=len(result.missing), refused=tuple(result.refused), down=result.down)
+        outcome = StoreOutcome(self.name, pulled=len(result.installed), bytes=result.bytes + (tunings.bytes if tunings else 0),
+                               missing=len(result.missing), refused=tuple(result.refused + (tunings.refused if tunings else [])),
+                               down=result.down or (tunings.down if tunings else None),
+                               tuning_files=len(tunings.installed) if tunings else 0)
         return outcome, {i for i, n in enumerate(names) if n in installed}
 
     def push(self, report: Any, outcome: StoreOutcome) -> StoreOutcome:
@@ -84,8 +89,9 @@ class FleetWarmupStore:
             done = push_report(self._store, report, self._signing)
         except (StoreDown, _cache.BundleError) as e:
             return dataclasses.replace(outcome, push_error=str(e))
-        return dataclasses.replace(outcome, pushed=len(done.stored), pushed_bytes=done.bytes,
-                                   already_there=len(done.present))
+        t = done.tunings
+        return dataclasses.replace(outcome, pushed=len(done.stored), pushed_bytes=done.bytes + (t.bytes if t else 0),
+                                   already_there=len(done.present), pushed_tuning_files=len(t.stored) if t else 0)
 
     def close(self) -> None:
         self._store.close()
