@@ -35,7 +35,7 @@ from zerojit.fleet import signing  # noqa: E402
 from zerojit.fleet import tuning as ft  # noqa: E402
 from zerojit.fleet.needs import entry_names, key_space_jobs  # noqa: E402
 from zerojit.fleet.store import NAMESPACE, open_store  # noqa: E402
-from zerojit.fleet.transfer import pull_jobs, pull_tunings, push_report  # noqa: E402
+from zerojit.fleet.transfer import pull_tunings, push_report  # noqa: E402
 from zerojit.registry import JitWarmupRegistry  # noqa: E402
 
 TUNING_KEY = (4096, "torch.float32", "torch.float32")  # Triton's: the autotuner's key n, then each tensor's dtype
@@ -75,7 +75,7 @@ def farm(tmp_path_factory):
     return {"report": report, "build": build, "names": [next(iter(entries_of([v]))) for v in report.variants],
             "tuning_name": os.path.basename(path), "tuning_bytes": open(path, "rb").read(),
             "farm_cache": root / "farm-cache", "key": signing.load_signing_key(private),
-            "keys": signing.load_verify_keys([public])}
+            "keys": signing.load_verify_keys([public]), "public": public}
 
 
 @pytest.fixture
@@ -115,13 +115,12 @@ def test_the_tuning_file_travels_and_the_node_warms_with_the_farms_choice(farm, 
 
     events = []
     monkeypatch.setattr(knobs.compilation, "listener", lambda *, cache_hit, **_: events.append(cache_hit))
-    with compile_only("cuda:90"):
-        reg = registry()
-        result = pull_jobs(store, key_space_jobs(reg)[0], farm["build"], farm["keys"])
-        assert events == []  # naming and pulling compile nothing
-        assert sorted(result.installed) == sorted(farm["names"]) and result.tunings.installed == [farm["tuning_name"]]
-        assert (node_cache / TUNING_FOLDER / farm["tuning_name"]).read_bytes() == farm["tuning_bytes"]
-        report = reg.warmup(progress=False, target="cuda:90", generic=False)
+    monkeypatch.setenv(signing.VERIFY_KEYS_ENV, farm["public"])
+    with compile_only("cuda:90"):  # the node: its warm-up pulls the entries and the tuning file first
+        report = registry().warmup(progress=False, target="cuda:90", generic=False, store=flush)
+    assert (node_cache / TUNING_FOLDER / farm["tuning_name"]).read_bytes() == farm["tuning_bytes"]
+    assert (report.store.pulled, report.store.tuning_files, report.store.refused) == (12, 1, ())
+    assert "12 entries and 1 tuning file pulled" in report.summary()
     assert events == [True] * 12 and report.stats.total_compiled == 0
     assert dict(TunedScale._tuning_table.items()) == {TUNING_KEY: CHOICE} and report.kernels[0].tuning.untuned == 0
     with compile_only("cuda:90"):  # the node holds it now: not read again
