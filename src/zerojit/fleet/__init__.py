@@ -6,7 +6,7 @@ Issue 31, groundwork. One concept per module:
   Redis implementation (every call with a deadline; any failure to reach the server is
   :class:`~zerojit.fleet.store.StoreDown`, which callers turn into "compile locally").
 * :mod:`zerojit.fleet.entry`: one Triton cache entry as one store value (its files, its launcher
-  module on Triton 3.6, its restore record), its content address and its verified decoding.
+  module on Triton 3.6), its content address and its verified decoding.
 * :mod:`zerojit.fleet.signing`: Ed25519 keys, signatures over an entry's address, build
   identity and file digests, and the trusted keys of ``ZEROJIT_STORE_VERIFY_KEYS``.
 * :mod:`zerojit.fleet.tuning`: one tuning file of an autotuned kernel as one store value.

@@ -3,8 +3,9 @@
 An :class:`Entry` holds the files of one entry folder of Triton's disk cache (the IR stages, the
 cubin, the metadata JSON and the ``__grp__`` file: :func:`zerojit.cache.entries_of`), the CUDA
 launcher module of the kernel's signature where Triton 3.6 builds one
-(:func:`zerojit.triton_compat.launcher_key`), and optionally the key's restore record
-(:func:`zerojit.restore.records`: JSON values, never pickle).
+(:func:`zerojit.triton_compat.launcher_key`). No restore record travels: a node's warm-up finds a
+pulled entry through Triton's disk lookup (the dsv4-like key space's 41 entries: 0.03 s) and
+writes its own restore index from what it loaded, as after any cold start.
 
 Its *content address* (:func:`address_of`) is the SHA-256 of Triton's cache key (the entry's
 folder name: the base 32 of the key's hash) and the build identity (:func:`build_identity`: the
@@ -13,8 +14,8 @@ its build key, Python, the target, ``ptxas`` and the cache-relevant environment)
 different builds never share an address.
 
 A value (:func:`encode`) is one line ``zerojit-store-entry 1``, one line of header JSON (the
-address, the entry, the build identity, each file's name, size and SHA-256, the launcher's, the
-restore record, when it was pushed, the signature: :mod:`zerojit.fleet.signing`), then the
+address, the entry, the build identity, each file's name, size and SHA-256, the launcher's, when
+it was pushed, the signature: :mod:`zerojit.fleet.signing`), then the
 files' bytes in header order. :func:`decode` trusts nothing in it: the sizes must add up (a
 value cut short is refused), the build identity must be this machine's, the address must be the
 one asked for and the one the header's entry and build give, the signature must verify with a
@@ -30,7 +31,7 @@ import datetime
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .. import cache as _cache
@@ -44,7 +45,6 @@ __all__ = ["Entry", "EntryRefused", "build_identity", "address_of", "entry_of_va
 MAGIC = b"zerojit-store-entry 1\n"
 _ENTRY_RE = re.compile(r"^[A-Z2-7]+$")  # Triton's entry folders: the base 32 of a SHA-256
 _FILE_RE = re.compile(r"^(?!\.\.?$)[^/\\\x00]+$")  # a file name, never a path, '.' or '..'
-_RESTORE = "restore.json"  # the restore record's name among the signed digests
 
 
 class EntryRefused(ValueError):
@@ -62,14 +62,12 @@ class Entry:
         build: the build identity it was compiled by (:func:`build_identity`).
         files: the folder's files by name, its ``__grp__`` file included.
         launcher: ``(launcher key, module bytes)`` of its CUDA launcher (Triton 3.6), or None.
-        restore: its restore record (JSON values, :func:`zerojit.restore.records`), or None.
     """
 
     name: str
     build: Mapping[str, Any]
     files: Mapping[str, bytes]
     launcher: tuple[str, bytes] | None = None
-    restore: Any = field(default=None, compare=False)
 
     @property
     def address(self) -> str:
@@ -77,12 +75,10 @@ class Entry:
 
     def digests(self) -> dict[str, str]:
         """What a signature covers besides the address and build: each file's SHA-256
-        (``files/<name>``), the launcher's (``launcher/<key>``), the restore record's canonical JSON's."""
+        (``files/<name>``) and the launcher's (``launcher/<key>``)."""
         out = {f"files/{n}": integrity.sha256(d) for n, d in sorted(self.files.items())}
         if self.launcher is not None:
             out[f"launcher/{self.launcher[0]}"] = integrity.sha256(self.launcher[1])
-        if self.restore is not None:
-            out[_RESTORE] = integrity.sha256(_canonical(self.restore))
         return out
 
     @property
@@ -126,7 +122,7 @@ def _launcher_of(compiled: Any) -> tuple[str, bytes] | None:
     return None
 
 
-def entry_of_variant(variant: Any, build: Mapping[str, Any], restore: Any = None) -> Entry:
+def entry_of_variant(variant: Any, build: Mapping[str, Any]) -> Entry:
     """The entry of a warmed :class:`~zerojit.kernel.CompiledVariant`, read from the cache folder
     and checked as a bundle export checks it (:func:`zerojit.cache.read_entries`).
 
@@ -134,7 +130,7 @@ def entry_of_variant(variant: Any, build: Mapping[str, Any], restore: Any = None
         zerojit.cache.BundleError: no compiled kernel on disk, a missing or damaged file (named).
     """
     ((name, files),) = _cache.read_entries(_cache.entries_of([variant])).items()
-    return Entry(name, dict(build), files, _launcher_of(variant.compiled), restore)
+    return Entry(name, dict(build), files, _launcher_of(variant.compiled))
 
 
 def encode(entry: Entry, key: signing.SigningKey) -> bytes:
@@ -145,7 +141,6 @@ def encode(entry: Entry, key: signing.SigningKey) -> bytes:
         "files": [[n, len(entry.files[n]), integrity.sha256(entry.files[n])] for n in names],
         "launcher": None if entry.launcher is None else [entry.launcher[0], len(entry.launcher[1]),
                                                          integrity.sha256(entry.launcher[1])],
-        "restore": entry.restore,
         # when it was pushed (not signed: for gc, which keeps the newest builds); UTC, ISO 8601
         "pushed": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "signature": signing.sign(key, entry.address, entry.build, entry.digests()),
@@ -218,13 +213,11 @@ def decode(value: bytes, address: str, build: Mapping[str, Any], keys: signing.V
         blobs[n] = body[offset:offset + size]
         offset += size
     launcher_data = (launcher[0], body[offset:]) if launcher else None
-    entry = Entry(name, theirs, blobs, launcher_data, header.get("restore"))
+    entry = Entry(name, theirs, blobs, launcher_data)
     # the signature binds the header's digests; the bytes must then match them
     signed = {f"files/{n}": h for n, _, h in files}
     if launcher:
         signed[f"launcher/{launcher[0]}"] = launcher[2]
-    if entry.restore is not None:
-        signed[_RESTORE] = integrity.sha256(_canonical(entry.restore))
     try:
         signing.verify(keys, header.get("signature"), address, theirs, signed)
     except signing.SignatureRefused as e:
