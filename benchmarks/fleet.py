@@ -72,8 +72,9 @@ def _compiled(stats: dict | None) -> int:
 
 
 def _timers(store: bool) -> tuple[dict, dict]:
-    """Benchmark-side timers (nothing in zerojit changes): the warm-up call's CPU seconds (this
-    process and its children: compile workers, ``ptxas``) and, with a store, the store's parts
+    """Benchmark-side timers (nothing in zerojit changes): the warm-up call's CPU seconds in this
+    process (its compile workers' are in ``WarmupStats.worker_cpu_seconds``: the workers may be
+    reaped after the call, so ``RUSAGE_CHILDREN`` would miss them) and, with a store, the store's parts
     summed: ``open`` (opening it: importing redis and cryptography, reading the keys), ``build``
     (the build identity, ``zerojit.fleet.entry.build_identity``), ``name``
     (naming each job's cache entry, ``zerojit.fleet.needs.entry_names``), ``get`` (Redis GETs),
@@ -97,8 +98,8 @@ def _timers(store: bool) -> tuple[dict, dict]:
         return wrapper
 
     def cpu_now() -> float:
-        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        return me.ru_utime + me.ru_stime
 
     warm_up = engine.warm_up
 
@@ -133,8 +134,6 @@ def _timers(store: bool) -> tuple[dict, dict]:
 
 def child_node(args: argparse.Namespace) -> dict:
     """One node: hash Triton's build (timed apart), wait for the others if asked, then the runner."""
-    import torch  # noqa: F401  (imported before the run: not a node's warm-up)
-
     from zerojit.cache import triton_build_hash, use_fast_triton_key
     from zerojit.monitor import RuntimeJitError
     from zerojit.runner.engine import RunOptions, run
@@ -165,7 +164,8 @@ def child_node(args: argparse.Namespace) -> dict:
     for name, s in _phases(gstats).items():  # the generic variants' sweep: its store, sweep... added
         phases[f"generic {name}"] = s
     return {
-        "hash_s": hash_s, "build_s": build_s, "seconds": report.warmup.seconds, "run_s": wall, "replay_s": report.replay_seconds,
+        "hash_s": hash_s, "build_s": build_s, "seconds": report.warmup.seconds, "run_s": wall,
+        "replay_s": report.replay_seconds,
         "keys": report.warmup.keys, "generic_variants": warm["generic_variants"],
         "compiled": _compiled(stats) + _compiled(gstats),
         "disk_loads": stats["disk_loads"] + (gstats["disk_loads"] if gstats else 0),
@@ -173,13 +173,15 @@ def child_node(args: argparse.Namespace) -> dict:
         "store": store, "store_keys": stats["store_entries"],
         "store_generic": (store["pulled"] - stats["store_entries"]) if store else 0,
         "runtime_compiles": report.runtime_compiles, "requests": report.requests, "ok": report.ok,
-        "worker_choice": report.warmup.worker_choice, "store_parts": parts, "cpu_s": cpu["warm-up"],
+        "worker_choice": report.warmup.worker_choice, "store_parts": parts,
+        # the node's CPU: this process's, plus its workers' requests (their own and ptxas')
+        "cpu_s": cpu["warm-up"] + stats["worker_cpu_seconds"] + (gstats["worker_cpu_seconds"] if gstats else 0),
     }
 
 
 def child_farm(args: argparse.Namespace) -> dict:
     """The farm: ``zerojit store push``'s work (warm-up, then push), each timed."""
-    from zerojit.cache import use_fast_triton_key
+    from zerojit.cache import triton_build_hash, use_fast_triton_key
     from zerojit.compile_only import compile_only
     from zerojit.fleet.signing import signing_key_from_env
     from zerojit.fleet.store import open_store
@@ -198,6 +200,9 @@ def child_farm(args: argparse.Namespace) -> dict:
             use_fast_triton_key()
             hash_s = time.perf_counter() - t0
             t0 = time.perf_counter()
+            triton_build_hash()  # the build identity the push's addresses bind
+            build_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
             report = registry.warmup(cfg, workers=usable_cores(), progress=False, target=args.target)
             warm_s = time.perf_counter() - t0
             t0 = time.perf_counter()
@@ -206,8 +211,9 @@ def child_farm(args: argparse.Namespace) -> dict:
     finally:
         store.close()
     d = report.to_dict()
-    return {"hash_s": hash_s, "seconds": warm_s, "push_s": push_s, "keys": report.num_keys,
-            "generic_variants": d["generic_variants"], "compiled": _compiled(d["stats"]) + _compiled(d["generic_stats"]),
+    return {"hash_s": hash_s, "build_s": build_s, "seconds": warm_s, "push_s": push_s, "keys": report.num_keys,
+            "generic_variants": d["generic_variants"],
+            "compiled": _compiled(d["stats"]) + _compiled(d["generic_stats"]),
             "pushed": len(pushed.stored), "pushed_bytes": pushed.bytes, "already_there": len(pushed.present),
             "summary": pushed.summary()}
 
@@ -248,32 +254,38 @@ def run_child(name: str, mode: str, root: str, args: argparse.Namespace, store: 
 def run_together(names: list[str], root: str, args: argparse.Namespace, store: str, env: dict) -> list[dict]:
     """``names`` as processes started at once: each imports, says it is ready, then all are told go."""
     procs = []
+
+    def stderr_of(name: str) -> str:
+        with open(os.path.join(root, f"{name}.stderr"), errors="replace") as f:
+            return f.read()
+
     try:
         for name in names:
             ready = os.path.join(root, f"{name}.ready")
-            procs.append((name, ready, subprocess.Popen(
-                _child_cmd("node", args, store, ready), env=_node_env(root, name, env), stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+            with open(os.path.join(root, f"{name}.stderr"), "w") as err:  # a file: a chatty node never blocks
+                procs.append((name, ready, subprocess.Popen(
+                    _child_cmd("node", args, store, ready), env=_node_env(root, name, env), stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=err, text=True)))
         deadline = time.monotonic() + READY_DEADLINE
         while not all(os.path.exists(r) for _, r, _ in procs):
             dead = [n for n, r, p in procs if p.poll() is not None and not os.path.exists(r)]
             if dead or time.monotonic() > deadline:
                 name, _, p = next((x for x in procs if x[0] in dead), procs[0])
                 p.kill()
-                out, err = p.communicate(timeout=30)
-                sys.exit(f"{name} never got ready (exit {p.returncode}):\n{err[-3000:]}")
+                p.wait(30)
+                sys.exit(f"{name} never got ready (exit {p.returncode}):\n{stderr_of(name)[-3000:]}")
             time.sleep(0.05)
         for _, _, p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
         deadline = time.monotonic() + args.timeout
         results = []
-        for name, _, p in procs:  # communicate reads both pipes: a full pipe never blocks a node
+        for name, _, p in procs:
             try:
-                out, err = p.communicate(timeout=max(deadline - time.monotonic(), 1.0))
+                out, _ = p.communicate(timeout=max(deadline - time.monotonic(), 1.0))
             except subprocess.TimeoutExpired:
                 sys.exit(f"{name}: no result within --timeout {args.timeout:g} s")
-            results.append(_result(name, out, err, p.returncode))
+            results.append(_result(name, out, stderr_of(name), p.returncode))
         return results
     finally:
         for _, _, p in procs:
@@ -395,7 +407,7 @@ def main() -> None:
         print(f"benchmarks/fleet.py: {why}", file=sys.stderr)
         sys.exit(2)
 
-    started = time.perf_counter()
+    started, load = time.perf_counter(), os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="zerojit-fleet-bench-") as root:
         keys = os.path.join(root, "keys")
         try:
@@ -415,40 +427,40 @@ def main() -> None:
             pulls = run_together([f"pull-{i}" for i in range(args.nodes)], root, args, url, verify)
         finally:
             stop(redis_proc)
-    report(cold, farm, pulls, args, time.perf_counter() - started)
+    report(cold, farm, pulls, args, time.perf_counter() - started, load)
 
 
 def _spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f})"
 
 
-def report(cold: list, farm: dict, pulls: list, args: argparse.Namespace, wall: float) -> None:
+def report(cold: list, farm: dict, pulls: list, args: argparse.Namespace, wall: float, load: float) -> None:
     """Print every node, then the medians, the ratio, the farm, a pulling node's phases and the goal."""
     first = cold[0]
     print(f"{args.nodes} nodes, config {args.config!r} for compile-only target {args.target} (no GPU: nothing loaded): "
           f"{first['keys']} keys + {first['generic_variants']} generic variants per node; {os.cpu_count()} CPUs "
           f"(pulling nodes share them); each node then replays {first['requests']} requests, monitor in error mode")
-    print(f"{'node':<8}{'key s':>7}{'build s':>9}{'warm-up s':>11}{'CPU s':>7}{'store s':>9}{'pulled':>9}{'MB':>7}{'compiled':>10}"
-          f"{'runtime compiles':>18}")
+    print(f"{'node':<8}{'key s':>7}{'build s':>9}{'warm-up s':>11}{'CPU s':>7}{'store s':>9}{'pulled':>9}{'MB':>7}"
+          f"{'compiled':>10}{'runtime compiles':>18}")
     for r in cold + pulls:
         store = r["store"]
         pulled = f"{r['store_keys']}+{r['store_generic']}" if store else "-"
         mb = f"{store['bytes'] / 1e6:.1f}" if store else "-"
         store_s = f"{r['phases'].get('store', 0.0) + r['phases'].get('generic store', 0.0):.2f}" if store else "-"
-        print(f"{r['node']:<8}{r['hash_s']:>7.2f}{r['build_s']:>9.2f}{r['seconds']:>11.2f}{r['cpu_s']:>7.2f}{store_s:>9}"
-              f"{pulled:>9}{mb:>7}{r['compiled']:>10}{r['runtime_compiles']:>18}")
+        print(f"{r['node']:<8}{r['hash_s']:>7.2f}{r['build_s']:>9.2f}{r['seconds']:>11.2f}{r['cpu_s']:>7.2f}"
+              f"{store_s:>9}{pulled:>9}{mb:>7}{r['compiled']:>10}{r['runtime_compiles']:>18}")
     print("key s, build s: Triton's build hashed on the node's new TRITON_HOME (Triton's key; libtriton's SHA-256 "
           "for the store's build identity), before (not in) its warm-up, once per install; CPU s: the "
-          "warm-up's CPU seconds (the node's process, its compile workers, ptxas); store s: its store phases (keys, "
-          "generic variants); pulled: keys + generic variants from the store; compiled: variants compiled by the "
-          "warm-up (keys and generic)")
+          "warm-up's CPU seconds (the node's process, and its compile workers' requests with ptxas); store s: its "
+          "store phases (keys, generic variants); pulled: keys + generic variants from the store; compiled: "
+          "variants compiled by the warm-up (keys and generic)")
     c = [r["seconds"] for r in cold]
     p = [r["seconds"] for r in pulls]
     ratio = statistics.median(p) / statistics.median(c)
     print(f"cold (each alone, one after another): {_spread(c)}; CPU {_spread([r['cpu_s'] for r in cold])}")
     print(f"pull ({args.nodes} at once):               {_spread(p)}; CPU {_spread([r['cpu_s'] for r in pulls])}")
-    print(f"farm: compiled {farm['compiled']} variants in {farm['seconds']:.2f} s (build hash {farm['hash_s']:.2f} s "
-          f"apart), pushed in {farm['push_s']:.2f} s: {farm['summary']}")
+    print(f"farm: compiled {farm['compiled']} variants in {farm['seconds']:.2f} s (build hashes {farm['hash_s']:.2f} + "
+          f"{farm['build_s']:.2f} s apart), pushed in {farm['push_s']:.2f} s: {farm['summary']}")
     moved = sum(r["store"]["bytes"] for r in pulls)
     entries = sum(r["store"]["pulled"] for r in pulls)
     missing = sum(r["store"]["missing"] for r in pulls)
@@ -458,13 +470,13 @@ def report(cold: list, farm: dict, pulls: list, args: argparse.Namespace, wall: 
           + (f"; store down: {down[0]}" if down else "") + ")")
     runtime = sum(r["runtime_compiles"] for r in cold + pulls)
     compiled = sum(r["compiled"] for r in pulls)
-    print(f"runtime compiles after warm-up, all {len(cold) + len(pulls)} nodes: {runtime}; variants compiled by pulling "
-          f"nodes: {compiled}")
+    print(f"runtime compiles after warm-up, all {len(cold) + len(pulls)} nodes: {runtime}; variants compiled by "
+          f"pulling nodes: {compiled}")
     mid = sorted(pulls, key=lambda r: r["seconds"])[len(pulls) // 2]
     print(f"where a median pulling node's warm-up went ({mid['node']}, {mid['seconds']:.2f} s): "
           + ", ".join(f"{n} {s:.2f}" for n, s in mid["phases"].items() if s >= 0.005)
           + f"; {mid['worker_choice']}")
-    print(f"  its store phases' parts (summed): " + ", ".join(f"{n} {s:.2f}" for n, s in mid["store_parts"].items())
+    print("  its store phases' parts (summed): " + ", ".join(f"{n} {s:.2f}" for n, s in mid["store_parts"].items())
           + f"; the warm-up's CPU {mid['cpu_s']:.2f} s of {mid['seconds']:.2f} s wall")
     mid_cold = sorted(cold, key=lambda r: r["seconds"])[len(cold) // 2]
     print(f"where a median cold node's warm-up went ({mid_cold['node']}, {mid_cold['seconds']:.2f} s): "
@@ -473,11 +485,12 @@ def report(cold: list, farm: dict, pulls: list, args: argparse.Namespace, wall: 
     holds = ratio <= args.goal and runtime == 0 and compiled == 0
     print(f"ratio pull/cold (medians): {100 * ratio:.1f}%; goal (a pulling node warm in <= {100 * args.goal:.0f}% of a "
           f"cold node's time, 0 runtime compiles): {'holds' if holds else 'does NOT hold'}")
-    print(f"benchmark wall time {wall:.0f} s")
+    print(f"benchmark wall time {wall:.0f} s; the machine's 1-minute load average {load:.2f} at the start, "
+          f"{os.getloadavg()[0]:.2f} at the end (other processes share its cores)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "cold": cold, "farm": farm, "pull": pulls, "ratio": ratio, "goal_holds": holds,
-                       "wall_s": wall}, f, indent=2)
+            json.dump({"args": vars(args), "cold": cold, "farm": farm, "pull": pulls, "ratio": ratio,
+                       "goal_holds": holds, "wall_s": wall}, f, indent=2)
 
 
 if __name__ == "__main__":
