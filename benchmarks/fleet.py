@@ -15,7 +15,9 @@ trace with the runtime monitor in error mode (a runtime compile would raise):
   the key pair is made by ``zerojit store keygen`` in a temporary folder;
 * ``pull``: then every node at once, ``warmup(store=URL)`` pulling the entries its cache lacks
   (each verified against the farm's public key in ``ZEROJIT_STORE_VERIFY_KEYS``). The nodes start
-  together: each does its imports, then waits until all are ready before its run begins.
+  together: each does its imports, then waits until all are ready before its run begins;
+* ``pull-alone``: then one more node pulling with the machine to itself, as each node of a real
+  fleet has its own cores (with more nodes than cores here, the ``pull`` nodes wait for a core).
 
 A node's time is its ``warmup()`` call (``WarmupReport.seconds``: from opening the store to the
 report). Not in it: the process's imports, building the model and its KV cache, and Triton's
@@ -26,14 +28,13 @@ build hashing, once per install: the first process on a new ``TRITON_HOME`` hash
 the run and prints them apart. Printed per node: those hashes, the warm-up's wall and CPU
 seconds (its process, compile workers and ``ptxas``), its ``store`` phases, entries pulled
 (keys + generic variants) and bytes, variants compiled, runtime compiles in the replay; then per
-mode the median and min-max, the ratio pull/cold, the farm's compile and push, where a median
-node's time went (its phases; for a pulling node also the store phases' parts, timed by this
-script around ``zerojit.fleet``'s functions: opening the store, the build identity, naming each
-entry, Redis GETs, verifying, installing), and whether the goal holds: a pulling node is warm
-in at most ``--goal`` (15%) of a cold node's time (medians), with 0 runtime compiles.
-
-On a machine with fewer cores than nodes the pulling nodes share them (a real fleet's nodes do
-not): the output says how many cores there were.
+mode the median and min-max, the ratio pull/cold (and pull-alone/cold), the farm's compile and
+push, where a median node's and the lone pulling node's time went (their phases; for a pulling
+node also the store phases' parts, timed by this script around ``zerojit.fleet``'s functions:
+opening the store, the build identity, naming each entry, Redis GETs, verifying, installing),
+and whether the goal holds: a pulling node (``pull``) is warm in at most ``--goal`` (15%) of a
+cold node's time (medians), with 0 runtime compiles. The output names the cores and the load
+average: other processes on a shared machine slow any mode.
 
 Needs the ``zerojit[store]`` extra (``redis``, ``cryptography``) and ``redis-server`` on PATH;
 without them it exits 2 saying which is missing.
@@ -425,16 +426,18 @@ def main() -> None:
         try:
             farm = run_child("farm", "farm", root, args, url, signing)
             pulls = run_together([f"pull-{i}" for i in range(args.nodes)], root, args, url, verify)
+            alone = run_child("pull-alone", "node", root, args, url, verify)
         finally:
             stop(redis_proc)
-    report(cold, farm, pulls, args, time.perf_counter() - started, load)
+    report(cold, farm, pulls, alone, args, time.perf_counter() - started, load)
 
 
 def _spread(values: list[float]) -> str:
     return f"median {statistics.median(values):.2f} s (min {min(values):.2f}, max {max(values):.2f})"
 
 
-def report(cold: list, farm: dict, pulls: list, args: argparse.Namespace, wall: float, load: float) -> None:
+def report(cold: list, farm: dict, pulls: list, alone: dict, args: argparse.Namespace, wall: float,
+           load: float) -> None:
     """Print every node, then the medians, the ratio, the farm, a pulling node's phases and the goal."""
     first = cold[0]
     print(f"{args.nodes} nodes, config {args.config!r} for compile-only target {args.target} (no GPU: nothing loaded): "
@@ -442,7 +445,7 @@ def report(cold: list, farm: dict, pulls: list, args: argparse.Namespace, wall: 
           f"(pulling nodes share them); each node then replays {first['requests']} requests, monitor in error mode")
     print(f"{'node':<8}{'key s':>7}{'build s':>9}{'warm-up s':>11}{'CPU s':>7}{'store s':>9}{'pulled':>9}{'MB':>7}"
           f"{'compiled':>10}{'runtime compiles':>18}")
-    for r in cold + pulls:
+    for r in cold + pulls + [alone]:
         store = r["store"]
         pulled = f"{r['store_keys']}+{r['store_generic']}" if store else "-"
         mb = f"{store['bytes'] / 1e6:.1f}" if store else "-"
@@ -468,16 +471,16 @@ def report(cold: list, farm: dict, pulls: list, args: argparse.Namespace, wall: 
     down = [r["store"]["down"] for r in pulls if r["store"]["down"]]
     print(f"moved: {moved / 1e6:.1f} MB to {len(pulls)} nodes ({entries} entries; {missing} missing, {refused} refused"
           + (f"; store down: {down[0]}" if down else "") + ")")
-    runtime = sum(r["runtime_compiles"] for r in cold + pulls)
-    compiled = sum(r["compiled"] for r in pulls)
-    print(f"runtime compiles after warm-up, all {len(cold) + len(pulls)} nodes: {runtime}; variants compiled by "
+    runtime = sum(r["runtime_compiles"] for r in cold + pulls + [alone])
+    compiled = sum(r["compiled"] for r in pulls + [alone])
+    print(f"runtime compiles after warm-up, all {len(cold) + len(pulls) + 1} nodes: {runtime}; variants compiled by "
           f"pulling nodes: {compiled}")
     mid = sorted(pulls, key=lambda r: r["seconds"])[len(pulls) // 2]
-    print(f"where a median pulling node's warm-up went ({mid['node']}, {mid['seconds']:.2f} s): "
-          + ", ".join(f"{n} {s:.2f}" for n, s in mid["phases"].items() if s >= 0.005)
-          + f"; {mid['worker_choice']}")
-    print("  its store phases' parts (summed): " + ", ".join(f"{n} {s:.2f}" for n, s in mid["store_parts"].items())
-          + f"; the warm-up's CPU {mid['cpu_s']:.2f} s of {mid['seconds']:.2f} s wall")
+    for what, r in (("a median pulling node's", mid), ("the pulling node alone's", alone)):
+        print(f"where {what} warm-up went ({r['node']}, {r['seconds']:.2f} s): "
+              + ", ".join(f"{n} {s:.2f}" for n, s in r["phases"].items() if s >= 0.005) + f"; {r['worker_choice']}")
+        print("  its store phases' parts (summed): " + ", ".join(f"{n} {s:.2f}" for n, s in r["store_parts"].items())
+              + f"; the warm-up's CPU {r['cpu_s']:.2f} s of {r['seconds']:.2f} s wall")
     mid_cold = sorted(cold, key=lambda r: r["seconds"])[len(cold) // 2]
     print(f"where a median cold node's warm-up went ({mid_cold['node']}, {mid_cold['seconds']:.2f} s): "
           + ", ".join(f"{n} {s:.2f}" for n, s in mid_cold["phases"].items() if s >= 0.005)
@@ -485,12 +488,14 @@ def report(cold: list, farm: dict, pulls: list, args: argparse.Namespace, wall: 
     holds = ratio <= args.goal and runtime == 0 and compiled == 0
     print(f"ratio pull/cold (medians): {100 * ratio:.1f}%; goal (a pulling node warm in <= {100 * args.goal:.0f}% of a "
           f"cold node's time, 0 runtime compiles): {'holds' if holds else 'does NOT hold'}")
+    print(f"pull-alone/cold (a pulling node with the machine to itself, over the cold median): "
+          f"{100 * alone['seconds'] / statistics.median(c):.1f}%")
     print(f"benchmark wall time {wall:.0f} s; the machine's 1-minute load average {load:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end (other processes share its cores)")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "cold": cold, "farm": farm, "pull": pulls, "ratio": ratio,
-                       "goal_holds": holds, "wall_s": wall}, f, indent=2)
+            json.dump({"args": vars(args), "cold": cold, "farm": farm, "pull": pulls, "pull_alone": alone,
+                       "ratio": ratio, "goal_holds": holds, "wall_s": wall}, f, indent=2)
 
 
 if __name__ == "__main__":
