@@ -443,14 +443,14 @@ def report(cold: list, farm: dict, pulls: list, alone: dict, args: argparse.Name
     print(f"{args.nodes} nodes, config {args.config!r} for compile-only target {args.target} (no GPU: nothing loaded): "
           f"{first['keys']} keys + {first['generic_variants']} generic variants per node; {os.cpu_count()} CPUs "
           f"(pulling nodes share them); each node then replays {first['requests']} requests, monitor in error mode")
-    print(f"{'node':<8}{'key s':>7}{'build s':>9}{'warm-up s':>11}{'CPU s':>7}{'store s':>9}{'pulled':>9}{'MB':>7}"
+    print(f"{'node':<11}{'key s':>7}{'build s':>9}{'warm-up s':>11}{'CPU s':>7}{'store s':>9}{'pulled':>9}{'MB':>7}"
           f"{'compiled':>10}{'runtime compiles':>18}")
     for r in cold + pulls + [alone]:
         store = r["store"]
         pulled = f"{r['store_keys']}+{r['store_generic']}" if store else "-"
         mb = f"{store['bytes'] / 1e6:.1f}" if store else "-"
         store_s = f"{r['phases'].get('store', 0.0) + r['phases'].get('generic store', 0.0):.2f}" if store else "-"
-        print(f"{r['node']:<8}{r['hash_s']:>7.2f}{r['build_s']:>9.2f}{r['seconds']:>11.2f}{r['cpu_s']:>7.2f}"
+        print(f"{r['node']:<11}{r['hash_s']:>7.2f}{r['build_s']:>9.2f}{r['seconds']:>11.2f}{r['cpu_s']:>7.2f}"
               f"{store_s:>9}{pulled:>9}{mb:>7}{r['compiled']:>10}{r['runtime_compiles']:>18}")
     print("key s, build s: Triton's build hashed on the node's new TRITON_HOME (Triton's key; libtriton's SHA-256 "
           "for the store's build identity), before (not in) its warm-up, once per install; CPU s: the "
