@@ -42,7 +42,7 @@ without them it exits 2 saying which is missing.
 Usage::
 
     PYTHONPATH=src python benchmarks/fleet.py [--nodes 8] [--requests 20] [--config dsv4-like]
-        [--target cuda:90] [--timeout 900] [--json OUT]
+        [--target cuda:90] [--goal 0.15] [--timeout 900] [--json OUT]
 """
 
 from __future__ import annotations
