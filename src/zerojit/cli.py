@@ -474,11 +474,11 @@ def _warmup_store_options() -> dict[str, Any]:
 
     return dict(
         store=typer.Option(None, "--store", metavar="URL", envvar="ZEROJIT_STORE",
-                           help="a fleet store (redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// for TLS): pull the "
-                           "entries this warm-up needs and the cache lacks, signed by a key of "
-                           "ZEROJIT_STORE_VERIFY_KEYS, before compiling the rest (a store down: compile locally)"),
-        push=typer.Option(False, "--push", help="with --store: publish what this warm-up holds and the store lacks, "
-                          "signed with ZEROJIT_STORE_SIGNING_KEY (required)"),
+                           help="a fleet store (a redis:// or rediss:// URL: docs/store.md): pull the entries this "
+                           "warm-up needs and the cache lacks, signed by a key of ZEROJIT_STORE_VERIFY_KEYS, before "
+                           "compiling the rest (a store down: compile locally)"),
+        push=typer.Option(False, "--push", metavar="", help="with --store: publish what this warm-up holds and the "
+                          "store lacks, signed with ZEROJIT_STORE_SIGNING_KEY (required)"),
         connect_timeout=typer.Option(CONNECT_TIMEOUT, "--connect-timeout", metavar="S",
                                      help="seconds to connect to the store"),
         op_timeout=typer.Option(OPERATION_TIMEOUT, "--op-timeout", metavar="S",
