@@ -24,7 +24,7 @@ from zerojit.cache import entry_name
 from zerojit.context import allow_compiles
 from zerojit.monitor import (ENV_VAR, FallbackOptions, JitMonitor, MonitorModeError, RuntimeJitError,
                              configured_mode, specialization_from_compile_info)
-from zerojit.serving import capture
+from zerojit import capture
 from zerojit.serving.fallback import CaptureCompileError, FallbackVariant
 from zerojit.specialization import spec_classes
 

@@ -18,7 +18,7 @@ PACKAGE = "zerojit"
 LAYERS = {
     "triton facts": ["zerojit._version", "zerojit.specialization", "zerojit.keyspace", "zerojit.compile_only",
                      "zerojit.triton_compat", "zerojit.outputs", "zerojit.watchdog", "zerojit.shapeflow"],
-    "contract": ["zerojit.context", "zerojit.lint", "zerojit.autotune", "zerojit._launch", "zerojit.kernel",
+    "contract": ["zerojit.context", "zerojit.capture", "zerojit.lint", "zerojit.autotune", "zerojit._launch", "zerojit.kernel",
                  "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit.integrity", "zerojit._primer", "zerojit.loading", "zerojit.cache",
                 "zerojit.restore", "zerojit._compile_worker", "zerojit.precompile",

@@ -21,7 +21,7 @@ from .autotune import TunedKey, TuningError, TuningFileError, TuningPolicy
 from .inputs import BoolArg, CheckedKernel, IntArg, Let, Require, RowStrideInt32, TensorArg, checked_launcher
 from .kernel import CompiledVariant, JitKernel, KernelDefinitionError, KernelInputError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .keyspace import KeySpaceError, choices, int_range, trace_dispatch, zip_inputs
-from .monitor import JitMonitor, RuntimeJitError  # listens for warm-ups: ZEROJIT_JIT_MONITOR
+from .monitor import CaptureCompileError, JitMonitor, RuntimeJitError  # listens for warm-ups: ZEROJIT_JIT_MONITOR
 from .registry import JitWarmupRegistry, NoTargetError, WarmupError, WarmupReport
 from . import serving  # registers fallback mode with the monitor: ZEROJIT_JIT_MONITOR=fallback
 from . import fleet  # registers redis:// and rediss:// stores with the warm-up: warmup(store=URL)
@@ -54,6 +54,7 @@ __all__ = [
     "zip_inputs",
     "JitMonitor",
     "RuntimeJitError",
+    "CaptureCompileError",
     "JitWarmupRegistry",
     "WarmupError",
     "NoTargetError",

@@ -100,6 +100,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from . import triton_compat as _tc
+from . import capture as _capture
 from . import kernel as _kernel
 from . import generic as _generic
 from . import learned as _learned
@@ -122,6 +123,7 @@ __all__ = [
     "CHAINED_TO",
     "JitMonitor",
     "RuntimeJitError",
+    "CaptureCompileError",
     "MonitorModeError",
     "RuntimeCompile",
     "RuntimeBenchmark",
@@ -222,9 +224,7 @@ def set_fallback_provider(provider: Callable[["JitMonitor"], Any] | None) -> Non
     ``provider(monitor)`` is called when a fallback-mode monitor is installed and returns an
     *attachment* with ``detach()`` (called at uninstall), ``counts(launches)`` (``launches``:
     ``id(compiled kernel)`` -> launches zerojit's launch path reported; returns a mapping with
-    ``fallback_launches``, ``background_compiles`` and ``swaps``), ``reset()`` and
-    ``before_inline_compile(kernel_name, triton_key)`` (called by the cache hook before a miss
-    no generic variant served compiles; it may raise to stop the compile). The monitor
+    ``fallback_launches``, ``background_compiles`` and ``swaps``) and ``reset()``. The monitor
     (observation layer) cannot import the serving layer above it (docs/architecture.md), hence
     this slot.
     """
@@ -653,6 +653,25 @@ class RuntimeJitError(RuntimeError):
 
     def __init__(self, record: RuntimeCompile) -> None:
         super().__init__(record.explain(blocked=not record.direct))
+        self.compile = record
+
+
+class CaptureCompileError(RuntimeJitError):
+    """A miss (or an autotuner benchmark) during a CUDA-graph capture, in any monitor mode: compiling
+    or loading a module inside a capture breaks it (CUDA refuses the operation while a stream is
+    capturing), so the monitor refused it before Triton compiled or loaded anything
+    (:mod:`zerojit.capture` counts the captures open, on every thread). The message names the
+    kernel, its Triton key and the runtime specialization; ``.compile`` is the record. Warm the
+    key before capturing (a generic variant the fallback serves is a hit and is captured)."""
+
+    def __init__(self, record: Any) -> None:
+        what = (f"missed Triton key {record.triton_key}" if isinstance(record, RuntimeCompile)
+                else f"would benchmark its configs for tuning key {record.tuning_key}")
+        RuntimeError.__init__(self, (
+            f"zerojit: kernel {record.kernel!r} {what} during a CUDA-graph capture: "
+            "a CUDA-graph capture forbids compiling or loading a module (it would break the capture), so nothing "
+            "was compiled or loaded; warm this key before capturing (a generic variant, in fallback mode, serves a "
+            "key of its group).\n" + record.explain(blocked=True)))
         self.compile = record
 
 
@@ -1129,6 +1148,7 @@ class JitMonitor:
             _INSTALLED.append(self)
             guard_hook_assignments(_guard("jit_cache_hook"), _guard("compile listener"))
             _repin()
+        _capture.install()  # captures on every thread are counted from now on (the miss gate below)
         if self._mode == "fallback":
             try:
                 self._attach()
@@ -1399,8 +1419,9 @@ class JitMonitor:
         the log), the count is in :meth:`benchmarks` and the counts."""
         if self._mode == "off" or in_warmup():
             return
+        capturing = _capture.capturing()
         with self._lock:
-            if self._bench_runs.get(id(tuner)) == run:
+            if self._bench_runs.get(id(tuner)) == run and not capturing:
                 return  # the run's next config: counted with its first
             self._bench_runs[id(tuner)] = run
             key = _tc.tuning_key(tuner, named)
@@ -1417,6 +1438,9 @@ class JitMonitor:
                     RuntimeBenchmark(name, key, len(_tc.autotune_configs(tuner)), skipped=skipped), 0]
             entry[1] += 1
             record = entry[0]
+        if capturing:  # a benchmark launches, times and synchronizes: not inside a capture
+            logger.error("zerojit: blocked %s during a CUDA-graph capture", record.summary())
+            raise CaptureCompileError(record)
         if self._mode == "error":
             logger.error("zerojit: blocked %s", record.summary())
             raise RuntimeJitError(record)
@@ -1427,12 +1451,15 @@ class JitMonitor:
         if previous_result or self._mode == "off" or in_warmup():
             return  # a user hook took the compile over, or this compile is deliberate
         jit_fn = hook_jit_function(fn)
+        if _capture.capturing():  # every mode: nothing compiles or loads inside a CUDA-graph capture
+            request = hook_compile_request(compile)
+            spec = specialization_from_compile_info(jit_fn, request.signature, request.constants, request.attrs)
+            record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
+            logger.error("zerojit: blocked %s during a CUDA-graph capture", record.summary())
+            raise CaptureCompileError(record)
         mode = self._mode
         fallback = mode == "fallback"
         if fallback:  # a miss no generic variant served (zerojit.serving): as warn, or error when asked
-            attachment = self._attachment
-            if attachment is not None:  # (raises during a CUDA-graph capture: nothing may compile there)
-                attachment.before_inline_compile(self.kernel_name(jit_fn), key)
             mode = "error" if self._fallback.fallback_miss == "error" else "warn"
         with self._lock:
             ident = (id(jit_fn), key)

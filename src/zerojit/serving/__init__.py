@@ -10,7 +10,8 @@ applications; the monitor does not import it, it registers itself with
 * :mod:`.fallback`: the miss handler and :class:`~.fallback.FallbackVariant`;
 * :mod:`.background`: the background compile workers;
 * :mod:`.swap`: when the specialized variant replaces the generic one;
-* :mod:`.capture`: no module load and no swap while a CUDA-graph capture is open.
+* :mod:`zerojit.capture` (contract layer): no module load and no swap while a CUDA-graph capture
+  is open.
 
 Using it (engines, the CLI, tests)::
 

@@ -58,7 +58,7 @@ from ..cache import (cache_dir, entry_lock_path, entry_name, install_remembered_
                      remember_launcher, use_fast_triton_key)
 from ..compile_only import active_compile_only
 from ..context import allow_compiles
-from . import capture as _capture
+from .. import capture as _capture
 
 __all__ = ["CompileJob", "BackgroundFailure", "BackgroundCompiler", "WORKER_SCRIPT", "LOAD_WAIT_S"]
 

@@ -21,9 +21,9 @@ it is True for every dry launch under compile-only):
    None and Triton compiles inline; the monitor's cache hook counts it as a request-path compile
    (warn), or, with ``FallbackOptions(fallback_miss="error")``, raises
    :class:`~zerojit.monitor.RuntimeJitError` before anything compiles (error mode's message).
-   While a CUDA-graph capture is open (:mod:`.capture`) such a miss, and any miss of a function
-   without generic variants, raises :class:`CaptureCompileError` from that hook
-   (:meth:`FallbackServer.before_inline_compile`) before anything compiles: a compile and a
+   While a CUDA-graph capture is open (:mod:`zerojit.capture`) such a miss, and any miss of a
+   function without generic variants, raises :class:`~zerojit.monitor.CaptureCompileError` from
+   that hook before anything compiles (the monitor does so in every mode): a compile and a
    module load inside a capture would break it. A miss a generic variant serves is served
    during a capture too (nothing loads).
 
@@ -42,18 +42,11 @@ from .. import generic as _generic
 from .. import learned
 from .. import triton_compat as _tc
 from ..context import in_warmup
-from ..monitor import FallbackOptions, JitMonitor, specialization_from_compile_info
-from . import capture as _capture
+from ..monitor import CaptureCompileError, FallbackOptions, JitMonitor, specialization_from_compile_info
 from .background import BackgroundCompiler, BackgroundFailure, CompileJob
 from .swap import PendingSwap, Swapper
 
 __all__ = ["FallbackVariant", "FallbackServer", "CaptureCompileError", "active_server"]
-
-
-class CaptureCompileError(RuntimeError):
-    """A miss no generic variant serves, during a CUDA-graph capture: compiling and loading a
-    module there would break the capture, so nothing was compiled. The message names the kernel
-    and Triton key."""
 
 
 class FallbackVariant:
@@ -140,7 +133,6 @@ class FallbackServer:
         self.background = BackgroundCompiler(workers=options.workers, nice=options.nice, on_ready=self._ready,
                                              build=options.swap != "never",
                                              defer_build=options.swap == "between-requests")
-        _capture.install()
         learned.start_writer()  # (its thread start is not the first miss's)
         try:
             target = _tc.current_target()
@@ -195,21 +187,6 @@ class FallbackServer:
                 "background_compiles": self.background.compiled - self._base["background_compiles"],
                 "swaps": self.swapper.swaps - self._base["swaps"]}
 
-    def before_inline_compile(self, name: str, key: str) -> None:
-        """The monitor's cache hook, in fallback mode, before a miss no generic variant served
-        compiles (any ``triton.jit`` function's, intercepted or not).
-
-        Raises:
-            CaptureCompileError: a CUDA-graph capture is open: compiling and loading a module
-                inside it would break it, so nothing compiles.
-        """
-        if _capture.capturing():
-            raise CaptureCompileError(
-                f"zerojit: kernel {name!r} missed Triton key {key} during a CUDA-graph capture, and no generic variant "
-                "serves it (another dtype, constexpr, int width or launch option than every warmed key, or a kernel "
-                "without generic variants): compiling and loading a module inside the capture would break it, so "
-                "nothing was compiled. Warm this key before capturing.")
-
     def reset(self) -> None:
         """Count from zero again (the monitor's reset, which forgets the launches it saw too)."""
         with self._lock:
@@ -230,7 +207,7 @@ class FallbackServer:
         spec = specialization_from_compile_info(jit_fn, signature, constexprs, attrs)
         group = _generic.group_of(jit_fn, spec, key, _generic.keep_one_of(jit_fn))
         generic = _generic.lookup(jit_fn, device, group)
-        if generic is None:  # Triton compiles: its cache hook (the monitor, then before_inline_compile) first
+        if generic is None:  # Triton compiles: its cache hook (the monitor, which refuses it in a capture) first
             return None
         name = self.monitor.kernel_name(jit_fn)
         cache = _tc.kernel_cache(jit_fn, device)

@@ -37,7 +37,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from . import capture as _capture
+from .. import capture as _capture
 
 __all__ = ["PendingSwap", "Swapper"]
 

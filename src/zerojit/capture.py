@@ -1,14 +1,19 @@
-"""CUDA-graph captures in progress, process-wide: the serving layer's gate for loads and swaps.
+"""CUDA-graph captures in progress, process-wide: the gate for compiles, loads and swaps.
 
-Loading a module (``cuModuleLoadData``, what :func:`zerojit.triton_compat.load_compiled` does)
-while a stream capture is open is an operation CUDA does not allow during a capture: it fails the
-capture (``cudaErrorStreamCaptureUnsupported`` / ``...Invalidated``), and a compile on the
-request path would stall it besides. Swapping a variant into Triton's in-process cache during a
-capture would make one graph record two variants of a kernel. So the fallback (:mod:`.fallback`)
-and the background compiler (:mod:`.background`) ask :func:`capturing` first: a load waits for
-the capture to end (:func:`wait_until_no_capture`, with a deadline), a swap stays pending until it
-has. A graph captured while a generic variant served its key keeps launching that variant until
-it is captured again (the graph holds the launch, not Triton's cache).
+Compiling a kernel or loading a module (``cuModuleLoadData``, what
+:func:`zerojit.triton_compat.load_compiled` does) while a stream capture is open is an operation
+CUDA does not allow during a capture: it fails the capture (``cudaErrorStreamCaptureUnsupported``
+/ ``...Invalidated``, "operation not permitted when stream is capturing"), and a compile would
+stall it besides. So the JIT monitor (:mod:`zerojit.monitor`, every mode) refuses a miss while
+:func:`capturing` is true, before Triton compiles or loads anything
+(:class:`zerojit.monitor.CaptureCompileError`); a hit (a warmed variant, loaded at warm-up, or
+a generic variant the fallback files) launches and is captured. Swapping a variant into Triton's
+in-process cache during a capture would make one graph record two variants of a kernel, so the
+fallback (:mod:`zerojit.serving.fallback`) and the background compiler
+(:mod:`zerojit.serving.background`) ask :func:`capturing` too: a load waits for the capture to
+end (:func:`wait_until_no_capture`, with a deadline), a swap stays pending until it has. A graph
+captured while a generic variant served its key keeps launching that variant until it is
+captured again (the graph holds the launch, not Triton's cache).
 
 How a capture is seen:
 
@@ -16,7 +21,8 @@ How a capture is seen:
   ``torch.cuda.graph(...)`` and ``make_graphed_callables`` call) once per process, keeping a
   process-wide count of open captures: a capture on any thread or stream counts, so the
   background thread (which has no capturing stream of its own) sees it. This is the one place
-  zerojit patches torch; :mod:`zerojit.serving` installs it when a fallback is installed.
+  zerojit patches torch; :meth:`zerojit.monitor.JitMonitor.install` installs it (any mode but
+  ``off``), and with it the fallback.
 * :func:`capturing` also asks ``torch.cuda.is_current_stream_capturing()`` (once CUDA is
   initialized): a capture begun on the calling thread's current stream by other means
   (``torch.cuda.graphs`` internals, a raw ``cudaStreamBeginCapture`` through torch's stream).
