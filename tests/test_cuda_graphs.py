@@ -83,3 +83,134 @@ def test_a_capture_open_on_another_thread_refuses_a_miss_on_this_one(warmed):
             release.set()
             thread.join(30)
     assert compiles == [] and capture.open_captures() == 0
+
+
+# -- the runner's --cuda-graphs: buckets, padding, host ints, config, exit 2 ------------------
+
+import dataclasses  # noqa: E402
+
+from zerojit.kernel import KernelInputError  # noqa: E402
+from zerojit.kernels.mla.config import ConfigError, ModelConfig  # noqa: E402
+from zerojit.kernels.mla.swa import compute_swa_indices_and_lens  # noqa: E402
+from zerojit.runner.config import load_config  # noqa: E402
+from zerojit.runner.graphs import (captured_host_ints, decode_step_metadata, graph_bucket, live_rows,  # noqa: E402
+                                   pad_decode_inputs)
+from zerojit.runner.kv_cache import allocate_kv_cache  # noqa: E402
+from zerojit.runner.metadata import (REFERENCES, DecodeBuffers, MetadataOps, MetadataPlan, build_step_inputs,  # noqa: E402
+                                     compare_metadata, step_metadata)
+from zerojit.runner.model import SparseMLAModel  # noqa: E402
+from zerojit.runner.scheduler import Batch  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def plan():
+    """dsv4-like (one speculative token: Lq 2; K2 at ratios 4 and 128, K3, K1, K6 causal and
+    draft), built outside any registry (nothing registers)."""
+    cfg = load_config("dsv4-like")
+    return MetadataPlan.for_cache(cfg, SparseMLAModel(cfg).backend, allocate_kv_cache(cfg, 16))
+
+
+def _decode(step, seq_lens, lq=2):
+    return Batch(step=step, request_ids=tuple(range(len(seq_lens))), query_lens=(lq,) * len(seq_lens),
+                 seq_lens=tuple(seq_lens), num_decodes=len(seq_lens))
+
+
+def _blocks(seq_lens, block_tokens=256):
+    out, next_id = [], 1
+    for s in seq_lens:
+        n = -(-s // block_tokens)
+        out.append(list(range(next_id, next_id + n)))
+        next_id += n
+    return out
+
+
+def test_cuda_graph_batch_sizes_are_validated_and_default_to_powers_of_two():
+    assert ModelConfig().cuda_graph_batch_sizes == (1, 2, 4, 8, 16, 32)
+    assert ModelConfig(cuda_graph_batch_sizes=[1, 3]).cuda_graph_batch_sizes == (1, 3)  # a list is kept as a tuple
+    assert load_config("dsv4-like", cuda_graph_batch_sizes=[2, 8]).to_dict()["cuda_graph_batch_sizes"] == [2, 8]
+    for bad, words in (([4, 2], "must be sorted and unique; use [2, 4]"), ([2, 2], "sorted and unique"),
+                       ([0, 1], "0 is not a positive int"), ([1, 2.5], "2.5 is not a positive int"),
+                       ([], "must be a non-empty list"), ([True], "True is not a positive int")):
+        with pytest.raises(ConfigError, match="cuda_graph_batch_sizes=") as err:
+            ModelConfig(cuda_graph_batch_sizes=bad)
+        assert words in str(err.value), bad
+
+
+def test_a_decode_step_replays_the_smallest_bucket_that_holds_it_and_others_run_eagerly():
+    sizes = (1, 2, 4, 8)
+    assert [graph_bucket(_decode(0, [9] * n), sizes, 2) for n in (1, 2, 3, 4, 5, 8, 9)] == [1, 2, 4, 4, 8, 8, None]
+    mixed = Batch(step=0, request_ids=(0, 1), query_lens=(2, 7), seq_lens=(9, 7), num_decodes=1)
+    assert graph_bucket(mixed, sizes, 2) is None  # a prefill: eager
+    assert graph_bucket(_decode(0, [9, 9], lq=1), sizes, 2) is None  # not 1 + num_speculative_tokens tokens
+
+
+@pytest.mark.parametrize("seq_lens,bucket", [([300, 17, 1000], 4), ([5, 4096, 77, 256], 4), ([2], 1)])
+def test_a_padded_decode_step_equals_the_eager_step_on_its_live_rows(plan, seq_lens, bucket):
+    inputs = build_step_inputs(_decode(3, seq_lens), plan, blocks=_blocks(seq_lens), seed=1)
+    want = step_metadata(inputs, plan, REFERENCES, DecodeBuffers.allocate(plan, fill=-7))
+    padded = pad_decode_inputs(inputs, bucket, plan.config.query_len)
+    got = decode_step_metadata(padded, plan, REFERENCES, DecodeBuffers.allocate(plan, fill=-7), bucket)
+    T, Tn = inputs.num_tokens, bucket * 2
+    assert sorted(got.outputs) == sorted(want.outputs)
+    assert compare_metadata(live_rows(got, T), live_rows(want, T)) == []
+    assert padded.seq_lens[len(seq_lens):].tolist() == [0] * (bucket - len(seq_lens))
+    assert padded.query_start_loc.tolist()[len(seq_lens):] == [T] * (bucket - len(seq_lens) + 1)  # query length 0
+    # the padding rows: no slot, no window, no top-k entry
+    for name in ("K2 slot_mapping ratio 4", "K2 slot_mapping ratio 128"):
+        assert got.outputs[name].shape == (Tn,) and got.outputs[name][T:].tolist() == [-1] * (Tn - T)
+    assert got.outputs["K6 causal swa_lens"][T:].tolist() == [0] * (Tn - T)
+    assert got.outputs["K6 draft swa_lens"][T:].tolist() == [0] * (Tn - T)
+    assert got.outputs["K1 decode valid_counts"][T:].tolist() == [0] * (Tn - T)
+
+
+def _recording(calls):
+    def wrap(fn):
+        def call(**kwargs):
+            calls.append((fn.__name__, {k: (v.dtype, tuple(v.shape), v.stride()) if isinstance(v, torch.Tensor) else v
+                                        for k, v in kwargs.items()}))
+            return fn(**kwargs)
+        return call
+
+    fields = [f.name for f in dataclasses.fields(MetadataOps) if f.name != "name"]
+    return MetadataOps("recording", **{f: wrap(getattr(REFERENCES, f)) for f in fields})
+
+
+def test_every_host_int_and_shape_of_a_captured_step_depends_only_on_its_bucket(plan):
+    records = []
+    for step, seq_lens in ((4, [300, 17, 1000]), (9, [2, 5000, 640, 8191])):  # 3 and 4 requests, bucket 4
+        calls = []
+        inputs = build_step_inputs(_decode(step, seq_lens), plan, blocks=_blocks(seq_lens), seed=step)
+        decode_step_metadata(pad_decode_inputs(inputs, 4, 2), plan, _recording(calls), DecodeBuffers.allocate(plan), 4)
+        records.append(calls)
+    assert records[0] == records[1]  # every int, and every tensor's dtype, shape and stride
+    ints = captured_host_ints(plan, 4)
+    assert ints["K6 draft"]["max_query_len"] == 2 and ints["K3"] == {"query_len": 2, "num_decode_tokens": 8}
+    launched = [{k: v for k, v in kw.items() if not isinstance(v, tuple)} for _, kw in records[0]]
+    assert launched[0] == ints["K2 slot_mapping ratio 4"] and launched[1] == ints["K2 slot_mapping ratio 128"]
+    assert {"num_tokens": 8, "token_offset": 0, "max_query_len": 2}.items() <= launched[-1].items()
+
+
+def test_k6_without_max_query_len_refuses_during_a_capture_instead_of_reading_the_device(compile_only_target):
+    n = 4
+    qsl = torch.arange(0, 2 * n + 1, 2, dtype=torch.int32)
+    kw = dict(token_to_req=torch.zeros(2 * n, dtype=torch.int32), slot_mapping=torch.zeros(2 * n, dtype=torch.int64),
+              seq_lens=torch.full((n,), 9, dtype=torch.int32), query_start_loc=qsl,
+              block_table=torch.zeros((n, 4), dtype=torch.int32), num_tokens=2 * n, token_offset=0, sliding_window=128,
+              block_size=64, block_stride_rows=64, causal=False, num_speculative_tokens=1)
+    capture.capture_started()
+    try:
+        with pytest.raises(KernelInputError, match="max_query_len.*must be given during a CUDA-graph capture"):
+            compute_swa_indices_and_lens(**kw)
+    finally:
+        capture.capture_ended()
+
+
+def test_cuda_graphs_without_a_gpu_exits_2_with_one_line():
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--device", "cpu", "--cuda-graphs", "--requests", "1", "--no-progress"])
+    assert result.exit_code == 2
+    out = result.output.strip()
+    assert out.count("\n") == 0 and "--cuda-graphs needs a CUDA GPU" in out and "Traceback" not in out

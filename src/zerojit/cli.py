@@ -461,7 +461,8 @@ def _config_help() -> str:
     cannot disagree with the loader)."""
     from zerojit.runner.config import shipped_configs
 
-    defaults = ", ".join(f"{k} {'none' if v is None else v}" for k, v in file_defaults().items())
+    defaults = ", ".join(f"{k} {'none' if v is None else list(v) if isinstance(v, tuple) else v}"
+                         for k, v in file_defaults().items())
     return (f"a shipped config ({', '.join(shipped_configs())}) or a JSON file of ModelConfig fields: it must set "
             f"{', '.join(REQUIRED_FIELDS)}; a field it leaves out takes its default ({defaults}; name: the file's "
             "stem)")
@@ -527,7 +528,12 @@ def run_command(
                                           "compile in this process; more than the cores: capped to the cores)"),
     check: Optional[int] = typer.Option(None, "--check", min=0, metavar="N",
                                         help="steps checked against the PyTorch references "
-                                        "(cpu: in a TRITON_INTERPRET=1 child; default 0 on cpu, 8 on cuda)"),
+                                        "(cpu: in a TRITON_INTERPRET=1 child; default 0 on cpu, 8 on cuda); with "
+                                        "--cuda-graphs also the first N graph steps against their eager launch"),
+    cuda_graphs: bool = typer.Option(False, "--cuda-graphs",
+                                     help="capture decode steps as CUDA graphs, one per batch-size bucket (the "
+                                     "config's cuda_graph_batch_sizes, padded), and replay them; steps with "
+                                     "prefills or more requests run eagerly; needs a GPU"),
     dcp_size: Optional[int] = typer.Option(None, "--dcp-size", metavar="S",
                                            help="decode-context-parallel size (one process plays one rank)"),
     dcp_rank: Optional[int] = typer.Option(None, "--dcp-rank", metavar="R", help="the rank this process plays"),
@@ -588,7 +594,7 @@ def run_command(
         num_speculative_tokens=num_speculative_tokens, backend=backend, seed=seed, progress=_progress(no_progress),
         workers=workers,  # RunOptions caps it (the report says so); the note is said here, below
         generic=not no_generic, swap=swap, fallback_miss=fallback_miss, background_workers=background_workers,
-        cut_keyspace=cut_keyspace,
+        cut_keyspace=cut_keyspace, cuda_graphs=cuda_graphs,
         learned=not no_learned,
         store=_warmup_store("run", store, push, connect_timeout, op_timeout),
     )

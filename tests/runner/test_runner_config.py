@@ -122,9 +122,11 @@ def test_the_defaults_of_a_file_are_modelconfigs_and_documented():
     defaults = file_defaults()
     assert defaults == {"index_kpool": None, "sliding_window": 128, "max_model_len": 65536,
                         "max_num_batched_tokens": 8192, "max_num_seqs": 256, "dcp_size": 1, "dcp_rank": 0,
-                        "dcp_interleave": 1, "num_speculative_tokens": 0}
+                        "dcp_interleave": 1, "num_speculative_tokens": 0,
+                        "cuda_graph_batch_sizes": (1, 2, 4, 8, 16, 32)}
     docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     for name, value in defaults.items():
+        value = list(value) if isinstance(value, tuple) else value  # as JSON writes it
         assert f"`{name}` | {'none' if value is None else value}" in docs, name
     for name in REQUIRED_FIELDS:
         assert f"`{name}` | required" in docs, name

@@ -75,6 +75,7 @@ from zerojit.registry import (JitWarmupRegistry, KernelWarmup, WarmupFailure, Wo
                               count, usable_cores)
 
 from .config import load_config
+from .graphs import DecodeGraphs, GraphReport, live_rows
 from .kv_blocks import BlockAllocator
 from .kv_cache import PagedKVCache, allocate_kv_cache
 from .metadata import (
@@ -166,6 +167,9 @@ class RunOptions:
             (:mod:`zerojit.learned`; ``--no-learned``: False).
         store: a fleet store (``--store``): its URL or an opened one; the zerojit warm-up pulls
             the entries it needs that the cache lacks, and pushes when it was opened to.
+        cuda_graphs: capture decode steps as CUDA graphs per ``config.cuda_graph_batch_sizes``
+            bucket and replay them (:mod:`zerojit.runner.graphs`); needs a CUDA GPU. The first
+            ``check`` graph steps are compared with the eager launch of the same inputs.
     """
 
     config: str = "dsv4-like"
@@ -194,6 +198,7 @@ class RunOptions:
     cut_keyspace: bool = False
     learned: bool = True
     store: Any = None
+    cuda_graphs: bool = False
 
     def __post_init__(self) -> None:
         problems = []
@@ -247,13 +252,15 @@ class RunOptions:
         """The run's device (cuda when available unless told).
 
         Raises:
-            RunError: ``cuda`` asked for without a GPU.
+            RunError: ``cuda`` asked for without a GPU; ``cuda_graphs`` on a cpu run.
         """
         if self.device == "cuda" and not torch.cuda.is_available():
             raise RunError("--device cuda: no CUDA GPU is available; use --device cpu (compile-only dry launches)")
-        if self.device is None:
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+        device = torch.device(self.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        if self.cuda_graphs and device.type != "cuda":
+            raise RunError("--cuda-graphs needs a CUDA GPU: CUDA-graph capture and replay run on one (this run is on "
+                           "cpu: compile-only dry launches, nothing to capture)")
+        return device
 
     def checks_for(self, device: torch.device) -> int:
         return self.check if self.check is not None else (8 if device.type == "cuda" else 0)
@@ -599,15 +606,17 @@ class RunReport:
     swaps: int = 0
     background_idle: bool | None = None
     cut: tuple[str, ...] = ()
+    graphs: GraphReport | None = None
 
     @property
     def ok(self) -> bool:
         """With a zerojit warm-up: zero request-path compiles in fallback mode (a miss served by a
         generic variant and compiled in the background is no failure), zero runtime compiles in
-        the other modes; and every check passed."""
+        the other modes; every check passed; with CUDA graphs, nothing compiled during capture or
+        replay and every graph step checked equals its eager launch."""
         compiles = self.request_path_compiles if self.monitor_mode == "fallback" else self.runtime_compiles
         zero = compiles == 0 or self.warmup.mode != "zerojit"
-        return zero and (self.checks is None or self.checks.ok)
+        return zero and (self.checks is None or self.checks.ok) and (self.graphs is None or self.graphs.ok)
 
     def audit_counts(self) -> dict[str, int]:
         return {
@@ -653,6 +662,7 @@ class RunReport:
             "kv_cache": self.kv_cache.to_dict(),
             "audit": {**self.audit_counts(), "detail": self.audit.to_dict()},
             "checks": self.checks.to_dict() if self.checks is not None else None,
+            "cuda_graphs": self.graphs.to_dict() if self.graphs is not None else None,
             "ok": self.ok,
         }
 
@@ -702,6 +712,9 @@ class RunReport:
             lines.append(f"  checks       {count(len(ch.steps), 'step')} ({ch.where}) {list(ch.steps)}: "
                          f"{count(ch.outputs, 'output')}, {verdict} ({ch.seconds:.1f} s)")
             lines += [f"    {m}" for m in ch.mismatches[:20]]
+        if self.graphs is not None:
+            lines.append(f"  graphs       {self.graphs.summary()}")
+            lines += [f"    {m}" for m in self.graphs.mismatches[:20]]
         lines.append(f"  total        {self.total_seconds:.1f} s")
         if self.warmup.mode == "zerojit" and self.monitor_mode == "fallback":
             lines.append(f"zero request-path compiles ({count(self.fallback_launches, 'fallback launch', 'fallback launches')})"
@@ -796,10 +809,13 @@ def run(options: RunOptions | None = None) -> RunReport:
         with _RequestPathClock() as clock, \
                 JitMonitor(mode, report=warmup.report, no_warmup_note=no_warmup, learn=not options.cut_keyspace,
                            **served) as monitor:  # 5. (a cut key space's misses are no keys to learn)
+            graphs = (DecodeGraphs(plan, device, seed=options.seed, checks=options.checks_for(device),
+                                   compile_marker=clock.marker) if options.cuda_graphs else None)
             replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,  # 6.
                                   step_interval_s=options.step_interval_s, check_steps=check_steps,
                                   progress=options.progress, clock=clock, prime=prime,
-                                  between=serving.between_requests if serving is not None else None)
+                                  between=serving.between_requests if serving is not None else None,
+                                  graphs=graphs)
             # The background compiles the trace started: waited for (with a deadline), so that
             # the report counts what they did, and the ready ones swapped in (after the last
             # step: between requests); one still running then is reported, not waited on.
@@ -833,7 +849,7 @@ def run(options: RunOptions | None = None) -> RunReport:
         request_path_compiles=getattr(counts, "request_path_compiles", runtime_compiles - counts.blocked),
         fallback_launches=getattr(counts, "fallback_launches", 0),
         background_compiles=getattr(counts, "background_compiles", 0), swaps=getattr(counts, "swaps", 0),
-        background_idle=idle, cut=tuple(cut),
+        background_idle=idle, cut=tuple(cut), graphs=graphs.report if graphs is not None else None,
     )
     return report
 
@@ -1264,6 +1280,7 @@ def replay_trace(
     clock: _RequestPathClock | None = None,
     prime: Callable[[], Any] | None = None,
     between: Callable[[], Any] | None = None,
+    graphs: DecodeGraphs | None = None,
 ) -> Replay:
     """Replay ``trace`` step by step, building every step's metadata through the kernels.
 
@@ -1285,6 +1302,9 @@ def replay_trace(
         prime: called once, right before the first step (a zerojit run's :func:`primer_steps`).
         between: called after every step, outside its timing (fallback mode's
             :func:`zerojit.serving.between_requests`: a swap lands between steps, never inside one).
+        graphs: ``--cuda-graphs``: a decode step a bucket serves replays its graph
+            (:meth:`DecodeGraphs.step`; its time is the replay's, its eager twin is timed apart);
+            a checked one is compared with the references too.
     """
     from tqdm.auto import tqdm
 
@@ -1310,15 +1330,20 @@ def replay_trace(
                 t0 = time.perf_counter()
                 fill = on_gpu or checking
                 blocks = [allocator.blocks(r) for r in batch.request_ids] if fill else None
-                inputs = build_step_inputs(batch, plan, blocks=blocks, fill=fill, seed=seed, device=device)
-                step_buffers = DecodeBuffers.allocate(plan, device=device, fill=-7) if checking else buffers
-                got = step_metadata(inputs, plan, KERNELS, step_buffers)
+                bucket = graphs.bucket(batch) if graphs is not None else None
+                if bucket is not None:  # replayed (its eager twin runs inside, timed apart)
+                    got = graphs.step(batch, bucket, blocks)
+                    inputs = build_step_inputs(batch, plan, blocks=blocks, fill=True, seed=seed, device=device)
+                else:
+                    inputs = build_step_inputs(batch, plan, blocks=blocks, fill=fill, seed=seed, device=device)
+                    step_buffers = DecodeBuffers.allocate(plan, device=device, fill=-7) if checking else buffers
+                    got = step_metadata(inputs, plan, KERNELS, step_buffers)
                 if on_gpu:
                     torch.cuda.synchronize(device)
                 t1 = time.perf_counter()
                 replay.step_cpu_ms.append((time.thread_time() - c0) * 1e3)
                 watch.step = None
-                replay.step_ms.append((t1 - t0) * 1e3)
+                replay.step_ms.append(graphs.report.graph_step_ms[-1] if bucket is not None else (t1 - t0) * 1e3)
                 replay.timed_steps.append(batch.step)
                 if mark is not None and clock.marker() != mark:
                     replay.cold.append(len(replay.step_ms) - 1)
@@ -1327,6 +1352,8 @@ def replay_trace(
                     want = step_metadata(inputs, plan, REFERENCES, DecodeBuffers.allocate(plan, device=device, fill=-7))
                     checked.append(batch.step)
                     outputs += len(want)
+                    if bucket is not None:  # the graph's live rows (K3: its buffers' first rows)
+                        want = live_rows(want, inputs.num_tokens)
                     mismatches += [f"step {batch.step}: {m}" for m in compare_metadata(got, want)]
                     check_s += time.perf_counter() - t1
             replay.steps += 1

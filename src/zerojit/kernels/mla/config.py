@@ -135,6 +135,11 @@ class ModelConfig:
         num_speculative_tokens: draft tokens per decode step (0 = no speculative decoding);
             a decode query of ``1 + num_speculative_tokens`` tokens must fit in
             ``max_num_batched_tokens`` and in ``max_model_len``.
+        cuda_graph_batch_sizes: the decode batch sizes (requests) the runner's ``--cuda-graphs``
+            captures one CUDA graph for, as engines do (vLLM's ``cudagraph_capture_sizes``):
+            positive ints, strictly increasing (sorted, unique), at least one; a list is stored
+            as a tuple. A decode step of B requests replays the graph of the smallest size >= B
+            (padded); larger steps run eagerly. Sizes above ``max_num_seqs`` are never reached.
 
     Raises:
         ConfigError: listing every invalid field at once.
@@ -153,10 +158,12 @@ class ModelConfig:
     dcp_rank: int = 0
     dcp_interleave: int = 1
     num_speculative_tokens: int = 0
+    cuda_graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
     def __post_init__(self) -> None:
-        if isinstance(self.compress_ratios, list):
-            object.__setattr__(self, "compress_ratios", tuple(self.compress_ratios))
+        for f in ("compress_ratios", "cuda_graph_batch_sizes"):
+            if isinstance(getattr(self, f), list):
+                object.__setattr__(self, f, tuple(getattr(self, f)))
         problems = self._problems()
         if problems:
             # Report in field declaration order, so the message reads like the config.
@@ -237,6 +244,17 @@ class ModelConfig:
                     f"{1 + spec} tokens must fit in {fits}; use num_speculative_tokens <= "
                     f"{min(v for _, v, _ in short) - 1} or raise {' and '.join(f for f, _, _ in short)}"
                 )
+
+        sizes = self.cuda_graph_batch_sizes
+        if not isinstance(sizes, tuple) or not sizes:
+            p.append(f"cuda_graph_batch_sizes={sizes!r}: must be a non-empty list of positive ints, e.g. [1, 2, 4, 8]")
+        elif not all(_is_int(b) and 1 <= b <= INT32_MAX for b in sizes):
+            bad = next(b for b in sizes if not (_is_int(b) and 1 <= b <= INT32_MAX))
+            p.append(f"cuda_graph_batch_sizes={list(sizes)!r}: {bad!r} is not a positive int (requests per "
+                     "captured decode step)")
+        elif any(a >= b for a, b in zip(sizes, sizes[1:])):
+            p.append(f"cuda_graph_batch_sizes={list(sizes)!r}: must be sorted and unique; use "
+                     f"{sorted(set(sizes))!r}")
 
         bs = self.block_size if ok["block_size"] else None
         if bs is not None and not _is_pow2(bs):
@@ -414,12 +432,14 @@ class ModelConfig:
         return cfg
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain, JSON-ready dict of every field (``compress_ratios`` as a list).
+        """Plain, JSON-ready dict of every field (``compress_ratios`` and ``cuda_graph_batch_sizes``
+        as lists).
 
         ``ModelConfig.from_dict(cfg.to_dict()) == cfg``.
         """
         d = {f: getattr(self, f) for f in self.field_names()}
         d["compress_ratios"] = list(self.compress_ratios)
+        d["cuda_graph_batch_sizes"] = list(self.cuda_graph_batch_sizes)
         return d
 
     def replace(self, **changes: Any) -> ModelConfig:

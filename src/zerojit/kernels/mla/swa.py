@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+from zerojit import capture as _capture
 from zerojit.inputs import BoolArg, CheckedKernel, IntArg, Let, Require, TensorArg, checked_launcher
 from zerojit.kernel import KernelInputError, LaunchSpec
 from zerojit.keyspace import choices, trace_dispatch
@@ -205,6 +206,11 @@ class ComputeSwaIndicesAndLens(CheckedKernel["ComputeSwaIndicesAndLens.CompileKe
                  causal: bool = True, num_speculative_tokens: int = 0, max_query_len: int | None = None) -> LaunchSpec:
         """Launch K6; returns ``(swa_indices, swa_lens)`` (see the class)."""
         if not causal and num_tokens and max_query_len is None and query_start_loc.shape[0] > 1:
+            if _capture.capturing():  # reading query_start_loc on the host would sync the capturing stream
+                raise KernelInputError(self.name, "max_query_len", "must be given during a CUDA-graph capture (the "
+                                       "largest query length, 1 + num_speculative_tokens for a decode batch): "
+                                       "without it the launcher reads query_start_loc on the host, which a capture "
+                                       "forbids")
             rows = slice(token_offset, token_offset + num_tokens)  # the requests of the live rows, as the reference
             req = token_to_req[rows][slot_mapping[rows] >= 0].long()
             qlens = (query_start_loc[1:] - query_start_loc[:-1]).long()[req.clamp(0, query_start_loc.shape[0] - 2)]
