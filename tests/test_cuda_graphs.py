@@ -214,3 +214,15 @@ def test_cuda_graphs_without_a_gpu_exits_2_with_one_line():
     assert result.exit_code == 2
     out = result.output.strip()
     assert out.count("\n") == 0 and "--cuda-graphs needs a CUDA GPU" in out and "Traceback" not in out
+
+
+def test_the_graph_report_gives_both_medians_and_fails_on_a_compile_or_a_mismatch():
+    from zerojit.runner.graphs import GraphReport
+
+    r = GraphReport((1, 2, 4), captures=2, replays=5, checked=5, graph_step_ms=[1.0, 3.0, 2.0],
+                    eager_step_ms=[4.0, 6.0, 5.0, 9.0])
+    assert (r.median_decode_graph_ms, r.median_decode_eager_ms, r.ok) == (2.0, 5.5, True)
+    d = r.to_dict()
+    assert (d["captures"], d["replays"], d["compiles_during_capture_and_replay"], d["batch_sizes"]) == (2, 5, 0, [1, 2, 4])
+    assert "median decode step 2.000 ms with graphs, 5.500 ms without (2.75x)" in r.summary()
+    assert not dataclasses.replace(r, compiles=1).ok and not dataclasses.replace(r, mismatches=["x"]).ok

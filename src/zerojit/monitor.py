@@ -29,6 +29,13 @@ or the CLI flag ``--jit-monitor-mode``):
   ``request_path_compiles``), or as in error mode with ``FallbackOptions(fallback_miss="error")``.
   The options: ``JitMonitor("fallback", fallback=FallbackOptions(...))``.
 
+CUDA-graph capture, in every mode: while a capture is open (:mod:`zerojit.capture`, which counts
+captures on every thread; :meth:`JitMonitor.install` wraps ``torch.cuda.CUDAGraph.capture_begin``
+/ ``capture_end`` to count them) a miss raises :class:`CaptureCompileError` from the cache hook
+before Triton compiles or loads anything, and an autotuner benchmark is refused the same way: a
+compile or module load inside a capture breaks it. Hits (warmed variants, generic variants the
+fallback serves) launch and are captured.
+
 How it hooks in (Triton 3.6-3.9, through :mod:`zerojit.triton_compat`):
 
 * ``triton.knobs.runtime.jit_cache_hook`` is called by ``JITFunction._do_compile`` on every

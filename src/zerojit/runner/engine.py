@@ -1333,7 +1333,8 @@ def replay_trace(
                 bucket = graphs.bucket(batch) if graphs is not None else None
                 if bucket is not None:  # replayed (its eager twin runs inside, timed apart)
                     got = graphs.step(batch, bucket, blocks)
-                    inputs = build_step_inputs(batch, plan, blocks=blocks, fill=True, seed=seed, device=device)
+                    inputs = (build_step_inputs(batch, plan, blocks=blocks, fill=True, seed=seed, device=device)
+                              if checking else None)
                 else:
                     inputs = build_step_inputs(batch, plan, blocks=blocks, fill=fill, seed=seed, device=device)
                     step_buffers = DecodeBuffers.allocate(plan, device=device, fill=-7) if checking else buffers
