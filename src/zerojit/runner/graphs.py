@@ -59,7 +59,6 @@ __all__ = ["graph_bucket", "pad_decode_inputs", "captured_host_ints", "decode_st
            "GraphReport", "DecodeGraphs"]
 
 I32 = torch.int32
-I64 = torch.int64
 
 
 def graph_bucket(batch: Batch, sizes: Sequence[int], query_len: int) -> int | None:
@@ -220,17 +219,21 @@ class GraphReport:
 
     @property
     def median_decode_graph_ms(self) -> float | None:
+        """Median graph step, ms (None: no graph step)."""
         return statistics.median(self.graph_step_ms) if self.graph_step_ms else None
 
     @property
     def median_decode_eager_ms(self) -> float | None:
+        """Median of the same steps run eagerly, ms (None: no graph step)."""
         return statistics.median(self.eager_step_ms) if self.eager_step_ms else None
 
     @property
     def ok(self) -> bool:
+        """Nothing compiled or loaded during capture and replay, and every check was equal."""
         return self.compiles == 0 and not self.mismatches
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``cuda_graphs`` object of ``zerojit run --json`` (docs/cli.md)."""
         med = lambda v: None if v is None else round(v, 3)  # noqa: E731
         return dict(batch_sizes=list(self.batch_sizes), captures=self.captures, replays=self.replays,
                     compiles_during_capture_and_replay=self.compiles, eager_decode_steps=self.eager_steps,
@@ -239,6 +242,7 @@ class GraphReport:
                     median_decode_eager_ms=med(self.median_decode_eager_ms))
 
     def summary(self) -> str:
+        """The report's ``graphs`` line."""
         g, e = self.median_decode_graph_ms, self.median_decode_eager_ms
         speed = (f"median decode step {g:.3f} ms with graphs, {e:.3f} ms without ({e / g:.2f}x)"
                  if g is not None and e is not None and g > 0 else "no graph step")
