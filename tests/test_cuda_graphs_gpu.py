@@ -83,7 +83,7 @@ def test_the_runner_replays_decode_steps_with_no_compile_and_equal_to_eager():
                             fresh_triton_cache=True, cuda_graphs=True))
     g = report.graphs
     assert g is not None and g.captures >= 1 and g.replays >= g.captures, g.to_dict()
-    assert g.compiles == 0 and g.checked == 6 and g.mismatches == [], g.to_dict()
+    assert g.compiles == 0 and g.checked == min(6, g.replays) and g.mismatches == [], g.to_dict()
     assert report.request_path_compiles == 0 and report.checks is not None and report.checks.ok
     assert g.median_decode_graph_ms is not None and g.median_decode_eager_ms is not None
     assert report.to_dict()["cuda_graphs"]["compiles_during_capture_and_replay"] == 0
