@@ -530,7 +530,7 @@ def run_command(
                                         help="steps checked against the PyTorch references "
                                         "(cpu: in a TRITON_INTERPRET=1 child; default 0 on cpu, 8 on cuda); with "
                                         "--cuda-graphs also the first N graph steps against their eager launch"),
-    cuda_graphs: bool = typer.Option(False, "--cuda-graphs",
+    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", metavar="",
                                      help="capture decode steps as CUDA graphs, one per batch-size bucket (the "
                                      "config's cuda_graph_batch_sizes, padded), and replay them; steps with "
                                      "prefills or more requests run eagerly; needs a GPU"),
