@@ -6,6 +6,7 @@ padding, config validation and host-int audit for --cuda-graphs are checked here
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -226,3 +227,65 @@ def test_the_graph_report_gives_both_medians_and_fails_on_a_compile_or_a_mismatc
     assert (d["captures"], d["replays"], d["compiles_during_capture_and_replay"], d["batch_sizes"]) == (2, 5, 0, [1, 2, 4])
     assert "median decode step 2.000 ms with graphs, 5.500 ms without (2.75x)" in r.summary()
     assert not dataclasses.replace(r, compiles=1).ok and not dataclasses.replace(r, mismatches=["x"]).ok
+
+
+def test_decode_graphs_capture_once_per_bucket_and_replay_later_steps_from_their_static_inputs(plan, monkeypatch):
+    """DecodeGraphs' flow on CPU: torch.cuda's graph, stream and synchronize are stood in for by
+    fakes whose replay re-runs the captured launches on the captured (static) tensors and writes
+    into the captured outputs, as a replay does; the references stand in for the kernels. A later
+    step of a bucket must reach the launches only through the static inputs it is copied into."""
+    from zerojit.runner import graphs as graphs_mod
+    from zerojit.runner.graphs import DecodeGraphs
+
+    class FakeStream:
+        def wait_stream(self, other):
+            pass
+
+    class FakeGraph:
+        replay_fn = None
+
+        def replay(self):
+            self.replay_fn()
+
+    open_graphs = []
+
+    class FakeCapture:
+        def __init__(self, graph, **kw):
+            self.graph = graph
+
+        def __enter__(self):
+            open_graphs.append(self.graph)
+
+        def __exit__(self, *exc):
+            open_graphs.pop()
+
+    real = graphs_mod.decode_step_metadata
+
+    def recorded(*args, **kwargs):
+        out = real(*args, **kwargs)
+        if open_graphs:
+            def replay():
+                for name, value in real(*args, **kwargs).outputs.items():
+                    out.outputs[name].copy_(value)
+            open_graphs[-1].replay_fn = replay
+        return out
+
+    monkeypatch.setattr(graphs_mod, "decode_step_metadata", recorded)
+    monkeypatch.setattr(graphs_mod, "KERNELS", REFERENCES)
+    for name, value in dict(CUDAGraph=FakeGraph, graph=FakeCapture, Stream=lambda *a: FakeStream(),
+                            stream=lambda s: contextlib.nullcontext(), current_stream=lambda *a: FakeStream(),
+                            synchronize=lambda *a: None).items():
+        monkeypatch.setattr(torch.cuda, name, value)
+
+    dg = DecodeGraphs(plan, torch.device("cpu"), seed=3, checks=4, compile_marker=lambda: (0, 0))
+    steps = [[300, 17, 1000], [40, 8000, 2], [9], [12, 700, 5000, 64], [33]]  # buckets 4, 4, 1, 4, 1
+    for i, seq_lens in enumerate(steps):
+        batch = _decode(10 + i, seq_lens)
+        bucket = dg.bucket(batch)
+        got = dg.step(batch, bucket, _blocks(seq_lens))
+        inputs = build_step_inputs(batch, plan, blocks=_blocks(seq_lens), seed=3)
+        want = step_metadata(inputs, plan, REFERENCES, DecodeBuffers.allocate(plan, fill=-7))
+        assert compare_metadata(got, live_rows(want, inputs.num_tokens)) == [], (i, seq_lens)
+    r = dg.report
+    assert (r.captures, r.replays, r.checked, r.mismatches, r.eager_steps) == (2, 5, 4, [], 0)
+    assert len(r.graph_step_ms) == len(r.eager_step_ms) == 5
