@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default=None, help="torch.compile backend (default: inductor on cuda, "
                    "aot_eager on cpu: Inductor has no CPU backend for these ops' Triton kernels)")
     p.add_argument("--config", default="dsv4-like")
+    p.add_argument("--fill", action="store_true", help="on cpu: compute the inputs' values too (as on a GPU), "
+                   "so the step's host-side tensor building is traced as on a GPU; launches stay dry")
     p.add_argument("--repeats", type=int, default=20, help="timed steps, eager and compiled (cuda)")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = args.backend or ("inductor" if args.device == "cuda" else "aot_eager")
     dev = torch.device(args.device)
     cfg = load_config(args.config)
-    fill = dev.type == "cuda"
+    fill = dev.type == "cuda" or args.fill
     mode = compile_only("cuda:90") if dev.type == "cpu" else contextlib.nullcontext()
     with mode:
         registry = JitWarmupRegistry()
@@ -86,19 +88,21 @@ def main(argv: list[str] | None = None) -> int:
 
         torch_compat.reset_dynamo()
         compiled = torch.compile(step, fullgraph=True, backend=backend)
-        with JitMonitor("error", report=report) as monitor:
+        with JitMonitor("error", report=report) as eager_monitor:
             want = step_metadata(inputs, plan, KERNELS, eager_buffers)
+        with JitMonitor("error", report=report) as monitor:
             got = compiled(inputs)
-            if fill:
+            if dev.type == "cuda":
                 torch.cuda.synchronize()
         counts = torch_compat.dynamo_counts()
         snap = monitor.snapshot()
         compiles = sum(m.misses for m in (*snap.misses, *snap.direct))  # error mode: each raised before compiling
         launches = sum(launch.count for launch in snap.launches)
+        eager_launches = sum(launch.count for launch in eager_monitor.snapshot().launches)
         ran = sorted({name.split()[0] for name in want.outputs})
         print(f"kernels run: {', '.join(ran)} ({len(want.outputs)} outputs)")
         print(f"backend {backend}: graph breaks {counts['graph_breaks']}, graphs {counts['unique_graphs']}, "
-              f"runtime compiles {compiles}, warmed-variant launches {launches} (eager and compiled)")
+              f"runtime compiles {compiles}, warmed-variant launches {launches} (eager: {eager_launches})")
         for reason in torch_compat.graph_break_reasons():
             print(f"  graph break: {reason}")
         problems = []
@@ -110,13 +114,13 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if (a.shape, a.dtype) != (b.shape, b.dtype):
                 problems.append(f"{name}: {tuple(a.shape)} {a.dtype} vs eager {tuple(b.shape)} {b.dtype}")
-            elif fill and not torch.equal(a, b):
+            elif dev.type == "cuda" and not torch.equal(a, b):
                 problems.append(f"{name}: values differ from eager")
-        what = "bit-equal" if fill else "same names, shapes and dtypes (dry launches: no values)"
+        what = "bit-equal" if dev.type == "cuda" else "same names, shapes and dtypes (dry launches: no values)"
         print(f"outputs vs eager: {what if not problems else 'DIFFERENT'}")
         for line in problems:
             print(f"  {line}")
-        if fill:
+        if dev.type == "cuda":
             for label, fn in (("eager", lambda: step_metadata(inputs, plan, KERNELS, eager_buffers)),
                               ("compiled", lambda: compiled(inputs))):
                 times = []
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.synchronize()
                     times.append(time.perf_counter() - t)
                 print(f"median step, {label}: {sorted(times)[len(times) // 2] * 1e3:.3f} ms")
-        ok = counts["graph_breaks"] == 0 and not problems and not compiles
+        ok = counts["graph_breaks"] == 0 and not problems and not compiles and launches == eager_launches
         return 0 if ok else 1
 
 

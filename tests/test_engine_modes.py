@@ -59,12 +59,15 @@ def fresh_dynamo():
     torch_compat.reset_dynamo()
 
 
-def mixed_step(plan):
-    """Four speculative decodes, a 300-token prompt and a 17-token continuing prefill (dry)."""
+def mixed_step(plan, *, fill=False):
+    """Four speculative decodes, a 300-token prompt and a 17-token continuing prefill (``fill``:
+    with values, as a GPU step builds them; the launches stay dry)."""
+    from zerojit.runner.engine import _primer_blocks
+
     lq = plan.config.query_len
     batch = Batch(step=0, request_ids=tuple(range(6)), query_lens=(lq,) * 4 + (300, 17),
                   seq_lens=(lq + 40, lq + 41, lq + 42, lq + 43, 300, 529), num_decodes=4)
-    return build_step_inputs(batch, plan, fill=False)
+    return build_step_inputs(batch, plan, fill=fill, blocks=_primer_blocks(batch, plan) if fill else None)
 
 
 def launch_counts(monitor) -> dict:
@@ -120,13 +123,14 @@ def test_the_fake_implementation_returns_the_real_launchs_metadata_and_reads_no_
         assert all(f is None or torch_compat.is_fake(f) for f in fake)
 
 
-@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
-def test_a_compiled_mixed_step_has_no_graph_break_and_launches_the_warmed_variants(warmed, backend):
+@pytest.mark.parametrize("backend, fill", [("eager", False), ("aot_eager", True)], ids=["eager-dry", "aot_eager-filled"])
+def test_a_compiled_mixed_step_has_no_graph_break_and_launches_the_warmed_variants(warmed, backend, fill):
     """``torch.compile(fullgraph=True)`` of the runner's step through the ops: one graph, no
     break, every kernel of the step launched as often as eagerly, no runtime compile (error
-    mode), the same outputs (names, shapes, dtypes) as the eager launchers."""
+    mode), the same outputs (names, shapes, dtypes) as the eager launchers. Filled inputs trace
+    the step's value-building (the prefill workspace) as on a GPU."""
     plan, report = warmed
-    inputs = mixed_step(plan)
+    inputs = mixed_step(plan, fill=fill)
     with JitMonitor("error", report=report) as eager_mon:
         want = step_metadata(inputs, plan, KERNELS, DecodeBuffers.allocate(plan))
     buffers = DecodeBuffers.allocate(plan)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["is_fake", "any_fake", "fake_mode", "data_dependent_errors", "dynamo_counts", "graph_break_reasons", "reset_dynamo"]
+__all__ = ["is_fake", "any_fake", "fake_mode", "data_dependent_errors", "has_data_dependent_size", "dynamo_counts", "graph_break_reasons", "reset_dynamo"]
 
 _FAKE_MODULE = "torch._subclasses.fake_tensor"
 
@@ -53,6 +53,14 @@ def data_dependent_errors() -> tuple[type[BaseException], ...]:
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
     return (DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode)
+
+
+def has_data_dependent_size(tensor: Any) -> bool:
+    """A size of ``tensor`` is a symbol with no value to guard on (an unbacked size, ``u0``: the
+    output of ``repeat_interleave`` without ``output_size``, of ``nonzero``, ...)."""
+    from torch.fx.experimental.symbolic_shapes import has_hint
+
+    return not all(has_hint(s) for s in tensor.shape)
 
 
 def dynamo_counts() -> dict[str, int]:

@@ -222,10 +222,15 @@ def _declared_returns(op: ZerojitOp, inputs: dict[str, Any]) -> Any:
     try:
         spec = method(op.kernel, **inputs)
     except torch_compat.data_dependent_errors() as e:
-        missing = [n for n in op.host_values if inputs.get(n) is None] or list(op.host_values) or ["(none declared)"]
-        raise KernelInputError(op.kernel.name, missing[0], (
-            f"inside torch.compile the launcher cannot read tensor values on the host ({type(e).__name__}); pass "
-            f"{' and '.join(missing)} to {op.qualname} as host ints")) from None
+        missing = [n for n in op.host_values if inputs.get(n) is None]
+        if missing:
+            raise KernelInputError(op.kernel.name, missing[0], (
+                f"inside torch.compile the launcher cannot read tensor values on the host ({type(e).__name__}); "
+                f"pass {' and '.join(missing)} to {op.qualname} as host ints")) from None
+        sized = [n for n, v in inputs.items() if isinstance(v, torch.Tensor) and torch_compat.has_data_dependent_size(v)]
+        raise KernelInputError(op.kernel.name, sized[0] if sized else "(a tensor)", (
+            f"its checks compare a size that depends on tensor values (traced: {e}); give the op inputs whose "
+            "sizes come from the host (e.g. repeat_interleave(..., output_size=n))")) from None
     return spec.returns
 
 
