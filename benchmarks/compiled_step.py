@@ -54,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--backend", default=None, help="torch.compile backend (default: inductor on cuda, "
                    "aot_eager on cpu: Inductor has no CPU backend for these ops' Triton kernels)")
+    p.add_argument("--mode", default=None, help="torch.compile mode (e.g. reduce-overhead: Inductor's CUDA graphs, "
+                   "not part of the issue's proof; docs/engine-modes.md)")
     p.add_argument("--config", default="dsv4-like")
     p.add_argument("--fill", action="store_true", help="on cpu: compute the inputs' values too (as on a GPU), "
                    "so the step's host-side tensor building is traced as on a GPU; launches stay dry")
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
             return step_metadata(step_inputs, plan, CUSTOM_OPS, compiled_buffers).outputs
 
         torch_compat.reset_dynamo()
-        compiled = torch.compile(step, fullgraph=True, backend=backend)
+        compiled = torch.compile(step, fullgraph=True, backend=backend, mode=args.mode)
         with JitMonitor("error", report=report) as eager_monitor:
             want = step_metadata(inputs, plan, KERNELS, eager_buffers)
         with JitMonitor("error", report=report) as monitor:
@@ -101,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         eager_launches = sum(launch.count for launch in eager_monitor.snapshot().launches)
         ran = sorted({name.split()[0] for name in want.outputs})
         print(f"kernels run: {', '.join(ran)} ({len(want.outputs)} outputs)")
-        print(f"backend {backend}: graph breaks {counts['graph_breaks']}, graphs {counts['unique_graphs']}, "
+        print(f"backend {backend}{f', mode {args.mode}' if args.mode else ''}: graph breaks {counts['graph_breaks']}, graphs {counts['unique_graphs']}, "
               f"runtime compiles {compiles}, warmed-variant launches {launches} (eager: {eager_launches})")
         for reason in torch_compat.graph_break_reasons():
             print(f"  graph break: {reason}")
