@@ -200,3 +200,32 @@ def test_a_traced_launch_that_would_read_tensor_values_names_the_host_value_to_p
             OPS["K7"].fake_returns(**kw)
         combined, lens = OPS["K7"].fake_returns(**kw, max_gather_len=200)
     assert combined.shape[0] == lens.shape[0] == 5
+
+
+def test_a_written_input_must_be_declared_and_then_traces_and_launches(compile_only_target):
+    """The guide's ScaleAdd writes into ``out`` and returns it: without ``mutates_args`` the first
+    trace refuses it (naming mutates_args); declared, the op returns nothing, the wrapper hands
+    ``out`` back, and the compiled call launches the variant an eager call compiled."""
+    from zerojit.engine_modes import as_custom_op
+    from zerojit.examples.scale_add import scale_add
+    from zerojit.kernel import KernelDefinitionError
+
+    undeclared = as_custom_op(scale_add, "scale_add_undeclared")
+    declared = as_custom_op(scale_add, "scale_add_declared", mutates_args=("out",),
+                            restore=lambda outs, inputs: inputs["out"])
+    assert declared.schema.endswith("Tensor(a!) out, SymInt period, float scale, SymInt block=256) -> ()")
+    with pytest.raises(ValueError, match="cannot be redefined"):
+        as_custom_op(scale_add, "scale_add_declared")
+    x, bias, out = torch.empty(1000), torch.empty(1000), torch.empty(1000)
+    with pytest.raises(Exception, match="mutates_args") as failure:
+        torch.compile(lambda x, b, o: undeclared(x=x, bias=b, out=o, period=16, scale=0.5), fullgraph=True,
+                      backend="eager")(x, bias, out)
+    assert isinstance(failure.value, KernelDefinitionError) or "KernelDefinitionError" in str(failure.value)
+    torch_compat.reset_dynamo()
+    scale_add(x=x, bias=bias, out=out, period=16, scale=0.5)  # eagerly: compiles the variant
+    compiled = torch.compile(lambda x, b, o: declared(x=x, bias=b, out=o, period=16, scale=0.5), fullgraph=True,
+                             backend="aot_eager")
+    with JitMonitor("error", report=()) as mon:
+        assert compiled(x, bias, out) is out
+    assert runtime_compiles(mon) == 0 and launch_counts(mon) == {"scale_add": 1}
+    assert torch_compat.dynamo_counts() == {"graph_breaks": 0, "unique_graphs": 1}

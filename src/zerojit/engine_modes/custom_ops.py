@@ -254,21 +254,25 @@ def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable
             output list and the bound inputs (default: the one tensor, or a tuple).
 
     Returns:
-        the :class:`ZerojitOp`; the same one again for the same kernel and name.
+        the :class:`ZerojitOp`; the same one again for the same kernel, name, ``mutates_args``
+        and ``host_values``.
 
     Raises:
         KernelDefinitionError: no zerojit launcher; an input whose type cannot be told; a
             mutated input that is no tensor or no input; defaults not last.
-        ValueError: ``name`` is already another kernel's op.
+        ValueError: ``name`` is already an op of another kernel or declaration.
     """
     name = name or kernel.name
     mutates = tuple(mutates_args)
+    host_values = tuple(host_values)
     with _LOCK:
         found = _REGISTERED.get(name)
         if found is not None:
-            if found.kernel is kernel:
+            if found.kernel is kernel and (found.mutates, found.host_values) == (mutates, tuple(host_values)):
                 return found
-            raise ValueError(f"as_custom_op: {NAMESPACE}::{name} is already the op of {found.kernel!r}")
+            raise ValueError(f"as_custom_op: {NAMESPACE}::{name} is already registered (for {found.kernel!r}, "
+                             f"mutates_args={found.mutates}, host_values={found.host_values}); a custom op "
+                             "cannot be redefined in a process: pass another name")
         typed = _infer_types(kernel, types or {})
         names = [n for n, _, _ in typed]
         for n in (*mutates, *host_values):
