@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         eager_launches = sum(launch.count for launch in eager_monitor.snapshot().launches)
         ran = sorted({name.split()[0] for name in want.outputs})
         print(f"kernels run: {', '.join(ran)} ({len(want.outputs)} outputs)")
-        print(f"backend {backend}{f', mode {args.mode}' if args.mode else ''}: graph breaks {counts['graph_breaks']}, graphs {counts['unique_graphs']}, "
+        how = f"backend {backend}" + (f", mode {args.mode}" if args.mode else "")
+        print(f"{how}: graph breaks {counts['graph_breaks']}, graphs {counts['unique_graphs']}, "
               f"runtime compiles {compiles}, warmed-variant launches {launches} (eager: {eager_launches})")
         for reason in torch_compat.graph_break_reasons():
             print(f"  graph break: {reason}")

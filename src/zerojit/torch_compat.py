@@ -17,7 +17,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["is_fake", "any_fake", "fake_mode", "data_dependent_errors", "has_data_dependent_size", "dynamo_counts", "graph_break_reasons", "reset_dynamo"]
+__all__ = ["is_fake", "any_fake", "fake_mode", "data_dependent_errors", "has_data_dependent_size", "dynamo_counts",
+           "graph_break_reasons", "reset_dynamo"]
 
 _FAKE_MODULE = "torch._subclasses.fake_tensor"
 
