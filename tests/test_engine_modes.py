@@ -229,3 +229,17 @@ def test_a_written_input_must_be_declared_and_then_traces_and_launches(compile_o
         assert compiled(x, bias, out) is out
     assert runtime_compiles(mon) == 0 and launch_counts(mon) == {"scale_add": 1}
     assert torch_compat.dynamo_counts() == {"graph_breaks": 0, "unique_graphs": 1}
+
+
+def test_an_input_sized_by_tensor_values_is_named_when_traced(warmed):
+    """K5 given ``seq_lens`` from ``repeat_interleave`` without ``output_size`` (an unbacked size,
+    which its length check cannot compare): the traced call names ``seq_lens``."""
+    plan, _ = warmed
+
+    def f(lens, qsl):
+        seq = torch.repeat_interleave(torch.arange(2, dtype=torch.int32), lens)
+        return OPS["K5"](seq_lens=seq, query_start_loc=qsl, num_decodes=0, num_prefills=2,
+                         sliding_window=plan.config.sliding_window)
+
+    with pytest.raises(Exception, match="argument 'seq_lens': its checks compare a size that depends on tensor values"):
+        torch.compile(f, fullgraph=True, backend="eager")(torch.tensor([1, 1]), torch.empty(3, dtype=torch.int32))

@@ -59,9 +59,9 @@ def data_dependent_errors() -> tuple[type[BaseException], ...]:
 def has_data_dependent_size(tensor: Any) -> bool:
     """A size of ``tensor`` is a symbol with no value to guard on (an unbacked size, ``u0``: the
     output of ``repeat_interleave`` without ``output_size``, of ``nonzero``, ...)."""
-    from torch.fx.experimental.symbolic_shapes import has_hint
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 
-    return not all(has_hint(s) for s in tensor.shape)
+    return any(s.__class__ is not int and free_unbacked_symbols(s) for s in tensor.shape)
 
 
 def dynamo_counts() -> dict[str, int]:

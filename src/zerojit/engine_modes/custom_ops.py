@@ -229,7 +229,7 @@ def _declared_returns(op: ZerojitOp, inputs: dict[str, Any]) -> Any:
                 f"pass {' and '.join(missing)} to {op.qualname} as host ints")) from None
         sized = [n for n, v in inputs.items() if isinstance(v, torch.Tensor) and torch_compat.has_data_dependent_size(v)]
         raise KernelInputError(op.kernel.name, sized[0] if sized else "(a tensor)", (
-            f"its checks compare a size that depends on tensor values (traced: {e}); give the op inputs whose "
+            f"its checks compare a size that depends on tensor values ({str(e).splitlines()[0]}); give the op inputs whose "
             "sizes come from the host (e.g. repeat_interleave(..., output_size=n))")) from None
     return spec.returns
 
