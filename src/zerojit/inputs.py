@@ -58,6 +58,12 @@ check's plain definition in order and raises the exact message (or, for valid in
 the same key). The generated tests read each tensor's shape and strides once and spell a few
 expressions more cheaply, with the same value (see ``_Generator.fast``).
 
+**Fake tensors.** ``torch.compile`` runs a custom op's fake implementation
+(:mod:`zerojit.engine_modes.custom_ops`) through these checks with fake tensors, which have no
+address: they take the reference path (a ``FakeTensor`` is no plain ``torch.Tensor``), where
+``x.data_ptr()`` reads 0 and ``is_aligned(x)`` True (address checks pass, alignment facts take
+the aligned class; the real launch checks real addresses), and a ``torch.SymInt`` is an int.
+
 **Expressions.** ``length``, ``low``/``high``, ``condition``, ``when`` and :class:`Let` are Python
 expressions over the launch inputs, the :class:`Let` names defined above them, the helpers
 :func:`is_int`, :func:`~zerojit.specialization.is_aligned` and :data:`INT32_MAX`, the globals of
