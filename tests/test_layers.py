@@ -16,7 +16,7 @@ PACKAGE = "zerojit"
 
 # docs/architecture.md: each layer imports only itself and the layers below it.
 LAYERS = {
-    "triton facts": ["zerojit._version", "zerojit.specialization", "zerojit.keyspace", "zerojit.compile_only",
+    "triton facts": ["zerojit._version", "zerojit.torch_compat", "zerojit.specialization", "zerojit.keyspace", "zerojit.compile_only",
                      "zerojit.triton_compat", "zerojit.outputs", "zerojit.watchdog", "zerojit.shapeflow"],
     "contract": ["zerojit.context", "zerojit.capture", "zerojit.lint", "zerojit.autotune", "zerojit._launch", "zerojit.kernel",
                  "zerojit.inputs"],
@@ -30,6 +30,8 @@ LAYERS = {
     "observation": ["zerojit.growth", "zerojit.monitor", "zerojit.audit", "zerojit.pytest_plugin", "zerojit.recording",
                     "zerojit.generalisation"],
     "serving": ["zerojit.serving"],
+    # issue 32: contract kernels as torch.library custom ops (torch.compile)
+    "engine modes": ["zerojit.engine_modes"],
     "applications": ["zerojit.kernels", "zerojit.runner", "zerojit.examples", "zerojit.cli", "zerojit.__main__",
                      "zerojit"],
 }
@@ -142,6 +144,26 @@ def test_the_hang_rule_sits_below_every_tool_run():
 
 def test_no_import_cycle():
     assert cycles(import_graph()) == []
+
+
+def test_torch_compat_sits_in_the_lowest_layer_and_imports_nothing_of_zerojit():
+    """PyTorch's private surfaces (fake tensors, Dynamo's counters) are read there only; the
+    contract's checks read it (fake inputs), the custom ops' layer sits above the contract."""
+    graph = import_graph()
+    assert graph["zerojit.torch_compat"] == set() and layer_of("zerojit.torch_compat") == 0
+    assert "zerojit.torch_compat" in graph["zerojit.inputs"]
+    assert layer_of("zerojit.engine_modes.custom_ops") > layer_of("zerojit.inputs")
+    assert "zerojit.engine_modes" in graph["zerojit.kernels.mla.ops"]
+
+
+def test_only_torch_compat_reads_pytorchs_private_modules():
+    """``torch._subclasses``, ``torch._dynamo``, ``torch._library``, ...: through zerojit.torch_compat."""
+    import re
+
+    private = re.compile(r"\btorch\._[a-z]")
+    readers = sorted(str(path.relative_to(SRC)) for path in (SRC / PACKAGE).rglob("*.py")
+                     if path.name != "torch_compat.py" and private.search(path.read_text()))
+    assert readers == []
 
 
 def test_every_module_is_in_a_layer():

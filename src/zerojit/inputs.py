@@ -58,6 +58,12 @@ check's plain definition in order and raises the exact message (or, for valid in
 the same key). The generated tests read each tensor's shape and strides once and spell a few
 expressions more cheaply, with the same value (see ``_Generator.fast``).
 
+**Fake tensors.** ``torch.compile`` runs a custom op's fake implementation
+(:mod:`zerojit.engine_modes.custom_ops`) through these checks with fake tensors, which have no
+address: they take the reference path (a ``FakeTensor`` is no plain ``torch.Tensor``), where
+``x.data_ptr()`` reads 0 and ``is_aligned(x)`` True (address checks pass, alignment facts take
+the aligned class; the real launch checks real addresses), and a ``torch.SymInt`` is an int.
+
 **Expressions.** ``length``, ``low``/``high``, ``condition``, ``when`` and :class:`Let` are Python
 expressions over the launch inputs, the :class:`Let` names defined above them, the helpers
 :func:`is_int`, :func:`~zerojit.specialization.is_aligned` and :data:`INT32_MAX`, the globals of
@@ -78,6 +84,7 @@ from typing import Any, Callable, TypeVar
 
 import torch
 
+from . import torch_compat
 from .kernel import KernelDefinitionError, KernelInputError, TritonJitKernel, kernel_launcher
 from .specialization import LAUNCH_OPTIONS, is_aligned
 
@@ -105,8 +112,10 @@ INT32_MAX = 2**31 - 1
 
 # ----------------------------------------------------------------------------- reference checks
 def is_int(v: Any) -> bool:
-    """``v`` is a Python int and not a bool."""
-    return isinstance(v, int) and not isinstance(v, bool)
+    """``v`` is a Python int and not a bool, or a ``torch.SymInt`` (a symbolic int: a size marked
+    dynamic while ``torch.compile`` traces a custom op's fake implementation; never seen at a
+    real launch, whose ints are concrete)."""
+    return (isinstance(v, int) and not isinstance(v, bool)) or isinstance(v, torch.SymInt)
 
 
 def check_tensor(
@@ -197,9 +206,38 @@ def check_row_stride(kernel: str, arg: str, t: torch.Tensor) -> int:
 HELPERS: dict[str, Any] = {"is_int": is_int, "is_aligned": is_aligned, "INT32_MAX": INT32_MAX}
 
 
+#: The name under which the reference path marks fake inputs in its namespace (see :func:`_eval`).
+_FAKE = "_zj_fake"
+
+
+class _AddressesUnknown(ast.NodeTransformer):
+    """``x.data_ptr()`` -> ``0`` and ``is_aligned(x)`` -> ``True``: an expression as it reads
+    fake tensors, whose addresses do not exist (so their alignment checks pass and their
+    alignment facts take the aligned class; the real launch checks the real addresses)."""
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr == "data_ptr" and not node.args and not node.keywords:
+            return ast.copy_location(ast.Constant(0), node)
+        if isinstance(f, ast.Name) and f.id == "is_aligned":
+            return ast.copy_location(ast.Constant(True), node)
+        return node
+
+
+def _eval(source: str, ns: dict, template: bool = False) -> Any:
+    """Evaluate a check expression (or template) in ``ns``; with fake inputs (``ns[_FAKE]``, set
+    by the reference path) the address-free version of it (:class:`_AddressesUnknown`)."""
+    return eval(_parse(source, template, bool(ns.get(_FAKE)))[0], ns)
+
+
 @functools.lru_cache(maxsize=None)
-def _parse(source: str, template: bool = False) -> tuple[Any, frozenset[str]]:
+def _parse(source: str, template: bool = False, fake: bool = False) -> tuple[Any, frozenset[str]]:
     """Compile an expression (or an f-string template) once: its code and the free names it reads.
+
+    ``fake``: the code for fake tensors, which reads no address (``torch.compile`` traces a custom
+    op's fake implementation with them; their ``data_ptr()`` is 0 or an error, never an address:
+    docs/engine-modes.md).
 
     Raises:
         KernelDefinitionError: not a Python expression (or template).
@@ -213,12 +251,14 @@ def _parse(source: str, template: bool = False) -> tuple[Any, frozenset[str]]:
     bound = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
     bound |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.Lambda) for a in n.args.args}
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)} - bound
+    if fake:
+        tree = ast.fix_missing_locations(_AddressesUnknown().visit(tree))
     return compile(tree, f"<zerojit check {source!r}>", "eval"), frozenset(names)
 
 
 def _value(bound: int | str | None, ns: dict) -> Any:
     """A bound given as an int (itself) or an expression (evaluated in ``ns``)."""
-    return bound if not isinstance(bound, str) else eval(_parse(bound)[0], ns)
+    return bound if not isinstance(bound, str) else _eval(bound, ns)
 
 
 def _source(bound: int | str) -> str:
@@ -418,8 +458,8 @@ class Require(_Element):
         return self.condition
 
     def _check(self, kernel: str, ns: dict, anchor: str | None) -> None:
-        if not eval(_parse(self.condition)[0], ns):
-            raise KernelInputError(kernel, self.argument, eval(_parse(self.problem, True)[0], ns))
+        if not _eval(self.condition, ns):
+            raise KernelInputError(kernel, self.argument, _eval(self.problem, ns, True))
 
 
 @dataclass(frozen=True)
@@ -789,13 +829,15 @@ class _CheckedLaunch:
         ns = dict(self.globals)
         ns.update(HELPERS)
         ns.update(zip((n for n, _ in self.inputs), values))
+        # Fake tensors (a custom op's fake implementation under torch.compile): no address is read.
+        ns[_FAKE] = torch_compat.any_fake(values)
         name = kernel.name
         for e in self.elements:
             if isinstance(e, Let):
-                ns[e.name] = eval(_parse(e.expr)[0], ns)
-            elif not e.when or eval(_parse(e.when)[0], ns):
+                ns[e.name] = _eval(e.expr, ns)
+            elif not e.when or _eval(e.when, ns):
                 e._check(name, ns, self.anchor)
-        memo_key = eval(_parse(self.memo_key)[0], ns)
+        memo_key = _eval(self.memo_key, ns)
         memo = kernel.__dict__.setdefault("_zerojit_facts", {})
         try:
             found = memo.get(memo_key)

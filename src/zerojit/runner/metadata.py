@@ -617,7 +617,8 @@ def _workspace(inputs: StepInputs, chunk: PrefillChunk) -> tuple[Tensor, Tensor]
         return torch.empty(chunk.num_tokens, dtype=I32, device=dev), torch.empty(n, dtype=I32, device=dev)
     nd = inputs.num_decodes
     lens = torch.tensor(inputs.query_lens[nd + chunk.first: nd + chunk.stop], dtype=I64, device=dev)
-    ids = torch.repeat_interleave(torch.arange(n, device=dev), lens).to(I32)
+    # output_size from the host: no device sync, and a static size when torch.compile traces the step
+    ids = torch.repeat_interleave(torch.arange(n, device=dev), lens, output_size=chunk.num_tokens).to(I32)
     ctx = inputs.seq_lens_host[nd + chunk.first: nd + chunk.stop]
     starts = [0]
     for c in ctx[:-1]:

@@ -75,7 +75,11 @@ def split_grid(num_reqs: int, num_tokens: int, *, tile: int = TILE, max_splits: 
     """
     if num_reqs <= 0:
         return (0, 1)
-    return (num_reqs, max(1, min(cdiv(num_tokens, num_reqs * tile), max_splits)))
+    splits = cdiv(num_tokens, num_reqs * tile)
+    if splits.__class__ is not int:  # symbolic (a custom op's fake launch under torch.compile): clamp
+        # without comparing, or Dynamo guards on the token count (2 <= T <= R * tile) and recompiles
+        return (num_reqs, torch.sym_max(1, torch.sym_min(splits, max_splits)))
+    return (num_reqs, max(1, min(splits, max_splits)))
 
 
 @triton.jit(
