@@ -213,7 +213,7 @@ def test_redis_gone_mid_pull_leaves_whole_entries(farm, node_cache, tmp_path):
             proc.kill()
             proc.wait(5)
         log.close()
-    assert result.installed == farm["names"][:2] and result.missing == farm["names"][2:]
+    assert result.installed == farm["names"][:2] and (result.missing, result.unreached) == ([], farm["names"][2:])
     assert result.down is not None and "is down (get:" in result.down
     for n in farm["names"][:2]:  # whole: every file of the farm's entry, byte for byte (group file paths aside)
         files = farm["entries"][n].files
@@ -226,8 +226,9 @@ def test_store_down_at_start_pulls_nothing_in_one_line(farm, node_cache):
     from _redis_server import free_port
 
     result = pull(open_store(f"redis://127.0.0.1:{free_port()}/0"), farm["names"], farm["build"], farm["keys"])
-    assert (result.installed, result.missing) == ([], farm["names"])
-    assert result.summary().endswith(": compiling locally") and "\n" not in result.summary()
+    assert (result.installed, result.missing, result.unreached) == ([], [], farm["names"])
+    assert result.summary().endswith(f": {len(farm['names'])} not reached, compiling locally")
+    assert "\n" not in result.summary()
 
 
 def test_a_key_spaces_entries_are_named_before_anything_is_compiled(farm, node_cache):

@@ -82,11 +82,38 @@ def test_a_server_that_never_answers_passes_the_operation_deadline():
     assert 0.4 < elapsed < 3.0
 
 
-@pytest.mark.parametrize("url, why", [("http://127.0.0.1:6379", "redis:// or rediss://"),
-                                       ("redis://127.0.0.1:6379", "positive")])
-def test_bad_store_arguments_are_user_errors(url, why):
+@pytest.mark.parametrize("url, timeout, why", [
+    ("http://127.0.0.1:6379", 10, "redis:// or rediss://"),
+    ("redis://127.0.0.1:6379", 0, "positive number of seconds"),
+    ("redis://127.0.0.1:6379", float("inf"), "at most 3600"),  # redis-py: OverflowError at the first call
+    ("redis://127.0.0.1:6379", 1e12, "at most 3600"),
+    ("redis://127.0.0.1:6379/abc", 10, "the database 'abc' is not a number"),  # redis-py: database 0, silently
+])
+def test_bad_store_arguments_are_user_errors(url, timeout, why):
     with pytest.raises(StoreError, match=why):
-        RedisStore(url, timeout=0 if why == "positive" else 10)
+        RedisStore(url, timeout=timeout)
+
+
+def test_another_writers_list_in_the_namespace_is_a_value_that_is_no_entry(flush):
+    """redis-py answers GET of a list with WRONGTYPE: that one address reads as a value that is
+    no zerojit entry (a pull refuses it, gc drops it), not as the whole store down."""
+    import redis
+
+    from zerojit.fleet.transfer import gc
+
+    with redis.Redis.from_url(flush) as raw:
+        raw.rpush(f"{NAMESPACE}{'cd' * 32}", b"x")
+    store = open_store(flush)
+    assert store.get("cd" * 32) == b"" and store.get("ef" * 32) is None
+    result = gc(store, keep_builds=1)
+    assert (result.dropped, result.foreign) == (0, 1) and result.summary().endswith("1 value that was no zerojit entry")
+    assert store.exists(["cd" * 32]) == set()
+
+
+def test_a_missing_password_is_named(redis_url):
+    store = open_store(redis_url.replace(f":{PASSWORD}@", ""))
+    with pytest.raises(StoreDown, match=r"needs a password: give it in the URL \(redis://:PASSWORD@host:port/db\)"):
+        store.get("00" * 32)
 
 
 def test_rediss_with_the_servers_ca_and_a_password_round_trips(redis_tls):

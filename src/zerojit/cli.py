@@ -1334,7 +1334,8 @@ def _store_options() -> tuple[Any, Any, Any]:
     ``--timeout`` is ``store wait``'s)."""
     from zerojit.fleet.store import CONNECT_TIMEOUT, OPERATION_TIMEOUT
 
-    return (typer.Option(..., "--store", metavar="URL", help="redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// (TLS)"),
+    return (typer.Option(..., "--store", metavar="URL", envvar="ZEROJIT_STORE",
+                         help="redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// (TLS)"),
             typer.Option(CONNECT_TIMEOUT, "--connect-timeout", metavar="S", help="seconds to connect to the store"),
             typer.Option(OPERATION_TIMEOUT, "--op-timeout", metavar="S", help="seconds for each store operation"))
 
@@ -1482,7 +1483,8 @@ def store_status(
 @_user_errors("store wait")
 def store_wait(
     ctx: typer.Context,
-    timeout: float = typer.Option(..., "--timeout", metavar="S", min=0, help="seconds to wait at most"),
+    timeout: float = typer.Option(..., "--timeout", metavar="S", min=0, max=86400,
+                                  help="seconds to wait at most (up to a day)"),
     store: str = _STORE,
     connect_timeout: float = _CONNECT_TIMEOUT,
     op_timeout: float = _OP_TIMEOUT,
@@ -1500,7 +1502,7 @@ def store_wait(
     entries named, or the store named as down); 2 invalid input."""
     import time
 
-    from zerojit.fleet.store import StoreDown
+    from zerojit.fleet.store import StoreDown, open_store
     from zerojit.fleet.transfer import status
 
     deadline = time.monotonic() + timeout
@@ -1509,6 +1511,9 @@ def store_wait(
                                         backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
                                         num_speculative_tokens=num_speculative_tokens)
     while True:
+        left = deadline - time.monotonic()
+        if 0 < left < connect_timeout + op_timeout:  # a store that stops answering must not outlast --timeout
+            opened = open_store(store, connect_timeout=min(connect_timeout, left), timeout=min(op_timeout, left))
         try:
             st, why = status(opened, names, build), None
             if not st.missing:

@@ -39,7 +39,7 @@ class StoreOutcome:
         refused: ``(entry, reason)`` for each entry refused (unsigned, wrongly signed, another
             build's, damaged): compiled here instead.
         down: why the store went away (at the start or midway), else None: what it did not
-            give was compiled here.
+            give was compiled here; ``unreached``: the entries not asked for once it had.
         pushed, pushed_tuning_files, pushed_bytes, already_there: with ``push``, entries (and
             tuning files) this warm-up stored, and the entries the store held already; ``push_error`` says why a push did not happen.
     """
@@ -51,6 +51,7 @@ class StoreOutcome:
     missing: int = 0
     refused: tuple[tuple[str, str], ...] = ()
     down: str | None = None
+    unreached: int = 0
     pushed: int | None = None
     pushed_tuning_files: int = 0
     pushed_bytes: int = 0
@@ -62,7 +63,7 @@ class StoreOutcome:
         return dataclasses.replace(self, pulled=self.pulled + other.pulled, bytes=self.bytes + other.bytes,
                                    tuning_files=self.tuning_files + other.tuning_files,
                                    missing=self.missing + other.missing, refused=self.refused + other.refused,
-                                   down=self.down or other.down)
+                                   down=self.down or other.down, unreached=self.unreached + other.unreached)
 
     def lines(self, indent: str = "") -> list[str]:
         """The report's lines: what was pulled, missing or refused (each named), pushed."""
@@ -70,7 +71,7 @@ class StoreOutcome:
         line = (f"{indent}store {self.store}: {count(self.pulled, 'entry', 'entries')}{tunings} pulled "
                 f"({self.bytes / 1e6:.1f} MB), {self.missing} missing, {len(self.refused)} refused")
         if self.down:
-            line += f"; {self.down}: compiled locally"
+            line += f"; {self.down}: {self.unreached} not reached, compiled locally"
         out = [line]
         out += [f"{indent}  refused {name}: {reason} (compiled locally)" for name, reason in self.refused]
         if self.pushed is not None:

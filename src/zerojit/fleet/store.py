@@ -15,6 +15,7 @@ per operation (10 s): a passed deadline, a refused connection or a server that g
 from __future__ import annotations
 
 import abc
+import math
 import os
 import ssl
 import urllib.parse
@@ -26,6 +27,7 @@ __all__ = ["Store", "StoreDown", "StoreError", "RedisStore", "open_store", "NAME
 NAMESPACE = "zerojit:v1:"
 CONNECT_TIMEOUT = 2.0  #: seconds to connect to the store (issue 31: redis-py has no deadline unless told)
 OPERATION_TIMEOUT = 10.0  #: seconds for one operation's reply
+MAX_TIMEOUT = 3600.0  #: the longest deadline taken (a longer one is no deadline; inf overflows the socket's)
 _SCAN_BATCH = 500  # keys per SCAN / EXISTS round trip
 # the URL query parameters a rediss:// URL may carry (redis-py's SSLConnection arguments, passed
 # through by redis.from_url); every other one is refused, as redis-py lets the query override any
@@ -166,9 +168,13 @@ class RedisStore(Store):
                              "(e.g. redis://:PASSWORD@host:6379/0)")
         _check_query(url, _display(url))
         for what, value in (("connect timeout", connect_timeout), ("timeout", timeout)):
-            if not value > 0:
-                raise StoreError(f"store {_display(url)}: the {what} must be a positive number of seconds, "
-                                 f"not {value!r}")
+            if not (value > 0 and math.isfinite(value) and value <= MAX_TIMEOUT):
+                raise StoreError(f"store {_display(url)}: the {what} must be a positive number of seconds, at "
+                                 f"most {MAX_TIMEOUT:g}, not {value!r}")
+        path = urllib.parse.urlsplit(url).path.strip("/")
+        if path and not path.isdigit():  # redis-py would take database 0 silently
+            raise StoreError(f"store {_display(url)}: the database {path!r} is not a number (e.g. "
+                             "redis://host:6379/0)")
         try:
             import redis
             from redis.backoff import NoBackoff
@@ -187,13 +193,23 @@ class RedisStore(Store):
     def _call(self, what: str, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (self._redis.ConnectionError, self._redis.TimeoutError, OSError) as e:
-            raise StoreDown(f"store {self.name} is down ({what}: {e}){_tls_hint(e)}") from None
-        except self._redis.RedisError as e:  # authentication, a full server (OOM): no store to use either
+        except (self._redis.RedisError, OSError) as e:
+            # redis-py words a missing password as a connection error or a command error
+            if any(s in str(e) for s in ("NOAUTH", "HELLO must be called", "Authentication required")):
+                raise StoreDown(f"store {self.name} needs a password: give it in the URL "
+                                "(redis://:PASSWORD@host:port/db)") from None
+            if isinstance(e, (self._redis.ConnectionError, self._redis.TimeoutError, OSError)):
+                raise StoreDown(f"store {self.name} is down ({what}: {e}){_tls_hint(e)}") from None
+            # a full server (OOM), another writer's value of another type: no store to use either
             raise StoreDown(f"store {self.name} refused {what}: {e}") from None
 
     def get(self, address: str) -> bytes | None:
-        return self._call("get", self._client.get, NAMESPACE + address)
+        try:
+            return self._call("get", self._client.get, NAMESPACE + address)
+        except StoreDown as e:
+            if "WRONGTYPE" in str(e):  # another writer's list or hash in the namespace: a value that is no entry
+                return b""
+            raise
 
     def put_if_absent(self, address: str, value: bytes) -> bool:
         return bool(self._call("put", self._client.set, NAMESPACE + address, value, nx=True))

@@ -61,7 +61,9 @@ class PullResult:
         (for :func:`pull_tunings`: tuning file names, not entries)
         missing: not in the store (never pushed, or evicted); refused: ``(entry, reason)``, not
         installed (:class:`~zerojit.fleet.entry.EntryRefused`); down: the one-line reason the
-        store went away (the entries not reached are in ``missing``), else None; bytes: read.
+        store went away, else None; unreached: the entries not asked for once it had (the
+        cache lacks them; whether the store holds them is not known); bytes: read of the
+        entries installed.
     """
 
     installed: list[str] = field(default_factory=list)
@@ -69,6 +71,7 @@ class PullResult:
     missing: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     down: str | None = None
+    unreached: list[str] = field(default_factory=list)
     bytes: int = 0
     tunings: PullResult | None = None
 
@@ -79,7 +82,7 @@ class PullResult:
         if t is not None and (t.installed or t.local or t.missing or t.refused):
             line += (f"; {count(len(t.installed), 'tuning file')} pulled, {len(t.local)} local, "
                      f"{len(t.missing)} missing, {len(t.refused)} refused")
-        return line + (f"; {self.down}: compiling locally" if self.down else "")
+        return line + (f"; {self.down}: {len(self.unreached)} not reached, compiling locally" if self.down else "")
 
 
 def push_entries(store: Store, entries: Iterable[_entry.Entry], key: signing.SigningKey) -> PushResult:
@@ -189,18 +192,18 @@ def pull(store: Store, names: Iterable[str], build: dict, keys: signing.VerifyKe
         except StoreDown as e:
             result.down = str(e)
             for n in wanted[i:]:
-                (result.local if present_locally(n) else result.missing).append(n)
+                (result.local if present_locally(n) else result.unreached).append(n)
             break
         if value is None:  # never pushed, or evicted since a status said it was there
             result.missing.append(name)
             continue
-        result.bytes += len(value)
         try:
             _entry.install(_entry.decode(value, address, build, keys))
         except (_entry.EntryRefused, _cache.BundleCorruptError) as e:
             result.refused.append((name, str(e)))
             continue
         result.installed.append(name)
+        result.bytes += len(value)
     return result
 
 
@@ -224,7 +227,7 @@ def pull_tunings(store: Store, kernels: Iterable[Any], build: dict, keys: signin
         name, gpu, header, configs = want
         seen.add(name)
         if result.down is not None:
-            result.missing.append(name)
+            result.unreached.append(name)
             continue
         if os.path.exists(os.path.join(_cache.cache_dir(), _autotune.TUNING_FOLDER, name)):
             result.local.append(name)
@@ -234,17 +237,17 @@ def pull_tunings(store: Store, kernels: Iterable[Any], build: dict, keys: signin
             value = store.get(address)
         except StoreDown as e:
             result.down = str(e)
-            result.missing.append(name)
+            result.unreached.append(name)
             continue
         if value is None:
             result.missing.append(name)
             continue
-        result.bytes += len(value)
         try:
             _tuning.install(_tuning.decode(value, address, build, keys), header, configs)
         except _entry.EntryRefused as e:
             result.refused.append((name, str(e)))
             continue
+        result.bytes += len(value)
         result.installed.append(name)
     return result
 
@@ -300,7 +303,8 @@ class GcResult:
 
     def summary(self) -> str:
         return (f"kept {count(len(self.kept), 'build')}; dropped {count(self.dropped, 'entry', 'entries')} of older "
-                f"builds and {count(self.foreign, 'value')} that were no zerojit entry")
+                f"builds and {count(self.foreign, 'value')} that {'was' if self.foreign == 1 else 'were'} no zerojit "
+                "entry")
 
 
 def build_digest(build: dict) -> str:

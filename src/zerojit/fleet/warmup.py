@@ -75,7 +75,7 @@ class FleetWarmupStore:
         installed = set(result.installed)
         outcome = StoreOutcome(self.name, pulled=len(result.installed), bytes=result.bytes + (tunings.bytes if tunings else 0),
                                missing=len(result.missing), refused=tuple(result.refused + (tunings.refused if tunings else [])),
-                               down=result.down or (tunings.down if tunings else None),
+                               down=result.down or (tunings.down if tunings else None), unreached=len(result.unreached),
                                tuning_files=len(tunings.installed) if tunings else 0)
         return outcome, {i for i, n in enumerate(names) if n in installed}
 
