@@ -233,20 +233,21 @@ def decode(value: bytes, address: str, build: Mapping[str, Any], keys: signing.V
     return entry
 
 
-def install(entry: Entry) -> bool:
-    """Install ``entry`` into Triton's cache folder as a bundle import does
-    (:func:`zerojit.cache.install_entries`), and its launcher module where Triton looks for it
-    (unless one is there); True when the entry was installed, False when the cache held it
-    complete already.
+def install(entries: list[Entry]) -> list[str]:
+    """Install ``entries`` into Triton's cache folder as a bundle import does, in one call of
+    :func:`zerojit.cache.install_entries` (one staging folder, one leftovers scan: a pull's
+    entries together), and each launcher module where Triton looks for it (unless one is
+    there). Returns the names installed (not those the cache held complete already).
 
     Raises:
-        zerojit.cache.BundleCorruptError: its group file is unreadable (nothing installed).
+        zerojit.cache.BundleCorruptError: a group file is unreadable (nothing installed).
         zerojit.cache.BundleCacheDirError: the cache folder cannot be written.
     """
-    installed, _ = _cache.install_entries({entry.name: dict(entry.files)})
-    if entry.launcher is not None:
-        key, data = entry.launcher
-        manager = _tc.cache_manager(key)
-        if manager.get_file(_tc.launcher_file()) is None:
-            manager.put(data, _tc.launcher_file(), binary=True)  # Triton's manager writes it whole
-    return bool(installed)
+    installed, _ = _cache.install_entries({e.name: dict(e.files) for e in entries})
+    for entry in entries:
+        if entry.launcher is not None:
+            key, data = entry.launcher
+            manager = _tc.cache_manager(key)
+            if manager.get_file(_tc.launcher_file()) is None:
+                manager.put(data, _tc.launcher_file(), binary=True)  # Triton's manager writes it whole
+    return installed

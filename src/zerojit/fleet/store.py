@@ -29,6 +29,7 @@ CONNECT_TIMEOUT = 2.0  #: seconds to connect to the store (issue 31: redis-py ha
 OPERATION_TIMEOUT = 10.0  #: seconds for one operation's reply
 MAX_TIMEOUT = 3600.0  #: the longest deadline taken (a longer one is no deadline; inf overflows the socket's)
 _SCAN_BATCH = 500  # keys per SCAN / EXISTS round trip
+_GET_BATCH = 16  # values per pipelined GET round trip (a value is a cache entry: ~100 KB, a few MB with IR)
 # the URL query parameters a rediss:// URL may carry (redis-py's SSLConnection arguments, passed
 # through by redis.from_url); every other one is refused, as redis-py lets the query override any
 # argument, the deadlines included
@@ -58,6 +59,14 @@ class Store(abc.ABC):
 
         Raises:
             StoreDown: the store cannot be reached in time."""
+
+    def get_many(self, addresses: list[str]) -> list[bytes | None]:
+        """The values at ``addresses``, in order (None where there is none); a store may fetch
+        them in fewer round trips than one per address.
+
+        Raises:
+            StoreDown: the store cannot be reached in time."""
+        return [self.get(a) for a in addresses]
 
     @abc.abstractmethod
     def put_if_absent(self, address: str, value: bytes) -> bool:
@@ -210,6 +219,18 @@ class RedisStore(Store):
             if "WRONGTYPE" in str(e):  # another writer's list or hash in the namespace: a value that is no entry
                 return b""
             raise
+
+    def get_many(self, addresses: list[str]) -> list[bytes | None]:
+        """One pipelined round trip per :data:`_GET_BATCH` addresses; another writer's value of
+        another type reads as ``b""`` (a value that is no entry), as in :meth:`get`."""
+        out: list[bytes | None] = []
+        for start in range(0, len(addresses), _GET_BATCH):
+            pipe = self._client.pipeline(transaction=False)
+            for a in addresses[start:start + _GET_BATCH]:
+                pipe.get(NAMESPACE + a)
+            got = self._call("get", pipe.execute, raise_on_error=False)
+            out += [b"" if isinstance(v, self._redis.ResponseError) else v for v in got]
+        return out
 
     def put_if_absent(self, address: str, value: bytes) -> bool:
         return bool(self._call("put", self._client.set, NAMESPACE + address, value, nx=True))

@@ -171,6 +171,9 @@ def present_locally(name: str, folder: str | None = None) -> bool:
         return False
 
 
+_PULL_BATCH = 16  # entries fetched per round trip; a store down midway keeps every batch verified before it
+
+
 def pull(store: Store, names: Iterable[str], build: dict, keys: signing.VerifyKeys) -> PullResult:
     """Install into Triton's cache folder the entries ``names`` (of build ``build``) the cache
     lacks, each checked whole against ``keys`` first. Never raises for the store: a store down
@@ -181,29 +184,41 @@ def pull(store: Store, names: Iterable[str], build: dict, keys: signing.VerifyKe
         zerojit.cache.BundleCacheDirError: the cache folder cannot be written.
     """
     result = PullResult()
-    wanted = [n for n in dict.fromkeys(names)]
-    for i, name in enumerate(wanted):
-        if present_locally(name):
-            result.local.append(name)
-            continue
-        address = _entry.address_of(name, build)
+    wanted = []
+    for name in dict.fromkeys(names):
+        (result.local if present_locally(name) else wanted).append(name)
+    checked: list[tuple[_entry.Entry, int]] = []  # verified whole, installed together at the end
+    for start in range(0, len(wanted), _PULL_BATCH):
+        batch = wanted[start:start + _PULL_BATCH]
+        addresses = [_entry.address_of(n, build) for n in batch]
         try:
-            value = store.get(address)
+            values = store.get_many(addresses)
         except StoreDown as e:
             result.down = str(e)
-            for n in wanted[i:]:
-                (result.local if present_locally(n) else result.unreached).append(n)
+            result.unreached += wanted[start:]
             break
-        if value is None:  # never pushed, or evicted since a status said it was there
-            result.missing.append(name)
-            continue
-        try:
-            _entry.install(_entry.decode(value, address, build, keys))
-        except (_entry.EntryRefused, _cache.BundleCorruptError) as e:
-            result.refused.append((name, str(e)))
-            continue
-        result.installed.append(name)
-        result.bytes += len(value)
+        for name, address, value in zip(batch, addresses, values):
+            if value is None:  # never pushed, or evicted since a status said it was there
+                result.missing.append(name)
+                continue
+            try:
+                checked.append((_entry.decode(value, address, build, keys), len(value)))
+            except _entry.EntryRefused as e:
+                result.refused.append((name, str(e)))
+    try:
+        _entry.install([e for e, _ in checked])
+        done = checked
+    except _cache.BundleCorruptError:  # one entry's group file: install them one by one, naming it
+        done = []
+        for e, size in checked:
+            try:
+                _entry.install([e])
+                done.append((e, size))
+            except _cache.BundleCorruptError as why:
+                result.refused.append((e.name, str(why)))
+    for e, size in done:
+        result.installed.append(e.name)
+        result.bytes += size
     return result
 
 
