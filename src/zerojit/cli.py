@@ -1335,7 +1335,7 @@ def _store_options() -> tuple[Any, Any, Any]:
     from zerojit.fleet.store import CONNECT_TIMEOUT, OPERATION_TIMEOUT
 
     return (typer.Option(..., "--store", metavar="URL", envvar="ZEROJIT_STORE",
-                         help="redis://[:PASSWORD@]HOST:PORT/DB, or rediss:// (TLS)"),
+                         help="the store: a redis:// or rediss:// (TLS) URL, e.g. redis://:PASSWORD@host:6379/0"),
             typer.Option(CONNECT_TIMEOUT, "--connect-timeout", metavar="S", help="seconds to connect to the store"),
             typer.Option(OPERATION_TIMEOUT, "--op-timeout", metavar="S", help="seconds for each store operation"))
 
@@ -1362,6 +1362,24 @@ def store_keygen(
                "node's: ZEROJIT_STORE_VERIFY_KEYS)")
 
 
+def _key_space_options() -> dict[str, Any]:
+    return dict(
+        config=typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
+        target=typer.Option("cuda:90", "--target", metavar="TARGET",
+                            help="the target the nodes serve (a compile-only target, e.g. cuda:90, or 'device')"),
+        backend=typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
+        dcp_size=typer.Option(None, "--dcp-size", metavar="S", help="decode-context-parallel size"),
+        dcp_interleave=typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
+        num_speculative_tokens=typer.Option(None, "--num-speculative-tokens", metavar="N",
+                                            help="draft tokens per decode step"),
+        manifest=typer.Option(None, "--manifest", metavar="MANIFEST",
+                              help="a recording's specializations (zerojit record) instead of a model's key space"),
+    )
+
+
+_SPACE = _key_space_options()
+
+
 @store_app.command("push", cls=_Command)
 @_reflowed
 @_user_errors("store push")
@@ -1370,21 +1388,17 @@ def store_push(
     store: str = _STORE,
     connect_timeout: float = _CONNECT_TIMEOUT,
     op_timeout: float = _OP_TIMEOUT,
-    config: str = typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
-    target: str = typer.Option("cuda:90", "--target", metavar="TARGET",
-                               help="compile-only target (e.g. cuda:90), or 'device' for the GPU here"),
+    config: str = _SPACE["config"],
+    target: str = _SPACE["target"],
     workers: Optional[int] = typer.Option(None, "--workers", min=1, metavar="N",
                                           help="compile worker processes (default and most: the cores this process "
                                           "can use)"),
-    backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
-    dcp_size: Optional[int] = typer.Option(None, "--dcp-size", metavar="S", help="decode-context-parallel size"),
-    dcp_interleave: Optional[int] = typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
-    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", metavar="N",
-                                                         help="draft tokens per decode step"),
+    backend: Optional[str] = _SPACE["backend"],
+    dcp_size: Optional[int] = _SPACE["dcp_size"],
+    dcp_interleave: Optional[int] = _SPACE["dcp_interleave"],
+    num_speculative_tokens: Optional[int] = _SPACE["num_speculative_tokens"],
     no_progress: bool = _no_progress_option("progress bar"),
-    manifest: Optional[str] = typer.Option(None, "--manifest", metavar="MANIFEST",
-                                           help="push a recording's specializations (zerojit record) instead of a "
-                                           "model's key space; the model flags are then refused"),
+    manifest: Optional[str] = _SPACE["manifest"],
 ) -> None:
     """Warm a model's key space (or a manifest's specializations) for TARGET and publish every
     key's cache entry to the store, signed.
@@ -1432,22 +1446,6 @@ def _store_needs(command: str, ctx: typer.Context, *, store: str, connect_timeou
     return opened, names, build
 
 
-def _key_space_options() -> dict[str, Any]:
-    return dict(
-        config=typer.Option("dsv4-like", "--config", metavar="NAME|FILE", help=_config_help()),
-        target=typer.Option("cuda:90", "--target", metavar="TARGET",
-                            help="the target the nodes serve (a compile-only target, e.g. cuda:90, or 'device')"),
-        backend=typer.Option(None, "--backend", metavar="NAME", help="attention backend (default: the config's)"),
-        dcp_size=typer.Option(None, "--dcp-size", metavar="S", help="decode-context-parallel size"),
-        dcp_interleave=typer.Option(None, "--dcp-interleave", metavar="N", help="DCP interleave"),
-        num_speculative_tokens=typer.Option(None, "--num-speculative-tokens", metavar="N",
-                                            help="draft tokens per decode step"),
-        manifest=typer.Option(None, "--manifest", metavar="MANIFEST",
-                              help="a recording's specializations (zerojit record) instead of a model's key space"),
-    )
-
-
-_SPACE = _key_space_options()
 
 
 @store_app.command("status", cls=_Command)

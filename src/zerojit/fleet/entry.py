@@ -166,10 +166,16 @@ def header_of(value: bytes) -> dict:
     return _header(value, "store value")[0]
 
 
-def _header(value: bytes, where: str) -> tuple[dict, bytes]:
-    if not value.startswith(MAGIC):
-        raise EntryRefused(f"{where}: not a zerojit store entry (no '{MAGIC.decode().strip()}' line)")
-    head, newline, body = value[len(MAGIC):].partition(b"\n")
+def split_value(value: bytes, magic: bytes, what: str, where: str) -> tuple[dict, bytes]:
+    """A store value's header (the JSON line after its ``magic`` line) and body, unchecked
+    beyond their shape (``what``: the kind of value, for the message; ``where``: which one).
+
+    Raises:
+        EntryRefused: no ``magic`` line, or a header line that is not whole JSON.
+    """
+    if not value.startswith(magic):
+        raise EntryRefused(f"{where}: not a zerojit {what} (no '{magic.decode().strip()}' line)")
+    head, newline, body = value[len(magic):].partition(b"\n")
     try:
         header = json.loads(head) if newline else None
     except ValueError:
@@ -177,6 +183,10 @@ def _header(value: bytes, where: str) -> tuple[dict, bytes]:
     if not isinstance(header, dict):
         raise EntryRefused(f"{where}: truncated or damaged (its header line is not whole JSON)")
     return header, body
+
+
+def _header(value: bytes, where: str) -> tuple[dict, bytes]:
+    return split_value(value, MAGIC, "store entry", where)
 
 
 def decode(value: bytes, address: str, build: Mapping[str, Any], keys: signing.VerifyKeys) -> Entry:

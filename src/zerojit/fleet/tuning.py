@@ -38,7 +38,7 @@ from .. import autotune as _autotune
 from .. import cache as _cache
 from .. import integrity
 from . import signing
-from .entry import EntryRefused
+from .entry import EntryRefused, split_value
 
 __all__ = ["TuningFile", "address_of", "of_file", "encode", "decode", "install", "wanted", "header_of", "MAGIC"]
 
@@ -110,16 +110,7 @@ def encode(tuning: TuningFile, key: signing.SigningKey) -> bytes:
 
 
 def _header(value: bytes, where: str) -> tuple[dict, bytes]:
-    if not value.startswith(MAGIC):
-        raise EntryRefused(f"{where}: not a zerojit tuning file (no '{MAGIC.decode().strip()}' line)")
-    head, newline, body = value[len(MAGIC):].partition(b"\n")
-    try:
-        header = json.loads(head) if newline else None
-    except ValueError:
-        header = None
-    if not isinstance(header, dict):
-        raise EntryRefused(f"{where}: truncated or damaged (its header line is not whole JSON)")
-    return header, body
+    return split_value(value, MAGIC, "tuning file", where)
 
 
 def header_of(value: bytes) -> dict:
