@@ -135,6 +135,11 @@ def _annotation(p: inspect.Parameter) -> str:
     return "" if a is _NO_DEFAULT else (a if isinstance(a, str) else getattr(a, "__name__", str(a)))
 
 
+def _optional(note: str) -> bool:
+    """Whether an annotation's text says the value may be None (``X | None``, ``Optional[X]``)."""
+    return bool(re.search(r"\bNone\b|\bOptional\[", note))
+
+
 def _infer_types(kernel: Any, types: Mapping[str, str]) -> list[tuple[str, Any, str]]:
     """``(input, default, schema type)`` per launcher input, in order (see the module docstring)."""
     launcher = _launcher(kernel)
@@ -154,7 +159,7 @@ def _infer_types(kernel: Any, types: Mapping[str, str]) -> list[tuple[str, Any, 
         if n in types:
             t = types[n]
         elif n in tensors or "Tensor" in note:
-            t = "Tensor?" if tensors.get(n) or default is None else "Tensor"
+            t = "Tensor?" if tensors.get(n) or default is None or _optional(note) else "Tensor"
         elif n in bools or "bool" in note or isinstance(default, bool):
             t = "bool"
         elif "float" in note or isinstance(default, float):
@@ -164,7 +169,9 @@ def _infer_types(kernel: Any, types: Mapping[str, str]) -> list[tuple[str, Any, 
         else:
             raise KernelDefinitionError(f"as_custom_op({kernel.name}): cannot tell the type of input {n!r}; "
                                         f"pass types={{{n!r}: 'SymInt' | 'Tensor' | 'bool' | ...}}")
-        if default is None and not t.endswith("?"):
+        # X | None, Optional[X] (or a None default): the schema's optional type, or torch's
+        # argument parser refuses None
+        if (default is None or _optional(note)) and not t.endswith("?"):
             t += "?"
         out.append((n, default, t))
     return out
