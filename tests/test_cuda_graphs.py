@@ -63,6 +63,25 @@ def test_a_miss_during_a_capture_is_refused_before_anything_compiles_in_every_mo
         assert monitor.counts().compiled == (0 if mode == "error" else 1)
 
 
+@pytest.mark.parametrize("mode", ["warn", "error"])
+def test_a_miss_refused_during_a_capture_is_counted_blocked_and_names_the_mode(warmed, mode):
+    """The refusal is a runtime compile that was blocked (in warn mode too), and the message names
+    the monitor's real mode."""
+    x, out, _ = warmed
+    with JitMonitor(mode, report=()) as monitor:
+        capture.capture_started()
+        try:
+            with pytest.raises(CaptureCompileError) as err:
+                add_n_kernel[(1,)](x, out, 17, BLOCK=64)
+        finally:
+            capture.capture_ended()
+    counts = monitor.counts()
+    assert (counts.runtime_compiles, counts.blocked, counts.compiled, counts.request_path_compiles) == (1, 1, 0, 0)
+    assert [(m.misses, m.blocked) for m in monitor.misses()] == [(1, 1)]
+    assert f"the JIT monitor (in {mode} mode) refuses every compile while a capture is open" in str(err.value)
+    assert "is in error mode" not in str(err.value)
+
+
 def test_a_capture_open_on_another_thread_refuses_a_miss_on_this_one(warmed):
     x, out, compiles = warmed
     begun, release = threading.Event(), threading.Event()
