@@ -32,3 +32,41 @@ def test_an_optional_annotation_gives_an_optional_schema_type_and_none_passes():
         out = mode.from_tensor(torch.empty(100))
         assert op(x=x, out=out, scale=None) is out
         assert op(x=x, out=out, scale=2.0) is out
+
+
+def _reads_lens_kernel():
+    """A TunedScale whose launcher reads ``int(lens.max())`` on the host unless ``n`` is given."""
+    from zerojit.examples.tuned_scale import TunedScale
+    from zerojit.kernel import LaunchSpec, kernel_launcher
+
+    class ReadsLens(TunedScale):
+        @kernel_launcher(host_only=("lens",))
+        def __call__(self, *, x: torch.Tensor, out: torch.Tensor, lens: torch.Tensor,
+                     n: int | None = None) -> LaunchSpec:
+            if n is None:
+                n = int(lens.max())
+            return LaunchSpec(lambda meta: (1,), dict(n=n, scale=None), out)
+
+    return ReadsLens()
+
+
+def test_a_launcher_reading_tensor_values_while_traced_is_told_to_declare_a_host_value():
+    """No host_values declared: the traced call's error names the kernel, the tensor read and the
+    None input that could carry the value, and says to declare it in host_values (not the checks)."""
+    from zerojit.engine_modes import as_custom_op
+    from zerojit.kernel import KernelInputError
+
+    op = as_custom_op(_reads_lens_kernel(), "reads_lens", mutates_args=("out",),
+                      restore=lambda outs, inputs: inputs["out"])
+    x, out, lens = torch.empty(8), torch.empty(8), torch.tensor([3, 5])
+    with pytest.raises(Exception) as failure:
+        torch.compile(lambda x, o, l: op(x=x, out=o, lens=l), fullgraph=True, backend="eager")(x, out, lens)
+    message = str(failure.value)
+    assert "KernelInputError" in message or isinstance(failure.value, KernelInputError)
+    assert "argument 'lens'" in message
+    assert "the launcher of tuned_scale reads lens's values on the host during tracing" in message
+    assert "int(lens.max())" in message and "(perhaps 'n')" in message
+    assert "as_custom_op(..., host_values=(...))" in message and "its checks compare" not in message
+    with torch_compat.fake_mode() as mode:  # given n, the same op traces
+        fx, fout, flens = (mode.from_tensor(t) for t in (x, out, lens))
+        assert op(x=fx, out=fout, lens=flens, n=8) is fout

@@ -33,6 +33,7 @@ its keys and its monitor (docs/engine-modes.md).
 from __future__ import annotations
 
 import inspect
+import linecache
 import re
 import threading
 from typing import Any, Callable, Iterable, Mapping
@@ -66,12 +67,12 @@ class ZerojitOp:
         mutates: the inputs the launch writes into (``mutates_args``).
         host_values: the inputs a compiled region must pass (the launcher would read them from
             a tensor's values).
-        schema: the op's schema string.
+        schema: the op's schema string. types: each input's schema type, by name.
     """
 
     def __init__(self, kernel: Any, name: str, inputs: tuple, mutates: tuple[str, ...], host_values: tuple[str, ...],
-                 schema: str, restore: Callable[[list, dict], Any] | None) -> None:
-        self.kernel, self.name, self.inputs = kernel, name, inputs
+                 schema: str, restore: Callable[[list, dict], Any] | None, types: Mapping[str, str]) -> None:
+        self.kernel, self.name, self.inputs, self.types = kernel, name, inputs, dict(types)
         self.qualname = f"{NAMESPACE}::{name}"
         self.mutates, self.host_values, self.schema = mutates, host_values, schema
         self._restore = restore
@@ -235,10 +236,36 @@ def _declared_returns(op: ZerojitOp, inputs: dict[str, Any]) -> Any:
                 f"inside torch.compile the launcher cannot read tensor values on the host ({type(e).__name__}); "
                 f"pass {' and '.join(missing)} to {op.qualname} as host ints")) from None
         sized = [n for n, v in inputs.items() if isinstance(v, torch.Tensor) and torch_compat.has_data_dependent_size(v)]
-        raise KernelInputError(op.kernel.name, sized[0] if sized else "(a tensor)", (
-            f"its checks compare a size that depends on tensor values ({str(e).splitlines()[0]}); give the op inputs whose "
-            "sizes come from the host (e.g. repeat_interleave(..., output_size=n))")) from None
+        if sized:
+            raise KernelInputError(op.kernel.name, sized[0], (
+                f"its checks compare a size that depends on tensor values ({str(e).splitlines()[0]}); give the op "
+                "inputs whose sizes come from the host (e.g. repeat_interleave(..., output_size=n))")) from None
+        raise _host_read_error(op, inputs, e) from None
     return spec.returns
+
+
+def _host_read_error(op: ZerojitOp, inputs: Mapping[str, Any], error: BaseException) -> KernelInputError:
+    """The launcher read a tensor's values on the host while traced, with no host value declared
+    to pass instead: name the tensor (the tensor inputs on the launcher's line that read it) and the
+    inputs left None that could carry the value, when they can be told."""
+    launcher = _launcher(op.kernel)
+    checked = getattr(launcher, "_zerojit_checked", None)
+    code = inspect.unwrap(checked.body if checked is not None else launcher._zerojit_method).__code__
+    line, tb = "", error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            line = linecache.getline(code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    read = [n for n, v in inputs.items() if isinstance(v, torch.Tensor) and re.search(rf"\b{n}\b", line)]
+    # torch may leave trailing defaults out of the fake implementation's arguments
+    unset = [n for n, v in op.bind(inputs).items() if v is None and not op.types[n].startswith("Tensor")]
+    what = f"{' or '.join(read)}'s values" if read else "a tensor's values"
+    carry = ("the value it reads (perhaps " + " or ".join(repr(n) for n in unset) + ")" if unset
+             else "the value it reads")
+    return KernelInputError(op.kernel.name, read[0] if read else "(a tensor's values)", (
+        f"the launcher of {op.kernel.name} reads {what} on the host during tracing (line: {line.strip() or '?'}; "
+        f"{type(error).__name__}), which torch.compile cannot do: make {carry} an argument of the launcher, declare "
+        f"it in as_custom_op(..., host_values=(...)) and pass it to {op.qualname}"))
 
 
 def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable[str] = (),
@@ -286,7 +313,8 @@ def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable
             if n not in names:
                 raise KernelDefinitionError(f"as_custom_op({name}): {n!r} is no input of {kernel.name}'s launcher")
         schema = _schema(kernel, name, typed, mutates)
-        op = ZerojitOp(kernel, name, tuple((n, d) for n, d, _ in typed), mutates, tuple(host_values), schema, restore)
+        op = ZerojitOp(kernel, name, tuple((n, d) for n, d, _ in typed), mutates, tuple(host_values), schema, restore,
+                       {n: t for n, _, t in typed})
 
         def implementation(*args: Any) -> list | None:
             inputs = dict(zip(names, args))
