@@ -70,3 +70,29 @@ def test_a_launcher_reading_tensor_values_while_traced_is_told_to_declare_a_host
     with torch_compat.fake_mode() as mode:  # given n, the same op traces
         fx, fout, flens = (mode.from_tensor(t) for t in (x, out, lens))
         assert op(x=fx, out=fout, lens=flens, n=8) is fout
+
+
+def test_as_custom_op_refuses_bad_types_names_and_redefinitions_naming_the_argument():
+    """types naming no input or no schema type, a name that is no plain identifier, and the same
+    name again with another restore or types: each refused, naming the argument."""
+    from zerojit.engine_modes import as_custom_op
+    from zerojit.examples.tuned_scale import TunedScale
+    from zerojit.kernel import KernelDefinitionError
+
+    kernel = TunedScale()
+    with pytest.raises(KernelDefinitionError, match=r"types names 'sclae', which is no input .*x, out, scale"):
+        as_custom_op(kernel, "ts_bad_types", types={"sclae": "float?"})
+    with pytest.raises(KernelDefinitionError, match=r"types\['scale'\] = 'double' is no schema type"):
+        as_custom_op(kernel, "ts_bad_types", types={"scale": "double"})
+    for bad in ("a.b", "ns::x", "", "1x", "class"):
+        with pytest.raises(ValueError, match=f"name={bad!r} is no plain identifier"):
+            as_custom_op(kernel, bad)
+    keep = lambda outs, inputs: inputs["out"]  # noqa: E731
+    op = as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=keep, types={"scale": "float?"})
+    assert as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=keep, types={"scale": "float?"}) is op
+    with pytest.raises(ValueError, match="already registered with another restore"):
+        as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=lambda outs, inputs: outs,
+                     types={"scale": "float?"})
+    with pytest.raises(ValueError, match="already registered with another types"):
+        as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=keep)
+    assert not hasattr(torch.ops.zerojit, "ts_bad_types")

@@ -33,6 +33,7 @@ its keys and its monitor (docs/engine-modes.md).
 from __future__ import annotations
 
 import inspect
+import keyword
 import linecache
 import re
 import threading
@@ -53,6 +54,9 @@ NAMESPACE = "zerojit"
 _REGISTERED: dict[str, "ZerojitOp"] = {}
 _LOCK = threading.Lock()
 _NO_DEFAULT = inspect.Parameter.empty
+#: the argument types of a torch.library schema ``types=`` may name (a list: ``[]``; optional: ``?``)
+_SCHEMA_TYPE = re.compile(r"(Tensor|SymInt|int|float|bool|str|Scalar|ScalarType|Device|Layout|MemoryFormat)"
+                          r"(\[\])?\??")
 
 
 class ZerojitOp:
@@ -71,11 +75,13 @@ class ZerojitOp:
     """
 
     def __init__(self, kernel: Any, name: str, inputs: tuple, mutates: tuple[str, ...], host_values: tuple[str, ...],
-                 schema: str, restore: Callable[[list, dict], Any] | None, types: Mapping[str, str]) -> None:
+                 schema: str, restore: Callable[[list, dict], Any] | None, types: Mapping[str, str],
+                 declared_types: Mapping[str, str] | None = None) -> None:
         self.kernel, self.name, self.inputs, self.types = kernel, name, inputs, dict(types)
         self.qualname = f"{NAMESPACE}::{name}"
         self.mutates, self.host_values, self.schema = mutates, host_values, schema
         self._restore = restore
+        self._declared_types = dict(declared_types or {})  # as_custom_op's types=, to tell a redefinition
         self._names = frozenset(n for n, _ in inputs)
         self.op: Any = None  # set once registered
 
@@ -288,33 +294,54 @@ def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable
             output list and the bound inputs (default: the one tensor, or a tuple).
 
     Returns:
-        the :class:`ZerojitOp`; the same one again for the same kernel, name, ``mutates_args``
-        and ``host_values``.
+        the :class:`ZerojitOp`; the same one again for the same kernel, name, ``mutates_args``,
+        ``host_values``, ``types`` and ``restore`` (the same object).
 
     Raises:
         KernelDefinitionError: no zerojit launcher; an input whose type cannot be told; a
-            mutated input that is no tensor or no input; defaults not last.
-        ValueError: ``name`` is already an op of another kernel or declaration.
+            mutated input that is no tensor or no input; defaults not last; ``types`` naming no
+            input or giving no schema type.
+        ValueError: ``name`` is no plain identifier (``"a.b"``, ``"ns::x"``, ``""``), or is
+            already an op of another kernel or declaration (any argument above differing).
     """
-    name = name or kernel.name
+    if name is None:
+        name = kernel.name
+    elif not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"as_custom_op: name={name!r} is no plain identifier (letters, digits, _; the op is "
+                         f"{NAMESPACE}::<name>, so no namespace and no dots)")
     mutates = tuple(mutates_args)
     host_values = tuple(host_values)
+    types = dict(types or {})
     with _LOCK:
         found = _REGISTERED.get(name)
         if found is not None:
-            if found.kernel is kernel and (found.mutates, found.host_values) == (mutates, tuple(host_values)):
+            differ = [arg for arg, same in (
+                ("kernel", found.kernel is kernel), ("mutates_args", found.mutates == mutates),
+                ("host_values", found.host_values == host_values), ("types", found._declared_types == types),
+                ("restore", found._restore is restore)) if not same]
+            if not differ:
                 return found
-            raise ValueError(f"as_custom_op: {NAMESPACE}::{name} is already registered (for {found.kernel!r}, "
-                             f"mutates_args={found.mutates}, host_values={found.host_values}); a custom op "
-                             "cannot be redefined in a process: pass another name")
-        typed = _infer_types(kernel, types or {})
+            raise ValueError(f"as_custom_op: {NAMESPACE}::{name} is already registered with another "
+                             f"{' and '.join(differ)} (for {found.kernel!r}, mutates_args={found.mutates}, "
+                             f"host_values={found.host_values}, types={found._declared_types}, "
+                             f"restore={found._restore!r}); a custom op cannot be redefined in a process: pass "
+                             "another name")
+        inputs = [n for n, _ in _launcher(kernel)._zerojit_inputs]
+        for n, t in types.items():
+            if n not in inputs:
+                raise KernelDefinitionError(f"as_custom_op({name}): types names {n!r}, which is no input of "
+                                            f"{kernel.name}'s launcher (its inputs: {', '.join(inputs)})")
+            if not isinstance(t, str) or not _SCHEMA_TYPE.fullmatch(t):
+                raise KernelDefinitionError(f"as_custom_op({name}): types[{n!r}] = {t!r} is no schema type "
+                                            "(Tensor, SymInt, int, float, bool, str, ... with ? when optional)")
+        typed = _infer_types(kernel, types)
         names = [n for n, _, _ in typed]
         for n in (*mutates, *host_values):
             if n not in names:
                 raise KernelDefinitionError(f"as_custom_op({name}): {n!r} is no input of {kernel.name}'s launcher")
         schema = _schema(kernel, name, typed, mutates)
         op = ZerojitOp(kernel, name, tuple((n, d) for n, d, _ in typed), mutates, tuple(host_values), schema, restore,
-                       {n: t for n, _, t in typed})
+                       {n: t for n, _, t in typed}, types)
 
         def implementation(*args: Any) -> list | None:
             inputs = dict(zip(names, args))
