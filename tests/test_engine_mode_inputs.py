@@ -96,3 +96,19 @@ def test_as_custom_op_refuses_bad_types_names_and_redefinitions_naming_the_argum
     with pytest.raises(ValueError, match="already registered with another types"):
         as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=keep)
     assert not hasattr(torch.ops.zerojit, "ts_bad_types")
+
+
+def test_the_compiled_step_benchmark_refuses_a_mode_its_backend_ignores():
+    """``--mode reduce-overhead`` on cpu (backend aot_eager, which ignores torch.compile's mode):
+    exit 2 with one line, before anything is built."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "compiled_step.py"), "--device", "cpu",
+                           "--mode", "reduce-overhead"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root / "src")})
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "compiled_step: --mode reduce-overhead needs --backend inductor (backend aot_eager ignores torch.compile's mode)"]
