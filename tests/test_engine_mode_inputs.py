@@ -111,4 +111,5 @@ def test_the_compiled_step_benchmark_refuses_a_mode_its_backend_ignores():
                           env={**os.environ, "PYTHONPATH": str(root / "src")})
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [
-        "compiled_step: --mode reduce-overhead needs --backend inductor (backend aot_eager ignores torch.compile's mode)"]
+        "compiled_step: --mode reduce-overhead needs --backend inductor "
+        "(backend aot_eager ignores torch.compile's mode)"]
