@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default=None, help="torch.compile backend (default: inductor on cuda, "
                    "aot_eager on cpu: Inductor has no CPU backend for these ops' Triton kernels)")
     p.add_argument("--mode", default=None, help="torch.compile mode (e.g. reduce-overhead: Inductor's CUDA graphs, "
-                   "not part of the issue's proof; docs/engine-modes.md)")
+                   "not part of the issue's proof; docs/engine-modes.md); backend inductor only")
     p.add_argument("--config", default="dsv4-like")
     p.add_argument("--fill", action="store_true", help="on cpu: compute the inputs' values too (as on a GPU), "
                    "so the step's host-side tensor building is traced as on a GPU; launches stay dry")
@@ -65,6 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         print("compiled_step: --device cuda needs a GPU (use --device cpu for a compile-only run)", file=sys.stderr)
         return 2
     backend = args.backend or ("inductor" if args.device == "cuda" else "aot_eager")
+    if args.mode is not None and backend != "inductor":  # other backends ignore torch.compile's mode
+        print(f"compiled_step: --mode {args.mode} needs --backend inductor (backend {backend} ignores torch.compile's "
+              "mode)", file=sys.stderr)
+        return 2
     dev = torch.device(args.device)
     cfg = load_config(args.config)
     fill = dev.type == "cuda" or args.fill

@@ -63,6 +63,25 @@ def test_a_miss_during_a_capture_is_refused_before_anything_compiles_in_every_mo
         assert monitor.counts().compiled == (0 if mode == "error" else 1)
 
 
+@pytest.mark.parametrize("mode", ["warn", "error"])
+def test_a_miss_refused_during_a_capture_is_counted_blocked_and_names_the_mode(warmed, mode):
+    """The refusal is a runtime compile that was blocked (in warn mode too), and the message names
+    the monitor's real mode."""
+    x, out, _ = warmed
+    with JitMonitor(mode, report=()) as monitor:
+        capture.capture_started()
+        try:
+            with pytest.raises(CaptureCompileError) as err:
+                add_n_kernel[(1,)](x, out, 17, BLOCK=64)
+        finally:
+            capture.capture_ended()
+    counts = monitor.counts()
+    assert (counts.runtime_compiles, counts.blocked, counts.compiled, counts.request_path_compiles) == (1, 1, 0, 0)
+    assert [(m.misses, m.blocked) for m in monitor.misses()] == [(1, 1)]
+    assert f"the JIT monitor (in {mode} mode) refuses every compile while a capture is open" in str(err.value)
+    assert "is in error mode" not in str(err.value)
+
+
 def test_a_capture_open_on_another_thread_refuses_a_miss_on_this_one(warmed):
     x, out, compiles = warmed
     begun, release = threading.Event(), threading.Event()
@@ -93,7 +112,7 @@ import dataclasses  # noqa: E402
 from zerojit.kernel import KernelInputError  # noqa: E402
 from zerojit.kernels.mla.config import ConfigError, ModelConfig  # noqa: E402
 from zerojit.kernels.mla.swa import compute_swa_indices_and_lens  # noqa: E402
-from zerojit.runner.config import load_config  # noqa: E402
+from zerojit.runner.config import CONFIG_DIR, load_config  # noqa: E402
 from zerojit.runner.graphs import (captured_host_ints, decode_step_metadata, graph_bucket, live_rows,  # noqa: E402
                                    pad_decode_inputs)
 from zerojit.runner.kv_cache import allocate_kv_cache  # noqa: E402
@@ -131,10 +150,33 @@ def test_cuda_graph_batch_sizes_are_validated_and_default_to_powers_of_two():
     assert load_config("dsv4-like", cuda_graph_batch_sizes=[2, 8]).to_dict()["cuda_graph_batch_sizes"] == [2, 8]
     for bad, words in (([4, 2], "must be sorted and unique; use [2, 4]"), ([2, 2], "sorted and unique"),
                        ([0, 1], "0 is not a positive int"), ([1, 2.5], "2.5 is not a positive int"),
-                       ([], "must be a non-empty list"), ([True], "True is not a positive int")):
+                       ([], "must be a non-empty list"), ([True], "true is not a positive int")):
         with pytest.raises(ConfigError, match="cuda_graph_batch_sizes=") as err:
             ModelConfig(cuda_graph_batch_sizes=bad)
         assert words in str(err.value), bad
+
+
+def test_cuda_graph_batch_sizes_above_max_num_seqs_are_refused_and_messages_echo_the_json(tmp_path):
+    """A size no decode step reaches (above max_num_seqs) is refused naming the field and the
+    limit; the default keeps its sizes up to max_num_seqs; a bad value is echoed as JSON."""
+    import json
+
+    with pytest.raises(ConfigError) as err:
+        ModelConfig(max_num_seqs=16, cuda_graph_batch_sizes=[1, 8, 32])
+    assert err.value.problems == [
+        "cuda_graph_batch_sizes=[1, 8, 32]: 32 is larger than max_num_seqs=16, the most requests a decode step "
+        "holds (a larger graph is never replayed); use sizes <= 16, e.g. [1, 8]"]
+    assert ModelConfig(max_num_seqs=16, cuda_graph_batch_sizes=[1, 16]).cuda_graph_batch_sizes == (1, 16)
+    assert ModelConfig(max_num_seqs=6).cuda_graph_batch_sizes == (1, 2, 4)
+    assert load_config("dsv4-like", max_num_seqs=8).cuda_graph_batch_sizes == (1, 2, 4, 8)
+    for written, echoed in (("true", "true"), ("null", "null"), ('[1, "2"]', '[1, "2"]')):
+        path = tmp_path / "c.json"
+        path.write_text(json.dumps({**json.loads((CONFIG_DIR / "dsv4-like.json").read_text()),
+                                    "cuda_graph_batch_sizes": json.loads(written)}))
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        assert f"cuda_graph_batch_sizes={echoed}:" in str(err.value), written
+        assert "True" not in str(err.value) and "None" not in str(err.value)
 
 
 def test_a_decode_step_replays_the_smallest_bucket_that_holds_it_and_others_run_eagerly():

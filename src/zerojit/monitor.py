@@ -528,8 +528,9 @@ class RuntimeCompile:
         diffs = "; ".join(self.difference_lines) or "no argument class differs"
         return text + f"; nearest warmed key {self.nearest_key}: {diffs}"
 
-    def explain(self, *, blocked: bool = False) -> str:
-        """The full multi-line explanation (the :class:`RuntimeJitError` message)."""
+    def explain(self, *, blocked: bool = False, capture_mode: str | None = None) -> str:
+        """The full multi-line explanation (the :class:`RuntimeJitError` message); ``capture_mode``:
+        the monitor's mode when the miss was refused because a CUDA-graph capture was open."""
         if self.no_warmup:
             head = (f"zerojit: kernel {self.kernel!r} {'would compile' if blocked else 'compiled'} at run time; "
                     f"{self.no_warmup}")
@@ -540,6 +541,10 @@ class RuntimeCompile:
         elif self.direct:
             head = (f"zerojit: direct triton.compile of {self.kernel!r} after warm-up (Triton reports a direct "
                     "compile only after it ran)")
+        elif blocked and capture_mode is not None:
+            head = (f"zerojit: kernel {self.kernel!r} would compile at run time, after warm-up, during a CUDA-graph "
+                    f"capture; the JIT monitor (in {capture_mode} mode) refuses every compile while a capture is "
+                    "open, so nothing was compiled")
         elif blocked and self.fallback:
             why = ("the warm-up filed no generic variant of this function (warmed with generic=False / "
                    "--no-generic, or its generic variants failed to compile: see the warm-up's notes)"
@@ -669,16 +674,20 @@ class CaptureCompileError(RuntimeJitError):
     capturing), so the monitor refused it before Triton compiled or loaded anything
     (:mod:`zerojit.capture` counts the captures open, on every thread). The message names the
     kernel, its Triton key and the runtime specialization; ``.compile`` is the record. Warm the
-    key before capturing (a generic variant the fallback serves is a hit and is captured)."""
+    key before capturing (a generic variant the fallback serves is a hit and is captured). ``mode``:
+    the monitor's mode, named in the message. The refused miss is counted as a blocked miss
+    (:attr:`MonitorCounts.blocked`, in the runtime compiles), in every mode."""
 
-    def __init__(self, record: Any) -> None:
-        what = (f"missed Triton key {record.triton_key}" if isinstance(record, RuntimeCompile)
+    def __init__(self, record: Any, mode: str = "error") -> None:
+        compile_miss = isinstance(record, RuntimeCompile)
+        what = (f"missed Triton key {record.triton_key}" if compile_miss
                 else f"would benchmark its configs for tuning key {record.tuning_key}")
         RuntimeError.__init__(self, (
             f"zerojit: kernel {record.kernel!r} {what} during a CUDA-graph capture: "
             "a CUDA-graph capture forbids compiling or loading a module (it would break the capture), so nothing "
             "was compiled or loaded; warm this key before capturing (a generic variant, in fallback mode, serves a "
-            "key of its group).\n" + record.explain(blocked=True)))
+            "key of its group).\n"
+            + (record.explain(blocked=True, capture_mode=mode) if compile_miss else record.explain(blocked=True))))
         self.compile = record
 
 
@@ -1447,7 +1456,7 @@ class JitMonitor:
             record = entry[0]
         if capturing:  # a benchmark launches, times and synchronizes: not inside a capture
             logger.error("zerojit: blocked %s during a CUDA-graph capture", record.summary())
-            raise CaptureCompileError(record)
+            raise CaptureCompileError(record, self._mode)
         if self._mode == "error":
             logger.error("zerojit: blocked %s", record.summary())
             raise RuntimeJitError(record)
@@ -1458,12 +1467,9 @@ class JitMonitor:
         if previous_result or self._mode == "off" or in_warmup():
             return  # a user hook took the compile over, or this compile is deliberate
         jit_fn = hook_jit_function(fn)
-        if _capture.capturing():  # every mode: nothing compiles or loads inside a CUDA-graph capture
-            request = hook_compile_request(compile)
-            spec = specialization_from_compile_info(jit_fn, request.signature, request.constants, request.attrs)
-            record = self._explain(jit_fn, self.kernel_name(jit_fn), spec, key, direct=False)
-            logger.error("zerojit: blocked %s during a CUDA-graph capture", record.summary())
-            raise CaptureCompileError(record)
+        # every mode: nothing compiles or loads inside a CUDA-graph capture; the refusal is counted
+        # (a blocked miss), so a caller asserting 0 runtime compiles / 0 blocked sees it
+        capturing = _capture.capturing()
         mode = self._mode
         fallback = mode == "fallback"
         if fallback:  # a miss no generic variant served (zerojit.serving): as warn, or error when asked
@@ -1485,7 +1491,7 @@ class JitMonitor:
                                                       constexpr_parameters(jit_fn))
             stats.misses += 1
             stats.thread = (threading.current_thread().name, threading.get_ident())
-            if mode == "error":
+            if mode == "error" or capturing:
                 stats.blocked += 1
             else:  # the listener call that follows carries this very signature dict
                 self._pending[id(request.signature)] = (request.signature, stats)
@@ -1493,9 +1499,12 @@ class JitMonitor:
             options = _tc.run_options_removed(_parse_options(_options_part(key)) or {})
             _learned.record_miss(jit_fn, stats.record.specialization, options, kernel_name=stats.record.kernel,
                                  background=True)
-        log = logger.error if mode == "error" else logger.warning
+        log = logger.error if mode == "error" or capturing else logger.warning
         for growing in crossed:
             log("zerojit: %s", growing.summary(self._growth.limit))
+        if capturing:
+            logger.error("zerojit: blocked %s during a CUDA-graph capture", stats.record.summary())
+            raise CaptureCompileError(stats.record, self._mode)
         if mode == "error":
             if first and not quiet:
                 logger.error("zerojit: blocked %s", stats.record.summary())

@@ -33,6 +33,8 @@ its keys and its monitor (docs/engine-modes.md).
 from __future__ import annotations
 
 import inspect
+import keyword
+import linecache
 import re
 import threading
 from typing import Any, Callable, Iterable, Mapping
@@ -52,6 +54,9 @@ NAMESPACE = "zerojit"
 _REGISTERED: dict[str, "ZerojitOp"] = {}
 _LOCK = threading.Lock()
 _NO_DEFAULT = inspect.Parameter.empty
+#: the argument types of a torch.library schema ``types=`` may name (a list: ``[]``; optional: ``?``)
+_SCHEMA_TYPE = re.compile(r"(Tensor|SymInt|int|float|bool|str|Scalar|ScalarType|Device|Layout|MemoryFormat)"
+                          r"(\[\])?\??")
 
 
 class ZerojitOp:
@@ -66,15 +71,17 @@ class ZerojitOp:
         mutates: the inputs the launch writes into (``mutates_args``).
         host_values: the inputs a compiled region must pass (the launcher would read them from
             a tensor's values).
-        schema: the op's schema string.
+        schema: the op's schema string. types: each input's schema type, by name.
     """
 
     def __init__(self, kernel: Any, name: str, inputs: tuple, mutates: tuple[str, ...], host_values: tuple[str, ...],
-                 schema: str, restore: Callable[[list, dict], Any] | None) -> None:
-        self.kernel, self.name, self.inputs = kernel, name, inputs
+                 schema: str, restore: Callable[[list, dict], Any] | None, types: Mapping[str, str],
+                 declared_types: Mapping[str, str] | None = None) -> None:
+        self.kernel, self.name, self.inputs, self.types = kernel, name, inputs, dict(types)
         self.qualname = f"{NAMESPACE}::{name}"
         self.mutates, self.host_values, self.schema = mutates, host_values, schema
         self._restore = restore
+        self._declared_types = dict(declared_types or {})  # as_custom_op's types=, to tell a redefinition
         self._names = frozenset(n for n, _ in inputs)
         self.op: Any = None  # set once registered
 
@@ -135,6 +142,11 @@ def _annotation(p: inspect.Parameter) -> str:
     return "" if a is _NO_DEFAULT else (a if isinstance(a, str) else getattr(a, "__name__", str(a)))
 
 
+def _optional(note: str) -> bool:
+    """Whether an annotation's text says the value may be None (``X | None``, ``Optional[X]``)."""
+    return bool(re.search(r"\bNone\b|\bOptional\[", note))
+
+
 def _infer_types(kernel: Any, types: Mapping[str, str]) -> list[tuple[str, Any, str]]:
     """``(input, default, schema type)`` per launcher input, in order (see the module docstring)."""
     launcher = _launcher(kernel)
@@ -154,7 +166,7 @@ def _infer_types(kernel: Any, types: Mapping[str, str]) -> list[tuple[str, Any, 
         if n in types:
             t = types[n]
         elif n in tensors or "Tensor" in note:
-            t = "Tensor?" if tensors.get(n) or default is None else "Tensor"
+            t = "Tensor?" if tensors.get(n) or default is None or _optional(note) else "Tensor"
         elif n in bools or "bool" in note or isinstance(default, bool):
             t = "bool"
         elif "float" in note or isinstance(default, float):
@@ -164,7 +176,9 @@ def _infer_types(kernel: Any, types: Mapping[str, str]) -> list[tuple[str, Any, 
         else:
             raise KernelDefinitionError(f"as_custom_op({kernel.name}): cannot tell the type of input {n!r}; "
                                         f"pass types={{{n!r}: 'SymInt' | 'Tensor' | 'bool' | ...}}")
-        if default is None and not t.endswith("?"):
+        # X | None, Optional[X] (or a None default): the schema's optional type, or torch's
+        # argument parser refuses None
+        if (default is None or _optional(note)) and not t.endswith("?"):
             t += "?"
         out.append((n, default, t))
     return out
@@ -228,10 +242,36 @@ def _declared_returns(op: ZerojitOp, inputs: dict[str, Any]) -> Any:
                 f"inside torch.compile the launcher cannot read tensor values on the host ({type(e).__name__}); "
                 f"pass {' and '.join(missing)} to {op.qualname} as host ints")) from None
         sized = [n for n, v in inputs.items() if isinstance(v, torch.Tensor) and torch_compat.has_data_dependent_size(v)]
-        raise KernelInputError(op.kernel.name, sized[0] if sized else "(a tensor)", (
-            f"its checks compare a size that depends on tensor values ({str(e).splitlines()[0]}); give the op inputs whose "
-            "sizes come from the host (e.g. repeat_interleave(..., output_size=n))")) from None
+        if sized:
+            raise KernelInputError(op.kernel.name, sized[0], (
+                f"its checks compare a size that depends on tensor values ({str(e).splitlines()[0]}); give the op "
+                "inputs whose sizes come from the host (e.g. repeat_interleave(..., output_size=n))")) from None
+        raise _host_read_error(op, inputs, e) from None
     return spec.returns
+
+
+def _host_read_error(op: ZerojitOp, inputs: Mapping[str, Any], error: BaseException) -> KernelInputError:
+    """The launcher read a tensor's values on the host while traced, with no host value declared
+    to pass instead: name the tensor (the tensor inputs on the launcher's line that read it) and the
+    inputs left None that could carry the value, when they can be told."""
+    launcher = _launcher(op.kernel)
+    checked = getattr(launcher, "_zerojit_checked", None)
+    code = inspect.unwrap(checked.body if checked is not None else launcher._zerojit_method).__code__
+    line, tb = "", error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            line = linecache.getline(code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    read = [n for n, v in inputs.items() if isinstance(v, torch.Tensor) and re.search(rf"\b{n}\b", line)]
+    # torch may leave trailing defaults out of the fake implementation's arguments
+    unset = [n for n, v in op.bind(inputs).items() if v is None and not op.types[n].startswith("Tensor")]
+    what = f"{' or '.join(read)}'s values" if read else "a tensor's values"
+    carry = ("the value it reads (perhaps " + " or ".join(repr(n) for n in unset) + ")" if unset
+             else "the value it reads")
+    return KernelInputError(op.kernel.name, read[0] if read else "(a tensor's values)", (
+        f"the launcher of {op.kernel.name} reads {what} on the host during tracing (line: {line.strip() or '?'}; "
+        f"{type(error).__name__}), which torch.compile cannot do: make {carry} an argument of the launcher, declare "
+        f"it in as_custom_op(..., host_values=(...)) and pass it to {op.qualname}"))
 
 
 def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable[str] = (),
@@ -254,32 +294,54 @@ def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable
             output list and the bound inputs (default: the one tensor, or a tuple).
 
     Returns:
-        the :class:`ZerojitOp`; the same one again for the same kernel, name, ``mutates_args``
-        and ``host_values``.
+        the :class:`ZerojitOp`; the same one again for the same kernel, name, ``mutates_args``,
+        ``host_values``, ``types`` and ``restore`` (the same object).
 
     Raises:
         KernelDefinitionError: no zerojit launcher; an input whose type cannot be told; a
-            mutated input that is no tensor or no input; defaults not last.
-        ValueError: ``name`` is already an op of another kernel or declaration.
+            mutated input that is no tensor or no input; defaults not last; ``types`` naming no
+            input or giving no schema type.
+        ValueError: ``name`` is no plain identifier (``"a.b"``, ``"ns::x"``, ``""``), or is
+            already an op of another kernel or declaration (any argument above differing).
     """
-    name = name or kernel.name
+    if name is None:
+        name = kernel.name
+    elif not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError(f"as_custom_op: name={name!r} is no plain identifier (letters, digits, _; the op is "
+                         f"{NAMESPACE}::<name>, so no namespace and no dots)")
     mutates = tuple(mutates_args)
     host_values = tuple(host_values)
+    types = dict(types or {})
     with _LOCK:
         found = _REGISTERED.get(name)
         if found is not None:
-            if found.kernel is kernel and (found.mutates, found.host_values) == (mutates, tuple(host_values)):
+            differ = [arg for arg, same in (
+                ("kernel", found.kernel is kernel), ("mutates_args", found.mutates == mutates),
+                ("host_values", found.host_values == host_values), ("types", found._declared_types == types),
+                ("restore", found._restore is restore)) if not same]
+            if not differ:
                 return found
-            raise ValueError(f"as_custom_op: {NAMESPACE}::{name} is already registered (for {found.kernel!r}, "
-                             f"mutates_args={found.mutates}, host_values={found.host_values}); a custom op "
-                             "cannot be redefined in a process: pass another name")
-        typed = _infer_types(kernel, types or {})
+            raise ValueError(f"as_custom_op: {NAMESPACE}::{name} is already registered with another "
+                             f"{' and '.join(differ)} (for {found.kernel!r}, mutates_args={found.mutates}, "
+                             f"host_values={found.host_values}, types={found._declared_types}, "
+                             f"restore={found._restore!r}); a custom op cannot be redefined in a process: pass "
+                             "another name")
+        inputs = [n for n, _ in _launcher(kernel)._zerojit_inputs]
+        for n, t in types.items():
+            if n not in inputs:
+                raise KernelDefinitionError(f"as_custom_op({name}): types names {n!r}, which is no input of "
+                                            f"{kernel.name}'s launcher (its inputs: {', '.join(inputs)})")
+            if not isinstance(t, str) or not _SCHEMA_TYPE.fullmatch(t):
+                raise KernelDefinitionError(f"as_custom_op({name}): types[{n!r}] = {t!r} is no schema type "
+                                            "(Tensor, SymInt, int, float, bool, str, ... with ? when optional)")
+        typed = _infer_types(kernel, types)
         names = [n for n, _, _ in typed]
         for n in (*mutates, *host_values):
             if n not in names:
                 raise KernelDefinitionError(f"as_custom_op({name}): {n!r} is no input of {kernel.name}'s launcher")
         schema = _schema(kernel, name, typed, mutates)
-        op = ZerojitOp(kernel, name, tuple((n, d) for n, d, _ in typed), mutates, tuple(host_values), schema, restore)
+        op = ZerojitOp(kernel, name, tuple((n, d) for n, d, _ in typed), mutates, tuple(host_values), schema, restore,
+                       {n: t for n, _, t in typed}, types)
 
         def implementation(*args: Any) -> list | None:
             inputs = dict(zip(names, args))

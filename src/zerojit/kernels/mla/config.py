@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -23,7 +24,8 @@ from typing import Any
 
 from .shapes import cdiv
 
-__all__ = ["ConfigError", "ModelConfig", "INDEXER_RATIO", "INT32_MAX", "MAX_NUM_SEQS", "mentions"]
+__all__ = ["ConfigError", "ModelConfig", "INDEXER_RATIO", "INT32_MAX", "MAX_NUM_SEQS", "DEFAULT_CUDA_GRAPH_BATCH_SIZES",
+           "mentions"]
 
 #: The compression ratio whose layers carry the top-k "lightning indexer" (KERNELS.md: the
 #: indexer serves ratio-4 layers; ratio-128 layers have none; ratio-1 layers are window-only).
@@ -37,6 +39,10 @@ INT32_MAX = 2**31 - 1
 #: Triton tile of ``next_power_of_2(max_num_seqs)`` lanes, and Triton's largest tensor is 2**20
 #: elements (``triton.language.TRITON_MAX_TENSOR_NUMEL``).
 MAX_NUM_SEQS = 2**20
+
+#: The decode batch sizes captured as CUDA graphs when a config gives none (those up to its
+#: ``max_num_seqs``).
+DEFAULT_CUDA_GRAPH_BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 
 
 class ConfigError(ValueError):
@@ -58,6 +64,15 @@ class ConfigError(ValueError):
             return
         lines = "\n".join(f"  - {p}" for p in self.problems)
         super().__init__(f"invalid {what} ({n} problems):\n{lines}")
+
+
+def _as_json(v: Any) -> str:
+    """``v`` as JSON writes it (``[1, 2]``, ``true``, ``null``), so a message echoes the config
+    file; ``repr`` for what JSON cannot write (a value given from Python)."""
+    try:
+        return json.dumps(v)
+    except (TypeError, ValueError):
+        return repr(v)
 
 
 def _is_int(v: Any) -> bool:
@@ -139,7 +154,9 @@ class ModelConfig:
             captures one CUDA graph for, as engines do (vLLM's ``cudagraph_capture_sizes``):
             positive ints, strictly increasing (sorted, unique), at least one; a list is stored
             as a tuple. A decode step of B requests replays the graph of the smallest size >= B
-            (padded); larger steps run eagerly. Sizes above ``max_num_seqs`` are never reached.
+            (padded); larger steps run eagerly. Each is at most ``max_num_seqs`` (a larger one is
+            never reached: refused). The default, :data:`DEFAULT_CUDA_GRAPH_BATCH_SIZES`, keeps
+            its sizes up to ``max_num_seqs``.
 
     Raises:
         ConfigError: listing every invalid field at once.
@@ -158,12 +175,17 @@ class ModelConfig:
     dcp_rank: int = 0
     dcp_interleave: int = 1
     num_speculative_tokens: int = 0
-    cuda_graph_batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    cuda_graph_batch_sizes: tuple[int, ...] = DEFAULT_CUDA_GRAPH_BATCH_SIZES
 
     def __post_init__(self) -> None:
         for f in ("compress_ratios", "cuda_graph_batch_sizes"):
             if isinstance(getattr(self, f), list):
                 object.__setattr__(self, f, tuple(getattr(self, f)))
+        seqs = self.max_num_seqs
+        if self.cuda_graph_batch_sizes is DEFAULT_CUDA_GRAPH_BATCH_SIZES and _is_int(seqs) and seqs >= 1:
+            # the default (not given): its sizes a step can reach; a size given above max_num_seqs is refused
+            object.__setattr__(self, "cuda_graph_batch_sizes",
+                               tuple(b for b in DEFAULT_CUDA_GRAPH_BATCH_SIZES if b <= seqs))
         problems = self._problems()
         if problems:
             # Report in field declaration order, so the message reads like the config.
@@ -246,15 +268,21 @@ class ModelConfig:
                 )
 
         sizes = self.cuda_graph_batch_sizes
+        given = _as_json(list(sizes) if isinstance(sizes, tuple) else sizes)  # as the config file wrote it
         if not isinstance(sizes, tuple) or not sizes:
-            p.append(f"cuda_graph_batch_sizes={sizes!r}: must be a non-empty list of positive ints, e.g. [1, 2, 4, 8]")
+            p.append(f"cuda_graph_batch_sizes={given}: must be a non-empty list of positive ints, e.g. [1, 2, 4, 8]")
         elif not all(_is_int(b) and 1 <= b <= INT32_MAX for b in sizes):
             bad = next(b for b in sizes if not (_is_int(b) and 1 <= b <= INT32_MAX))
-            p.append(f"cuda_graph_batch_sizes={list(sizes)!r}: {bad!r} is not a positive int (requests per "
+            p.append(f"cuda_graph_batch_sizes={given}: {_as_json(bad)} is not a positive int (requests per "
                      "captured decode step)")
         elif any(a >= b for a, b in zip(sizes, sizes[1:])):
-            p.append(f"cuda_graph_batch_sizes={list(sizes)!r}: must be sorted and unique; use "
+            p.append(f"cuda_graph_batch_sizes={given}: must be sorted and unique; use "
                      f"{sorted(set(sizes))!r}")
+        elif ok["max_num_seqs"] and sizes[-1] > self.max_num_seqs:
+            fit = [b for b in sizes if b <= self.max_num_seqs]
+            p.append(f"cuda_graph_batch_sizes={given}: {sizes[-1]} is larger than max_num_seqs={self.max_num_seqs}, "
+                     "the most requests a decode step holds (a larger graph is never replayed); use sizes <= "
+                     f"{self.max_num_seqs}" + (f", e.g. {fit}" if fit else ""))
 
         bs = self.block_size if ok["block_size"] else None
         if bs is not None and not _is_pow2(bs):
