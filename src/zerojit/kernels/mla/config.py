@@ -154,9 +154,9 @@ class ModelConfig:
             captures one CUDA graph for, as engines do (vLLM's ``cudagraph_capture_sizes``):
             positive ints, strictly increasing (sorted, unique), at least one; a list is stored
             as a tuple. A decode step of B requests replays the graph of the smallest size >= B
-            (padded); larger steps run eagerly. Each is at most ``max_num_seqs`` (a larger one is
-            never reached: refused). The default, :data:`DEFAULT_CUDA_GRAPH_BATCH_SIZES`, keeps
-            its sizes up to ``max_num_seqs``.
+            (padded); larger steps run eagerly. A graph is captured at its size's first step, so
+            a size above ``max_num_seqs`` (no decode step holds more requests) costs nothing:
+            it is never reached. Default: :data:`DEFAULT_CUDA_GRAPH_BATCH_SIZES`.
 
     Raises:
         ConfigError: listing every invalid field at once.
@@ -181,11 +181,6 @@ class ModelConfig:
         for f in ("compress_ratios", "cuda_graph_batch_sizes"):
             if isinstance(getattr(self, f), list):
                 object.__setattr__(self, f, tuple(getattr(self, f)))
-        seqs = self.max_num_seqs
-        if self.cuda_graph_batch_sizes is DEFAULT_CUDA_GRAPH_BATCH_SIZES and _is_int(seqs) and seqs >= 1:
-            # the default (not given): its sizes a step can reach; a size given above max_num_seqs is refused
-            object.__setattr__(self, "cuda_graph_batch_sizes",
-                               tuple(b for b in DEFAULT_CUDA_GRAPH_BATCH_SIZES if b <= seqs))
         problems = self._problems()
         if problems:
             # Report in field declaration order, so the message reads like the config.
@@ -278,11 +273,6 @@ class ModelConfig:
         elif any(a >= b for a, b in zip(sizes, sizes[1:])):
             p.append(f"cuda_graph_batch_sizes={given}: must be sorted and unique; use "
                      f"{sorted(set(sizes))!r}")
-        elif ok["max_num_seqs"] and sizes[-1] > self.max_num_seqs:
-            fit = [b for b in sizes if b <= self.max_num_seqs]
-            p.append(f"cuda_graph_batch_sizes={given}: {sizes[-1]} is larger than max_num_seqs={self.max_num_seqs}, "
-                     "the most requests a decode step holds (a larger graph is never replayed); use sizes <= "
-                     f"{self.max_num_seqs}" + (f", e.g. {fit}" if fit else ""))
 
         bs = self.block_size if ok["block_size"] else None
         if bs is not None and not _is_pow2(bs):
