@@ -585,7 +585,10 @@ def test_ctrl_c_during_record_ends_in_one_line_after_the_manifest_is_written(tmp
     proc = subprocess.Popen([sys.executable, "-m", "zerojit", "record", "-o", "m.json", *NO_GPU_TARGET, "--", "python",
                              "slow.py"],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True,
+                            # as from a terminal: a pytest run started as a background job (bash without job
+                            # control, `cmd &`) ignores SIGINT, and its children would inherit that
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert proc.stdout.readline() == "started\n"
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the whole process group
