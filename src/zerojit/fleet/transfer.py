@@ -30,7 +30,7 @@ from .needs import needed_entry_names
 from .store import Store, StoreDown
 
 __all__ = ["PushResult", "PullResult", "StoreStatus", "GcResult", "push_entries", "push_tunings", "push_report", "pull",
-           "pull_tunings", "pull_jobs", "status", "gc", "build_digest", "present_locally"]
+           "pull_tunings", "pull_jobs", "pull_with_tunings", "status", "gc", "build_digest", "present_locally"]
 
 
 @dataclass
@@ -274,9 +274,17 @@ def pull_jobs(store: Store, jobs: Any, build: dict, keys: signing.VerifyKeys, *,
     block), then their kernels' tuning files (:func:`pull_tunings`, in
     :attr:`PullResult.tunings`) unless the store went down."""
     jobs = list(jobs)
-    result = pull(store, needed_entry_names(jobs, generic=generic), build, keys)
+    return pull_with_tunings(store, needed_entry_names(jobs, generic=generic), [k for k, _ in jobs], build, keys)
+
+
+def pull_with_tunings(store: Store, names: Iterable[str], kernels: Iterable[Any], build: dict,
+                      keys: signing.VerifyKeys) -> PullResult:
+    """:func:`pull` the entries ``names``, then, unless the store went down, the tuning files of
+    ``kernels`` (:func:`pull_tunings`, in :attr:`PullResult.tunings`; before the warm-up, which
+    reads them at its end)."""
+    result = pull(store, names, build, keys)
     if result.down is None:
-        result.tunings = pull_tunings(store, [kernel for kernel, _ in jobs], build, keys)
+        result.tunings = pull_tunings(store, kernels, build, keys)
         result.down = result.tunings.down
     return result
 

@@ -25,7 +25,7 @@ from . import entry as _entry
 from . import signing
 from .needs import entry_names
 from .store import CONNECT_TIMEOUT, OPERATION_TIMEOUT, StoreDown, open_store
-from .transfer import pull, pull_tunings, push_report
+from .transfer import pull_with_tunings, push_report
 
 __all__ = ["FleetWarmupStore", "open_warmup_store"]
 
@@ -68,15 +68,15 @@ class FleetWarmupStore:
 
     def pull(self, jobs: Sequence[tuple[Any, Any]]) -> tuple[StoreOutcome, set[int]]:
         """See :meth:`zerojit.warmup_store.WarmupStore.pull`; run inside the warm-up's target."""
-        names, build = entry_names(jobs), self._build()
-        result = pull(self._store, [n for n in names if n is not None], build, self._keys)
-        tunings = pull_tunings(self._store, [kernel for kernel, _ in jobs], build, self._keys) \
-            if result.down is None else None  # (before the warm-up: it reads them at its end)
+        names = entry_names(jobs)
+        result = pull_with_tunings(self._store, [n for n in names if n is not None], [k for k, _ in jobs],
+                                   self._build(), self._keys)
+        t = result.tunings
         installed = set(result.installed)
-        outcome = StoreOutcome(self.name, pulled=len(result.installed), bytes=result.bytes + (tunings.bytes if tunings else 0),
-                               missing=len(result.missing), refused=tuple(result.refused + (tunings.refused if tunings else [])),
-                               down=result.down or (tunings.down if tunings else None), unreached=len(result.unreached),
-                               tuning_files=len(tunings.installed) if tunings else 0)
+        outcome = StoreOutcome(self.name, pulled=len(result.installed), bytes=result.bytes + (t.bytes if t else 0),
+                               missing=len(result.missing), refused=tuple(result.refused + (t.refused if t else [])),
+                               down=result.down, unreached=len(result.unreached),
+                               tuning_files=len(t.installed) if t else 0)
         return outcome, {i for i, n in enumerate(names) if n in installed}
 
     def push(self, report: Any, outcome: StoreOutcome) -> StoreOutcome:
