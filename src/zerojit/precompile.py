@@ -1293,7 +1293,7 @@ class _WorkerPool:
             ready = True
             if started.forked:
                 proc.learn_pid(status.get("pid"))
-            self._boot_timeline(started, status)
+            self._boot_timeline(started, status, time.perf_counter())
             with self.lock:
                 self.ready_workers += 1
             if status.get("torch_imported") and not started.forked:
@@ -1437,12 +1437,17 @@ class _WorkerPool:
                                          f"{hung.seconds:.1f} s waited): it fails")
         self._finished(name)
 
-    def _boot_timeline(self, started: "_Started", status: dict) -> None:
+    def _boot_timeline(self, started: "_Started", status: dict, received: float) -> None:
         """Put a worker's boot on the timeline, from the wall-clock times its ready message gives:
         a spawned worker's ``python``, ``imports``, [``preload``], ``set-up``; a forked one's
         ``set-up``, after its ``fork`` span: the parent's own fork for a tree's first worker, else
-        from that fork to the worker's start (the tree's forks above it included)."""
-        at = {k: started.at + max(status[k] - started.wall, 0.0) for k in
+        from that fork to the worker's start (the tree's forks above it included).
+
+        Each time is clamped to ``received`` (this process's ``perf_counter`` when the ready
+        message came): the wall clock may be slewed or stepped against ``perf_counter`` while
+        the worker boots (NTP on a VM), and a boot cannot end after its ready message arrived
+        nor after the first request it then got."""
+        at = {k: min(started.at + max(status[k] - started.wall, 0.0), received) for k in
               ("started_at", "imported_at", "preloaded_at", "ready_at") if isinstance(status.get(k), float)}
         steps = (("set-up", "ready_at"),) if started.forked else (
             ("python", "started_at"), ("imports", "imported_at"), ("preload", "preloaded_at"), ("set-up", "ready_at"))
