@@ -180,6 +180,18 @@ def test_dispatch_runs_once_per_distinct_facts():
     assert k.dispatched == 2
     assert k.key_for(**good(x=torch.zeros(9)[1:], idx=torch.zeros(8, 4, dtype=I32))).aligned is False  # a Let fact
     assert k.dispatched == 3
+    # new facts of usual inputs: checked and dispatched by the generated code, not the reference path
+    assert plan.slow_calls == before + 1
+
+
+def test_new_facts_failing_a_once_per_facts_check_report_what_the_reference_path_reports():
+    k = Toy()
+    k.key_for(**good())  # the memo exists: later new facts take the generated miss branch
+    plan = type(k).__call__._zerojit_checked
+    before = plan.slow_calls
+    with pytest.raises(KernelInputError, match=r"^toy: argument 'block'"):
+        k.key_for(**good(block=8))  # new facts, failing a check that runs once per facts
+    assert plan.slow_calls == before + 1 and k.dispatched == 1
 
 
 def test_equal_facts_of_another_type_are_checked_again():

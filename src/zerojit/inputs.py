@@ -669,8 +669,9 @@ class _CheckedLaunch:
         host_only: the inputs that map to no kernel parameter (given, and the facts that name none).
         constexpr_fields: ``(parameter, key field)`` pairs that build ``constexprs``.
         source: the generated Python source (``__call__`` and ``key_for``); entry, key_for: them.
-        slow_calls: how many calls took the reference path (new facts, unusual or bad inputs); a
-            statistic, not exact under concurrent calls.
+        slow_calls: how many calls took the reference path (a kernel object's first call,
+            unusual or bad inputs; new facts of usual inputs are checked and dispatched by the
+            generated code, :meth:`learn`); a statistic, not exact under concurrent calls.
     """
 
     def __init__(self, cls: type, pending: _PendingLauncher) -> None:
@@ -789,13 +790,28 @@ class _CheckedLaunch:
             lines.append(f"if not ({test}):\n                raise _zj_Slow")
             if isinstance(e, TensorArg) and e.name == self.anchor:
                 lines.append(f"_zj_dev = {e.name}.device")
-        lines.append(f"_zj_hit = self._zerojit_facts[{gen.fast(self.memo_key)}]")
+        # New facts (a token count never seen, a new period): the once-per-facts steps and the
+        # dispatch, compiled like the tests above, instead of the reference path's evals (the
+        # first launch at a new value then costs a few microseconds more, not tens)
+        lines += [f"_zj_mk = {gen.fast(self.memo_key)}", "_zj_hit = self._zerojit_facts.get(_zj_mk)",
+                  "if _zj_hit is None:"]
+        for e in self.elements:
+            if isinstance(e, Let):
+                if e.name not in self.per_launch_lets:
+                    lines.append(f"    {e.name} = {gen.fast(e.expr)}")
+            elif e in self.deferred:
+                test = gen.fast(e._fast(gen))
+                if e.when:
+                    test = f"not ({gen.fast(e.when)}) or ({test})"
+                lines.append(f"    if not ({test}):\n                    raise _zj_Slow")
+        facts = ", ".join(f"{f!r}: {f}" for f in self.facts)
+        lines.append(f"    _zj_hit = _zj_learn(self, _zj_mk, {{{facts}}})")
         checks = "".join(f"            {line}\n" for line in lines)
         defaults = {f"_zj_d{i}": d for i, (_, d) in enumerate(self.inputs) if d is not inspect.Parameter.empty}
         sig = ", ".join(n if d is inspect.Parameter.empty else f"{n}=_zj_d{i}" for i, (n, d) in enumerate(self.inputs))
         values = "".join(f"{n}, " for n in names)
         call = ", ".join(f"{n}={n}" for n in names)
-        closure = ["_zj_Tensor", "_zj_int", "_zj_bool", "_zj_Slow", "_zj_slow", "_zj_body", *HELPERS, *defaults,
+        closure = ["_zj_Tensor", "_zj_int", "_zj_bool", "_zj_Slow", "_zj_slow", "_zj_learn", "_zj_body", *HELPERS, *defaults,
                    *gen.consts]
         head = f"def __call__(self, *, {sig}):" if names else "def __call__(self):"
         src = f"""def _zj_factory({', '.join(closure)}):
@@ -817,7 +833,7 @@ class _CheckedLaunch:
         namespace: dict[str, Any] = {}
         exec(compile(src, f"<zerojit checked launcher of {self.cls.__qualname__}>", "exec"), self.globals, namespace)
         objects = dict(_zj_Tensor=torch.Tensor, _zj_int=int, _zj_bool=bool, _zj_Slow=_Slow, _zj_slow=self.slow,
-                       _zj_body=self.body, **HELPERS, **defaults, **gen.consts)
+                       _zj_learn=self.learn, _zj_body=self.body, **HELPERS, **defaults, **gen.consts)
         self.entry, self.key_for = namespace["_zj_factory"](*(objects[n] for n in closure))
 
     def slow(self, kernel: Any, values: tuple) -> tuple[Any, dict]:
@@ -842,15 +858,19 @@ class _CheckedLaunch:
         try:
             found = memo.get(memo_key)
         except TypeError:  # an unhashable fact: computed every time, never remembered
-            found, memo = None, None
-        if found is None:
-            key = kernel.dispatch(**{f: ns[f] for f in self.facts})
-            constexprs = {param: getattr(key, field) for param, field in self.constexpr_fields}
-            constexprs.update(kernel.extra_kwargs(key))
-            found = (key, constexprs)
-            if memo is not None:
-                found = memo.setdefault(memo_key, found)
-        return found
+            return self.learn(kernel, None, {f: ns[f] for f in self.facts})
+        return found if found is not None else self.learn(kernel, memo_key, {f: ns[f] for f in self.facts})
+
+    def learn(self, kernel: Any, memo_key: Any, facts: dict[str, Any]) -> tuple[Any, dict]:
+        """New facts, checked: ``kernel.dispatch(**facts)``, the key's constexprs, remembered in
+        the memo under ``memo_key`` (None: not remembered). Returns ``(key, constexprs)``."""
+        key = kernel.dispatch(**facts)
+        constexprs = {param: getattr(key, field) for param, field in self.constexpr_fields}
+        constexprs.update(kernel.extra_kwargs(key))
+        found = (key, constexprs)
+        if memo_key is None:
+            return found
+        return kernel.__dict__.setdefault("_zerojit_facts", {}).setdefault(memo_key, found)
 
 
 def _kernel_params(cls: type) -> Any:
