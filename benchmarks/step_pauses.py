@@ -10,9 +10,10 @@ Two modes, each in a fresh process per round, rounds interleaved (``--rounds``, 
 
 Each run replays ``--requests`` requests of ``--trace`` (default: the shared Azure trace when it
 is there, else the shipped 2,000-request slice) and reports, from the run's own ``StepTimes``:
-first step, median, p99, max and max/median, the slowest step's CPU time (far below its wall
-time: the step waited for the CPU, another process ran), the largest CPU time of any step, and
-Python's collections inside steps. Printed per mode: the median over the rounds and the spread
+first step, median, p99, max and max/median, the first step against the median of the steps
+with prefills (``first_over_prefill_median``, the first-step goal), the slowest step's CPU time
+(far below its wall time: the step waited for the CPU, another process ran), the largest CPU
+time of any step, and Python's collections inside steps. Printed per mode: the median over the rounds and the spread
 (min-max).
 
 ``--passes K`` replays the trace K times in each process (the run's replay, then K - 1 more,
@@ -174,6 +175,8 @@ def main() -> None:
     for label, key in (("max / median", "max_ms"), ("first / median", "first_ms")):
         print(f"{label:22}" + "".join(
             f"{spread([x['step_times'][key] / x['step_times']['median_ms'] for x in results[m]]):>26}" for m in MODES))
+    print(f"{'first / prefill median':22}" + "".join(  # the first-step goal's ratio (issue 33: <= 3x)
+        f"{spread([x['step_times']['first_over_prefill_median'] for x in results[m]]):>26}" for m in MODES))
     print(f"{'gc in steps':22}" + "".join(f"{spread([x['step_times']['gc_in_steps'] for x in results[m]]):>26}"
                                           for m in MODES))
     if args.passes > 1:

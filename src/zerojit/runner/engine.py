@@ -479,6 +479,9 @@ class StepTimes:
         steps: timed steps.
         first_ms: the first step, ``first_tokens`` tokens of which ``first_prefills`` prefills
             (a trace's first step is a prefill: compare it with ``median_prefill_ms``).
+        first_over_prefill_median: ``first_ms / median_prefill_ms``, the first-step goal's ratio
+            (issue 33: the first replayed step against the median of the steps with prefills,
+            the first step counted among them; None when no step has a prefill).
         median_ms, p99_ms, max_ms: over every timed step (p99: nearest rank).
         median_decode_ms, median_prefill_ms: over the steps without / with prefills (None: none).
         max_step: the slowest step's index; ``max_tokens``, ``max_prefills``, ``max_decodes`` its size.
@@ -511,6 +514,7 @@ class StepTimes:
     gc_in_steps: int = 0
     gc_in_steps_ms: float = 0.0
     gc_between_steps: int = 0
+    first_over_prefill_median: float | None = None
 
     @classmethod
     def of(cls, replay: "Replay") -> "StepTimes | None":
@@ -524,12 +528,14 @@ class StepTimes:
         prefill = [m for m, i in zip(ms, replay.timed_steps) if replay.step_prefills[i]]
         decode = [m for m, i in zip(ms, replay.timed_steps) if not replay.step_prefills[i]]
         in_steps = [c for c in replay.collections if c[2] is not None]
+        median_prefill = statistics.median(prefill) if prefill else None
         return cls(
             steps=len(ms), first_ms=ms[0], first_tokens=replay.step_tokens[first],
             first_prefills=replay.step_prefills[first], median_ms=statistics.median(ms),
             p99_ms=_nearest_rank(ordered, 0.99), max_ms=ordered[-1],
             median_decode_ms=statistics.median(decode) if decode else None,
-            median_prefill_ms=statistics.median(prefill) if prefill else None,
+            median_prefill_ms=median_prefill,
+            first_over_prefill_median=ms[0] / median_prefill if median_prefill else None,
             max_step=step, max_tokens=replay.step_tokens[step], max_prefills=replay.step_prefills[step],
             max_decodes=replay.step_decodes[step], max_cpu_ms=replay.step_cpu_ms[slowest],
             max_cpu_step_ms=max(replay.step_cpu_ms), first_cpu_ms=replay.step_cpu_ms[0],
@@ -549,8 +555,10 @@ class StepTimes:
         kind = "a prefill step" if self.first_prefills else "a decode-only step"
         cpu = (f"{self.max_cpu_ms:.2f} ms of it on the CPU, the rest waiting for it" if self.max_cpu_ms < self.max_ms / 2
                else f"{self.max_cpu_ms:.2f} ms on the CPU")
+        goal = ("" if self.first_over_prefill_median is None else
+                f" = {self.first_over_prefill_median:.2f}x the median of steps with prefills")
         return (
-            f"first {self.first_ms:.2f} ms ({kind}, {count(self.first_tokens, 'token')}), median "
+            f"first {self.first_ms:.2f} ms ({kind}, {count(self.first_tokens, 'token')}){goal}; median "
             f"{self.median_ms:.2f} ms: {self.first_ms / med:.1f}x (medians: {kinds}; CPU time: first "
             f"{self.first_cpu_ms:.2f} ms, median {self.median_cpu_ms:.2f} ms)",
             f"p99 {self.p99_ms:.2f} ms, max {self.max_ms:.2f} ms = {self.max_ms / med:.1f}x the median (step "
