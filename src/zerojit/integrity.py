@@ -68,7 +68,7 @@ from typing import Iterator, Mapping
 from . import triton_compat as _tc
 
 __all__ = ["DamagedFileError", "NotRegularFileError", "read_regular", "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
-           "problem", "note_damaged", "check_data", "read_checked", "check_files", "read_group_file", "drop_entry",
+           "problem", "note_damaged", "check_data", "read_checked", "read_checked_against", "check_files", "read_group_file", "drop_entry",
            "checked_manager_class", "install_checked_manager", "plain_manager_class", "collecting"]
 
 logger = logging.getLogger("zerojit.integrity")
@@ -373,6 +373,21 @@ def read_checked(path: str, digests: Mapping[str, str] | None = None) -> bytes:
     """
     data = _read_member(path)
     check_data(path, data, digests)
+    return data
+
+
+def read_checked_against(path: str, expected: str | None) -> bytes:
+    """:func:`read_checked` for a caller that holds the file's digest as recorded when its entry
+    was stored (a restore index copies them, under its own SHA-256): bytes whose SHA-256 is
+    ``expected`` pass without the entry's digests file being read; any others (no ``expected``,
+    or the entry stored again since) are checked by :func:`read_checked`, against that file.
+
+    Raises:
+        as :func:`read_checked`.
+    """
+    data = _read_member(path)
+    if expected is None or sha256(data) != expected:
+        check_data(path, data)
     return data
 
 
