@@ -368,3 +368,44 @@ def test_a_damaged_entry_is_compiled_again_not_a_failed_warm_up(cache, monkeypat
     assert warm.ok and (warm.stats.compiled, warm.stats.disk_loads) == (1, 2)
     assert variants(warm) == variants(cold) and warm.variants[0].compiled.kernel == broken.kernel
     assert os.path.isfile(next(p for name, p in warm.variants[0].compiled.metadata_group.items() if name.endswith(".cubin")))
+
+
+def test_a_warm_start_checks_files_against_the_index_copy_of_their_digests(cache, monkeypatch):
+    """The index copies each entry's digests as recorded when it was stored: a restore checks
+    metadata and cubin against that copy and reads no digests file. A cubin stored again since
+    (other bytes, their digest recorded) differs from the copy: it is checked against the
+    digests file instead, and restored with its new bytes, nothing named damaged."""
+    from zerojit import integrity
+
+    fill = Fill()
+    forget(fill)
+    cold = registry_of(fill).warmup(progress=False)
+    (path,) = glob.glob(str(cache / ".zerojit" / "restore-*.json"))
+    entries = read_index(path)["entries"]
+    assert len(entries) == 3
+    for entry in entries:  # the reference: the SHA-256 of each file on disk
+        assert entry["digests"] == {name: hashlib.sha256(open(cache / rel, "rb").read()).hexdigest()
+                                    for name, rel in entry["group"] if not name.startswith("__grp__")}
+    reads = []
+    real = integrity.read_regular
+    monkeypatch.setattr(integrity, "read_regular", lambda p: reads.append(p) or real(p))
+
+    def digests_read() -> set[str]:
+        return {p for p in reads if os.sep + os.path.join(".zerojit", "digests") + os.sep in p}
+
+    forget(fill)
+    warm = registry_of(fill).warmup(progress=False)
+    assert (warm.stats.restored, warm.stats.compiled) == (3, 0) and digests_read() == set()
+
+    cubin = next(p for name, p in cold.variants[1].compiled.metadata_group.items() if name.endswith(".cubin"))
+    stored_again = open(cubin, "rb").read() + b"\0" * 16  # still an ELF file whose sections fit
+    with open(cubin, "wb") as f:
+        f.write(stored_again)
+    folder = os.path.dirname(cubin)
+    integrity.record(folder, {os.path.basename(cubin): hashlib.sha256(stored_again).hexdigest()})
+    reads.clear()
+    forget(fill)
+    again = registry_of(fill).warmup(progress=False)
+    assert (again.stats.restored, again.stats.compiled) == (3, 0) and not again.stats.recovered
+    assert again.variants[1].compiled.kernel == stored_again
+    assert digests_read() == {integrity.digest_path(folder)}

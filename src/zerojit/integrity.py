@@ -18,8 +18,9 @@ write to is as trusted as they are.
   (``<copy>.sha256``).
 * **Checked** as each file is read: every member of an entry when Triton's lookup
   (``get_group``) finds it (Triton then reads them all), the metadata and binary when zerojit's
-  restore builds a kernel (IR files only when ``asm`` reads them), every file ``bundle export``
-  packs. A file with no digest yet (an entry plain Triton wrote, or one from before digests)
+  restore builds a kernel (IR files only when ``asm`` reads them; metadata and binary against
+  the restore index's copy of their recorded digests, :func:`read_checked_against`, and against
+  the digests file only when they differ), every file ``bundle export`` packs. A file with no digest yet (an entry plain Triton wrote, or one from before digests)
   gets a structural check that needs none, then its digest is recorded: a binary or C module
   must be an ELF file whose headers and sections all fit in its size (which catches a cubin cut
   short), the metadata must parse to the fields Triton reads with sane values

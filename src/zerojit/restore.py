@@ -15,7 +15,12 @@ variant straight into the kernel's in-process cache:
 * the ``CompiledKernel`` is built from the metadata JSON and the cubin only (the IR files load
   when ``asm`` is read), with one metadata ``namedtuple`` class per field set; the entry's group
   file and each file are checked as they are read (:mod:`zerojit.integrity`: a damaged one is
-  named once and its key goes through the normal warm-up, which compiles it again);
+  named once and its key goes through the normal warm-up, which compiles it again). The index
+  holds a copy of each entry's digests as recorded when it was stored (under the index's own
+  SHA-256): a metadata or binary file whose SHA-256 matches its copy is the file stored, so the
+  entry's digests file is not read (one ``lstat`` sees that it is there; without one, the
+  digests file's rules apply); a file that does not match (the entry stored again since, or
+  damaged) is checked against the digests file as any read is;
 * on a GPU, the module and function load as before (:func:`zerojit.triton_compat.load_compiled`), and
   kernels with the same signature and launch metadata share one launcher object instead of each
   importing the launcher module again.
@@ -76,8 +81,8 @@ from typing import Any, Iterator, Sequence
 
 from . import triton_compat as _tc
 from .cache import cache_dir, use_fast_triton_key
-from .integrity import (DamagedFileError, digest_path, digests_of, plain_manager_class, read_checked, read_checked_against,
-                        read_group_file)
+from .integrity import (DamagedFileError, digest_path, digests_of, plain_manager_class, read_checked,
+                        read_checked_against, read_group_file)
 from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
 from .manifest import decode_exact, encode_exact
