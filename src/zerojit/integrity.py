@@ -18,9 +18,8 @@ write to is as trusted as they are.
   (``<copy>.sha256``).
 * **Checked** as each file is read: every member of an entry when Triton's lookup
   (``get_group``) finds it (Triton then reads them all), the metadata and binary when zerojit's
-  restore builds a kernel (IR files only when ``asm`` reads them; metadata and binary against
-  the restore index's copy of their recorded digests, :func:`read_checked_against`, and against
-  the digests file only when they differ), every file ``bundle export`` packs. A file with no digest yet (an entry plain Triton wrote, or one from before digests)
+  restore builds a kernel (IR files only when ``asm`` reads them), every file ``bundle export``
+  packs. A file with no digest yet (an entry plain Triton wrote, or one from before digests)
   gets a structural check that needs none, then its digest is recorded: a binary or C module
   must be an ELF file whose headers and sections all fit in its size (which catches a cubin cut
   short), the metadata must parse to the fields Triton reads with sane values
@@ -69,7 +68,7 @@ from typing import Iterator, Mapping
 from . import triton_compat as _tc
 
 __all__ = ["DamagedFileError", "NotRegularFileError", "read_regular", "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
-           "problem", "note_damaged", "check_data", "read_checked", "read_checked_against", "check_files", "read_group_file", "drop_entry",
+           "problem", "note_damaged", "check_data", "read_checked", "check_files", "read_group_file", "drop_entry",
            "checked_manager_class", "install_checked_manager", "plain_manager_class", "collecting"]
 
 logger = logging.getLogger("zerojit.integrity")
@@ -374,21 +373,6 @@ def read_checked(path: str, digests: Mapping[str, str] | None = None) -> bytes:
     """
     data = _read_member(path)
     check_data(path, data, digests)
-    return data
-
-
-def read_checked_against(path: str, expected: str | None) -> bytes:
-    """:func:`read_checked` for a caller that holds the file's digest as recorded when its entry
-    was stored (a restore index copies them, under its own SHA-256): bytes whose SHA-256 is
-    ``expected`` pass without the entry's digests file being read; any others (no ``expected``,
-    or the entry stored again since) are checked by :func:`read_checked`, against that file.
-
-    Raises:
-        as :func:`read_checked`.
-    """
-    data = _read_member(path)
-    if expected is None or sha256(data) != expected:
-        check_data(path, data)
     return data
 
 

@@ -15,12 +15,7 @@ variant straight into the kernel's in-process cache:
 * the ``CompiledKernel`` is built from the metadata JSON and the cubin only (the IR files load
   when ``asm`` is read), with one metadata ``namedtuple`` class per field set; the entry's group
   file and each file are checked as they are read (:mod:`zerojit.integrity`: a damaged one is
-  named once and its key goes through the normal warm-up, which compiles it again). The index
-  holds a copy of each entry's digests as recorded when it was stored (under the index's own
-  SHA-256): a metadata or binary file whose SHA-256 matches its copy is the file stored, so the
-  entry's digests file is not read (one ``lstat`` sees that it is there; without one, the
-  digests file's rules apply); a file that does not match (the entry stored again since, or
-  damaged) is checked against the digests file as any read is;
+  named once and its key goes through the normal warm-up, which compiles it again);
 * on a GPU, the module and function load as before (:func:`zerojit.triton_compat.load_compiled`), and
   kernels with the same signature and launch metadata share one launcher object instead of each
   importing the launcher module again.
@@ -75,14 +70,12 @@ import pwd
 import stat
 import sys
 from collections import namedtuple
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 from . import triton_compat as _tc
 from .cache import cache_dir, use_fast_triton_key
-from .integrity import (DamagedFileError, digest_path, digests_of, plain_manager_class, read_checked,
-                        read_checked_against, read_group_file)
+from .integrity import digests_of, plain_manager_class, read_checked, read_group_file
 from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
 from .manifest import decode_exact, encode_exact
@@ -92,7 +85,7 @@ from .specialization import SpecClass
 __all__ = ["restore_variants", "restore_records", "records", "save_index", "index_path", "build_compiled_kernel",
            "install", "shared_launchers", "fingerprint_mismatch", "FINGERPRINT_FIELDS", "cache_folder_warnings"]
 
-_FORMAT = 8  # 7: JSON (a header line with the body's SHA-256, then the body), no pickle; 8: entries' digests
+_FORMAT = 7  # 7: JSON (a header line with the body's SHA-256, then the body), no pickle
 _HEADER = "zerojit-restore-index"  # the header line's "format"
 
 #: The fields of an index's fingerprint, in the order they are checked (the first that differs is
@@ -112,7 +105,6 @@ class _Entry:
     specialization: tuple[SpecClass, ...]
     param_names: tuple[str, ...]
     key_memo: tuple = ()  # Triton's (specialization, options) -> triton_key memo entries of this variant
-    digests: dict[str, str] = dataclasses.field(default_factory=dict)  # file name -> SHA-256 when indexed
 
 
 def index_path(digest: str, target: Any, kind: str = "restore") -> str:
@@ -211,17 +203,11 @@ def _entry(job: int, variant: CompiledVariant, root: str, device: Any) -> dict |
         return None
     fn, signature, constants, attrs = source
     group = []
-    files = _tc.compiled_files(compiled)
-    for name, path in files.items():  # absolute paths (Triton's group file)
+    for name, path in _tc.compiled_files(compiled).items():  # absolute paths (Triton's group file)
         rel = os.path.relpath(path, root)
         if rel.startswith(".."):
             return None
         group.append([name, rel])
-    try:  # the digests recorded when the entry was stored: a restore checks against these (no digests file read)
-        recorded = {n: h for folder in {os.path.dirname(p) for p in files.values()}
-                    for n, h in digests_of(folder).items() if n in files}
-    except (DamagedFileError, OSError):
-        recorded = {}  # the restore then checks against the digests file, as any read does
     try:
         src = encode_exact((signature, constants, attrs))
         specialization = [[s.type, encode_exact(s.attr)] for s in variant.specialization]
@@ -229,7 +215,7 @@ def _entry(job: int, variant: CompiledVariant, root: str, device: Any) -> dict |
         return None
     return {"job": job, "function": _function_name(fn), "triton_key": variant.triton_key, "group": group, "src": src,
             "specialization": specialization, "param_names": list(variant.param_names),
-            "key_memo": _key_memo(fn, device, variant.triton_key), "digests": recorded}
+            "key_memo": _key_memo(fn, device, variant.triton_key)}
 
 
 def _plan_names(state: Any) -> list[list[str]]:
@@ -357,9 +343,6 @@ def _parse_entry(data: Any, where: str) -> _Entry:
                 group.append((name, rel))
                 continue
         raise _Unusable(f"{where}: 'group' entry {_short(pair)} is no (file name, path in the cache folder) pair")
-    digests = _field(data, "digests", dict, where)
-    if not all(type(h) is str for h in digests.values()):
-        raise _Unusable(f"{where}: 'digests' must map file names to SHA-256 strings")
     src = _decoded(_field(data, "src", dict, where), f"{where}: 'src'")
     if (type(src) is not tuple or len(src) != 3 or any(type(d) is not dict for d in src)
             or any(type(k) is not str for k in src[0])):
@@ -368,7 +351,7 @@ def _parse_entry(data: Any, where: str) -> _Entry:
     for pair in _field(data, "specialization", list, where):
         if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
             raise _Unusable(f"{where}: 'specialization' entry {_short(pair)} is no (type, attr) pair")
-        attr = pair[1]  # mostly None, "", "D" or an int: decoded as they are
+        attr = pair[1]  # mostly None, "", "D" or an int: as decode_exact returns them, without a call
         if not (attr is None or type(attr) in (str, int, bool)):
             attr = _decoded(attr, f"{where}: 'specialization'")
         specialization.append(SpecClass(pair[0], attr))
@@ -382,7 +365,7 @@ def _parse_entry(data: Any, where: str) -> _Entry:
     return _Entry(function=_field(data, "function", str, where), triton_key=_field(data, "triton_key", str, where),
                   group=tuple(group), src=src, specialization=tuple(specialization),
                   param_names=_strings(_field(data, "param_names", list, where), f"{where}: 'param_names'"),
-                  key_memo=memo, digests=digests)
+                  key_memo=memo)
 
 
 @dataclass(frozen=True)
@@ -547,26 +530,13 @@ def _lazy_asm_class() -> type:
 _LazyAsm = None
 
 
-def _digests_file_there(folder: str) -> bool:
-    """Whether the entry in ``folder`` has a digests file (a regular file): then a file matching
-    the index's copy of its digest is the file stored. Without one (digests lost with their
-    folder, or never recorded) the entry takes :func:`zerojit.integrity.digests_of`'s rules."""
-    try:
-        return stat.S_ISREG(os.lstat(digest_path(folder)).st_mode)
-    except OSError:
-        return False
-
-
-def build_compiled_kernel(jit_fn: Any, group: dict[str, str], src: tuple, backends: dict,
-                          digests: dict[str, str] | None = None) -> Any:
+def build_compiled_kernel(jit_fn: Any, group: dict[str, str], src: tuple, backends: dict) -> Any:
     """The ``CompiledKernel`` Triton's ``compile`` returns on a disk-cache hit of the entry whose
     files are ``group`` (file name -> path), for ``src`` = ``(signature, constants, attrs)`` of
     its ``ASTSource``: Triton's ``CompiledKernel.__init__`` (each version's fields:
     :func:`zerojit.triton_compat.new_compiled_kernel`), minus the IR reads (``asm`` reads them on
     use) and the per-kernel namedtuple class. ``backends``: a cache of Triton backends by target,
-    shared across calls. ``digests``: the SHA-256 of the entry's files (by name) as recorded when
-    it was stored, from a restore index: metadata and binary matching them pass without the
-    entry's digests file being read (:func:`zerojit.integrity.read_checked_against`).
+    shared across calls.
 
     The entry's group file, metadata and binary are checked as they are read
     (:mod:`zerojit.integrity`), IR files when ``asm`` reads them.
@@ -586,29 +556,24 @@ def build_compiled_kernel(jit_fn: Any, group: dict[str, str], src: tuple, backen
     folder = os.path.dirname(meta_path)
     if set(read_group_file(os.path.join(folder, _tc.group_file_name(meta_name)))) != set(group):
         raise ValueError(f"the group file of cache entry {folder} lists other files")
-    if digests is None or not _digests_file_there(folder):  # none, lost or first seen: digests_of decides
-        recorded = digests_of(folder)
-        read = functools.partial(read_checked, digests=recorded)
-    else:  # the index's: a file that differs is checked against the digests file (read_checked_against)
-        def read(path: str) -> bytes:
-            return read_checked_against(path, digests.get(os.path.basename(path)))
-    metadata = json.loads(read(meta_path))
+    digests = digests_of(folder)
+    metadata = json.loads(read_checked(meta_path, digests))
     t = metadata["target"]
     metadata["target"] = _tc.gpu_target(t["backend"], t["arch"], t["warp_size"])
     md = _metadata_class(tuple(sorted(metadata)))(**metadata)
     backend = _tc.backend_for(md.target, backends)
     files = {os.path.splitext(p)[1][1:]: p for name, p in group.items() if not name.endswith(".json")}
     asm = _LazyAsm(files, backend.binary_ext)
-    asm[backend.binary_ext] = read(files[backend.binary_ext])
+    asm[backend.binary_ext] = read_checked(files[backend.binary_ext], digests)
     return _tc.new_compiled_kernel(jit_fn=jit_fn, src=src, metadata=md, metadata_group=group, asm=asm,
                                    backend=backend)
 
 
 def install(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], src: tuple, backends: dict, *,
-            load: bool, digests: dict[str, str] | None = None) -> Any:
+            load: bool) -> Any:
     """The ``CompiledKernel`` filed under ``triton_key`` in ``jit_fn``'s in-process cache for
     ``device``: the one already there, else one built from the entry's files (see
-    :func:`build_compiled_kernel`, with ``digests``); loaded (module, function, launcher) when ``load``.
+    :func:`build_compiled_kernel`); loaded (module, function, launcher) when ``load``.
 
     Raises:
         Exception: whatever building or loading raised; nothing is filed then.
@@ -618,7 +583,7 @@ def install(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], sr
     compiled = kernel_cache.get(triton_key)
     fresh = compiled is None
     if fresh:
-        compiled = build_compiled_kernel(jit_fn, group, src, backends, digests)
+        compiled = build_compiled_kernel(jit_fn, group, src, backends)
     else:  # Triton 3.7+: a user's async compile of this key may have filed its future there
         compiled = _tc.resolved(compiled)
     if load:
@@ -761,8 +726,7 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
                 continue
             group = {name: os.path.join(root, rel) for name, rel in entry.group}
             try:
-                compiled = install(jit_fn, device, entry.triton_key, group, entry.src, backends, load=load,
-                                   digests=entry.digests)
+                compiled = install(jit_fn, device, entry.triton_key, group, entry.src, backends, load=load)
                 _prepare_launches(kernel, device, entry, parsed.plans.get(kernel.name, ()), planned)
             except Exception:  # a file gone, a load refused, a plan refused: the normal warm-up says why
                 continue
