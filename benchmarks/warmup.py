@@ -40,7 +40,11 @@ Then warm starts, in fresh processes over the cache the ``zerojit`` run left:
 * ``triton-warm``: Triton's ``warmup()`` for every key (disk-cache hits; nothing loaded);
 * ``zerojit-warm``: ``JitWarmupRegistry.warmup()`` (the restore index the cold run wrote: every
   key's variant, module, function and launcher; then the launch path's first launch, once per
-  process; see ``zerojit.restore``).
+  process; see ``zerojit.restore``). Its call is split into a fixed and a per-key part by a
+  line through two sizes measured in the same run: the whole key space and its first fifth
+  (``zerojit-warm-part``: the same warm call over the first ``keys // 5`` keys, in its own fresh
+  processes, interleaved with the whole one; an untimed warm-up of that part writes its restore
+  index first).
 
 Not timed, in every mode: imports, building the configs and registering, and the Triton driver's
 start (on a GPU: CUDA's context and Triton's ``cuda_utils`` build, printed apart; a serving
@@ -74,6 +78,7 @@ import time
 
 COLD = ("triton-serial", "triton-threads", "zerojit-new-install", "zerojit", "zerojit-spawn", "zerojit-prestarted")
 WARM = ("triton-warm", "zerojit-warm")
+PART = "zerojit-warm-part"  # zerojit-warm over the first keys // 5 keys: the fixed / per-key split
 
 MATRIX_BASES = ("dsv4-like", "deepseek-v3.2")
 MATRIX_BLOCK_SIZES = (64, 128, 256)
@@ -102,8 +107,9 @@ def matrix_configs(space: str) -> list:
     return out
 
 
-def key_space(space: str):
-    """A registry whose key space is the union of every config's (first-seen order)."""
+def key_space(space: str, subset: int = 0):
+    """A registry whose key space is the union of every config's (first-seen order); with
+    ``subset``, only its first ``subset`` keys."""
     from zerojit.registry import JitWarmupRegistry
     from zerojit.runner.model import register_model
 
@@ -117,6 +123,11 @@ def key_space(space: str):
             mine = union.setdefault(kernel, {})
             for key in keys:
                 mine.setdefault(key, None)
+    if subset:
+        jobs = [(kernel, key) for kernel, keys in union.items() for key in keys][:subset]
+        union = {}
+        for kernel, key in jobs:
+            union.setdefault(kernel, {})[key] = None
 
     class MatrixRegistry(JitWarmupRegistry):
         """The union key space of several configs, warmed as one."""
@@ -173,7 +184,7 @@ def child(mode: str, args: argparse.Namespace) -> dict:
     gpu = torch.cuda.is_available() and not args.target
     target = None if gpu else (args.target or "cuda:90")
     t0 = time.perf_counter()
-    registry = key_space(args.space)
+    registry = key_space(args.space, args.subset)
     setup_s = time.perf_counter() - t0
     events = {"compiled": 0, "disk": 0}
 
@@ -221,16 +232,18 @@ def child(mode: str, args: argparse.Namespace) -> dict:
             "target": target or "device", "stats": stats, "cpus": os.cpu_count()}
 
 
-def run_child(mode: str, cache: str, home: str, args: argparse.Namespace) -> dict:
+def run_child(mode: str, cache: str, home: str, args: argparse.Namespace, subset: int = 0) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_HOME=home)
     if mode == "zerojit-spawn":
         env["ZEROJIT_WORKER_START"] = "spawn"
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--workers", str(args.workers),
-           "--space", args.space, "--overlap", str(args.overlap)] + (["--target", args.target] if args.target else [])
+    child_mode = "zerojit-warm" if mode == PART else mode
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", child_mode, "--workers", str(args.workers),
+           "--space", args.space, "--overlap", str(args.overlap), "--subset", str(subset)] + (
+               ["--target", args.target] if args.target else [])
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"{mode} failed:\n{proc.stdout}\n{proc.stderr}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]), mode=mode)
 
 
 def seconds(text: str) -> float:
@@ -269,6 +282,7 @@ def main() -> None:
                         help="comma-separated modes to run (default: all; a warm mode needs 'zerojit')")
     parser.add_argument("--json", help="also write every run here")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--subset", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args)))
@@ -293,6 +307,10 @@ def main() -> None:
                 rows.append(run_child(mode, os.path.join(root, mode), home, args))
             for mode in warm:  # over the cache the zerojit cold run left
                 rows.append(run_child(mode, os.path.join(root, "zerojit"), home, args))
+                if mode == "zerojit-warm" and rows[-1]["keys"] >= 5:  # its fixed / per-key split: a fifth of it
+                    part = rows[-1]["keys"] // 5
+                    run_child(PART, os.path.join(root, "zerojit"), home, args, subset=part)  # its index, untimed
+                    rows.append(run_child(PART, os.path.join(root, "zerojit"), home, args, subset=part))
     report(rows, cold, warm, args)
 
 
@@ -331,6 +349,21 @@ def efficiency(stats: dict, seconds: float) -> str:
     ideal = stats["worker_seconds"] / workers
     return (f"{stats['worker_seconds']:.2f} s of worker requests on {workers} workers: ideal {ideal:.2f} s, took "
             f"{seconds:.2f} s, parallel efficiency {100 * ideal / seconds:.0f}%")
+
+
+def warm_split(rows: list) -> tuple[float, float, int, int] | None:
+    """The zerojit-warm call as ``fixed ms + per-key ms x keys``: the line through the medians of
+    the whole key space's warm call and its part's (``PART``), with both key counts; None when
+    the part was not run."""
+    whole = [r for r in rows if r["mode"] == "zerojit-warm"]
+    part = [r for r in rows if r["mode"] == PART]
+    if not whole or not part:
+        return None
+    n, k = whole[0]["keys"], part[0]["keys"]
+    t_n = 1e3 * statistics.median(r["seconds"] for r in whole)
+    t_k = 1e3 * statistics.median(r["seconds"] for r in part)
+    per_key = (t_n - t_k) / (n - k)
+    return t_n - per_key * n, per_key, n, k
 
 
 def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None:
@@ -382,6 +415,13 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
                 print(f"{m} compile stages (worker seconds): "
                       + ", ".join(f"{stage} {s:.1f}" for stage, s in stats["worker_stages"]))
     warm_runs = [r for r in rows if r["mode"] == "zerojit-warm"]
+    split = warm_split(rows)
+    if split:
+        fixed, per_key, n, part = split
+        med["zerojit-warm"].update(fixed_ms=fixed, per_key_ms=per_key)
+        print(f"zerojit-warm split: fixed {fixed:.1f} ms + {per_key:.3f} ms per key (a line through the warm call "
+              f"over {n} keys and over its first {part}, {PART}, medians of {args.repeat} run(s) each, this run); "
+              f"the warm call over {n} keys: {med['zerojit-warm']['ms_per_key']:.2f} ms/key")
     if warm_runs:
         restore = statistics.median(dict(r["stats"]["phases"]).get("restore", 0.0) for r in warm_runs)
         once = statistics.median(sum(dict(r["stats"]["phases"]).get(p, 0.0) for p in ("imports", "prime"))

@@ -151,6 +151,7 @@ def decode_value(value: Any, where: str) -> Any:
 
 
 _TUPLE = "tuple"  # encode_exact's tags: a tuple, a dict of any keys
+_SCALARS = frozenset((bool, int, float, str))  # decode_exact returns these (and None) as they are
 _DICT = "dict"
 
 
@@ -196,21 +197,26 @@ def decode_exact(data: Any, where: str) -> Any:
             than one, a dict entry that is not a pair or whose key is a list or dict, an unknown
             dtype name), naming ``where``.
     """
-    if data is None or type(data) in (bool, int, float, str):
+    if data is None or type(data) in _SCALARS:
         return data
+    # scalars are decoded inline below, not by a call each: a restore index holds thousands
     if type(data) is list:
-        return [decode_exact(v, where) for v in data]
+        return [v if v is None or type(v) in _SCALARS else decode_exact(v, where) for v in data]
     if type(data) is not dict or len(data) != 1:
         raise ValueError(f"{where}: {_brief(data)} is not an encoded value")
     (tag, inner), = data.items()
     if tag == _TUPLE and type(inner) is list:
-        return tuple(decode_exact(v, where) for v in inner)
+        return tuple([v if v is None or type(v) in _SCALARS else decode_exact(v, where) for v in inner])
     if tag == _DICT and type(inner) is list:
         out = {}
         for pair in inner:
             if type(pair) is not list or len(pair) != 2:
                 raise ValueError(f"{where}: dict entry {_brief(pair)} is not a [key, value] pair")
-            key, item = decode_exact(pair[0], where), decode_exact(pair[1], where)
+            key, item = pair
+            if not (key is None or type(key) in _SCALARS):
+                key = decode_exact(key, where)
+            if not (item is None or type(item) in _SCALARS):
+                item = decode_exact(item, where)
             try:
                 out[key] = item
             except TypeError:  # a list key: never written

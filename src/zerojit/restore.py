@@ -336,10 +336,13 @@ def _parse_entry(data: Any, where: str) -> _Entry:
         raise _Unusable(f"{where} must be an object, not {type(data).__name__}")
     group = []
     for pair in _field(data, "group", list, where):
-        if (type(pair) is not list or len(pair) != 2 or any(type(p) is not str or not p for p in pair)
-                or "/" in pair[0] or os.path.isabs(pair[1]) or ".." in pair[1].split("/")):
-            raise _Unusable(f"{where}: 'group' entry {_short(pair)} is no (file name, path in the cache folder) pair")
-        group.append((pair[0], pair[1]))
+        if type(pair) is list and len(pair) == 2:
+            name, rel = pair
+            if (type(name) is str and type(rel) is str and name and rel and "/" not in name
+                    and not rel.startswith("/") and ".." not in rel.split("/")):  # relative: posixpath.isabs
+                group.append((name, rel))
+                continue
+        raise _Unusable(f"{where}: 'group' entry {_short(pair)} is no (file name, path in the cache folder) pair")
     src = _decoded(_field(data, "src", dict, where), f"{where}: 'src'")
     if (type(src) is not tuple or len(src) != 3 or any(type(d) is not dict for d in src)
             or any(type(k) is not str for k in src[0])):
@@ -348,7 +351,10 @@ def _parse_entry(data: Any, where: str) -> _Entry:
     for pair in _field(data, "specialization", list, where):
         if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
             raise _Unusable(f"{where}: 'specialization' entry {_short(pair)} is no (type, attr) pair")
-        specialization.append(SpecClass(pair[0], _decoded(pair[1], f"{where}: 'specialization'")))
+        attr = pair[1]  # mostly None, "", "D" or an int: as decode_exact returns them, without a call
+        if not (attr is None or type(attr) in (str, int, bool)):
+            attr = _decoded(attr, f"{where}: 'specialization'")
+        specialization.append(SpecClass(pair[0], attr))
     memo = _decoded(_field(data, "key_memo", dict, where), f"{where}: 'key_memo'")
     if type(memo) is not tuple:
         raise _Unusable(f"{where}: 'key_memo' must be a tuple")
