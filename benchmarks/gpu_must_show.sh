@@ -9,8 +9,13 @@
 # At most 8 files land in $OUT (what a device call brings back): log.txt (every step's output)
 # and one JSON per benchmark.
 #
+# STEPS (space-separated step names, default every step) runs only those, in this order; e.g.
+# issue #33's call: STEPS="bytecode first-launch autotune launch warmup run" (autotune.py --rounds 3
+# is the step "autotune", not run by default).
+#
 # Usage, from the repository root on the GPU machine:
 #   OUT=/some/folder bash benchmarks/gpu_must_show.sh
+#   OUT=/some/folder STEPS="first-launch autotune" bash benchmarks/gpu_must_show.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-must-show}
@@ -20,9 +25,11 @@ LOG="$OUT/log.txt"
 export PYTHONPATH="src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=
 
 # step NAME CMD...: run CMD, its output appended to the log under a header with its status and seconds.
+STEPS=${STEPS:-wheels bytecode gpu-tests first-launch launch warmup kernels run}
 step() {
   local name=$1 t0 rc=0
   shift
+  case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
   t0=$(date +%s.%N)
   echo "== $name: $*" >>"$LOG"
   "$@" >>"$LOG" 2>&1 || rc=$?
@@ -42,6 +49,7 @@ step first-launch "$PY" benchmarks/first_launch.py --repeat 3 --json "$OUT/first
 step launch "$PY" benchmarks/launch.py --rounds 15 --json "$OUT/launch.json"
 step warmup "$PY" benchmarks/warmup.py --repeat 3 --json "$OUT/warmup.json"
 step kernels "$PY" benchmarks/kernels.py --json "$OUT/kernels.json"
+step autotune "$PY" benchmarks/autotune.py --rounds 3 --json "$OUT/autotune.json"
 cold=$(mktemp -d)
 step run env TRITON_CACHE_DIR="$cold" "$PY" -m zerojit run --device cuda --no-progress --json "$OUT/run.json"
 rm -rf "$cold"
