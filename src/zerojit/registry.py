@@ -652,9 +652,11 @@ class JitWarmupRegistry:
                             for i in range(len(jobs))]
                 primer = list(ran_iter)
                 # generic variants: a second sweep of this session, once the keys' variants are known
+                t0 = time.perf_counter()
                 generic_variants, generic_stats, generic_pulled = _warm_generic(
                     session, jobs, outcomes, group=group, progress=progress,
                     store=store if pulled is not None and not pulled.down else None) if generic else ([], None, None)
+                generic_seconds = time.perf_counter() - t0 if generic else None
                 if generic_pulled is not None:
                     pulled = pulled.add(generic_pulled)
         session.counts.recovered.extend(damaged)
@@ -704,7 +706,8 @@ class JitWarmupRegistry:
         )
         phases = {**manifest_phases, "restore": restore_seconds,
                   **({"imports": imports_seconds} if imports_seconds is not None else {}),
-                  **({"store": store_seconds} if pulled is not None else {}), **session.counts.phases}
+                  **({"store": store_seconds} if pulled is not None else {}), **session.counts.phases,
+                  **({"generic": generic_seconds} if generic_seconds is not None else {})}
         if any(getattr(v, "loaded", False) for k in kernels for v in k.variants):
             t0 = time.perf_counter()
             loading.prime_launch_path()

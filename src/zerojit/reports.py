@@ -100,8 +100,9 @@ class WarmupStats:
             costs), ``sweep`` (every other key's warm-up launch; with workers, those that miss
             the disk cache are handed to them), ``workers`` (waiting for the workers' results),
             ``compile`` (spawned workers: keys this process compiled itself while none had
-            booted yet), ``load`` (loading the workers' results, as they arrive), ``prime`` (the
-            launch path's first launch, on a GPU). Absent phases did not run. ``imports`` (after a restore: the launch path's lazy imports, which no
+            booted yet), ``load`` (loading the workers' results, as they arrive), ``generic``
+            (the generic variants' whole pass, after the keys': its own phases are in
+            ``WarmupReport.generic_stats``), ``prime`` (the launch path's first launch, on a GPU). Absent phases did not run. ``imports`` (after a restore: the launch path's lazy imports, which no
             warm-up launch paid; once per process) comes right after ``restore``.
         worker_seconds: seconds the worker processes spent on their requests (kernel compiles,
             launcher builds, waiting for another process's lock), summed over workers.
