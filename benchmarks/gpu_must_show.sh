@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Every figure of issue #21's must-show in one GPU call, each step timed, results under $OUT:
+# Every figure of issues #21's and #33's must-shows in one GPU call, each step timed, results under $OUT:
 #   set-up: the wheels in .whl/ (fla-core, liger-kernel, einops: the GPU tests' third-party
 #           kernels) into /tmp/site, and byte-compiled torch and Triton (an image that ships them
 #           without bytecode, as the H200 image does, pays 0.1 s of Triton's compiler imports per
 #           process and 4-5 s of torch's import without it);
 #   the GPU tests (pytest -m gpu), first_launch.py --repeat 3, launch.py (15 rounds),
-#   warmup.py --repeat 3, kernels.py, and zerojit run --device cuda with defaults on a cold cache.
+#   warmup.py --repeat 3, kernels.py, autotune.py --rounds 3, and zerojit run --device cuda with
+#   defaults on a cold cache. On an H100 (2026-12-06) the steps after the GPU tests took ~240 s.
 # At most 8 files land in $OUT (what a device call brings back): log.txt (every step's output)
 # and one JSON per benchmark.
 #
-# STEPS (space-separated step names, default every step) runs only those, in this order; e.g.
-# issue #33's call: STEPS="bytecode first-launch autotune launch warmup run" (autotune.py --rounds 3
-# is the step "autotune", not run by default).
+# STEPS (space-separated step names, default every step) runs only those, in the order above; e.g.
+# issue #33's figures without the GPU tests: STEPS="bytecode first-launch launch warmup autotune run"
+# (autotune.py --rounds 3 is the step "autotune").
 #
 # Usage, from the repository root on the GPU machine:
 #   OUT=/some/folder bash benchmarks/gpu_must_show.sh
@@ -25,15 +26,16 @@ LOG="$OUT/log.txt"
 export PYTHONPATH="src:/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=
 
 # step NAME CMD...: run CMD, its output appended to the log under a header with its status and seconds.
-STEPS=${STEPS:-wheels bytecode gpu-tests first-launch launch warmup kernels run}
+STEPS=${STEPS:-wheels bytecode gpu-tests first-launch launch warmup kernels autotune run}
 step() {
   local name=$1 t0 rc=0
   shift
   case " $STEPS " in *" $name "*) ;; *) return 0 ;; esac
-  t0=$(date +%s.%N)
+  t0=$(date +%s%N)
   echo "== $name: $*" >>"$LOG"
   "$@" >>"$LOG" 2>&1 || rc=$?
-  echo "== $name: exit $rc after $(echo "$(date +%s.%N) - $t0" | bc) s" >>"$LOG"
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))  # shell arithmetic: the device image has no bc
+  echo "== $name: exit $rc after $((ms / 1000)).$(printf %03d $((ms % 1000))) s" >>"$LOG"
   echo "$name: exit $rc"
 }
 
