@@ -322,7 +322,7 @@ def main() -> None:
                   (f"fast, monitor {monitor_mode} <= 0.90x direct", vs_direct, vs_direct <= 0.9)]
     print("  goals (issue #21), on the per-round medians (each round's modes timed moments apart):")
     for name, x, ok in goals:
-        print(f"    {name:<34} {x:>6.3f}x  {'met' if ok else 'NOT met'}")
+        print(f"    {name:<36} {x:>6.3f}x  {'met' if ok else 'NOT met'}")
     body_us = results["(zerojit __call__ body alone)"]["us_per_launch"]
     print(f"  of zerojit's cost, {body_us:.2f} us is the declarative __call__ body itself (grid, LaunchSpec), "
           "which the raw call site does not run")

@@ -356,10 +356,11 @@ def efficiency(stats: dict, seconds: float) -> str:
     whole = ""
     if "generic" in phases:
         generic = stats.get("generic_worker_seconds", 0.0)
-        whole = (f" (generic variants apart: {phases['generic']:.2f} s, {generic:.2f} s of worker requests; "
-                 f"the whole call {100 * (stats['worker_seconds'] + generic) / workers / seconds:.0f}%)")
-    return (f"{stats['worker_seconds']:.2f} s of worker requests on {workers} workers: ideal {ideal:.2f} s, the keys "
-            f"took {keys_s:.2f} s{whole}, parallel efficiency {100 * ideal / keys_s:.0f}%")
+        whole = (f"; after it, the generic variants' pass, counted apart: {phases['generic']:.2f} s, {generic:.2f} s "
+                 f"of worker requests; both passes together: "
+                 f"{100 * (stats['worker_seconds'] + generic) / workers / seconds:.0f}% of the whole call")
+    return (f"the keys' pass: {stats['worker_seconds']:.2f} s of worker requests on {workers} workers, ideal "
+            f"{ideal:.2f} s, took {keys_s:.2f} s{whole}; the keys' parallel efficiency {100 * ideal / keys_s:.0f}%")
 
 
 def warm_split(rows: list) -> tuple[float, float, int, int] | None:

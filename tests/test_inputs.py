@@ -345,3 +345,17 @@ def test_checked_launcher_needs_a_checked_kernel():
                 pass
     error = e.value if isinstance(e.value, KernelDefinitionError) else e.value.__cause__
     assert "decorates __call__ of a CheckedKernel subclass" in str(error)
+
+
+def test_scale_adds_scale_must_be_a_float_tritons_fp32_argument():
+    """An int, a tensor or None as ``scale`` would launch another signature than the warmed one
+    (a compile at run time); the example's checks name the argument instead, before any launch."""
+    from zerojit.examples.scale_add import ScaleAdd
+
+    k = ScaleAdd()
+    x = torch.zeros(64)
+    inputs = dict(x=x, bias=torch.zeros(16), out=torch.zeros(64), period=16)
+    assert k.key_for(**inputs, scale=0.5) == ScaleAdd.CompileKey(period_class=16, block=256, x_aligned=True)
+    for bad, shown in ((2, "int"), (None, "NoneType"), (torch.tensor(0.5), "Tensor"), ("a", "str")):
+        with pytest.raises(KernelInputError, match=rf"^scale_add: argument 'scale': must be a float, got {shown}$"):
+            k.key_for(**inputs, scale=bad)

@@ -425,14 +425,15 @@ def test_step_times_name_the_slowest_step_and_the_collections():
     # the first-step goal's ratio: the first step against the median of the steps with prefills (3.0 and 2.0: 2.5)
     assert t.first_over_prefill_median == 1.2 and t.to_dict()["first_over_prefill_median"] == 1.2
     assert first.startswith("first 3.00 ms (a prefill step, 400 tokens) = 1.20x the median of steps with "
-                            "prefills; median 1.00 ms: 3.0x")
+                            "prefills; median of all steps 1.00 ms, the first 3.0x it")
     assert "max 9.00 ms = 9.0x the median (step 3: 50 tokens, 0 prefills, 25 decodes; 1.50 ms of it on the CPU, " \
         "the rest waiting for it)" in pauses
     assert "gc 1 collection in steps (4.0 ms), 1 between" in pauses
     assert StepTimes.of(Replay()) is None
     r.step_prefills = [0] * 101  # no step with prefills: no ratio, and none printed
     assert StepTimes.of(r).first_over_prefill_median is None
-    assert StepTimes.of(r).summary()[0].startswith("first 3.00 ms (a decode-only step, 400 tokens); median 1.00 ms: 3.0x")
+    assert StepTimes.of(r).summary()[0].startswith(
+        "first 3.00 ms (a decode-only step, 400 tokens); median of all steps 1.00 ms, the first 3.0x it")
     assert r.summaries[3] == StepSummary(3, 50, 0, 25)
 
 

@@ -59,7 +59,8 @@ class ScaleAdd(CheckedKernel["ScaleAdd.CompileKey"]):
     Raises:
         KernelInputError: ``x``, ``bias`` or ``out`` not a contiguous 1-D float32 tensor on the
             device of ``x``; ``out`` not as long as ``x``; ``period`` not an int >= 1; ``block``
-            not a power of two >= 16.
+            not a power of two >= 16; ``scale`` not a float (Triton's fp32 argument: an int, a
+            tensor or None would launch another signature, a compile at run time).
     """
 
     kernel = _scale_add_kernel
@@ -95,6 +96,8 @@ class ScaleAdd(CheckedKernel["ScaleAdd.CompileKey"]):
         Require("block", "is_int(block) and block >= 16 and block & (block - 1) == 0",
                 "must be a power of two >= 16, got {block!r}"),
         Let("x_aligned", "is_aligned(x)"),
+        # a Python float is Triton's fp32 argument; an int, a tensor or None is another signature
+        Require("scale", "type(scale) is float", "must be a float, got {type(scale).__name__}"),
     )
     def __call__(self, key, constexprs, *, x, bias, out, period: int, scale: float, block: int = 256) -> LaunchSpec:
         """Launch over ``n = len(x)`` elements; returns ``out`` (see the class)."""

@@ -558,8 +558,8 @@ class StepTimes:
         goal = ("" if self.first_over_prefill_median is None else
                 f" = {self.first_over_prefill_median:.2f}x the median of steps with prefills")
         return (
-            f"first {self.first_ms:.2f} ms ({kind}, {count(self.first_tokens, 'token')}){goal}; median "
-            f"{self.median_ms:.2f} ms: {self.first_ms / med:.1f}x (medians: {kinds}; CPU time: first "
+            f"first {self.first_ms:.2f} ms ({kind}, {count(self.first_tokens, 'token')}){goal}; median of all "
+            f"steps {self.median_ms:.2f} ms, the first {self.first_ms / med:.1f}x it (medians: {kinds}; CPU time: first "
             f"{self.first_cpu_ms:.2f} ms, median {self.median_cpu_ms:.2f} ms)",
             f"p99 {self.p99_ms:.2f} ms, max {self.max_ms:.2f} ms = {self.max_ms / med:.1f}x the median (step "
             f"{self.max_step}: {count(self.max_tokens, 'token')}, {count(self.max_prefills, 'prefill')}, "
