@@ -781,13 +781,10 @@ class _CheckedLaunch:
                 lines += [f"if {e.name}.__class__ is not _zj_Tensor:\n                raise _zj_Slow",
                           f"_zj_{e.name}_shape = {e.name}.shape", f"_zj_{e.name}_strides = {e.name}.stride()"]
                 gen.cached.add(e.name)
-            test = e._guard(gen) if e in self.deferred else e._fast(gen)
-            if test is None:
+            line = _test_line(gen, e, e._guard(gen) if e in self.deferred else e._fast(gen), "")
+            if line is None:
                 continue
-            test = gen.fast(test)
-            if e.when:
-                test = f"not ({gen.fast(e.when)}) or ({test})"
-            lines.append(f"if not ({test}):\n                raise _zj_Slow")
+            lines.append(line)
             if isinstance(e, TensorArg) and e.name == self.anchor:
                 lines.append(f"_zj_dev = {e.name}.device")
         # New facts (a token count never seen, a new period): the once-per-facts steps and the
@@ -800,10 +797,7 @@ class _CheckedLaunch:
                 if e.name not in self.per_launch_lets:
                     lines.append(f"    {e.name} = {gen.fast(e.expr)}")
             elif e in self.deferred:
-                test = gen.fast(e._fast(gen))
-                if e.when:
-                    test = f"not ({gen.fast(e.when)}) or ({test})"
-                lines.append(f"    if not ({test}):\n                    raise _zj_Slow")
+                lines.append(_test_line(gen, e, e._fast(gen), "    "))
         facts = ", ".join(f"{f!r}: {f}" for f in self.facts)
         lines.append(f"    _zj_hit = _zj_learn(self, _zj_mk, {{{facts}}})")
         checks = "".join(f"            {line}\n" for line in lines)
@@ -871,6 +865,17 @@ class _CheckedLaunch:
         if memo_key is None:
             return found
         return kernel.__dict__.setdefault("_zerojit_facts", {}).setdefault(memo_key, found)
+
+
+def _test_line(gen: _Generator, e: _Element, test: str | None, indent: str) -> str | None:
+    """The generated statement that leaves for the reference path when ``test`` (a step's source,
+    under its ``when``) fails; None for no test."""
+    if test is None:
+        return None
+    test = gen.fast(test)
+    if e.when:
+        test = f"not ({gen.fast(e.when)}) or ({test})"
+    return f"{indent}if not ({test}):\n{indent}                raise _zj_Slow"
 
 
 def _kernel_params(cls: type) -> Any:

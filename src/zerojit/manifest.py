@@ -52,7 +52,7 @@ from .outputs import atomic_output
 from .specialization import SpecClass, WarmupTensor, bind
 
 __all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "ManifestSkip", "RecordedSpecialization",
-           "KernelRecord",
+           "KernelRecord", "PLAIN_TYPES",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
             "decode_exact", "encode_specialization", "encode_config", "unimportable",
@@ -151,7 +151,8 @@ def decode_value(value: Any, where: str) -> Any:
 
 
 _TUPLE = "tuple"  # encode_exact's tags: a tuple, a dict of any keys
-_SCALARS = frozenset((bool, int, float, str))  # decode_exact returns these (and None) as they are
+#: The types :func:`decode_exact` returns as they are (with None): a caller that meets one skips the call.
+PLAIN_TYPES = frozenset((bool, int, float, str))
 _DICT = "dict"
 
 
@@ -197,25 +198,25 @@ def decode_exact(data: Any, where: str) -> Any:
             than one, a dict entry that is not a pair or whose key is a list or dict, an unknown
             dtype name), naming ``where``.
     """
-    if data is None or type(data) in _SCALARS:
+    if data is None or type(data) in PLAIN_TYPES:
         return data
     # scalars are decoded inline below, not by a call each: a restore index holds thousands
     if type(data) is list:
-        return [v if v is None or type(v) in _SCALARS else decode_exact(v, where) for v in data]
+        return [v if v is None or type(v) in PLAIN_TYPES else decode_exact(v, where) for v in data]
     if type(data) is not dict or len(data) != 1:
         raise ValueError(f"{where}: {_brief(data)} is not an encoded value")
     (tag, inner), = data.items()
     if tag == _TUPLE and type(inner) is list:
-        return tuple([v if v is None or type(v) in _SCALARS else decode_exact(v, where) for v in inner])
+        return tuple([v if v is None or type(v) in PLAIN_TYPES else decode_exact(v, where) for v in inner])
     if tag == _DICT and type(inner) is list:
         out = {}
         for pair in inner:
             if type(pair) is not list or len(pair) != 2:
                 raise ValueError(f"{where}: dict entry {_brief(pair)} is not a [key, value] pair")
             key, item = pair
-            if not (key is None or type(key) in _SCALARS):
+            if not (key is None or type(key) in PLAIN_TYPES):
                 key = decode_exact(key, where)
-            if not (item is None or type(item) in _SCALARS):
+            if not (item is None or type(item) in PLAIN_TYPES):
                 item = decode_exact(item, where)
             try:
                 out[key] = item

@@ -78,7 +78,7 @@ from .cache import cache_dir, use_fast_triton_key
 from .integrity import digests_of, plain_manager_class, read_checked, read_group_file
 from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
-from .manifest import decode_exact, encode_exact
+from .manifest import PLAIN_TYPES, decode_exact, encode_exact
 from .outputs import write_output
 from .specialization import SpecClass
 
@@ -352,7 +352,7 @@ def _parse_entry(data: Any, where: str) -> _Entry:
         if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
             raise _Unusable(f"{where}: 'specialization' entry {_short(pair)} is no (type, attr) pair")
         attr = pair[1]  # mostly None, "", "D" or an int: as decode_exact returns them, without a call
-        if not (attr is None or type(attr) in (str, int, bool)):
+        if not (attr is None or type(attr) in PLAIN_TYPES):
             attr = _decoded(attr, f"{where}: 'specialization'")
         specialization.append(SpecClass(pair[0], attr))
     memo = _decoded(_field(data, "key_memo", dict, where), f"{where}: 'key_memo'")

@@ -514,7 +514,6 @@ class StepTimes:
     gc_in_steps: int = 0
     gc_in_steps_ms: float = 0.0
     gc_between_steps: int = 0
-    first_over_prefill_median: float | None = None
 
     @classmethod
     def of(cls, replay: "Replay") -> "StepTimes | None":
@@ -528,14 +527,12 @@ class StepTimes:
         prefill = [m for m, i in zip(ms, replay.timed_steps) if replay.step_prefills[i]]
         decode = [m for m, i in zip(ms, replay.timed_steps) if not replay.step_prefills[i]]
         in_steps = [c for c in replay.collections if c[2] is not None]
-        median_prefill = statistics.median(prefill) if prefill else None
         return cls(
             steps=len(ms), first_ms=ms[0], first_tokens=replay.step_tokens[first],
             first_prefills=replay.step_prefills[first], median_ms=statistics.median(ms),
             p99_ms=_nearest_rank(ordered, 0.99), max_ms=ordered[-1],
             median_decode_ms=statistics.median(decode) if decode else None,
-            median_prefill_ms=median_prefill,
-            first_over_prefill_median=ms[0] / median_prefill if median_prefill else None,
+            median_prefill_ms=statistics.median(prefill) if prefill else None,
             max_step=step, max_tokens=replay.step_tokens[step], max_prefills=replay.step_prefills[step],
             max_decodes=replay.step_decodes[step], max_cpu_ms=replay.step_cpu_ms[slowest],
             max_cpu_step_ms=max(replay.step_cpu_ms), first_cpu_ms=replay.step_cpu_ms[0],
@@ -543,8 +540,14 @@ class StepTimes:
             gc_in_steps_ms=sum(c[1] for c in in_steps) * 1e3,
             gc_between_steps=len(replay.collections) - len(in_steps))
 
+    @property
+    def first_over_prefill_median(self) -> float | None:
+        """``first_ms / median_prefill_ms`` (None: no step has a prefill)."""
+        return self.first_ms / self.median_prefill_ms if self.median_prefill_ms else None
+
     def to_dict(self) -> dict[str, Any]:
-        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
+        fields = dict(dataclasses.asdict(self), first_over_prefill_median=self.first_over_prefill_median)
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in fields.items()}
 
     def summary(self) -> tuple[str, str]:
         """The report's two lines: the first step against the median; the pauses."""
