@@ -26,6 +26,9 @@ listed, with one fresh ``TRITON_HOME`` per repeat:
   (``zerojit.cache.remembered_launcher``) and copied, not built again. This is the cold start of
   a server whose configs changed on an image it ran before (a brand-new image without those
   files is ``zerojit-new-install``; a changed kernel signature builds its launcher again);
+* ``zerojit-nice0``: the same as ``zerojit`` with ``ZEROJIT_WORKER_NICE=0``: the workers at the
+  warm-up's own priority instead of 5 lower (``zerojit.precompile.worker_nice``); the A/B of that
+  default, per round (``zerojit`` / ``zerojit-nice0`` seconds, and the keys' pass efficiency);
 * ``zerojit-spawn``: the same as ``zerojit`` with ``ZEROJIT_WORKER_START=spawn``: workers
   started as new interpreters (each imports Triton and the kernels' modules) instead of forked
   from the warm-up's process (the default on Linux, ``zerojit.precompile.worker_start_method``);
@@ -76,7 +79,8 @@ import sys
 import tempfile
 import time
 
-COLD = ("triton-serial", "triton-threads", "zerojit-new-install", "zerojit", "zerojit-spawn", "zerojit-prestarted")
+COLD = ("triton-serial", "triton-threads", "zerojit-new-install", "zerojit", "zerojit-nice0", "zerojit-spawn",
+        "zerojit-prestarted")
 WARM = ("triton-warm", "zerojit-warm")
 PART = "zerojit-warm-part"  # zerojit-warm over the first keys // 5 keys: the fixed / per-key split
 
@@ -237,6 +241,8 @@ def run_child(mode: str, cache: str, home: str, args: argparse.Namespace, subset
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_HOME=home)
     if mode == "zerojit-spawn":
         env["ZEROJIT_WORKER_START"] = "spawn"
+    if mode == "zerojit-nice0":
+        env["ZEROJIT_WORKER_NICE"] = "0"
     child_mode = "zerojit-warm" if mode == PART else mode
     cmd = [sys.executable, os.path.abspath(__file__), "--child", child_mode, "--workers", str(args.workers),
            "--space", args.space, "--overlap", str(args.overlap), "--subset", str(subset)] + (
@@ -363,6 +369,26 @@ def efficiency(stats: dict, seconds: float) -> str:
             f"{ideal:.2f} s, took {keys_s:.2f} s{whole}; the keys' parallel efficiency {100 * ideal / keys_s:.0f}%")
 
 
+def nice_ab(rows: list) -> None:
+    """Print the per-round A/B of the workers' default niceness: ``zerojit`` (5) over
+    ``zerojit-nice0`` (0), the call's seconds and the keys' pass efficiency, median and spread."""
+    a = [r for r in rows if r["mode"] == "zerojit"]
+    b = [r for r in rows if r["mode"] == "zerojit-nice0"]
+    if not a or len(a) != len(b):
+        return
+    ratios = [x["seconds"] / y["seconds"] for x, y in zip(a, b)]
+
+    def eff(r: dict) -> float:
+        s = r["stats"]
+        keys_s = r["seconds"] - dict(s["phases"]).get("generic", 0.0)
+        return 100 * s["worker_seconds"] / max(s["workers"], 1) / keys_s
+
+    diffs = [eff(x) - eff(y) for x, y in zip(a, b)]
+    print(f"workers at niceness 5 vs 0, per round: call seconds zerojit / zerojit-nice0 median "
+          f"{statistics.median(ratios):.3f} (spread {min(ratios):.3f}-{max(ratios):.3f}); the keys' pass efficiency "
+          f"{statistics.median(diffs):+.0f} points (spread {min(diffs):+.0f} to {max(diffs):+.0f})")
+
+
 def warm_split(rows: list) -> tuple[float, float, int, int] | None:
     """The zerojit-warm call as ``fixed ms + per-key ms x keys``: the line through the medians of
     the whole key space's warm call and its part's (``PART``), with both key counts; None when
@@ -414,7 +440,7 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
             print(f"{m} cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in "
                   f"the parent{launchers} ({z['worker_seconds']:.2f} s of worker time)"
                   + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
-    for m in ("zerojit-new-install", "zerojit", "zerojit-spawn", "zerojit-prestarted", "zerojit-warm"):
+    for m in ("zerojit-new-install", "zerojit", "zerojit-nice0", "zerojit-spawn", "zerojit-prestarted", "zerojit-warm"):
         last = next((r for r in reversed(rows) if r["mode"] == m), None)
         if last and last["stats"]:
             stats = last["stats"]
@@ -426,6 +452,7 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
                 print(f"{m} efficiency (last run): {efficiency(stats, last['seconds'])}; every run: {', '.join(effs)}")
                 print(f"{m} compile stages (worker seconds): "
                       + ", ".join(f"{stage} {s:.1f}" for stage, s in stats["worker_stages"]))
+    nice_ab(rows)
     warm_runs = [r for r in rows if r["mode"] == "zerojit-warm"]
     split = warm_split(rows)
     if split:

@@ -765,6 +765,64 @@ def test_worker_start_method_is_fork_on_linux_unless_spawn_is_asked_for(monkeypa
         precompile.worker_start_method()
 
 
+def _descendants_nice() -> dict[int, int]:
+    """pid -> niceness of every live process below this one (/proc: the parent pid is field 4 of
+    ``stat``, the niceness field 19; a forked tree's workers are grandchildren)."""
+    stats = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                stats[int(name)] = (int(fields[1]), int(fields[16]))  # (ppid, nice)
+    below, todo = {}, [os.getpid()]
+    while todo:
+        parent = todo.pop()
+        for pid, (ppid, nice) in stats.items():
+            if ppid == parent and pid not in below:
+                below[pid] = nice
+                todo.append(pid)
+    return below
+
+
+@pytest.mark.parametrize("mode", ["fork", "spawn"])
+@pytest.mark.parametrize("asked", [None, "0", "11"])
+def test_compile_workers_run_at_a_lower_priority_than_the_warm_up(monkeypatch, tmp_path, mode, asked):
+    """Workers add ``worker_nice()`` to their niceness (5 by default; ``ZEROJIT_WORKER_NICE``),
+    so the process that loads their results comes first on a busy host."""
+    monkeypatch.setenv(precompile.WORKER_START_ENV, mode)
+    if asked is None:
+        monkeypatch.delenv(precompile.WORKER_NICE_ENV, raising=False)
+    else:
+        monkeypatch.setenv(precompile.WORKER_NICE_ENV, asked)
+    use_cache(monkeypatch, tmp_path)
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    expected = min(own + (5 if asked is None else int(asked)), 19)
+    registry, config = dsv4_registry()
+    before = set(_descendants_nice())
+    assert registry.start_workers(config, workers=2, target="cuda:90") == 2
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # a spawned worker renices once it has read its set-up
+            workers = {pid: nice for pid, nice in _descendants_nice().items() if pid not in before}
+            if len(workers) == 2 and set(workers.values()) == {expected}:
+                break
+            assert time.monotonic() < deadline, f"workers' niceness {workers}, expected {expected} (own {own})"
+            time.sleep(0.05)
+    finally:
+        registry.stop_workers()
+
+
+@pytest.mark.parametrize("value", ["-1", "20", "low", "2.5"])
+def test_a_worker_niceness_outside_0_to_19_is_refused(monkeypatch, value):
+    monkeypatch.setenv(precompile.WORKER_NICE_ENV, value)
+    with pytest.raises(ValueError, match=f"ZEROJIT_WORKER_NICE={value!r}: use a whole number from 0 to 19"):
+        precompile.worker_nice()
+
+
 def test_forking_past_its_budget_spawns_the_later_workers(monkeypatch, tmp_path):
     """Forked workers come as one tree (one fork of this process's, the others forked by the
     first worker). A large process forks slowly (fork copies its page tables): once this
@@ -925,3 +983,18 @@ def test_a_later_sweep_never_waits_for_a_launcher_an_earlier_pool_was_asked_for(
     session._finish(first)
     assert session._launcher_tasks == {} and ("*fp32", "i32") not in session._launchers
     assert session.counts.workers == 2
+
+
+@pytest.mark.parametrize("name, value, said", [
+    ("ZEROJIT_WORKER_NICE", "high", "ZEROJIT_WORKER_NICE='high': use a whole number from 0 to 19"),
+    ("ZEROJIT_WORKER_START", "forkserver", "ZEROJIT_WORKER_START='forkserver': use 'fork' or 'spawn'")])
+def test_a_bad_worker_setting_exits_2_naming_it_on_the_command_line(tmp_path, monkeypatch, name, value, said):
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "cache"))
+    result = CliRunner().invoke(app, ["demo"], env={name: value})
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "Traceback" not in result.output
+    assert [line for line in result.output.splitlines() if line.startswith("zerojit ")] == [f"zerojit demo: {said}"]

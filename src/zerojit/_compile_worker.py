@@ -18,8 +18,8 @@ Protocol: the parent writes requests to stdin, the worker answers on its origina
 points its fd 1 at stderr, so stray prints cannot corrupt the stream). Each message is a 4-byte
 little-endian length and a pickle. The first request is the set-up (``sys.path``, cache folder,
 target, the modules that define the kernels), sent at start; the worker answers it with its
-ready message once booted (a set-up's ``nice``, from :mod:`zerojit.serving.background`, is added
-to the worker's niceness first). Then come ``launcher`` requests (Triton 3.6 only: a launcher module
+ready message once booted (a set-up's ``nice`` is added to the worker's niceness first: a
+warm-up's :func:`zerojit.precompile.worker_nice`, serving's background workers' 19). Then come ``launcher`` requests (Triton 3.6 only: a launcher module
 needs no build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key,
 unanswered: sent once the parent has it, before the first ``compile`` request), and ``compile``
 requests; each request is answered by one dict (before it, ``{"lock_wait": True}`` and
@@ -475,6 +475,13 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def _renice(setup: dict) -> None:
+    """Lower this worker's priority by the set-up's ``nice``, so the process it compiles for
+    comes first on a busy host (``ptxas``, which it runs, inherits it)."""
+    if setup.get("nice"):
+        os.nice(setup["nice"])
+
+
 def main() -> None:
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]  # no sibling as a top-level module
@@ -485,8 +492,7 @@ def main() -> None:
     os.dup2(2, 1)  # anything printed from here on goes to stderr, never into the reply stream
     sys.stdout = sys.stderr
     setup = read_message(requests)  # sent at once: everything but Triton's build key
-    if setup.get("nice"):  # a serving process's background worker (zerojit.serving.background): lowest priority
-        os.nice(setup["nice"])  # (ptxas, which it runs, inherits it)
+    _renice(setup)
     serve(setup, preload(setup, requests), requests, replies)
 
 
@@ -769,6 +775,7 @@ def _serve_forked(setup: dict, started: float, requests_fd: int, replies_fd: int
 
     signal.signal(signal.SIGINT, signal.default_int_handler)  # not the parent's handlers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _renice(setup)
     serve(setup, {"started_at": started}, io.FileIO(requests_fd, "rb", closefd=False),
           os.fdopen(replies_fd, "wb"), forked=True)
 

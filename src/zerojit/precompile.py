@@ -249,7 +249,11 @@ class WarmupSession:
     """
 
     def __init__(self, *, workers: int | None = 1, pool: "_WorkerPool | None" = None) -> None:
-        _watchdog.stall_seconds()  # a bad ZEROJIT_COMPILE_STALL_S fails here, before anything runs
+        # a bad ZEROJIT_COMPILE_STALL_S, ZEROJIT_WORKER_START or ZEROJIT_WORKER_NICE fails here, before
+        # anything runs (also where no worker would start: a setting is checked where it is given)
+        _watchdog.stall_seconds()
+        worker_start_method()
+        worker_nice()
         self.workers = max(int(workers or 1), 1)
         self.counts = pool.counts if pool is not None else _Counts()
         self.counts.origin = time.perf_counter()  # a prestarted pool's boot lies before: negative times
@@ -852,8 +856,16 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], st
 
 #: ``ZEROJIT_WORKER_START``: how compile workers start, ``fork`` (the default on Linux) or ``spawn``.
 WORKER_START_ENV = "ZEROJIT_WORKER_START"
+WORKER_NICE_ENV = "ZEROJIT_WORKER_NICE"
+DEFAULT_WORKER_NICE = 5
 _FORK_BUDGET = 0.25  # seconds of fork() calls after which the remaining workers are spawned
 _COMPILE_WHILE_BOOTING = True  # this process compiles waiting keys while no worker has booted (tests turn it off)
+
+
+class WorkerSettingError(ValueError):
+    """An environment variable that sets up compile workers (``ZEROJIT_WORKER_START``,
+    ``ZEROJIT_WORKER_NICE``) holds a value they cannot use; the message names it (invalid input:
+    the CLI exits 2)."""
 
 
 def worker_start_method() -> str:
@@ -864,13 +876,39 @@ def worker_start_method() -> str:
     where the platform cannot fork (not Linux) is spawn too.
 
     Raises:
-        ValueError: ``ZEROJIT_WORKER_START`` is set to something else.
+        WorkerSettingError: ``ZEROJIT_WORKER_START`` is set to something else.
     """
     chosen = os.environ.get(WORKER_START_ENV, "").strip().lower()
     if chosen not in ("", "fork", "spawn"):
-        raise ValueError(f"{WORKER_START_ENV}={os.environ[WORKER_START_ENV]!r}: use 'fork' or 'spawn'")
+        raise WorkerSettingError(f"{WORKER_START_ENV}={os.environ[WORKER_START_ENV]!r}: use 'fork' or 'spawn'")
     can_fork = sys.platform.startswith("linux") and hasattr(os, "fork")
     return "fork" if can_fork and chosen != "spawn" else "spawn"
+
+
+def worker_nice() -> int:
+    """The niceness compile workers add to their own (``os.nice``) before they boot: 5 by
+    default, ``ZEROJIT_WORKER_NICE`` (0-19) to choose; 0 runs them at this process's priority.
+
+    Why: while the workers compile, this process loads each result as it arrives (module,
+    function and launcher on a GPU) and starts the next requests; with as many workers (and their
+    ``ptxas``) as cores, the scheduler gave it an equal share at best, and the pass waited on its
+    loads. A worker at a lower priority yields the core to this process when it needs one, and
+    keeps it otherwise. (Serving's background compiles use their own, 19:
+    :mod:`zerojit.serving.background`.)
+
+    Raises:
+        WorkerSettingError: ``ZEROJIT_WORKER_NICE`` is set to something other than a whole number 0-19.
+    """
+    text = os.environ.get(WORKER_NICE_ENV, "").strip()
+    if not text:
+        return DEFAULT_WORKER_NICE
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 19:
+        raise WorkerSettingError(f"{WORKER_NICE_ENV}={os.environ[WORKER_NICE_ENV]!r}: use a whole number from 0 to 19")
+    return value
 
 
 @dataclass
@@ -1041,6 +1079,7 @@ class _WorkerPool:
             "target": (target.backend, target.arch, target.warp_size),
             "triton_file": _triton_file(),
             "modules": list(modules),  # imported while the worker boots
+            "nice": worker_nice(),
         }
         self.triton_key: str | None = None  # set_triton_key
         self._links: list[_Link] = []  # the started workers' request streams
