@@ -32,6 +32,7 @@ from zerojit.inputs import (
     checked_launcher,
 )
 from zerojit.kernel import KernelDefinitionError, KernelInputError, LaunchSpec
+from zerojit.keyspace import choices, trace_dispatch
 from zerojit.specialization import WarmupTensor
 
 I32 = torch.int32
@@ -192,6 +193,42 @@ def test_new_facts_failing_a_once_per_facts_check_report_what_the_reference_path
     with pytest.raises(KernelInputError, match=r"^toy: argument 'block'"):
         k.key_for(**good(block=8))  # new facts, failing a check that runs once per facts
     assert plan.slow_calls == before + 1 and k.dispatched == 1
+
+
+class Traced(Toy):
+    """Toy over a key space: ratio 2 or 4, block 64 or 42 (42 fails ``block % ratio == 0`` at 4),
+    x aligned or not."""
+
+    def get_warmup_keys(self) -> list:
+        return trace_dispatch(self.dispatch)(ratio=choices(2, 4), block=choices(64, 42), aligned=choices(True, False))
+
+
+def _point_inputs(ratio: int, block: int, aligned: bool) -> dict:
+    x = torch.zeros(8) if aligned else torch.zeros(9)[1:]  # (torch's allocations are 16-byte aligned)
+    return good(ratio=ratio, block=block, x=x, idx=torch.zeros(8, 4, dtype=I32))
+
+
+def test_the_warm_up_learns_each_traced_point_of_a_warmed_key_as_its_first_launch_would():
+    """finish_warmup learns the facts of the points the key space traced (issue 33: a warmed key's
+    first launch at a traced value is a memo hit): only those whose key warmed and whose
+    once-per-facts checks pass; each entry is the one a launch learns (a fresh instance's, by key_for)."""
+    k = Traced()
+    keys = k.get_warmup_keys()
+    unwarmed = Toy.CompileKey(ratio=2, block=64, aligned=True)
+    k.finish_warmup([key for key in keys if key != unwarmed])
+    reference = Toy()
+    valid = [(r, b, a) for r in (2, 4) for b in (64, 42) for a in (True, False) if b % r == 0]
+    for point in valid:
+        if Toy.CompileKey(*point) != unwarmed:
+            reference.key_for(**_point_inputs(*point))
+    assert len(valid) == 6 and k._zerojit_facts == reference._zerojit_facts  # 5 entries: the warmed valid points
+    k.dispatched = 0
+    for point in valid:
+        assert k.key_for(**_point_inputs(*point)) == Toy.CompileKey(*point)
+    assert k.dispatched == 1  # only the key that did not warm was dispatched at its launch
+    for aligned in (True, False):  # never learned: the launch checks it and says why
+        with pytest.raises(KernelInputError, match="'block': must be an int >= 16 divisible by ratio=4, got 42"):
+            k.key_for(**_point_inputs(4, 42, aligned))
 
 
 def test_equal_facts_of_another_type_are_checked_again():

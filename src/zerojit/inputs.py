@@ -85,6 +85,7 @@ from typing import Any, Callable, TypeVar
 import torch
 
 from . import torch_compat
+from .keyspace import take_traced_points
 from .kernel import KernelDefinitionError, KernelInputError, TritonJitKernel, kernel_launcher
 from .specialization import LAUNCH_OPTIONS, is_aligned
 
@@ -532,6 +533,18 @@ class CheckedKernel(TritonJitKernel[KeyT]):
         ``num_warps`` computed from a tile width); called once per distinct set of facts."""
         return {}
 
+    def finish_warmup(self, keys: list) -> Any:
+        """After :meth:`TritonJitKernel.finish_warmup <zerojit.kernel.TritonJitKernel.finish_warmup>`
+        (whose result it returns), learn the facts of every point the key space traced whose key
+        warmed (:func:`zerojit.keyspace.take_traced_points`), as a first launch at them would:
+        the once-per-facts checks, ``dispatch``, the constexprs, the memo. A warmed key's first
+        launch at a traced value is then a memo hit, as every later launch is (issue 33: a new
+        value's miss branch was ~10 us of the first launch's host time on the CI machine). A point
+        that fails a check, or dispatches another key, is left to its launch, which reports it."""
+        coverage = super().finish_warmup(keys)
+        type(self).__call__._zerojit_checked.learn_traced(self, take_traced_points(self), keys)
+        return coverage
+
 
 class _PendingLauncher:
     """What :func:`checked_launcher` returns: bound to its class by :class:`CheckedKernel`."""
@@ -735,6 +748,7 @@ class _CheckedLaunch:
         for e in self.elements:
             if isinstance(e, Let) and e._reads() & variables <= static:
                 static.add(e.name)
+        self.static_lets = frozenset(static - set(self.facts))  # Lets computed from the facts alone
         self.deferred = tuple(e for e in self.elements if not isinstance(e, Let) and e._reads() & variables <= static)
         # Lets computed per launch: the facts, and what the per-launch steps read
         needed = {f for f in self.facts if f in lets}
@@ -858,13 +872,57 @@ class _CheckedLaunch:
     def learn(self, kernel: Any, memo_key: Any, facts: dict[str, Any]) -> tuple[Any, dict]:
         """New facts, checked: ``kernel.dispatch(**facts)``, the key's constexprs, remembered in
         the memo under ``memo_key`` (None: not remembered). Returns ``(key, constexprs)``."""
-        key = kernel.dispatch(**facts)
-        constexprs = {param: getattr(key, field) for param, field in self.constexpr_fields}
-        constexprs.update(kernel.extra_kwargs(key))
-        found = (key, constexprs)
+        found = self._dispatched(kernel, kernel.dispatch(**facts))
         if memo_key is None:
             return found
         return kernel.__dict__.setdefault("_zerojit_facts", {}).setdefault(memo_key, found)
+
+    def _dispatched(self, kernel: Any, key: Any) -> tuple[Any, dict]:
+        constexprs = {param: getattr(key, field) for param, field in self.constexpr_fields}
+        constexprs.update(kernel.extra_kwargs(key))
+        return key, constexprs
+
+    def learn_traced(self, kernel: Any, points: dict[tuple, Any], keys: Any) -> int:
+        """Learn the facts of each traced point (``{((input, value), ...): key}``, from
+        :func:`zerojit.keyspace.take_traced_points`) whose key is among ``keys`` (the warmed keys;
+        an autotuned kernel's :class:`~zerojit.autotune.TunedKey` counts for its key), exactly as
+        a launch would: a fact the point lacks takes ``dispatch``'s default (a launch input's
+        default that differs makes another memo key: that entry is then never hit, and the launch
+        learns its own); the Lets computed from facts alone, then the once-per-facts checks, each
+        of which must pass; the memo key from the facts. A point that fails anything, or whose
+        facts dispatch another key, is skipped (its launch reports what is wrong). Returns how
+        many were learned."""
+        if not points:
+            return 0
+        warmed = {getattr(k, "key", k) for k in keys}
+        defaults = {p.name: p.default for p in list(inspect.signature(kernel.dispatch).parameters.values())
+                    if p.default is not inspect.Parameter.empty}
+        memo = kernel.__dict__.setdefault("_zerojit_facts", {})
+        learned = 0
+        for point, traced_key in points.items():
+            try:
+                if traced_key not in warmed:
+                    continue
+                ns = dict(self.globals)
+                ns.update(HELPERS)
+                ns[_FAKE] = False
+                ns.update(defaults)
+                ns.update(point)
+                for e in self.elements:
+                    if isinstance(e, Let):
+                        if e.name in self.static_lets:
+                            ns[e.name] = _eval(e.expr, ns)
+                    elif e in self.deferred and (not e.when or _eval(e.when, ns)):
+                        e._check(kernel.name, ns, self.anchor)
+                facts = {f: ns[f] for f in self.facts}
+                key = kernel.dispatch(**facts)
+                if key != traced_key:
+                    continue
+                memo.setdefault(_eval(self.memo_key, ns), self._dispatched(kernel, key))
+                learned += 1
+            except Exception:  # a check that fails, a fact missing, an unhashable memo key: its launch decides
+                continue
+        return learned
 
 
 def _test_line(gen: _Generator, e: _Element, test: str | None, indent: str) -> str | None:

@@ -23,7 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-__all__ = ["KeySpaceError", "DEFAULT_KEY_BUDGET", "Choices", "choices", "int_range", "ZipGroup", "zip_inputs", "trace_dispatch"]
+__all__ = ["KeySpaceError", "DEFAULT_KEY_BUDGET", "TRACED_POINTS_LIMIT", "Choices", "choices", "int_range", "ZipGroup",
+           "zip_inputs", "trace_dispatch", "take_traced_points"]
 
 
 class KeySpaceError(ValueError):
@@ -34,6 +35,32 @@ class KeySpaceError(ValueError):
 #: always a per-request value left in the key (a token count), not variants anyone means to warm.
 #: Raise it per kernel with a ``key_budget`` class attribute, or per call with ``budget=``.
 DEFAULT_KEY_BUDGET = 4096
+
+
+#: The most dispatch points :func:`trace_dispatch` keeps per kernel for the warm-up
+#: (:func:`take_traced_points`): the first ones traced; a launch at a point past them learns it
+#: on its first launch instead (a few microseconds more, once).
+TRACED_POINTS_LIMIT = 4096
+
+_TRACED = "_zerojit_traced_points"  # on the kernel whose bound dispatch was traced
+
+
+def take_traced_points(kernel: Any) -> dict[tuple, Any]:
+    """The points :func:`trace_dispatch` evaluated ``kernel.dispatch`` at since the last call,
+    as ``{((input, value), ...) sorted by input: key}`` (at most :data:`TRACED_POINTS_LIMIT`, in
+    trace order), and forgets them. The warm-up hands them to a checked launcher, which learns
+    their facts before the first launch (:meth:`zerojit.inputs.CheckedKernel.finish_warmup`)."""
+    if not hasattr(kernel, "__dict__"):
+        return {}
+    return kernel.__dict__.pop(_TRACED, None) or {}
+
+
+def _points_of(dispatch: Callable[..., Any]) -> dict[tuple, Any] | None:
+    """Where the points of a bound ``dispatch`` are kept (None: not a kernel's bound method)."""
+    owner = getattr(dispatch, "__self__", None)
+    if owner is None or not hasattr(owner, "__dict__") or inspect.isclass(owner):
+        return None
+    return owner.__dict__.setdefault(_TRACED, {})
 
 
 @dataclass(frozen=True)
@@ -105,7 +132,9 @@ def trace_dispatch(dispatch: Callable[..., Any], *, budget: int | None = None) -
 
     Each axis value is a scalar (fixed), a :class:`Choices` (``choices``/``int_range``), and each
     positional group a :class:`ZipGroup`. The returned function gives the keys in first-seen
-    order, duplicates dropped (keys must be hashable: frozen dataclasses).
+    order, duplicates dropped (keys must be hashable: frozen dataclasses). With a kernel's bound
+    ``dispatch``, the points evaluated are kept on the kernel for its warm-up
+    (:func:`take_traced_points`).
 
     Args:
         dispatch: the kernel's ``dispatch`` (a bound method names the kernel in messages).
@@ -148,6 +177,7 @@ def trace_dispatch(dispatch: Callable[..., Any], *, budget: int | None = None) -
                     f"(it takes {', '.join(params)})"
                 )
         keys: dict[Any, None] = {}
+        traced = _points_of(dispatch)
         for combo in itertools.product(*(rows for _, rows in sources)):
             point: dict[str, Any] = {}
             for part in combo:
@@ -162,6 +192,11 @@ def trace_dispatch(dispatch: Callable[..., Any], *, budget: int | None = None) -
             except Exception as e:
                 raise KeySpaceError(f"{owner}: dispatch raised at {point}: {e!r}") from e
             keys.setdefault(key, None)
+            if traced is not None and len(traced) < TRACED_POINTS_LIMIT:
+                try:
+                    traced.setdefault(tuple(sorted(point.items())), key)
+                except TypeError:  # an unhashable value: that point is learned at its first launch
+                    pass
             if len(keys) > budget:
                 sizes = " x ".join(f"{name} {len(rows)}" for name, rows in sources)
                 sizes += f" = {math.prod(len(rows) for _, rows in sources)} points"
