@@ -32,7 +32,8 @@ defaults, order: the public call signature). Before the body runs, the framework
    of the same name, or a :class:`Let` of the checks), and looks them up in a per-instance memo;
 3. on the first launch with these facts only: runs the checks that read nothing but facts,
    calls ``dispatch(**facts)`` for the :class:`~zerojit.kernel.TritonJitKernel` ``CompileKey``
-   and builds the key's kernel arguments (``constexprs``, below), and remembers both;
+   and builds the key's kernel arguments (``constexprs``, below), and remembers both (the
+   warm-up does this beforehand for each point its key space traced: :meth:`CheckedKernel.finish_warmup`);
 4. calls the body with ``(key, constexprs)`` and the inputs. The body allocates outputs and
    returns the :class:`~zerojit.kernel.LaunchSpec`, as with :func:`~zerojit.kernel.kernel_launcher`
    (which :func:`checked_launcher` applies: inputs still map to kernel parameters by name; a
