@@ -15,6 +15,10 @@ Printed: the slowest rank's warm-up seconds, the compiles summed over ranks (Tri
 each rank plus its workers), and the speed-up over ``alone``. ``W`` is ``--workers`` (default:
 CPU count / ranks).
 
+NVLink multicast stays off (:data:`NO_MULTICAST`, set before any process group starts): the
+device notes of the GPU machines this runs on ask for it, since a program using it can put a
+host's shared GPUs out of service.
+
 Usage: ``PYTHONPATH=src python benchmarks/distributed_warmup.py [--ranks 2] [--space dsv4-like] [--json OUT]``
 """
 
@@ -29,6 +33,9 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 MODES = ("alone", "group-shared", "group-separate")
+#: NVLink multicast off in NCCL, PyTorch's symmetric memory and NVSHMEM (the GPU machines' device
+#: notes: a program that uses it can put the host's GPUs, which others share, out of service).
+NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
 def _rank(rank: int, args: argparse.Namespace, mode: str, root: str) -> None:
@@ -36,6 +43,7 @@ def _rank(rank: int, args: argparse.Namespace, mode: str, root: str) -> None:
 
     import torch
 
+    os.environ.update(NO_MULTICAST)  # (inherited from main too; set here before the group starts)
     shared = mode == "group-shared"
     os.environ["TRITON_CACHE_DIR"] = os.path.join(root, "cache" if shared else f"cache{rank}")
     import contextlib
@@ -82,6 +90,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
     args.workers = args.workers or max(1, (os.cpu_count() or 1) // args.ranks)
+    os.environ.update(NO_MULTICAST)  # before any rank starts: they inherit it
 
     import torch.multiprocessing as mp
 

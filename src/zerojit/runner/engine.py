@@ -163,6 +163,10 @@ class RunOptions:
         cut_keyspace: benchmarks only: after the primer, each kernel's first specialized warmed
             variant is dropped from Triton's in-process cache (:func:`cut_keyspace`), so the
             trace misses there; needs a zerojit warm-up.
+        learn_cut: benchmarks only (no CLI flag): the cut's misses are learned (appended to the
+            learned-keys file) as a real miss's would be; off by default, since they are keys of
+            the declared space. ``benchmarks/tensor_parallel.py`` turns it on to count the records
+            a tensor-parallel group sharing one cache folder makes of one rank's miss.
         learned: a zerojit warm-up also warms the keys earlier runs missed into this cache folder
             (:mod:`zerojit.learned`; ``--no-learned``: False).
         store: a fleet store (``--store``): its URL or an opened one; the zerojit warm-up pulls
@@ -196,6 +200,7 @@ class RunOptions:
     fallback_miss: str = "compile"
     background_workers: int = 1
     cut_keyspace: bool = False
+    learn_cut: bool = False
     learned: bool = True
     store: Any = None
     cuda_graphs: bool = False
@@ -212,6 +217,8 @@ class RunOptions:
         problems += [f"{a}={getattr(self, a)!r} and {b}={getattr(self, b)!r} conflict: {why}"
                      for a, b, why in option_conflicts(self.warmup, self.jit_monitor_mode, self.workers,
                                                        cut_keyspace=self.cut_keyspace)]
+        if self.learn_cut and not self.cut_keyspace:
+            problems.append("learn_cut=True needs cut_keyspace=True (it learns the cut's misses)")
         if self.swap not in SWAP_POLICIES:
             problems.append(f"swap={self.swap!r}: must be one of {', '.join(SWAP_POLICIES)}")
         if self.fallback_miss not in FALLBACK_MISSES:
@@ -763,12 +770,26 @@ class RunReport:
 # ---------------------------------------------------------------------------------------------
 
 
-def run(options: RunOptions | None = None) -> RunReport:
+def run(options: RunOptions | None = None, *, group: Any = None, before_first_step: Callable[[], Any] | None = None,
+        after_step: Callable[[int, float], Any] | None = None) -> RunReport:
     """Run the reference runner (the pipeline in the module docstring) and return its report
     (``options`` None: the defaults, :class:`RunOptions` ``()``, checked when called: checking
     the target asks Triton's ``ptxas``, which importing this module must not).
 
+    The keyword arguments make one run a rank of a tensor-parallel group (used by
+    ``benchmarks/tensor_parallel.py``; the CLI passes none):
+
+    - ``group``: a ``torch.distributed`` process group; the zerojit warm-up is sharded across
+      its ranks (:meth:`JitWarmupRegistry.warmup` ``group=``), every rank calling ``run`` with the
+      same options.
+    - ``before_first_step()``: called once after the primer (and the cut), right before the first
+      step, outside the primer's time: where a group's start-up barrier goes.
+    - ``after_step(step, ms)``: called after every step with its index and its wall milliseconds,
+      outside the step's timing and before fallback mode's ``between_requests`` (a rank's
+      all-reduce: its own time is the caller's to measure, never a step's).
+
     Raises:
+        RunError: ``group`` with a ``triton`` or ``none`` warm-up (only zerojit's is sharded).
         ConfigError: an invalid config (every bad field listed), BackendError: a backend that
             cannot serve it, TraceError: a malformed trace row (naming the line),
         CacheFolderError: Triton's cache folder cannot serve (in every warm-up mode),
@@ -778,6 +799,8 @@ def run(options: RunOptions | None = None) -> RunReport:
     """
     start = time.perf_counter()
     options = RunOptions() if options is None else options
+    if group is not None and options.warmup != "zerojit":
+        raise RunError(f"group= shards the zerojit warm-up; warmup={options.warmup!r} has none to shard")
     config = load_config(options.config, **options.config_overrides)                      # 1.
     device = options.resolved_device()
     trace = _load_trace(options, config)
@@ -792,7 +815,7 @@ def run(options: RunOptions | None = None) -> RunReport:
             model.bind_kv_cache(cache)
         plan = MetadataPlan.for_cache(config, model.backend, cache)
         _check_step_memory(plan, device)
-        warmup = warm_up(registry, config, options, target=target or "device")              # 4.
+        warmup = warm_up(registry, config, options, target=target or "device", group=group)  # 4.
         check_steps = _cuda_check_steps(trace, config, options, device)
         no_warmup = f"--warmup {options.warmup}" if options.warmup == "none" else None
         primed = [0, 0.0]  # steps, seconds
@@ -812,21 +835,24 @@ def run(options: RunOptions | None = None) -> RunReport:
             elif device.type == "cuda":
                 _warm_host_ops(plan, device, options.seed)
             primed[1] = time.perf_counter() - t0
+            if before_first_step is not None:
+                before_first_step()
 
         # The clock goes under the run's monitor, whose link is then on top of Triton's hook chain
         # (it blocks before the clock counts); the clock's hook names the one it calls, so the
         # process monitor below it and the primer's monitor above it find their places through it.
         served = dict(fallback=options.fallback_options()) if serving is not None else {}
         with _RequestPathClock() as clock, \
-                JitMonitor(mode, report=warmup.report, no_warmup_note=no_warmup, learn=not options.cut_keyspace,
-                           **served) as monitor:  # 5. (a cut key space's misses are no keys to learn)
+                JitMonitor(mode, report=warmup.report, no_warmup_note=no_warmup,
+                           learn=options.learn_cut or not options.cut_keyspace,
+                           **served) as monitor:  # 5. (a cut key space's misses are no keys to learn unless asked)
             graphs = (DecodeGraphs(plan, device, seed=options.seed, checks=options.checks_for(device),
                                    compile_marker=clock.marker) if options.cuda_graphs else None)
             replay = replay_trace(trace, plan, num_blocks=num_blocks, device=device, seed=options.seed,  # 6.
                                   step_interval_s=options.step_interval_s, check_steps=check_steps,
                                   progress=options.progress, clock=clock, prime=prime,
                                   between=serving.between_requests if serving is not None else None,
-                                  graphs=graphs)
+                                  after_step=after_step, graphs=graphs)
             # The background compiles the trace started: waited for (with a deadline), so that
             # the report counts what they did, and the ready ones swapped in (after the last
             # step: between requests); one still running then is reported, not waited on.
@@ -968,10 +994,12 @@ def _triton_cache_dir(options: RunOptions) -> Iterator[None]:
 # ---------------------------------------------------------------------------------------------
 
 
-def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOptions, *, target: str) -> WarmupSummary:
+def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOptions, *, target: str,
+            group: Any = None) -> WarmupSummary:
     """Warm up the registered kernels the way ``options.warmup`` says.
 
-    ``zerojit``: :meth:`JitWarmupRegistry.warmup` (raises :class:`WarmupError` on a failure).
+    ``zerojit``: :meth:`JitWarmupRegistry.warmup` (raises :class:`WarmupError` on a failure),
+    sharded across ``group``'s ranks when given (a ``torch.distributed`` process group).
     ``triton``: for every key the registry would warm, Triton's ``JITFunction.warmup`` (its
     ``run(..., warmup=True)``), reached through the kernel's own launcher with the kernel's
     ``warmup_inputs(key)``, so the arguments are exactly the launch's; nothing is loaded.
@@ -985,7 +1013,7 @@ def warm_up(registry: JitWarmupRegistry, config: ModelConfig, options: RunOption
         _require_fresh_process(registry, options.warmup)
     if options.warmup == "zerojit":
         report = registry.warmup(config, progress=options.progress, workers=options.warmup_workers, target=target,
-                                 generic=options.generic, learned=options.learned, store=options.store)
+                                 generic=options.generic, learned=options.learned, store=options.store, group=group)
     elif options.warmup == "triton":
         report = _triton_warmup(registry, config, target, progress=options.progress)
     else:
@@ -1291,6 +1319,7 @@ def replay_trace(
     clock: _RequestPathClock | None = None,
     prime: Callable[[], Any] | None = None,
     between: Callable[[], Any] | None = None,
+    after_step: Callable[[int, float], Any] | None = None,
     graphs: DecodeGraphs | None = None,
 ) -> Replay:
     """Replay ``trace`` step by step, building every step's metadata through the kernels.
@@ -1313,6 +1342,8 @@ def replay_trace(
         prime: called once, right before the first step (a zerojit run's :func:`primer_steps`).
         between: called after every step, outside its timing (fallback mode's
             :func:`zerojit.serving.between_requests`: a swap lands between steps, never inside one).
+        after_step: ``after_step(step, ms)`` after every timed step (its index and wall
+            milliseconds), outside its timing, before ``between`` (:func:`run`'s).
         graphs: ``--cuda-graphs``: a decode step a bucket serves replays its graph
             (:meth:`DecodeGraphs.step`; its time is the replay's, its eager twin is timed apart);
             a checked one is compared with the references too.
@@ -1368,6 +1399,8 @@ def replay_trace(
                         want = live_rows(want, inputs.num_tokens)
                     mismatches += [f"step {batch.step}: {m}" for m in compare_metadata(got, want)]
                     check_s += time.perf_counter() - t1
+                if after_step is not None:
+                    after_step(batch.step, replay.step_ms[-1])
             replay.steps += 1
             replay.tokens += batch.num_tokens
             replay.decode_tokens += batch.num_decode_tokens
