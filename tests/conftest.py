@@ -54,7 +54,7 @@ def _has_cuda() -> bool:
 # runs them once, with Triton 3.6.0, and the other versions of its matrix skip them
 # (ZEROJIT_TEST_SCOPE=triton, set by .ci/run) to stay inside its time limit.
 HOST_ONLY_FILES = {"test_hangs.py", "test_pytest_plugin.py", "test_audit.py", "test_outputs.py",
-                   "test_fleet_store.py", "test_fleet_signing.py", "test_fleet_cli.py"}
+                   "test_fleet_store.py", "test_fleet_signing.py", "test_fleet_cli.py", "test_tensor_parallel.py"}
 HOST_ONLY_TESTS = {
     "test_ctrl_c_during_record_ends_in_one_line_after_the_manifest_is_written",
     "test_cli_refuses_bad_manifests_and_programs_in_one_line",
@@ -62,6 +62,9 @@ HOST_ONLY_TESTS = {
     "test_record_takes_the_venvs_python_when_zerojit_runs_under_its_python3",
     "test_a_python_path_that_is_not_this_interpreter_is_refused",
     "test_twenty_writers_in_four_processes_leave_whole_lines_each_key_once",
+    "test_compile_workers_run_at_a_lower_priority_than_the_warm_up",
+    "test_a_worker_niceness_outside_0_to_19_is_refused",
+    "test_a_bad_worker_setting_exits_2_naming_it_on_the_command_line",
 }
 
 
