@@ -26,9 +26,9 @@ listed, with one fresh ``TRITON_HOME`` per repeat:
   (``zerojit.cache.remembered_launcher``) and copied, not built again. This is the cold start of
   a server whose configs changed on an image it ran before (a brand-new image without those
   files is ``zerojit-new-install``; a changed kernel signature builds its launcher again);
-* ``zerojit-nice0``: the same as ``zerojit`` with ``ZEROJIT_WORKER_NICE=0``: the workers at the
-  warm-up's own priority instead of 5 lower (``zerojit.precompile.worker_nice``); the A/B of that
-  default, per round (``zerojit`` / ``zerojit-nice0`` seconds, and the keys' pass efficiency);
+* ``zerojit-nice5``: the same as ``zerojit`` with ``ZEROJIT_WORKER_NICE=5``: the workers 5 below
+  the warm-up's priority instead of at it (``zerojit.precompile.worker_nice``); the A/B of that
+  setting, per round (``zerojit-nice5`` / ``zerojit`` seconds, and the keys' pass efficiency);
 * ``zerojit-spawn``: the same as ``zerojit`` with ``ZEROJIT_WORKER_START=spawn``: workers
   started as new interpreters (each imports Triton and the kernels' modules) instead of forked
   from the warm-up's process (the default on Linux, ``zerojit.precompile.worker_start_method``);
@@ -79,7 +79,7 @@ import sys
 import tempfile
 import time
 
-COLD = ("triton-serial", "triton-threads", "zerojit-new-install", "zerojit", "zerojit-nice0", "zerojit-spawn",
+COLD = ("triton-serial", "triton-threads", "zerojit-new-install", "zerojit", "zerojit-nice5", "zerojit-spawn",
         "zerojit-prestarted")
 WARM = ("triton-warm", "zerojit-warm")
 PART = "zerojit-warm-part"  # zerojit-warm over the first keys // 5 keys: the fixed / per-key split
@@ -270,8 +270,8 @@ def run_child(mode: str, cache: str, home: str, args: argparse.Namespace, subset
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_HOME=home)
     if mode == "zerojit-spawn":
         env["ZEROJIT_WORKER_START"] = "spawn"
-    if mode == "zerojit-nice0":
-        env["ZEROJIT_WORKER_NICE"] = "0"
+    if mode == "zerojit-nice5":
+        env["ZEROJIT_WORKER_NICE"] = "5"
     child_mode = "zerojit-warm" if mode == PART else mode
     cmd = [sys.executable, os.path.abspath(__file__), "--child", child_mode, "--workers", str(args.workers),
            "--space", args.space, "--overlap", str(args.overlap), "--subset", str(subset)] + (
@@ -399,10 +399,10 @@ def efficiency(stats: dict, seconds: float) -> str:
 
 
 def nice_ab(rows: list) -> None:
-    """Print the per-round A/B of the workers' default niceness: ``zerojit`` (5) over
-    ``zerojit-nice0`` (0), the call's seconds and the keys' pass efficiency, median and spread."""
-    a = [r for r in rows if r["mode"] == "zerojit"]
-    b = [r for r in rows if r["mode"] == "zerojit-nice0"]
+    """Print the per-round A/B of workers at niceness 5: ``zerojit-nice5`` over ``zerojit`` (0),
+    the call's seconds and the keys' pass efficiency, median and spread."""
+    a = [r for r in rows if r["mode"] == "zerojit-nice5"]
+    b = [r for r in rows if r["mode"] == "zerojit"]
     if not a or len(a) != len(b):
         return
     ratios = [x["seconds"] / y["seconds"] for x, y in zip(a, b)]
@@ -413,7 +413,7 @@ def nice_ab(rows: list) -> None:
         return 100 * s["worker_seconds"] / max(s["workers"], 1) / keys_s
 
     diffs = [eff(x) - eff(y) for x, y in zip(a, b)]
-    print(f"workers at niceness 5 vs 0, per round: call seconds zerojit / zerojit-nice0 median "
+    print(f"workers at niceness 5 vs 0, per round: call seconds zerojit-nice5 / zerojit median "
           f"{statistics.median(ratios):.3f} (spread {min(ratios):.3f}-{max(ratios):.3f}); the keys' pass efficiency "
           f"{statistics.median(diffs):+.0f} points (spread {min(diffs):+.0f} to {max(diffs):+.0f})")
 
@@ -473,7 +473,7 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
             print(f"{m} cold: {z['worker_compiled']} compiled in {z['workers']} worker processes, {z['compiled']} in "
                   f"the parent{launchers} ({z['worker_seconds']:.2f} s of worker time)"
                   + (f"; recovered: {z['recovered']}" if z["recovered"] else ""))
-    for m in ("zerojit-new-install", "zerojit", "zerojit-nice0", "zerojit-spawn", "zerojit-prestarted", "zerojit-warm"):
+    for m in ("zerojit-new-install", "zerojit", "zerojit-nice5", "zerojit-spawn", "zerojit-prestarted", "zerojit-warm"):
         last = next((r for r in reversed(rows) if r["mode"] == m), None)
         if last and last["stats"]:
             stats = last["stats"]

@@ -62,7 +62,7 @@ HOST_ONLY_TESTS = {
     "test_record_takes_the_venvs_python_when_zerojit_runs_under_its_python3",
     "test_a_python_path_that_is_not_this_interpreter_is_refused",
     "test_twenty_writers_in_four_processes_leave_whole_lines_each_key_once",
-    "test_compile_workers_run_at_a_lower_priority_than_the_warm_up",
+    "test_compile_workers_run_at_the_niceness_asked",
     "test_a_worker_niceness_outside_0_to_19_is_refused",
     "test_a_bad_worker_setting_exits_2_naming_it_on_the_command_line",
 }

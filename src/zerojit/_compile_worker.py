@@ -19,7 +19,7 @@ points its fd 1 at stderr, so stray prints cannot corrupt the stream). Each mess
 little-endian length and a pickle. The first request is the set-up (``sys.path``, cache folder,
 target, the modules that define the kernels), sent at start; the worker answers it with its
 ready message once booted (a set-up's ``nice`` is added to the worker's niceness first: a
-warm-up's :func:`zerojit.precompile.worker_nice`, serving's background workers' 19). Then come ``launcher`` requests (Triton 3.6 only: a launcher module
+warm-up's :func:`zerojit.precompile.worker_nice`, 0 unless asked; serving's background workers' 19). Then come ``launcher`` requests (Triton 3.6 only: a launcher module
 needs no build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key,
 unanswered: sent once the parent has it, before the first ``compile`` request), and ``compile``
 requests; each request is answered by one dict (before it, ``{"lock_wait": True}`` and

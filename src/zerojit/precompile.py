@@ -857,7 +857,7 @@ def _prepare_while_hashing(jobs: Sequence[tuple[Any, Any]], key: Callable[[], st
 #: ``ZEROJIT_WORKER_START``: how compile workers start, ``fork`` (the default on Linux) or ``spawn``.
 WORKER_START_ENV = "ZEROJIT_WORKER_START"
 WORKER_NICE_ENV = "ZEROJIT_WORKER_NICE"
-DEFAULT_WORKER_NICE = 5
+DEFAULT_WORKER_NICE = 0
 _FORK_BUDGET = 0.25  # seconds of fork() calls after which the remaining workers are spawned
 _COMPILE_WHILE_BOOTING = True  # this process compiles waiting keys while no worker has booted (tests turn it off)
 
@@ -886,15 +886,15 @@ def worker_start_method() -> str:
 
 
 def worker_nice() -> int:
-    """The niceness compile workers add to their own (``os.nice``) before they boot: 5 by
-    default, ``ZEROJIT_WORKER_NICE`` (0-19) to choose; 0 runs them at this process's priority.
+    """The niceness compile workers add to their own (``os.nice``) before they boot:
+    ``ZEROJIT_WORKER_NICE`` (0-19), default 0 (this process's priority).
 
-    Why: while the workers compile, this process loads each result as it arrives (module,
-    function and launcher on a GPU) and starts the next requests; with as many workers (and their
-    ``ptxas``) as cores, the scheduler gave it an equal share at best, and the pass waited on its
-    loads. A worker at a lower priority yields the core to this process when it needs one, and
-    keeps it otherwise. (Serving's background compiles use their own, 19:
-    :mod:`zerojit.serving.background`.)
+    For an engine whose warm-up compiles beside other start-up work (workers started early with
+    ``start_workers`` while it loads weights), a positive value lets that work come first. Not the
+    default: with workers at +5, a cold warm-up of the 111-key matrix with 16 workers took 1.36x
+    as long on an H100 host (3 interleaved rounds, spread 1.13-1.38x; ``benchmarks/warmup.py``
+    mode ``zerojit-nice5``): on a host with other load the workers lose their cores to it, not
+    only to this process. (Serving's background compiles use 19: :mod:`zerojit.serving.background`.)
 
     Raises:
         WorkerSettingError: ``ZEROJIT_WORKER_NICE`` is set to something other than a whole number 0-19.
