@@ -248,6 +248,18 @@ def main() -> None:
     elif args.device == "cuda" and gpus < args.ranks:
         parser.error(f"--device cuda: {args.ranks} ranks need {args.ranks} GPUs, {gpus} here")
     args.workers = args.workers or max(1, (os.cpu_count() or 1) // args.ranks)
+    if not args.timeout > 0:
+        parser.error(f"--timeout {args.timeout}: must be > 0 seconds")
+    from zerojit.kernels.mla.config import ConfigError
+    from zerojit.runner.config import load_config
+    from zerojit.runner.engine import RunError, RunOptions
+
+    try:  # every rank would fail on these with its own traceback: refuse them once, here
+        load_config(args.config)
+        RunOptions(config=args.config, requests=args.requests, device=args.device, target=args.target,
+                   workers=args.workers)
+    except (ConfigError, RunError) as e:
+        parser.error(str(e))
     os.environ.update(NO_MULTICAST)  # before any rank starts: they inherit it
     os.environ.pop("ZEROJIT_JIT_MONITOR", None)
     os.environ.pop("ZEROJIT_LEARN", None)  # the learned-key count is a goal
