@@ -251,6 +251,7 @@ def main() -> None:
     if not args.timeout > 0:
         parser.error(f"--timeout {args.timeout}: must be > 0 seconds")
     from zerojit.kernels.mla.config import ConfigError
+    from zerojit.outputs import output_problem
     from zerojit.runner.config import load_config
     from zerojit.runner.engine import RunError, RunOptions
 
@@ -260,6 +261,8 @@ def main() -> None:
                    workers=args.workers)
     except (ConfigError, RunError) as e:
         parser.error(str(e))
+    if args.json and (problem := output_problem(args.json)):  # not after minutes of work
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     os.environ.update(NO_MULTICAST)  # before any rank starts: they inherit it
     os.environ.pop("ZEROJIT_JIT_MONITOR", None)
     os.environ.pop("ZEROJIT_LEARN", None)  # the learned-key count is a goal

@@ -112,6 +112,7 @@ def test_learning_the_cut_needs_a_cut_and_a_group_needs_a_zerojit_warm_up():
     (["--requests", "0"], "invalid run options: requests=0: must be >= 1"),
     (["--timeout", "0"], "--timeout 0.0: must be > 0 seconds"),
     (["--config", "no-such-config"], "invalid config name: unknown config 'no-such-config'"),
+    (["--json", "/no-such-folder/tp.json"], "--json /no-such-folder/tp.json: cannot write there: "),
 ])
 def test_bad_input_exits_2_with_one_line_before_any_rank_starts(flags, message):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
