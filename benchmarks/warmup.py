@@ -335,6 +335,18 @@ def main() -> None:
         parser.error(f"--modes: unknown mode(s) {', '.join(unknown)}; choose from {', '.join(COLD + WARM)}")
     if set(modes) & set(WARM) and "zerojit" not in modes:
         parser.error("--modes: a warm mode runs over the cache the 'zerojit' mode leaves; add 'zerojit'")
+    from zerojit.compile_only import parse_target
+    from zerojit.kernels.mla.config import ConfigError
+    from zerojit.outputs import output_problem
+
+    try:  # each child would fail on these with its traceback, or the last write after every run
+        matrix_configs(args.space)
+        if args.target:
+            parse_target(args.target)
+    except (ConfigError, ValueError) as e:
+        parser.error(str(e))
+    if args.json and (problem := output_problem(args.json)):
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     cold, warm = [m for m in COLD if m in modes], [m for m in WARM if m in modes]
     rows = []
     for _ in range(args.repeat):

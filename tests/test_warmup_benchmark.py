@@ -39,3 +39,20 @@ def test_each_mode_sets_its_own_worker_settings_not_the_callers(bench, monkeypat
     assert row == {"seconds": 1.0, "mode": mode}
     assert seen.get("ZEROJIT_WORKER_START") == start and seen.get("ZEROJIT_WORKER_NICE") == nice
     assert seen["TRITON_CACHE_DIR"] == "/tmp/cache" and seen["TRITON_HOME"] == "/tmp/home"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--space", "no-such-config"], "invalid config name: unknown config 'no-such-config'"),
+    (["--target", "cuda:bogus"], "compile-only target 'cuda:bogus' is not of the form 'cuda:90'"),
+    (["--json", "/no-such-folder/w.json"], "--json /no-such-folder/w.json: cannot write there: "),
+])
+def test_bad_input_exits_2_with_one_line_before_any_run(bench, monkeypatch, capsys, flags, message):
+    def no_child(*a, **kw):  # the refusal comes before any child process
+        raise AssertionError("a child process was started")
+
+    monkeypatch.setattr(bench.subprocess, "run", no_child)
+    monkeypatch.setattr(bench.sys, "argv", ["warmup.py", "--modes", "zerojit", *flags])
+    with pytest.raises(SystemExit) as exited:
+        bench.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"warmup.py: error: {message}")
