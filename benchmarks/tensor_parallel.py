@@ -27,7 +27,9 @@ Printed per phase and rank: steps, the median step, the slowest collective wait 
 ratio to the median step), the serving counts (request-path compiles, fallback launches,
 background compiles, swaps, runtime compiles), keys cut, learned-key appends, the all-reduces
 that gave the right sum; then the goals. Exit status 1 when a rank failed, an all-reduce gave a
-wrong sum, or a count goal was missed (the wait ratio is a GPU goal, reported only).
+wrong sum, or a count goal was missed (the wait ratio is a GPU goal, reported only); 2, with one
+line, for invalid input (flags, the config, a bad ``ZEROJIT_WORKER_START``/``ZEROJIT_WORKER_NICE``,
+an unwritable ``--json``), refused before any rank starts.
 
 On CPU (gloo, dry launches) a step is the CPU's dispatch cost (about 0.2 ms) and gloo's round trip
 is of that order, with every rank, its compile worker and the background compiler sharing the
@@ -248,6 +250,23 @@ def main() -> None:
     elif args.device == "cuda" and gpus < args.ranks:
         parser.error(f"--device cuda: {args.ranks} ranks need {args.ranks} GPUs, {gpus} here")
     args.workers = args.workers or max(1, (os.cpu_count() or 1) // args.ranks)
+    if not args.timeout > 0:
+        parser.error(f"--timeout {args.timeout}: must be > 0 seconds")
+    from zerojit.kernels.mla.config import ConfigError
+    from zerojit.outputs import output_problem
+    from zerojit.precompile import WorkerSettingError, worker_nice, worker_start_method
+    from zerojit.runner.config import load_config
+    from zerojit.runner.engine import RunError, RunOptions
+
+    try:  # every rank would fail on these with its own traceback: refuse them once, here
+        worker_start_method(), worker_nice()
+        load_config(args.config)
+        RunOptions(config=args.config, requests=args.requests, device=args.device, target=args.target,
+                   workers=args.workers)
+    except (ConfigError, RunError, WorkerSettingError) as e:
+        parser.error(str(e))
+    if args.json and (problem := output_problem(args.json)):  # not after minutes of work
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     os.environ.update(NO_MULTICAST)  # before any rank starts: they inherit it
     os.environ.pop("ZEROJIT_JIT_MONITOR", None)
     os.environ.pop("ZEROJIT_LEARN", None)  # the learned-key count is a goal

@@ -9,7 +9,8 @@ is built the way the runner builds it (model, then a packed KV cache bound to it
 registry), so the keys are the ones serving would launch.
 
 Modes, each in a fresh process with a fresh, empty ``TRITON_CACHE_DIR`` (cold), in the order
-listed, with one fresh ``TRITON_HOME`` per repeat:
+listed, with one fresh ``TRITON_HOME`` per repeat, and without ``ZEROJIT_WORKER_START`` or
+``ZEROJIT_WORKER_NICE`` unless the mode names it (an exported value is not passed on):
 
 * ``triton-serial``: Triton's own ``warmup()`` (``JITFunction.run(..., warmup=True)``) for every
   key, one after the other, through the kernel's launcher with its ``warmup_inputs(key)``;
@@ -268,6 +269,8 @@ def child(mode: str, args: argparse.Namespace) -> dict:
 
 def run_child(mode: str, cache: str, home: str, args: argparse.Namespace, subset: int = 0) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_HOME=home)
+    for name in ("ZEROJIT_WORKER_START", "ZEROJIT_WORKER_NICE"):  # each mode sets its own: an exported one
+        env.pop(name, None)  # would make 'zerojit' (fork, niceness 0) the same run as its A/B partner
     if mode == "zerojit-spawn":
         env["ZEROJIT_WORKER_START"] = "spawn"
     if mode == "zerojit-nice5":
@@ -332,6 +335,18 @@ def main() -> None:
         parser.error(f"--modes: unknown mode(s) {', '.join(unknown)}; choose from {', '.join(COLD + WARM)}")
     if set(modes) & set(WARM) and "zerojit" not in modes:
         parser.error("--modes: a warm mode runs over the cache the 'zerojit' mode leaves; add 'zerojit'")
+    from zerojit.compile_only import parse_target
+    from zerojit.kernels.mla.config import ConfigError
+    from zerojit.outputs import output_problem
+
+    try:  # each child would fail on these with its traceback, or the last write after every run
+        matrix_configs(args.space)
+        if args.target:
+            parse_target(args.target)
+    except (ConfigError, ValueError) as e:
+        parser.error(str(e))
+    if args.json and (problem := output_problem(args.json)):
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     cold, warm = [m for m in COLD if m in modes], [m for m in WARM if m in modes]
     rows = []
     for _ in range(args.repeat):

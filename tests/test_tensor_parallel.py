@@ -106,3 +106,19 @@ def test_learning_the_cut_needs_a_cut_and_a_group_needs_a_zerojit_warm_up():
     assert RunOptions(device="cpu", cut_keyspace=True, learn_cut=True).learn_cut
     with pytest.raises(RunError, match=r"group= shards the zerojit warm-up; warmup='none' has none to shard"):
         run(RunOptions(device="cpu", warmup="none"), group=object())
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    (["--requests", "0"], {}, "invalid run options: requests=0: must be >= 1"),
+    (["--timeout", "0"], {}, "--timeout 0.0: must be > 0 seconds"),
+    (["--config", "no-such-config"], {}, "invalid config name: unknown config 'no-such-config'"),
+    (["--json", "/no-such-folder/tp.json"], {}, "--json /no-such-folder/tp.json: cannot write there: "),
+    ([], {"ZEROJIT_WORKER_NICE": "abc"}, "ZEROJIT_WORKER_NICE='abc': use a whole number from 0 to 19"),
+])
+def test_bad_input_exits_2_with_one_line_before_any_rank_starts(flags, env, message):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **env}
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tensor_parallel.py"), "--device", "cpu", *flags],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"tensor_parallel.py: error: {message}")

@@ -1,0 +1,58 @@
+"""benchmarks/warmup.py's modes: each child process gets exactly the worker settings its mode
+names, whatever the caller exported (reference: the settings each mode's docstring names)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("warmup_bench", ROOT / "benchmarks" / "warmup.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("mode, start, nice", [("zerojit", None, None), ("zerojit-nice5", None, "5"),
+                                               ("zerojit-spawn", "spawn", None)])
+def test_each_mode_sets_its_own_worker_settings_not_the_callers(bench, monkeypatch, mode, start, nice):
+    monkeypatch.setenv("ZEROJIT_WORKER_NICE", "7")
+    monkeypatch.setenv("ZEROJIT_WORKER_START", "fork")
+    seen = {}
+
+    def fake_run(cmd, env, **kw):
+        seen.update(env)
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"seconds": 1.0}) + "\n", stderr="")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    args = argparse.Namespace(workers=2, space="dsv4-like", overlap=1.0, target=None)
+    row = bench.run_child(mode, "/tmp/cache", "/tmp/home", args)
+    assert row == {"seconds": 1.0, "mode": mode}
+    assert seen.get("ZEROJIT_WORKER_START") == start and seen.get("ZEROJIT_WORKER_NICE") == nice
+    assert seen["TRITON_CACHE_DIR"] == "/tmp/cache" and seen["TRITON_HOME"] == "/tmp/home"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--space", "no-such-config"], "invalid config name: unknown config 'no-such-config'"),
+    (["--target", "cuda:bogus"], "compile-only target 'cuda:bogus' is not of the form 'cuda:90'"),
+    (["--json", "/no-such-folder/w.json"], "--json /no-such-folder/w.json: cannot write there: "),
+])
+def test_bad_input_exits_2_with_one_line_before_any_run(bench, monkeypatch, capsys, flags, message):
+    def no_child(*a, **kw):  # the refusal comes before any child process
+        raise AssertionError("a child process was started")
+
+    monkeypatch.setattr(bench.subprocess, "run", no_child)
+    monkeypatch.setattr(bench.sys, "argv", ["warmup.py", "--modes", "zerojit", *flags])
+    with pytest.raises(SystemExit) as exited:
+        bench.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"warmup.py: error: {message}")
