@@ -96,6 +96,7 @@ def test_the_report_names_every_goal(phases):
     assert "met    rank 1 missed (cut 7 keys) and swapped them in; swaps on ranks [1]" in text
     assert "met    each cut key learned once: 7 lines, 7 keys in the shared file; appends by rank [0, 7]" in text
     assert "collective wait <= 2x the median step (GPU goal" in text
+    assert "MISSED" not in text and text.count("not judged on cpu (shared cores, dry steps)") == 2  # both phases
 
 
 def test_learning_the_cut_needs_a_cut_and_a_group_needs_a_zerojit_warm_up():

@@ -541,7 +541,10 @@ class CheckedKernel(TritonJitKernel[KeyT]):
         the once-per-facts checks, ``dispatch``, the constexprs, the memo. A warmed key's first
         launch at a traced value is then a memo hit, as every later launch is (issue 33: a new
         value's miss branch was ~10 us of the first launch's host time on the CI machine). A point
-        that fails a check, or dispatches another key, is left to its launch, which reports it."""
+        that fails a check, or dispatches another key, is left to its launch, which reports it.
+        The memo is per instance and the registry warms one instance per class (the first
+        registered, which traces every request of the class): another instance of the class
+        learns its facts at its first launch, as without a warm-up."""
         coverage = super().finish_warmup(keys)
         type(self).__call__._zerojit_checked.learn_traced(self, take_traced_points(self), keys)
         return coverage
