@@ -19,9 +19,9 @@ points its fd 1 at stderr, so stray prints cannot corrupt the stream). Each mess
 little-endian length and a pickle. The first request is the set-up (``sys.path``, cache folder,
 target, the modules that define the kernels), sent at start; the worker answers it with its
 ready message once booted (a set-up's ``nice`` is added to the worker's niceness first: a
-warm-up's :func:`zerojit.precompile.worker_nice`, 0 unless asked; serving's background workers' 19). Then come ``launcher`` requests (Triton 3.6 only: a launcher module
-needs no build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key,
-unanswered: sent once the parent has it, before the first ``compile`` request), and ``compile``
+warm-up's :func:`zerojit.precompile.worker_nice`, 0 unless asked; serving's background
+workers' 19). Then come ``launcher`` requests (Triton 3.6 only: a launcher module needs no
+build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key, unanswered: sent once the parent has it, before the first ``compile`` request), and ``compile``
 requests; each request is answered by one dict (before it, ``{"lock_wait": True}`` and
 ``{"lock_wait": False}`` around a wait for another process's lock on the entry); ``None`` ends
 the worker. A worker runs in its own process group (a spawned one in its own session), with the
@@ -476,8 +476,8 @@ def _cpu_seconds() -> float:
 
 
 def _renice(setup: dict) -> None:
-    """Lower this worker's priority by the set-up's ``nice``, so the process it compiles for
-    comes first on a busy host (``ptxas``, which it runs, inherits it)."""
+    """Lower this worker's priority by the set-up's ``nice`` (``ZEROJIT_WORKER_NICE``, or
+    serving's 19), so other work comes first on a busy host (``ptxas``, which it runs, inherits it)."""
     if setup.get("nice"):
         os.nice(setup["nice"])
 

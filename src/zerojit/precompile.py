@@ -902,10 +902,7 @@ def worker_nice() -> int:
     text = os.environ.get(WORKER_NICE_ENV, "").strip()
     if not text:
         return DEFAULT_WORKER_NICE
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
+    value = int(text) if text.isascii() and text.isdigit() else -1  # plain digits: no sign, "_" or other scripts
     if not 0 <= value <= 19:
         raise WorkerSettingError(f"{WORKER_NICE_ENV}={os.environ[WORKER_NICE_ENV]!r}: use a whole number from 0 to 19")
     return value
