@@ -1,8 +1,10 @@
 """First real launch after warm-up vs the steady state, on a GPU.
 
-Each mode runs in several fresh processes with an empty Triton cache directory:
+Each mode runs in several fresh processes with an empty Triton cache directory, the modes interleaved:
 
-* ``zerojit``: ``JitWarmupRegistry.warmup()`` (compile + module load + launcher build);
+* ``zerojit``: ``JitWarmupRegistry.warmup()`` (compile + module load + launcher build, then each
+  warmed key's launch path run dry: :mod:`zerojit.launch_priming`);
+* ``zerojit-unprimed``: the same with ``ZEROJIT_PRIME_KERNELS=0`` (no such priming): its A/B;
 * ``triton-warmup``: Triton's own ``JITFunction.warmup(...)`` for the same key (compiles only);
 * ``none``: no warm-up at all (plain JIT on the first launch).
 
@@ -26,7 +28,8 @@ import sys
 import tempfile
 import time
 
-MODES = ("zerojit", "triton-warmup", "none")
+MODES = ("zerojit", "zerojit-unprimed", "triton-warmup", "none")
+PRIME_ENV = "ZEROJIT_PRIME_KERNELS"  # zerojit.launch_priming.PRIME_ENV (not imported: the parent stays light)
 
 
 def child(mode: str) -> dict:
@@ -42,7 +45,7 @@ def child(mode: str) -> dict:
     periods = (64, 7)  # key A (divisible by 16) and key B (other): two variants of one kernel
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    if mode == "zerojit":
+    if mode in ("zerojit", "zerojit-unprimed"):
         registry = JitWarmupRegistry()
         with registry.activate():
             scale_add.register_warmup(periods=periods)
@@ -73,6 +76,8 @@ def run_child(mode: str) -> dict:
     """One fresh process with an empty Triton cache directory."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TRITON_CACHE_DIR=cache)
+        if mode == "zerojit-unprimed":
+            env[PRIME_ENV] = "0"
         proc = subprocess.run([sys.executable, __file__, "--child", mode], env=env, capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"{mode} failed:\n{proc.stderr}")
@@ -88,17 +93,18 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child)))
         return
-    rows = [run_child(mode) for mode in MODES for _ in range(args.repeat)]
-    print(f"{'mode':<15}{'warm-up ms':>12}{'process 1st ms':>16}{'key 1st ms':>12}{'steady ms':>12}{'key 1st/steady':>16}"
+    rows = [run_child(mode) for _ in range(args.repeat) for mode in MODES]  # interleaved: drift hits every mode
+    print(f"{'mode':<18}{'warm-up ms':>12}{'process 1st ms':>16}{'key 1st ms':>12}{'steady ms':>12}{'key 1st/steady':>16}"
           f"   (medians of {args.repeat} processes)")
     summary = []
     for mode in MODES:
         mine = [r for r in rows if r["mode"] == mode]
         med = {f: statistics.median(r[f] for r in mine) for f in ("warmup_ms", "process_first_ms", "first_ms", "steady_ms")}
-        med["ratio"] = statistics.median(r["first_ms"] / r["steady_ms"] for r in mine)
+        ratios = [r["first_ms"] / r["steady_ms"] for r in mine]
+        med["ratio"], med["ratio_spread"] = statistics.median(ratios), (min(ratios), max(ratios))
         summary.append({"mode": mode, **med, "runs": mine})
-        print(f"{mode:<15}{med['warmup_ms']:>12.1f}{med['process_first_ms']:>16.3f}{med['first_ms']:>12.3f}"
-              f"{med['steady_ms']:>12.3f}{med['ratio']:>15.1f}x")
+        print(f"{mode:<18}{med['warmup_ms']:>12.1f}{med['process_first_ms']:>16.3f}{med['first_ms']:>12.3f}"
+              f"{med['steady_ms']:>12.3f}{med['ratio']:>15.2f}x  (spread {min(ratios):.2f}-{max(ratios):.2f}x)")
     rows = summary
     if args.json:
         with open(args.json, "w") as f:

@@ -197,6 +197,17 @@ _COUNTED: "weakref.WeakSet[Any]" = weakref.WeakSet()
 _COUNTER_LOCK = threading.Lock()
 
 
+def note_driver(drv: Any) -> bool:
+    """Remember ``drv`` as the driver of the last launch (the entry's inline path is then taken
+    for it) and return whether it is the compile-only driver (its launches are dry)."""
+    global _last_driver
+    dry = _DRY_DRIVERS.get(drv.__class__)
+    if dry is None:
+        dry = _DRY_DRIVERS.setdefault(drv.__class__, isinstance(drv, CompileOnlyDriver))
+    _last_driver = (drv, dry)
+    return dry
+
+
 def set_launch_observer(observer: Callable[[Any, Any], Any] | None) -> Callable[[Any, Any], Any] | None:
     """Install the process's launch observer (the monitor); returns the previous one.
 
@@ -906,11 +917,7 @@ class TritonJitKernel(JitKernel[KeyT]):
                     "`with zerojit.compile_only.compile_only(\"cuda:90\"):` (after warming up there); to run "
                     "the kernel on CPU tensors, set TRITON_INTERPRET=1 before importing Triton") from None
         if drv is not None:
-            global _last_driver
-            dry = _DRY_DRIVERS.get(drv.__class__)
-            if dry is None:
-                dry = _DRY_DRIVERS.setdefault(drv.__class__, isinstance(drv, CompileOnlyDriver))
-            _last_driver = (drv, dry)
+            dry = note_driver(drv)
             launcher = state.fast_launcher(plan) if self.fast_path else None
             if launcher is not None:
                 entry = launcher(dry, drv, grid, sk, *inputs)

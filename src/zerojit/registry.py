@@ -34,7 +34,7 @@ from .triton_compat import config_cannot_run, current_device, import_launch_path
 # `import zerojit` imports the registry, and every compile worker pays that import when its
 # kernels' modules import zerojit.kernel (the three cost 17 ms of a worker's ~0.4 s boot on the
 # 2-core CI machine). None of them imports the registry, so these imports close no cycle.
-from . import integrity, learned as _learned, loading
+from . import integrity, launch_priming, learned as _learned, loading
 from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers, take_damaged_notes
 from .autotune import TunedKey
 from .generic import file_variants, plan as generic_plan
@@ -714,6 +714,11 @@ class JitWarmupRegistry:
             if any(isinstance(k, RecordedKernel) for k in plan):  # its program launches raw: prime that path too
                 loading.prime_raw_launch_path()
             phases["prime"] = time.perf_counter() - t0
+        t0 = time.perf_counter()  # each warmed key's launch path, dry (after the tuning tables and memos)
+        for kernel, done in per_kernel.items():
+            if not isinstance(kernel, RecordedKernel):  # a recorded program launches raw (primed above)
+                launch_priming.prime_kernel(kernel, [k for k, _, _ in done])
+        phases["prime_kernels"] = time.perf_counter() - t0
         stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0,
                                      store_entries=pulled.pulled - (generic_pulled.pulled if generic_pulled else 0)
                                      if pulled is not None else 0,

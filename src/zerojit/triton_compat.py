@@ -101,7 +101,7 @@ __all__ = [
     "hook_compile_options", "stages_hook_fingerprint",
     # the binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
-    "find_in_process_key", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
+    "find_in_process_key", "has_pre_run_hooks", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
     "resolved", "is_pending", "source_hash", "specialization_hints", "constexpr_parameters",
     "alignment_unspecialized_parameters",
     # raw launches (zerojit record / exec)
@@ -551,6 +551,12 @@ def find_in_process_key(jit_fn: Any, compiled: Any, device: Any = None) -> str |
             if v is compiled:
                 return k
     return None
+
+
+def has_pre_run_hooks(jit_fn: Any) -> bool:
+    """True when ``JITFunction.run`` calls hooks of ``jit_fn`` with the launch's arguments before
+    it binds them (``pre_run_hooks``, 3.6-3.9)."""
+    return bool(jit_fn.pre_run_hooks)
 
 
 def param_specialization(jit_fn: Any, specialization: list) -> list:

@@ -1,0 +1,148 @@
+"""Run each warmed key's launch path once, dry, at the end of warm-up.
+
+A process's first launch of a kernel costs several times a steady one even when its variant is
+compiled and loaded: the code on the launch path runs for the first time (Triton's binder and
+``JITFunction.run`` for that function, zerojit's plan and fast launcher for that call site, the
+``__call__`` body, the autotuner's pruning and the nearest-key lookup of a tuning key never seen),
+and that first run is slow (the interpreter's specialization, the lookups and caches it fills).
+:func:`zerojit.loading.prime_launch_path` pays the per-process part with one real launch of a
+one-element kernel; what stays is per kernel and per call site, and is paid here, per warmed key,
+with the key's own warm-up inputs (meta tensors) and nothing launched:
+
+1. ``__call__``'s body (a checked launcher's checks and memo too) and, for a wrapped kernel, the
+   heuristics and the key's autotune config, exactly as at a launch;
+2. the plan of its ``LaunchSpec.kwargs`` names; with the fast path on, its fast launcher in its
+   select mode (``SELECT``: it finds the entry and launches nothing), and on a GPU the entry's
+   launcher call resolved (:func:`zerojit.triton_compat.direct_launch`), as its first launch would;
+3. otherwise Triton's ``JITFunction.run(..., warmup=True)`` through the plan, but only once
+   Triton's own binder and key show the variant is in the in-process cache, so nothing compiles
+   (a meta tensor is 16-byte aligned unless its warm-up input says otherwise, as the real one);
+4. once per wrapped kernel with a tuning table: what a launch at a tuning key never tuned runs
+   (the autotuner's pruning, the nearest tuned key among the survivors), nothing recorded.
+
+Measured on the CI machine (Python 3.11, compile-only dry launches, fresh processes, the one-element
+primer launched first as on a GPU): ``zerojit.examples.tuned_scale``'s first launch 75-120 us ->
+29-34 us and its first launch at a new tuning key 64-82 us -> 42-54 us, against 14 us steady;
+``zerojit.examples.scale_add``'s first launch of its second warmed key 2.4-2.6x -> 1.5-1.7x steady.
+It costs the warm-up about 0.08 ms per key (9 ms for ``benchmarks/warmup.py``'s 111 keys).
+
+Nothing here changes what a launch does: a key whose prime raises (a check that refuses a meta
+tensor, a heuristic that reads data) is skipped and its first launch is as before. Set
+``ZEROJIT_PRIME_KERNELS=0`` to skip priming (for A/B measurements).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import triton_compat as _tc
+from .autotune import TunedKey
+from .context import allow_compiles
+from ._launch import SELECT
+from .kernel import _FORCED_CONFIG, _triton_driver  # the launch path's own state
+from .kernel import TritonJitKernel, note_driver
+
+__all__ = ["PRIME_ENV", "PRIME_LIMIT", "prime_kernel"]
+
+#: ``ZEROJIT_PRIME_KERNELS=0`` (or off/false/no) skips :func:`prime_kernel` for the process.
+PRIME_ENV = "ZEROJIT_PRIME_KERNELS"
+#: The most keys primed per kernel: each costs tens of microseconds after the first.
+PRIME_LIMIT = 1024
+
+
+def priming_disabled() -> bool:
+    """True when :data:`PRIME_ENV` turns priming off."""
+    return os.environ.get(PRIME_ENV, "").strip().lower() in ("0", "off", "false", "no")
+
+
+def prime_kernel(kernel: Any, keys: list) -> int:
+    """Run the launch path of each of ``keys`` (warmed keys of ``kernel``) dry, as a first
+    launch would run it, launching and compiling nothing (see the module doc).
+
+    Args:
+        kernel: a :class:`~zerojit.kernel.TritonJitKernel` whose keys warmed (anything else,
+            or no active driver, primes nothing).
+        keys: its warmed keys (:class:`~zerojit.autotune.TunedKey` for an autotune config);
+            the first :data:`PRIME_LIMIT` are primed.
+
+    Returns: how many keys were primed (a key whose prime raised is not counted). Never raises
+    for a kernel's own errors: priming is an optimization only.
+    """
+    if not isinstance(kernel, TritonJitKernel) or priming_disabled() or _tc.interpreting():
+        return 0
+    drv = _triton_driver._active
+    state = kernel._launch_state
+    method = getattr(type(kernel).__call__, "_zerojit_method", None)
+    if drv is None or state is None or method is None:
+        return 0
+    dry = note_driver(drv)
+    with allow_compiles():  # still the warm-up: a recording or a monitor sees no launch here
+        return _prime_keys(kernel, state, method, drv, dry, keys[:PRIME_LIMIT])
+
+
+def _prime_keys(kernel: Any, state: Any, method: Any, drv: Any, dry: bool, keys: list) -> int:
+    primed = 0
+    untuned = kernel._wrapping is not None and kernel._wrapping.tunes and bool(type(kernel)._tuning_table)
+    for key in keys:
+        forced = _FORCED_CONFIG.set(key.config if isinstance(key, TunedKey) else None)
+        try:
+            spec, values = _spec(kernel, method, key.key if isinstance(key, TunedKey) else key)
+            if untuned:
+                untuned = False  # once per kernel: its code is what is primed, not a key
+                _prime_untuned_choice(kernel, spec, values)
+            if kernel._wrapping is not None:
+                spec = kernel._wrapped_spec(spec, values, hooks=False)
+            if 0 in spec.grid:
+                continue
+            if _prime_launch(kernel, state, drv, dry, spec, values):
+                primed += 1
+        except Exception:  # a check or heuristic that refuses meta tensors: its first launch pays
+            continue
+        finally:
+            _FORCED_CONFIG.reset(forced)
+    return primed
+
+
+def _spec(kernel: Any, method: Any, key: Any) -> tuple[Any, tuple]:
+    """``__call__``'s ``LaunchSpec`` for ``key``'s warm-up inputs, and the inputs in order."""
+    inputs = kernel.warmup_inputs(key)
+    values = tuple(inputs[n] if n in inputs else d for n, d in type(kernel).__call__._zerojit_inputs)
+    return method(kernel, **inputs), values
+
+
+def _prime_launch(kernel: Any, state: Any, drv: Any, dry: bool, spec: Any, values: tuple) -> bool:
+    """The launch entry's calls (the plan used last, which finds the plan of these names): the
+    fast launcher in select mode, else Triton's run of a cached variant."""
+    sk = spec.kwargs
+    entry = state.fast_call(SELECT, drv, spec.grid, sk, *values) if kernel.fast_path else None
+    if entry is not None:
+        if not dry and entry.direct is None:  # what its first real launch resolves: the launcher's C entry
+            entry.resolve()
+        return True
+    jit = state.jit_fn
+    if _tc.has_pre_run_hooks(jit):  # they would see meta tensors
+        return False
+    args, options, _ = state.plan(tuple(sk)).args(sk, *values)
+    positional, keywords = state.binder_args(args)
+    _, specialization, opts = _tc.bind(jit, *positional, **keywords, **options)
+    if _tc.kernel_cache(jit, _tc.current_device()).get(_tc.in_process_key(specialization, opts)) is None:
+        return False  # run(warmup=True) would compile it
+    if dry:  # Triton's run asks driver.active for the device: the target's (as a dry launch does)
+        with _tc.target_scope():
+            state.run_call(spec.grid, True, sk, *values)
+    else:
+        state.run_call(spec.grid, True, sk, *values)
+    return True
+
+
+def _prime_untuned_choice(kernel: Any, spec: Any, values: tuple) -> None:
+    """What a launch at a tuning key the table lacks runs before it records its choice: the
+    autotuner's pruning for these arguments and the nearest tuned key among the survivors."""
+    wrapping = kernel._wrapping
+    tuning_key, call = wrapping.tuning_key(kernel._named_args(spec, values))
+    alive = wrapping.survivors(*wrapping.autotuner_call(call, spec.grid)) if wrapping.prunes else None
+    type(kernel)._tuning_table.nearest(tuning_key, (lambda: alive) if alive is not None else None)
+    if alive is not None:
+        kernel._first_surviving(alive)
+
