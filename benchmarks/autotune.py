@@ -19,8 +19,8 @@ interleaved over several rounds; printed: the median and the spread (min-max) ov
 * ``triton``: plain ``tuned_scale_kernel[grid](...)``: its first call at ``NEW_N`` benchmarks every
   surviving config (what zerojit moves to warm-up), then the steady state.
 * ``zerojit-unprimed``: ``zerojit`` with ``ZEROJIT_PRIME_KERNELS=0`` (the warm-up does not run each
-  warmed key's launch path dry, :mod:`zerojit.launch_priming`): the A/B of that priming, each
-  round's pair printed as first launch / steady;
+  warmed key's launch path dry, :mod:`zerojit.launch_priming`): the A/B of that priming, printed
+  as first launch / steady, primed vs unprimed (each the median and spread over the rounds);
 * warm-up seconds of the ``zerojit`` mode with tuning: serial (``workers=1``) vs ``--workers N``.
 
 Goal: zerojit's first launch at a new tuning key <= 2x its steady state. Ratios are against

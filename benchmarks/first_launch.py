@@ -30,11 +30,16 @@ import time
 
 MODES = ("zerojit", "zerojit-unprimed", "triton-warmup", "none")
 PRIME_ENV = "ZEROJIT_PRIME_KERNELS"  # zerojit.launch_priming.PRIME_ENV (not imported: the parent stays light)
+NO_GPU = 2  # a child's exit status when no CUDA GPU is visible (the parent exits with it too)
 
 
 def child(mode: str) -> dict:
     import torch
 
+    if not torch.cuda.is_available():  # real launches are what is timed: no compile-only stand-in
+        print("first_launch.py needs a CUDA GPU (none is visible); benchmarks/autotune.py measures "
+              "the primed vs unprimed first launch under compile-only", file=sys.stderr)
+        sys.exit(NO_GPU)
     from zerojit import JitWarmupRegistry
     from zerojit.examples.scale_add import _scale_add_kernel, scale_add
 
@@ -79,6 +84,9 @@ def run_child(mode: str) -> dict:
         if mode == "zerojit-unprimed":
             env[PRIME_ENV] = "0"
         proc = subprocess.run([sys.executable, __file__, "--child", mode], env=env, capture_output=True, text=True)
+    if proc.returncode == NO_GPU:
+        print(proc.stderr.strip(), file=sys.stderr)
+        sys.exit(NO_GPU)
     if proc.returncode:
         sys.exit(f"{mode} failed:\n{proc.stderr}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -90,6 +98,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="fresh processes per mode (medians reported)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error(f"--repeat must be >= 1, got {args.repeat}")
     if args.child:
         print(json.dumps(child(args.child)))
         return

@@ -215,3 +215,22 @@ def test_on_a_gpu_primed_first_launches_take_the_steady_path_and_compute_right(m
     torch.cuda.synchronize()
     assert slow.calls == 0
     assert torch.equal(copied, x[:48]) and torch.equal(scaled, x * 2.0)
+
+
+def test_first_launch_benchmark_without_a_gpu_exits_2_with_one_line():
+    """benchmarks/first_launch.py times real launches: with no GPU it says so and exits 2 (no
+    child traceback), and a --repeat below 1 is a usage error."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the benchmark would run")
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "first_launch.py"
+    proc = subprocess.run([sys.executable, str(script), "--repeat", "1"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.strip().splitlines() == [
+        "first_launch.py needs a CUDA GPU (none is visible); benchmarks/autotune.py measures the primed vs "
+        "unprimed first launch under compile-only"]
+    usage = subprocess.run([sys.executable, str(script), "--repeat", "0"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "--repeat must be >= 1, got 0" in usage.stderr

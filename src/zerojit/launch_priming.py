@@ -40,7 +40,7 @@ from . import triton_compat as _tc
 from .autotune import TunedKey
 from .context import allow_compiles
 from ._launch import SELECT
-from .kernel import _FORCED_CONFIG, _triton_driver  # the launch path's own state
+from .kernel import _FORCED_CONFIG  # the launch path's own state
 from .kernel import TritonJitKernel, note_driver
 
 __all__ = ["PRIME_ENV", "PRIME_LIMIT", "prime_kernel"]
@@ -66,12 +66,13 @@ def prime_kernel(kernel: Any, keys: list) -> int:
         keys: its warmed keys (:class:`~zerojit.autotune.TunedKey` for an autotune config);
             the first :data:`PRIME_LIMIT` are primed.
 
-    Returns: how many keys were primed (a key whose prime raised is not counted). Never raises
-    for a kernel's own errors: priming is an optimization only.
+    Returns: how many keys were primed (not counted: a key whose prime raised, one whose grid is
+    empty, one whose variant Triton's run would have to compile or whose function has
+    ``pre_run_hooks``). Never raises for a kernel's own errors: priming is an optimization only.
     """
     if not isinstance(kernel, TritonJitKernel) or priming_disabled() or _tc.interpreting():
         return 0
-    drv = _triton_driver._active
+    drv = _tc.peek_driver()  # not a hot path: Triton's driver slot through triton_compat
     state = kernel._launch_state
     method = getattr(type(kernel).__call__, "_zerojit_method", None)
     if drv is None or state is None or method is None:
