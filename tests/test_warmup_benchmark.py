@@ -1,5 +1,6 @@
-"""benchmarks/warmup.py's modes: each child process gets exactly the worker settings its mode
-names, whatever the caller exported (reference: the settings each mode's docstring names)."""
+"""The benchmarks' command lines: benchmarks/warmup.py's modes, each child process getting exactly
+the worker settings its mode names, whatever the caller exported (reference: the settings each
+mode's docstring names); benchmarks/first_launch.py without a GPU."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import importlib.util
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,20 @@ def test_bad_input_exits_2_with_one_line_before_any_run(bench, monkeypatch, caps
         bench.main()
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"warmup.py: error: {message}")
+
+
+def test_first_launch_benchmark_without_a_gpu_exits_2_with_one_line():
+    """benchmarks/first_launch.py times real launches: with no GPU it says so and exits 2 (no
+    child traceback), and a --repeat below 1 is a usage error."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the benchmark would run")
+    script = ROOT / "benchmarks" / "first_launch.py"
+    proc = subprocess.run([sys.executable, str(script), "--repeat", "1"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.strip().splitlines() == [
+        "first_launch.py needs a CUDA GPU (none is visible); benchmarks/autotune.py measures the primed vs "
+        "unprimed first launch under compile-only"]
+    usage = subprocess.run([sys.executable, str(script), "--repeat", "0"], capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "--repeat must be >= 1, got 0" in usage.stderr

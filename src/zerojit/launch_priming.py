@@ -17,8 +17,8 @@ with the key's own warm-up inputs (meta tensors) and nothing launched:
 3. otherwise Triton's ``JITFunction.run(..., warmup=True)`` through the plan, but only once
    Triton's own binder and key show the variant is in the in-process cache, so nothing compiles
    (a meta tensor is 16-byte aligned unless its warm-up input says otherwise, as the real one);
-4. once per wrapped kernel with a tuning table: what a launch at a tuning key never tuned runs
-   (the autotuner's pruning, the nearest tuned key among the survivors), nothing recorded.
+4. once per autotuned kernel: what a launch at a tuning key never tuned runs (the autotuner's
+   pruning, the nearest tuned key among the survivors, the first surviving config), nothing recorded.
 
 Measured on the CI machine (Python 3.11, compile-only dry launches, fresh processes, the one-element
 primer launched first as on a GPU): ``zerojit.examples.tuned_scale``'s first launch 75-120 us ->
@@ -43,7 +43,7 @@ from ._launch import SELECT
 from .kernel import _FORCED_CONFIG  # the launch path's own state
 from .kernel import TritonJitKernel, note_driver
 
-__all__ = ["PRIME_ENV", "PRIME_LIMIT", "prime_kernel"]
+__all__ = ["PRIME_ENV", "PRIME_LIMIT", "prime_kernel", "priming_disabled"]
 
 #: ``ZEROJIT_PRIME_KERNELS=0`` (or off/false/no) skips :func:`prime_kernel` for the process.
 PRIME_ENV = "ZEROJIT_PRIME_KERNELS"
@@ -84,15 +84,23 @@ def prime_kernel(kernel: Any, keys: list) -> int:
 
 def _prime_keys(kernel: Any, state: Any, method: Any, drv: Any, dry: bool, keys: list) -> int:
     primed = 0
-    untuned = kernel._wrapping is not None and kernel._wrapping.tunes and bool(type(kernel)._tuning_table)
+    wrapping = kernel._wrapping
+    untuned = wrapping is not None and wrapping.tunes
+    specs: dict[Any, tuple[Any, tuple]] = {}  # base key -> its unwrapped spec: the same for each config
     for key in keys:
+        base = key.key if isinstance(key, TunedKey) else key
         forced = _FORCED_CONFIG.set(key.config if isinstance(key, TunedKey) else None)
         try:
-            spec, values = _spec(kernel, method, key.key if isinstance(key, TunedKey) else key)
-            if untuned:
-                untuned = False  # once per kernel: its code is what is primed, not a key
-                _prime_untuned_choice(kernel, spec, values)
-            if kernel._wrapping is not None:
+            if base not in specs:
+                specs[base] = _spec(kernel, method, base)
+            spec, values = specs[base]
+            if untuned:  # once per kernel: its code is what is primed, not a key
+                untuned = False
+                try:
+                    _prime_untuned_choice(kernel, spec, values)
+                except Exception:  # a prune function that refuses meta tensors: this key still primes
+                    pass
+            if wrapping is not None:
                 spec = kernel._wrapped_spec(spec, values, hooks=False)
             if 0 in spec.grid:
                 continue
@@ -139,11 +147,14 @@ def _prime_launch(kernel: Any, state: Any, drv: Any, dry: bool, spec: Any, value
 
 def _prime_untuned_choice(kernel: Any, spec: Any, values: tuple) -> None:
     """What a launch at a tuning key the table lacks runs before it records its choice: the
-    autotuner's pruning for these arguments and the nearest tuned key among the survivors."""
+    autotuner's pruning for these arguments, the nearest tuned key among the survivors (with a
+    tuning table) and the first surviving config that compiled (the policy's fallback)."""
     wrapping = kernel._wrapping
     tuning_key, call = wrapping.tuning_key(kernel._named_args(spec, values))
     alive = wrapping.survivors(*wrapping.autotuner_call(call, spec.grid)) if wrapping.prunes else None
-    type(kernel)._tuning_table.nearest(tuning_key, (lambda: alive) if alive is not None else None)
+    table = type(kernel)._tuning_table
+    if table:
+        table.nearest(tuning_key, (lambda: alive) if alive is not None else None)
     if alive is not None:
         kernel._first_surviving(alive)
 

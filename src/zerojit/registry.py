@@ -714,11 +714,12 @@ class JitWarmupRegistry:
             if any(isinstance(k, RecordedKernel) for k in plan):  # its program launches raw: prime that path too
                 loading.prime_raw_launch_path()
             phases["prime"] = time.perf_counter() - t0
-        t0 = time.perf_counter()  # each warmed key's launch path, dry (after the tuning tables and memos)
-        for kernel, done in per_kernel.items():
-            if not isinstance(kernel, RecordedKernel):  # a recorded program launches raw (primed above)
-                launch_priming.prime_kernel(kernel, [k for k, _, _ in done])
-        phases["prime_kernels"] = time.perf_counter() - t0
+        if not launch_priming.priming_disabled():  # each warmed key's launch path, dry (after tables and memos)
+            t0 = time.perf_counter()
+            for kernel, done in per_kernel.items():
+                if not isinstance(kernel, RecordedKernel):  # a recorded program launches raw (primed above)
+                    launch_priming.prime_kernel(kernel, [k for k, _, _ in done])
+            phases["prime_kernels"] = time.perf_counter() - t0
         stats = session.counts.stats(bundle_entries=len(imported.installed) if imported else 0,
                                      store_entries=pulled.pulled - (generic_pulled.pulled if generic_pulled else 0)
                                      if pulled is not None else 0,
