@@ -24,7 +24,11 @@ Measured on the CI machine (Python 3.11, compile-only dry launches, fresh proces
 primer launched first as on a GPU): ``zerojit.examples.tuned_scale``'s first launch 75-120 us ->
 29-34 us and its first launch at a new tuning key 64-82 us -> 42-54 us, against 14 us steady;
 ``zerojit.examples.scale_add``'s first launch of its second warmed key 2.4-2.6x -> 1.5-1.7x steady.
-It costs the warm-up about 0.08 ms per key (9 ms for ``benchmarks/warmup.py``'s 111 keys).
+On an H100 (``benchmarks/autotune.py --rounds 6``, primed vs unprimed in each round): the tuned
+kernel's first launch 2.58x steady (spread 2.41-2.79) against 3.23x (3.03-3.68), its first launch
+at a new tuning key 2.56x (2.38-3.07) against 2.98x (2.84-3.04); there the warm-up's real primer
+launch already pays the process's part, and ``scale_add``'s second key gains nothing measurable.
+It costs the warm-up about 0.09 ms per key (10 ms for ``benchmarks/warmup.py``'s 111 keys).
 
 Nothing here changes what a launch does: a key whose prime raises (a check that refuses a meta
 tensor, a heuristic that reads data) is skipped and its first launch is as before. Set
