@@ -582,6 +582,16 @@ class LaunchState:
             return args, {}
         return args[:n], dict(zip(self.param_names[n:], args[n:]))
 
+    def cached(self, args: tuple, options: Mapping, device: Any) -> tuple[str, list, Any]:
+        """Triton's own lookup of a launch with these parameter values (``Plan.args``) and
+        options on ``device``: ``(in-process key, specialization, CompiledKernel or None)``.
+
+        Raises: what Triton's binder raises for these arguments."""
+        positional, keywords = self.binder_args(args)
+        _, specialization, opts = bind(self.jit_fn, *positional, **keywords, **options)
+        triton_key = _tc.in_process_key(specialization, opts)
+        return triton_key, specialization, _tc.kernel_cache(self.jit_fn, device).get(triton_key)
+
     def fast_launcher(self, plan: Plan) -> Callable | None:
         """``plan``'s fast launcher, or None when no warm-up recorded a variant of this class."""
         fast = self.fast
@@ -682,14 +692,11 @@ class LaunchState:
         if len(args) != len(self.param_names):
             return
         jit = self.jit_fn
-        positional, keywords = self.binder_args(args)
         try:
-            _, specialization, opts = bind(jit, *positional, **keywords, **options)
-            triton_key = _tc.in_process_key(specialization, opts)
-            cache = _tc.kernel_cache(jit, device)
+            triton_key, specialization, cached = self.cached(args, options, device)
         except Exception:
             return
-        if cache.get(triton_key) is not compiled:
+        if cached is not compiled:
             return
         variant = FastVariant(
             kernel=kernel.name,

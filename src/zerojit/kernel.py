@@ -638,9 +638,11 @@ class TritonJitKernel(JitKernel[KeyT]):
             return found
         return self._choose_untuned(tuning_key, survivors)
 
-    def _choose_untuned(self, tuning_key: tuple, survivors: Callable[[], list[int]] | None) -> int:
+    def _choose_untuned(self, tuning_key: tuple, survivors: Callable[[], list[int]] | None,
+                        record: bool = True) -> int:
         """The policy's choice at a tuning key the table lacks (once per tuning key): an index
-        lookup and, where the autotuner prunes, one evaluation of its pruning."""
+        lookup and, where the autotuner prunes, one evaluation of its pruning. ``record=False``
+        (the warm-up's priming, :mod:`zerojit.launch_priming`): the choice is made, not kept."""
         cls = type(self)
         policy = cls.tuning
         table = cls._tuning_table
@@ -668,6 +670,8 @@ class TritonJitKernel(JitKernel[KeyT]):
             raise _at.TuningError(
                 f"{self.name}: tuning key {tuning_key} was never tuned and {why}: "
                 f"tune it at warm-up (tuning_inputs) or put it in the tuning file ({len(table)} tuned)")
+        if not record:
+            return found
         cls._untuned_choice[tuning_key] = found
         # the autotuner's own run (the library's call path) now makes the same choice, unbenchmarked
         _tc.fill_autotuner_cache(cls._wrapping.tuner, tuning_key, cls._wrapping.configs[found])
@@ -959,6 +963,13 @@ class TritonJitKernel(JitKernel[KeyT]):
         during it, or None when the launcher called no ``dispatch``."""
         return check.dispatched[-1] if check.dispatched else None
 
+    def _declared_spec(self, inputs: Mapping[str, Any]) -> tuple[LaunchSpec, tuple]:
+        """``__call__``'s body run on these inputs (its ``LaunchSpec``, nothing launched), and the
+        inputs in ``__call__``'s order, defaults filled in (what the launch entry passes on)."""
+        entry = type(self).__call__
+        values = tuple(inputs[name] if name in inputs else default for name, default in entry._zerojit_inputs)
+        return entry._zerojit_method(self, **inputs), values
+
     def select_variant(self, **inputs: Any) -> FastVariant | None:
         """The warmed variant the fast path would launch for these inputs, or None (normal path).
 
@@ -967,9 +978,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         under :func:`~zerojit.compile_only.compile_only`. None also when ``fast_path`` is off, no
         warm-up recorded a variant, a warm-up is in progress, or the grid has a 0.
         """
-        entry = type(self).__call__
-        spec = entry._zerojit_method(self, **inputs)
-        values = tuple(inputs[name] if name in inputs else default for name, default in entry._zerojit_inputs)
+        spec, values = self._declared_spec(inputs)
         if self._wrapping is not None:
             spec = self._wrapped_spec(spec, values, hooks=False)  # launches nothing: no pre_hook
         state = self._launch_state

@@ -78,15 +78,14 @@ def prime_kernel(kernel: Any, keys: list) -> int:
         return 0
     drv = _tc.peek_driver()  # not a hot path: Triton's driver slot through triton_compat
     state = kernel._launch_state
-    method = getattr(type(kernel).__call__, "_zerojit_method", None)
-    if drv is None or state is None or method is None:
+    if drv is None or state is None or not hasattr(type(kernel).__call__, "_zerojit_method"):
         return 0
     dry = note_driver(drv)
     with allow_compiles():  # still the warm-up: a recording or a monitor sees no launch here
-        return _prime_keys(kernel, state, method, drv, dry, keys[:PRIME_LIMIT])
+        return _prime_keys(kernel, state, drv, dry, keys[:PRIME_LIMIT])
 
 
-def _prime_keys(kernel: Any, state: Any, method: Any, drv: Any, dry: bool, keys: list) -> int:
+def _prime_keys(kernel: Any, state: Any, drv: Any, dry: bool, keys: list) -> int:
     primed = 0
     wrapping = kernel._wrapping
     untuned = wrapping is not None and wrapping.tunes
@@ -96,7 +95,7 @@ def _prime_keys(kernel: Any, state: Any, method: Any, drv: Any, dry: bool, keys:
         forced = _FORCED_CONFIG.set(key.config if isinstance(key, TunedKey) else None)
         try:
             if base not in specs:
-                specs[base] = _spec(kernel, method, base)
+                specs[base] = kernel._declared_spec(kernel.warmup_inputs(base))
             spec, values = specs[base]
             if untuned:  # once per kernel: its code is what is primed, not a key
                 untuned = False
@@ -117,13 +116,6 @@ def _prime_keys(kernel: Any, state: Any, method: Any, drv: Any, dry: bool, keys:
     return primed
 
 
-def _spec(kernel: Any, method: Any, key: Any) -> tuple[Any, tuple]:
-    """``__call__``'s ``LaunchSpec`` for ``key``'s warm-up inputs, and the inputs in order."""
-    inputs = kernel.warmup_inputs(key)
-    values = tuple(inputs[n] if n in inputs else d for n, d in type(kernel).__call__._zerojit_inputs)
-    return method(kernel, **inputs), values
-
-
 def _prime_launch(kernel: Any, state: Any, drv: Any, dry: bool, spec: Any, values: tuple) -> bool:
     """The launch entry's calls (the plan used last, which finds the plan of these names): the
     fast launcher in select mode, else Triton's run of a cached variant."""
@@ -133,13 +125,10 @@ def _prime_launch(kernel: Any, state: Any, drv: Any, dry: bool, spec: Any, value
         if not dry and entry.direct is None:  # what its first real launch resolves: the launcher's C entry
             entry.resolve()
         return True
-    jit = state.jit_fn
-    if _tc.has_pre_run_hooks(jit):  # they would see meta tensors
+    if _tc.has_pre_run_hooks(state.jit_fn):  # they would see meta tensors
         return False
     args, options, _ = state.plan(tuple(sk)).args(sk, *values)
-    positional, keywords = state.binder_args(args)
-    _, specialization, opts = _tc.bind(jit, *positional, **keywords, **options)
-    if _tc.kernel_cache(jit, _tc.current_device()).get(_tc.in_process_key(specialization, opts)) is None:
+    if state.cached(args, options, _tc.current_device())[2] is None:
         return False  # run(warmup=True) would compile it
     if dry:  # Triton's run asks driver.active for the device: the target's (as a dry launch does)
         with _tc.target_scope():
@@ -150,15 +139,10 @@ def _prime_launch(kernel: Any, state: Any, drv: Any, dry: bool, spec: Any, value
 
 
 def _prime_untuned_choice(kernel: Any, spec: Any, values: tuple) -> None:
-    """What a launch at a tuning key the table lacks runs before it records its choice: the
-    autotuner's pruning for these arguments, the nearest tuned key among the survivors (with a
-    tuning table) and the first surviving config that compiled (the policy's fallback)."""
+    """What a launch at a tuning key the table lacks runs (the policy's choice: the autotuner's
+    pruning for these arguments, the nearest tuned key among the survivors or the first surviving
+    config), at this key's tuning key, the choice not kept."""
     wrapping = kernel._wrapping
     tuning_key, call = wrapping.tuning_key(kernel._named_args(spec, values))
-    alive = wrapping.survivors(*wrapping.autotuner_call(call, spec.grid)) if wrapping.prunes else None
-    table = type(kernel)._tuning_table
-    if table:
-        table.nearest(tuning_key, (lambda: alive) if alive is not None else None)
-    if alive is not None:
-        kernel._first_surviving(alive)
-
+    kernel._choose_untuned(tuning_key, lambda: wrapping.survivors(*wrapping.autotuner_call(call, spec.grid)),
+                           record=False)
