@@ -42,10 +42,10 @@ def _fresh_in_process_caches():
         kernel.kernel.device_caches.clear()
 
 
-def _tuned(name: str) -> TunedScale:
-    """A fresh TunedScale class (its own launch state, plans and tables), tuned by a file that
-    chooses BLOCK 1024 / 4 warps at each of SIZES."""
-    cls = type(name, (TunedScale,), {"kernel": TunedScale.wrapped})  # its own kernel: a launch state of its own
+def _tuned(name: str, **attributes) -> TunedScale:
+    """A fresh TunedScale class (its own launch state, plans and tables; ``attributes`` set on it),
+    tuned by a file that chooses BLOCK 1024 / 4 warps at each of SIZES."""
+    cls = type(name, (TunedScale,), {"kernel": TunedScale.wrapped, **attributes})  # a launch state of its own
     kernel = cls()
     configs = kernel._wrapping.configs
     best = next(i for i, c in enumerate(configs) if c.kwargs["BLOCK"] == 1024 and c.num_warps == 4)
@@ -195,6 +195,57 @@ def test_a_key_whose_prime_raises_is_skipped_and_launches_as_before(compile_only
     kernel(x=x, bias=bias, out=out, period=64, scale=1.5)  # a dry launch: selected, nothing runs
 
 
+def test_priming_runs_the_new_tuning_key_path_at_unseen_keys_and_undoes_its_records(compile_only_target,
+                                                                                   monkeypatch):
+    calls = []
+    original = TritonJitKernel._choose_untuned
+
+    def spy(self, tuning_key, survivors, record=True):
+        calls.append((tuning_key, record))
+        return original(self, tuning_key, survivors, record)
+
+    monkeypatch.setattr(TritonJitKernel, "_choose_untuned", spy)
+    kernel = _tuned("TunedNewKeyPath")
+    report = _warm(kernel, sizes=SIZES)
+    cls = type(kernel)
+    tuned = set(cls._tuning_table)
+    assert tuned == {(n, "torch.float32", "torch.float32") for n in SIZES}
+    # the launch path's own choice (recorded, as at a real new key), at keys no table or cache holds
+    assert len(calls) == launch_priming.NEW_KEY_RUNS and all(record for _, record in calls)
+    fakes = [k for k, _ in calls]
+    assert len(set(fakes)) == len(fakes) and not tuned & set(fakes)
+    assert all(k[1:] == ("torch.float32", "torch.float32") and k[0] not in SIZES for k in fakes)
+    # nothing of it stays: no remembered choice, no autotuner cache entry, the table as tuned
+    tuner = cls._wrapping.tuner
+    assert cls._untuned_choice == {} and not set(fakes) & set(tuner.cache)
+    state = (dict(cls._tuning_table), dict(tuner.cache))
+    keys = [k for kw in report.kernels for k in kw.keys]
+    assert launch_priming.prime_kernel(kernel, keys) == len(keys)
+    assert (dict(cls._tuning_table), dict(tuner.cache)) == state and cls._untuned_choice == {}
+    # a real new tuning key still decides (once) and takes the tuned config, as unprimed
+    x = torch.randn(100_000)
+    kernel(x=x, out=torch.empty_like(x), scale=2.0)
+    new = (100_000, "torch.float32", "torch.float32")
+    assert calls[-1] == (new, True)
+    assert cls._untuned_choice == {new: cls._tuning_table[(1 << 20, "torch.float32", "torch.float32")]}
+
+
+def test_a_policy_that_refuses_new_tuning_keys_is_primed_without_a_record(compile_only_target):
+    from zerojit.autotune import TuningError, TuningPolicy
+
+    kernel = _tuned("TunedStrict", tuning=TuningPolicy("error"))
+    report = _warm(kernel, sizes=SIZES)  # its primed new keys raise TuningError, caught: no failure
+    cls = type(kernel)
+    keys = [k for kw in report.kernels for k in kw.keys]
+    cache = dict(cls._wrapping.tuner.cache)  # (the autotuner is TunedScale's, shared by the test classes)
+    assert launch_priming.prime_kernel(kernel, keys) == len(keys)
+    assert cls._untuned_choice == {} and dict(cls._wrapping.tuner.cache) == cache
+    x = torch.randn(4096)
+    kernel(x=x, out=torch.empty_like(x), scale=2.0)  # a tuned key launches
+    with pytest.raises(TuningError, match="never tuned"):  # a new one is refused, as unprimed
+        kernel(x=x[:100], out=torch.empty_like(x[:100]), scale=2.0)
+
+
 def test_the_switch_turns_priming_off(compile_only_target, monkeypatch):
     kernel = ScaleAdd()
     _warm(kernel, periods=(64,))
@@ -204,17 +255,45 @@ def test_the_switch_turns_priming_off(compile_only_target, monkeypatch):
     assert launch_priming.prime_kernel(kernel, [kernel.dispatch(period=64)]) == 1
 
 
+def test_captured_launches_are_off_when_dry_and_never_raise(compile_only_target, monkeypatch):
+    calls = []
+    monkeypatch.setattr(launch_priming, "capture_unlaunched", lambda launches: calls.append(launches) or 0)
+    kernel = ScaleAdd()
+    _warm(kernel, periods=(64,))
+    assert calls == []  # compile-only: a dry driver, nothing to capture
+    monkeypatch.setenv(launch_priming.PRIME_ENV, "dry")
+    assert launch_priming.captures_disabled() and not launch_priming.priming_disabled()
+    monkeypatch.setenv(launch_priming.PRIME_ENV, "1")
+    assert not launch_priming.captures_disabled()
+    monkeypatch.undo()
+
+    def fails():
+        raise RuntimeError("a launch that fails")
+
+    # without a usable CUDA graph (this CPU build) or with a failing launch: 0, nothing raised
+    assert launch_priming.capture_unlaunched([fails]) == 0
+
+
 @pytest.mark.gpu
 def test_on_a_gpu_primed_first_launches_take_the_steady_path_and_compute_right(monkeypatch):
     """Real launches after a GPU warm-up: the fast path's launcher calls are resolved at warm-up,
     and each kernel's first launch takes the inline path and writes what torch computes."""
     fast, tuned = _fast_copy("FastCopyGpu"), _tuned("TunedGpu")
+    captured = []
+    original = launch_priming.capture_unlaunched
+    monkeypatch.setattr(launch_priming, "capture_unlaunched", lambda launches: captured.append(
+        (len(launches), original(launches))) or captured[-1][1])
     registry = JitWarmupRegistry()
     with registry.activate():
         fast.register_warmup()
         tuned.register_warmup(sizes=SIZES)
     report = registry.warmup(progress=False)
     assert not report.failures and all(v.loaded for v in report.variants)
+    # each kernel's warmed keys launched once into a CUDA graph that never ran, every launch taken
+    tuned_keys = sum(isinstance(key, TunedKey) for k in report.kernels for key in k.keys)
+    assert tuned_keys >= len(SIZES) * 2  # (each size, with and without scale, under each surviving config)
+    assert sum(n for n, _ in captured) >= 2 + tuned_keys and all(n == done for n, done in captured)
+    assert not torch.cuda.is_current_stream_capturing()
     entries = [e for table in type(fast)._launch_state.fast.current[1].values() for e in table.values()]
     assert len(entries) == 2 and all(e.direct is not None for e in entries)
     slow = _Spy(monkeypatch, TritonJitKernel, "_zerojit_launch")

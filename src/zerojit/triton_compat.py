@@ -101,7 +101,7 @@ __all__ = [
     "hook_compile_options", "stages_hook_fingerprint",
     # the binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
-    "find_in_process_key", "has_pre_run_hooks", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
+    "find_in_process_key", "has_pre_run_hooks", "launch_hooks_set", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
     "resolved", "is_pending", "source_hash", "specialization_hints", "constexpr_parameters",
     "alignment_unspecialized_parameters",
     # raw launches (zerojit record / exec)
@@ -123,7 +123,7 @@ __all__ = [
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
     "autotune_configs", "config_arguments", "config_pre_hook", "prunes_configs", "prune_configs",
     "tuning_key_function", "tuning_key", "layer_arg_names", "autotuner_cached", "bench_config",
-    "fill_autotuner_cache", "autotuner_choices", "find_autotuner", "patch_autotuner_run",
+    "fill_autotuner_cache", "in_autotuner_cache", "drop_autotuner_cache", "autotuner_choices", "find_autotuner", "patch_autotuner_run",
     "benchmarks_with_driver", "tunings_forgotten", "add_bench_listener", "remove_bench_listener",
 ]
 
@@ -551,6 +551,15 @@ def find_in_process_key(jit_fn: Any, compiled: Any, device: Any = None) -> str |
             if v is compiled:
                 return k
     return None
+
+
+def launch_hooks_set() -> bool:
+    """True when a launch would call a Triton launch hook (``knobs.runtime.launch_enter_hook`` /
+    ``launch_exit_hook``: anything but None or an empty ``HookChain``, 3.6-3.9), e.g. a profiler's."""
+    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        if hook is not None and (not isinstance(hook, HookChain) or hook.calls):
+            return True
+    return False
 
 
 def has_pre_run_hooks(jit_fn: Any) -> bool:
@@ -1624,6 +1633,16 @@ def fill_autotuner_cache(tuner: Any, key: tuple, config: Any) -> None:
     """Put ``config`` in the autotuner's own cache under ``key``: its ``run`` then launches it
     without benchmarking (``Autotuner.cache``)."""
     tuner.cache[key] = config
+
+
+def in_autotuner_cache(tuner: Any, key: tuple) -> bool:
+    """True when the autotuner's own cache (``Autotuner.cache``) holds a config under ``key``."""
+    return key in tuner.cache
+
+
+def drop_autotuner_cache(tuner: Any, key: tuple) -> None:
+    """Remove ``key`` from the autotuner's own cache (nothing when it is not there)."""
+    tuner.cache.pop(key, None)
 
 
 def patch_autotuner_run(make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> Callable[[], None]:
