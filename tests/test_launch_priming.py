@@ -214,7 +214,7 @@ def test_priming_runs_the_new_tuning_key_path_at_unseen_keys_and_undoes_its_reco
     assert len(calls) == launch_priming.NEW_KEY_RUNS and all(record for _, record in calls)
     fakes = [k for k, _ in calls]
     assert len(set(fakes)) == len(fakes) and not tuned & set(fakes)
-    assert all(k[1:] == ("torch.float32", "torch.float32") and k[0] not in SIZES for k in fakes)
+    assert all(k[1:] == ("torch.float32", "torch.float32") and k[0] > 1 << 64 for k in fakes)  # no launch makes them
     # nothing of it stays: no remembered choice, no autotuner cache entry, the table as tuned
     tuner = cls._wrapping.tuner
     assert cls._untuned_choice == {} and not set(fakes) & set(tuner.cache)
@@ -255,23 +255,25 @@ def test_the_switch_turns_priming_off(compile_only_target, monkeypatch):
     assert launch_priming.prime_kernel(kernel, [kernel.dispatch(period=64)]) == 1
 
 
-def test_captured_launches_are_off_when_dry_and_never_raise(compile_only_target, monkeypatch):
-    calls = []
-    monkeypatch.setattr(launch_priming, "capture_unlaunched", lambda launches: calls.append(launches) or 0)
-    kernel = ScaleAdd()
-    _warm(kernel, periods=(64,))
-    assert calls == []  # compile-only: a dry driver, nothing to capture
-    monkeypatch.setenv(launch_priming.PRIME_ENV, "dry")
-    assert launch_priming.captures_disabled() and not launch_priming.priming_disabled()
-    monkeypatch.setenv(launch_priming.PRIME_ENV, "1")
-    assert not launch_priming.captures_disabled()
-    monkeypatch.undo()
+@pytest.mark.parametrize("setting", ["default", "dry", "launch hook"])
+def test_each_primed_key_s_launch_is_captured_unless_dry_or_hooked(compile_only_target, monkeypatch, setting):
+    captured = []
+    monkeypatch.setattr(launch_priming, "_capture_unlaunched", lambda launches: captured.append(launches) or 0)
+    kernel = _tuned(f"TunedCaptured{setting.replace(' ', '')}")
+    report = _warm(kernel, sizes=SIZES)
+    assert captured == []  # compile-only: dry launches, nothing to capture
+    keys = [k for kw in report.kernels for k in kw.keys]
+    monkeypatch.setattr(launch_priming, "note_driver", lambda drv: False)  # as on a GPU
+    if setting == "dry":
+        monkeypatch.setenv(launch_priming.PRIME_ENV, "dry")
+    elif setting == "launch hook":
+        monkeypatch.setattr(tc.knobs.runtime, "launch_enter_hook", lambda metadata: None)
+    assert launch_priming.prime_kernel(kernel, keys) == len(keys)
+    assert [len(launches) for launches in captured] == ([len(keys)] if setting == "default" else [])
 
-    def fails():
-        raise RuntimeError("a launch that fails")
 
-    # without a usable CUDA graph (this CPU build) or with a failing launch: 0, nothing raised
-    assert launch_priming.capture_unlaunched([fails]) == 0
+def test_a_capture_without_cuda_graphs_primes_nothing_and_raises_nothing():
+    assert launch_priming._capture_unlaunched([lambda: None]) == 0  # this CPU build: no CUDA graph to capture
 
 
 @pytest.mark.gpu
@@ -280,8 +282,8 @@ def test_on_a_gpu_primed_first_launches_take_the_steady_path_and_compute_right(m
     and each kernel's first launch takes the inline path and writes what torch computes."""
     fast, tuned = _fast_copy("FastCopyGpu"), _tuned("TunedGpu")
     captured = []
-    original = launch_priming.capture_unlaunched
-    monkeypatch.setattr(launch_priming, "capture_unlaunched", lambda launches: captured.append(
+    original = launch_priming._capture_unlaunched
+    monkeypatch.setattr(launch_priming, "_capture_unlaunched", lambda launches: captured.append(
         (len(launches), original(launches))) or captured[-1][1])
     registry = JitWarmupRegistry()
     with registry.activate():

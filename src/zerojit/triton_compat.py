@@ -101,7 +101,7 @@ __all__ = [
     "hook_compile_options", "stages_hook_fingerprint",
     # the binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
-    "find_in_process_key", "has_pre_run_hooks", "launch_hooks_set", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
+    "find_in_process_key", "has_pre_run_hooks", "launch_hooks_set", "private_cuda_stream", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
     "resolved", "is_pending", "source_hash", "specialization_hints", "constexpr_parameters",
     "alignment_unspecialized_parameters",
     # raw launches (zerojit record / exec)
@@ -123,7 +123,7 @@ __all__ = [
     "Config", "CONFIG_OPTIONS", "is_autotuner", "is_heuristics", "wrapped_function", "heuristics_values",
     "autotune_configs", "config_arguments", "config_pre_hook", "prunes_configs", "prune_configs",
     "tuning_key_function", "tuning_key", "layer_arg_names", "autotuner_cached", "bench_config",
-    "fill_autotuner_cache", "in_autotuner_cache", "drop_autotuner_cache", "autotuner_choices", "find_autotuner", "patch_autotuner_run",
+    "fill_autotuner_cache", "drop_autotuner_cache", "autotuner_choices", "find_autotuner", "patch_autotuner_run",
     "benchmarks_with_driver", "tunings_forgotten", "add_bench_listener", "remove_bench_listener",
 ]
 
@@ -787,6 +787,42 @@ def _cu_func_load():
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = ctypes.c_int
     return fn
+
+
+@functools.lru_cache(maxsize=1)
+def _cu_stream_calls() -> tuple[Any, Any] | None:
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+        create, destroy = lib.cuStreamCreate, lib.cuStreamDestroy_v2
+    except (OSError, AttributeError):
+        return None
+    create.argtypes, create.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint], ctypes.c_int
+    destroy.argtypes, destroy.restype = [ctypes.c_void_p], ctypes.c_int
+    return create, destroy
+
+
+@contextlib.contextmanager
+def private_cuda_stream() -> Iterator[int]:
+    """A CUDA stream of the thread's current context that nothing else holds (the driver's
+    ``cuStreamCreate``, non-blocking: unlike ``torch.cuda.Stream()``, which hands out streams of
+    a shared pool), destroyed on exit; yields its handle.
+
+    Raises:
+        RuntimeError: no CUDA driver library, or the driver refused to create the stream (its
+            CUDA error code is given).
+    """
+    calls = _cu_stream_calls()
+    if calls is None:
+        raise RuntimeError("no CUDA driver library (libcuda.so.1) to create a stream with")
+    create, destroy = calls
+    handle = ctypes.c_void_p()
+    rc = create(ctypes.byref(handle), 1)  # CU_STREAM_NON_BLOCKING
+    if rc != 0:
+        raise RuntimeError(f"cuStreamCreate failed with CUDA error {rc}")
+    try:
+        yield handle.value or 0
+    finally:
+        destroy(handle)
 
 
 def load_compiled(compiled: Any) -> None:
@@ -1633,11 +1669,6 @@ def fill_autotuner_cache(tuner: Any, key: tuple, config: Any) -> None:
     """Put ``config`` in the autotuner's own cache under ``key``: its ``run`` then launches it
     without benchmarking (``Autotuner.cache``)."""
     tuner.cache[key] = config
-
-
-def in_autotuner_cache(tuner: Any, key: tuple) -> bool:
-    """True when the autotuner's own cache (``Autotuner.cache``) holds a config under ``key``."""
-    return key in tuner.cache
 
 
 def drop_autotuner_cache(tuner: Any, key: tuple) -> None:
