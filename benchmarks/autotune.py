@@ -19,10 +19,8 @@ interleaved over several rounds; printed: the median and the spread (min-max) ov
 * ``triton``: plain ``tuned_scale_kernel[grid](...)``: its first call at ``NEW_N`` benchmarks every
   surviving config (what zerojit moves to warm-up), then the steady state.
 * ``zerojit-unprimed``: ``zerojit`` with ``ZEROJIT_PRIME_KERNELS=0`` (the warm-up does not run each
-  warmed key's launch path, :mod:`zerojit.launch_priming`), and on a GPU ``zerojit-dry-primed``
-  with ``ZEROJIT_PRIME_KERNELS=dry`` (the path run dry, no launch captured): the A/B of that
-  priming, printed as first launch / steady, primed vs dry vs unprimed (each the median and
-  spread over the rounds);
+  warmed key's launch path dry, :mod:`zerojit.launch_priming`): the A/B of that priming, printed
+  as first launch / steady, primed vs unprimed (each the median and spread over the rounds);
 * warm-up seconds of the ``zerojit`` mode with tuning: serial (``workers=1``) vs ``--workers N``.
 
 Goal: zerojit's first launch at a new tuning key <= 2x its steady state. Ratios are against
@@ -214,12 +212,9 @@ def main() -> None:
     if args.probe:
         probe()
         return
-    runs: dict[str, list[dict]] = {"zerojit": [], "zerojit-dry-primed": [], "zerojit-unprimed": [],
-                                   "zerojit-workers": [], "triton": []}
+    runs: dict[str, list[dict]] = {"zerojit": [], "zerojit-unprimed": [], "zerojit-workers": [], "triton": []}
     for _ in range(args.rounds):  # interleaved: drift hits every mode alike
         runs["zerojit"].append(run_child("zerojit", 1))
-        if runs["zerojit"][-1]["gpu"]:  # (without a GPU nothing is captured: the same as zerojit)
-            runs["zerojit-dry-primed"].append(run_child("zerojit", 1, {PRIME_ENV: "dry"}))
         runs["zerojit-unprimed"].append(run_child("zerojit", 1, {PRIME_ENV: "0"}))
         runs["zerojit-workers"].append(run_child("zerojit", args.workers))
         runs["triton"].append(run_child("triton", 1))
@@ -241,15 +236,13 @@ def main() -> None:
           f"{NEW_KEYS} (spread {min(ratios):.2f}-{max(ratios):.2f}; goal <= 2x)")
     kernel_first = statistics.median(r["first_tuned_s"] for r in zj)
     print(f"  zerojit kernel's first launch / steady: {kernel_first / steady:.2f}x")
-    if zj[0]["first_s"] is not None:  # the warm-up's launch-path priming, A/B (the modes of each round)
-        ab = [("primed", zj), (f"{PRIME_ENV}=dry", runs["zerojit-dry-primed"]), (f"{PRIME_ENV}=0", runs["zerojit-unprimed"])]
+    if zj[0]["first_s"] is not None:  # the warm-up's launch-path priming, A/B (each round's pair)
         for name, key in (("kernel's first launch", "first_tuned_s"), ("first launch at a new tuning key", "first_s")):
-            cells = []
-            for label, rows in ab:
-                if rows:
-                    r = [x[key] / x["steady_s"] for x in rows]
-                    cells.append(f"{label} {statistics.median(r):.2f}x (spread {min(r):.2f}-{max(r):.2f})")
-            print(f"  {name} / steady: {' vs '.join(cells)}")
+            on = [r[key] / r["steady_s"] for r in zj]
+            off = [r[key] / r["steady_s"] for r in runs["zerojit-unprimed"]]
+            print(f"  {name} / steady, primed vs {PRIME_ENV}=0: {statistics.median(on):.2f}x "
+                  f"(spread {min(on):.2f}-{max(on):.2f}) vs {statistics.median(off):.2f}x "
+                  f"(spread {min(off):.2f}-{max(off):.2f})")
     tfirst = [r["first_s"] for r in runs["triton"] if r["first_s"] is not None]
     if tfirst:
         print(f"  triton first / zerojit first at a new tuning key: {statistics.median(tfirst) / first:.1f}x")

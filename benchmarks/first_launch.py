@@ -3,9 +3,7 @@
 Each mode runs in several fresh processes with an empty Triton cache directory, the modes interleaved:
 
 * ``zerojit``: ``JitWarmupRegistry.warmup()`` (compile + module load + launcher build, then each
-  warmed key's launch path run dry and captured unlaunched: :mod:`zerojit.launch_priming`);
-* ``zerojit-dry-primed``: the same with ``ZEROJIT_PRIME_KERNELS=dry`` (the launch paths run dry,
-  no launch captured into a CUDA graph): the A/B of the captured launches;
+  warmed key's launch path run dry: :mod:`zerojit.launch_priming`);
 * ``zerojit-unprimed``: the same with ``ZEROJIT_PRIME_KERNELS=0`` (no such priming): its A/B;
 * ``triton-warmup``: Triton's own ``JITFunction.warmup(...)`` for the same key (compiles only);
 * ``none``: no warm-up at all (plain JIT on the first launch).
@@ -30,8 +28,7 @@ import sys
 import tempfile
 import time
 
-MODES = ("zerojit", "zerojit-dry-primed", "zerojit-unprimed", "triton-warmup", "none")
-PRIMING = {"zerojit-dry-primed": "dry", "zerojit-unprimed": "0"}  # mode -> its ZEROJIT_PRIME_KERNELS
+MODES = ("zerojit", "zerojit-unprimed", "triton-warmup", "none")
 PRIME_ENV = "ZEROJIT_PRIME_KERNELS"  # zerojit.launch_priming.PRIME_ENV (not imported: the parent stays light)
 NO_GPU = 2  # a child's exit status when no CUDA GPU is visible (the parent exits with it too)
 
@@ -53,7 +50,7 @@ def child(mode: str) -> dict:
     periods = (64, 7)  # key A (divisible by 16) and key B (other): two variants of one kernel
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    if mode in ("zerojit", *PRIMING):
+    if mode in ("zerojit", "zerojit-unprimed"):
         registry = JitWarmupRegistry()
         with registry.activate():
             scale_add.register_warmup(periods=periods)
@@ -84,8 +81,8 @@ def run_child(mode: str) -> dict:
     """One fresh process with an empty Triton cache directory."""
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, TRITON_CACHE_DIR=cache)
-        if mode in PRIMING:
-            env[PRIME_ENV] = PRIMING[mode]
+        if mode == "zerojit-unprimed":
+            env[PRIME_ENV] = "0"
         proc = subprocess.run([sys.executable, __file__, "--child", mode], env=env, capture_output=True, text=True)
     if proc.returncode == NO_GPU:
         print(proc.stderr.strip(), file=sys.stderr)
@@ -107,7 +104,7 @@ def main() -> None:
         print(json.dumps(child(args.child)))
         return
     rows = [run_child(mode) for _ in range(args.repeat) for mode in MODES]  # interleaved: drift hits every mode
-    print(f"{'mode':<20}{'warm-up ms':>12}{'process 1st ms':>16}{'key 1st ms':>12}{'steady ms':>12}{'key 1st/steady':>16}"
+    print(f"{'mode':<18}{'warm-up ms':>12}{'process 1st ms':>16}{'key 1st ms':>12}{'steady ms':>12}{'key 1st/steady':>16}"
           f"   (medians of {args.repeat} processes)")
     summary = []
     for mode in MODES:
@@ -116,7 +113,7 @@ def main() -> None:
         ratios = [r["first_ms"] / r["steady_ms"] for r in mine]
         med["ratio"], med["ratio_spread"] = statistics.median(ratios), (min(ratios), max(ratios))
         summary.append({"mode": mode, **med, "runs": mine})
-        print(f"{mode:<20}{med['warmup_ms']:>12.1f}{med['process_first_ms']:>16.3f}{med['first_ms']:>12.3f}"
+        print(f"{mode:<18}{med['warmup_ms']:>12.1f}{med['process_first_ms']:>16.3f}{med['first_ms']:>12.3f}"
               f"{med['steady_ms']:>12.3f}{med['ratio']:>15.2f}x  (spread {min(ratios):.2f}-{max(ratios):.2f}x)")
     rows = summary
     if args.json:

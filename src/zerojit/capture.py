@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator
 
-__all__ = ["install", "uncounted_capture_methods", "capture_started", "capture_ended", "capturing", "open_captures", "wait_until_no_capture",
+__all__ = ["install", "capture_started", "capture_ended", "capturing", "open_captures", "wait_until_no_capture",
            "no_capture", "add_end_listener", "remove_end_listener"]
 
 _CONDITION = threading.Condition()
@@ -139,14 +139,6 @@ def remove_end_listener(listener: Callable[[], None]) -> None:
     with _CONDITION:
         if listener in _end_listeners:
             _end_listeners.remove(listener)
-
-
-def uncounted_capture_methods(graph_cls: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
-    """``graph_cls.capture_begin`` / ``capture_end`` (``torch.cuda.CUDAGraph``) without the counting
-    :func:`install` wraps them in: for a thread-local capture whose graph never runs
-    (:mod:`zerojit.launch_priming`), which no other thread's load, compile or swap must wait for."""
-    begin, end = graph_cls.capture_begin, graph_cls.capture_end
-    return getattr(begin, "__wrapped__", begin), getattr(end, "__wrapped__", end)
 
 
 def install() -> None:

@@ -1,14 +1,13 @@
-"""Run each warmed key's launch path once at the end of warm-up: dry, then (on a GPU) captured.
+"""Run each warmed key's launch path once, dry, at the end of warm-up.
 
 A process's first launch of a kernel costs several times a steady one even when its variant is
 compiled and loaded: the code on the launch path runs for the first time (Triton's binder and
 ``JITFunction.run`` for that function, zerojit's plan and fast launcher for that call site, the
-``__call__`` body, the autotuner's pruning and the nearest-key lookup of a tuning key never seen,
-the launcher and the driver's launch call for that variant), and that first run is slow (the
-interpreter's specialization, the lookups and caches it fills).
+``__call__`` body, the autotuner's pruning and the nearest-key lookup of a tuning key never seen),
+and that first run is slow (the interpreter's specialization, the lookups and caches it fills).
 :func:`zerojit.loading.prime_launch_path` pays the per-process part with one real launch of a
 one-element kernel; what stays is per kernel and per call site, and is paid here, per warmed key,
-with the key's own warm-up inputs (meta tensors), no kernel run:
+with the key's own warm-up inputs (meta tensors) and nothing launched:
 
 1. ``__call__``'s body (a checked launcher's checks and memo too) and, for a wrapped kernel, the
    heuristics and the key's autotune config, exactly as at a launch;
@@ -21,11 +20,7 @@ with the key's own warm-up inputs (meta tensors), no kernel run:
 4. once per autotuned kernel, :data:`NEW_KEY_RUNS` times: what a launch at a tuning key never
    tuned runs (the table's miss, the autotuner's pruning, the nearest tuned key among the
    survivors or the first surviving config, the choice remembered), at tuning keys no launch can
-   make, each record removed after (not under ``TuningPolicy('error')``: a new key raises there);
-5. on a GPU, per kernel: each key primed above launched for real (the fast launcher, else Triton's
-   run), into a CUDA graph captured on a stream of its own and dropped unlaunched, so the
-   launcher and the driver's launch call run too and no kernel does (:func:`_capture_unlaunched`;
-   skipped while Triton's launch hooks are set, which would see the launches, e.g. a profiler's).
+   make, each record removed after (not under ``TuningPolicy('error')``: a new key raises there).
 
 Measured on the CI machine (Python 3.11, compile-only dry launches, fresh processes, the one-element
 primer launched first as on a GPU): ``zerojit.examples.tuned_scale``'s first launch 75-120 us ->
@@ -34,37 +29,40 @@ primer launched first as on a GPU): ``zerojit.examples.tuned_scale``'s first lau
 On an H100 (``benchmarks/autotune.py --rounds 6``, steps 1-4 with one new-key run, primed vs
 unprimed in each round): the tuned kernel's first launch 2.58x steady (spread 2.41-2.79) against
 3.23x (3.03-3.68), its first launch at a new tuning key 2.56x (2.38-3.07) against 2.98x
-(2.84-3.04). With 8 new-key runs (6 rounds, fresh processes): 2.30x (1.85-2.56) against 2.58x
-with one run and 2.90x unprimed. Launches captured as in step 5 (a probe, 6 rounds): the kernel's
-first launch 1.93x (1.87-2.27) against 2.64x (2.25-3.29), a new tuning key's 1.97x against 2.55x.
-Steps 1-4 cost the warm-up about 0.09 ms per key (10 ms for ``benchmarks/warmup.py``'s 111 keys).
+(2.84-3.04). With 8 new-key runs, the new tuning key's first launch 2.30x (1.85-2.56) against
+2.58x with one run and 2.90x unprimed (6 rounds of fresh processes, host and decision timed
+apart: the first new key's decision 37-40 us against 45-54 us and 54-65 us on quiet rounds);
+``autotune.py --rounds 3`` 2.40x (2.36-2.49) against 2.89x (2.87-3.38) unprimed.
+Priming costs the warm-up about 0.09 ms per key (10 ms for ``benchmarks/warmup.py``'s 111 keys).
+
+Tried and not kept: launching each primed key for real at warm-up into a CUDA graph captured on
+a stream of its own and dropped unlaunched (the launcher and the driver's launch call run, no
+kernel does). In the same ``autotune.py --rounds 3`` call it made the first launches slower than
+steps 1-4 alone: a new tuning key's 2.67x (2.60-2.77) against 2.40x, the kernel's first 2.80x
+against 2.59x, and it doubled the priming's cost (21 ms for the 111 keys).
 
 Nothing here changes what a launch does: a key whose prime raises (a check that refuses a meta
 tensor, a heuristic that reads data) is skipped and its first launch is as before. The kernel's
 own code runs again per key (``warmup_inputs``, ``__call__``, heuristics) and its prune functions
-up to ``1 + NEW_KEY_RUNS`` times; a config's ``pre_hook`` never runs. ``ZEROJIT_PRIME_KERNELS=0``
-skips priming, ``ZEROJIT_PRIME_KERNELS=dry`` step 5 only (for A/B measurements).
+up to ``1 + NEW_KEY_RUNS`` times; a config's ``pre_hook`` never runs. Set
+``ZEROJIT_PRIME_KERNELS=0`` to skip priming (for A/B measurements).
 """
 
 from __future__ import annotations
 
 import os
-import warnings
-from collections.abc import Callable
 from typing import Any
 
 from . import triton_compat as _tc
 from .autotune import TunedKey
-from .capture import uncounted_capture_methods
 from .context import allow_compiles
 from ._launch import SELECT
 from .kernel import _FORCED_CONFIG  # the launch path's own state
 from .kernel import TritonJitKernel, note_driver
 
-__all__ = ["NEW_KEY_RUNS", "PRIME_ENV", "PRIME_LIMIT", "captures_disabled", "prime_kernel", "priming_disabled"]
+__all__ = ["NEW_KEY_RUNS", "PRIME_ENV", "PRIME_LIMIT", "prime_kernel", "priming_disabled"]
 
-#: ``ZEROJIT_PRIME_KERNELS=0`` (or off/false/no) skips :func:`prime_kernel` for the process;
-#: ``ZEROJIT_PRIME_KERNELS=dry`` skips only its captured launches (:func:`captures_disabled`).
+#: ``ZEROJIT_PRIME_KERNELS=0`` (or off/false/no) skips :func:`prime_kernel` for the process.
 PRIME_ENV = "ZEROJIT_PRIME_KERNELS"
 #: The most keys primed per kernel: each costs tens of microseconds after the first.
 PRIME_LIMIT = 1024
@@ -75,15 +73,9 @@ def priming_disabled() -> bool:
     return os.environ.get(PRIME_ENV, "").strip().lower() in ("0", "off", "false", "no")
 
 
-def captures_disabled() -> bool:
-    """True when :data:`PRIME_ENV` is ``dry``: priming runs, its captured launches do not."""
-    return os.environ.get(PRIME_ENV, "").strip().lower() == "dry"
-
-
 def prime_kernel(kernel: Any, keys: list) -> int:
     """Run the launch path of each of ``keys`` (warmed keys of ``kernel``) dry, as a first
-    launch would run it, compiling nothing, then on a GPU launch each primed key into a CUDA
-    graph that never runs (see the module doc): no kernel runs.
+    launch would run it, launching and compiling nothing (see the module doc).
 
     Args:
         kernel: a :class:`~zerojit.kernel.TritonJitKernel` whose keys warmed (anything else,
@@ -108,7 +100,6 @@ def prime_kernel(kernel: Any, keys: list) -> int:
 
 def _prime_keys(kernel: Any, state: Any, drv: Any, dry: bool, keys: list) -> int:
     primed = 0
-    launches: list[Callable[[], Any]] = []  # on a GPU: each primed key's real launch call, to capture
     wrapping = kernel._wrapping
     untuned = wrapping is not None and wrapping.tunes
     specs: dict[Any, tuple[Any, tuple]] = {}  # base key -> its unwrapped spec: the same for each config
@@ -131,14 +122,10 @@ def _prime_keys(kernel: Any, state: Any, drv: Any, dry: bool, keys: list) -> int
                 continue
             if _prime_launch(kernel, state, drv, dry, spec, values):
                 primed += 1
-                if not dry:
-                    launches.append(_launch_call(kernel, state, drv, spec, values))
         except Exception:  # a check or heuristic that refuses meta tensors: its first launch pays
             continue
         finally:
             _FORCED_CONFIG.reset(forced)
-    if launches and not captures_disabled() and not _tc.launch_hooks_set():  # (a profiler's hooks would count them)
-        _capture_unlaunched(launches)
     return primed
 
 
@@ -164,69 +151,6 @@ def _prime_launch(kernel: Any, state: Any, drv: Any, dry: bool, spec: Any, value
     return True
 
 
-def _launch_call(kernel: Any, state: Any, drv: Any, spec: Any, values: tuple) -> Callable[[], Any]:
-    """The call a real launch of this spec makes after its ``__call__`` body: the fast launcher
-    (not dry), else Triton's run through the plan (``warmup=False``)."""
-    grid, sk = spec.grid, spec.kwargs
-    if kernel.fast_path:
-        return lambda: state.fast_call(False, drv, grid, sk, *values) or state.run_call(grid, False, sk, *values)
-    return lambda: state.run_call(grid, False, sk, *values)
-
-
-def _capture_unlaunched(launches: list[Callable[[], Any]]) -> int:
-    """Run each of ``launches`` (calls that launch a kernel on the current stream) while a stream
-    of the current CUDA device that nothing else holds (:func:`~zerojit.triton_compat.private_cuda_stream`)
-    is captured into a CUDA graph, then drop the graph unlaunched and never instantiated: each
-    launch runs its whole host path (the fast launcher or Triton's run, the launcher, the driver's
-    launch call) and no kernel runs, so arguments that point nowhere (meta tensors: address 0) are
-    fine. The capture is thread-local (``capture_error_mode="thread_local"``) and uncounted
-    (:func:`~zerojit.capture.uncounted_capture_methods`): other threads' CUDA calls, loads and
-    compiles go on meanwhile. A launch that raises is skipped; one that does what a capture
-    forbids (a synchronize, a ``cudaMalloc``) invalidates the whole capture, and none counts.
-
-    Returns: how many launched into a capture that ended valid (0 when it did not, or on a torch
-    without CUDA graphs). Never raises an ``Exception``: priming is an optimization only.
-    """
-    import torch  # a GPU warm-up has it imported already
-
-    graph_cls = getattr(torch.cuda, "CUDAGraph", None)
-    if graph_cls is None:
-        return 0
-    begin, end = uncounted_capture_methods(graph_cls)
-    done = 0
-    try:
-        try:
-            graph = graph_cls(keep_graph=True)  # capture_end then skips instantiating it (torch 2.8+)
-        except TypeError:
-            graph = graph_cls()
-        with _tc.private_cuda_stream() as handle, torch.cuda.stream(torch.cuda.ExternalStream(handle)):
-            begin(graph, capture_error_mode="thread_local")
-            try:
-                for launch in launches:
-                    try:
-                        launch()
-                        done += 1
-                    except Exception:  # this key's first launch pays as before
-                        continue
-            finally:
-                valid = _end_capture(end, graph)
-        graph.reset()
-    except Exception:
-        return 0
-    return done if valid else 0
-
-
-def _end_capture(end: Callable[..., Any], graph: Any) -> bool:
-    """End ``graph``'s capture; False when the capture was invalidated (torch raises then)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch's warning for an empty graph: every launch raised
-        try:
-            end(graph)
-        except Exception:
-            return False
-    return True
-
-
 #: How many times the new-tuning-key path runs per autotuned kernel (about 30 us each): the
 #: interpreter specializes a function's bytecode only after it ran a few times (Python 3.11: 8
 #: calls), so one run leaves the first real new key paying for that.
@@ -239,9 +163,9 @@ def _prime_untuned_choice(kernel: Any, spec: Any, values: tuple) -> None:
     wrapping's resolve with the launch path's own choice (the table and remembered-choice misses,
     the policy's choice: the autotuner's pruning for these arguments, the nearest tuned key among
     the survivors or the first surviving config, the choice remembered and put in the autotuner's
-    cache), at tuning keys made from this key's by moving its int entries to values no table,
-    choice or autotuner cache holds; each record is removed after. A tuning key without an int
-    entry (or whose moved keys are all taken) runs the choice once, nothing recorded."""
+    cache), at tuning keys no launch can make (:func:`_unseen_tuning_keys`); each record is removed
+    after. Nothing under ``TuningPolicy('error')`` (a new tuning key raises). A tuning key without
+    an int entry runs the choice once at this key's tuning key, nothing recorded."""
     wrapping = kernel._wrapping
     if type(kernel).tuning.untuned == "error":  # a new tuning key raises TuningError: no path to prime
         return

@@ -101,7 +101,7 @@ __all__ = [
     "hook_compile_options", "stages_hook_fingerprint",
     # the binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
-    "find_in_process_key", "has_pre_run_hooks", "launch_hooks_set", "private_cuda_stream", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
+    "find_in_process_key", "has_pre_run_hooks", "param_specialization", "positional_parameters", "tensor_type", "file_compiled",
     "resolved", "is_pending", "source_hash", "specialization_hints", "constexpr_parameters",
     "alignment_unspecialized_parameters",
     # raw launches (zerojit record / exec)
@@ -553,15 +553,6 @@ def find_in_process_key(jit_fn: Any, compiled: Any, device: Any = None) -> str |
     return None
 
 
-def launch_hooks_set() -> bool:
-    """True when a launch would call a Triton launch hook (``knobs.runtime.launch_enter_hook`` /
-    ``launch_exit_hook``: anything but None or an empty ``HookChain``, 3.6-3.9), e.g. a profiler's."""
-    for hook in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
-        if hook is not None and (not isinstance(hook, HookChain) or hook.calls):
-            return True
-    return False
-
-
 def has_pre_run_hooks(jit_fn: Any) -> bool:
     """True when ``JITFunction.run`` calls hooks of ``jit_fn`` with the launch's arguments before
     it binds them (``pre_run_hooks``, 3.6-3.9)."""
@@ -787,42 +778,6 @@ def _cu_func_load():
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = ctypes.c_int
     return fn
-
-
-@functools.lru_cache(maxsize=1)
-def _cu_stream_calls() -> tuple[Any, Any] | None:
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-        create, destroy = lib.cuStreamCreate, lib.cuStreamDestroy_v2
-    except (OSError, AttributeError):
-        return None
-    create.argtypes, create.restype = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint], ctypes.c_int
-    destroy.argtypes, destroy.restype = [ctypes.c_void_p], ctypes.c_int
-    return create, destroy
-
-
-@contextlib.contextmanager
-def private_cuda_stream() -> Iterator[int]:
-    """A CUDA stream of the thread's current context that nothing else holds (the driver's
-    ``cuStreamCreate``, non-blocking: unlike ``torch.cuda.Stream()``, which hands out streams of
-    a shared pool), destroyed on exit; yields its handle.
-
-    Raises:
-        RuntimeError: no CUDA driver library, or the driver refused to create the stream (its
-            CUDA error code is given).
-    """
-    calls = _cu_stream_calls()
-    if calls is None:
-        raise RuntimeError("no CUDA driver library (libcuda.so.1) to create a stream with")
-    create, destroy = calls
-    handle = ctypes.c_void_p()
-    rc = create(ctypes.byref(handle), 1)  # CU_STREAM_NON_BLOCKING
-    if rc != 0:
-        raise RuntimeError(f"cuStreamCreate failed with CUDA error {rc}")
-    try:
-        yield handle.value or 0
-    finally:
-        destroy(handle)
 
 
 def load_compiled(compiled: Any) -> None:
