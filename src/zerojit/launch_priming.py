@@ -205,4 +205,3 @@ def _unseen_tuning_keys(kernel: Any, tuning_key: tuple, count: int) -> list[tupl
             if len(out) == count:
                 break
     return out
-
