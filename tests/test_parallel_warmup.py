@@ -852,7 +852,7 @@ def _running(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone (ProcessLookupError: reaped between open and read)
         return False
 
 
