@@ -738,9 +738,7 @@ class TritonJitKernel(JitKernel[KeyT]):
 
     def _warmup_named(self, inputs: dict[str, Any]) -> tuple[dict[str, Any], Any]:
         """A launch's arguments by name (before the wrapping) and its grid, launching nothing."""
-        entry = type(self).__call__
-        spec = entry._zerojit_method(self, **inputs)
-        values = tuple(inputs[n] if n in inputs else d for n, d in entry._zerojit_inputs)
+        spec, values = self._declared_spec(inputs)
         return self._named_args(spec, values), spec.grid
 
     def tuning_inputs(self, key: KeyT) -> list[dict[str, Any]]:
