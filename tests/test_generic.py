@@ -393,3 +393,43 @@ def test_ranks_of_a_group_compile_each_generic_variant_once(tmp_path):
     assert [(r["keys"], r["generic"], r["found"]) for r in results] == [(keys, 6, True)] * 2
     assert sum(r["compiled"] for r in results) == keys + 6  # every key and generic variant compiled once
     assert sum(r["generic_restored"] for r in results) == 6  # each rank restores the other's share
+
+
+@triton.jit
+def _source_swapped_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+
+
+def test_a_generic_function_shares_its_kernels_source_hash_as_tritons_own_walk_gives_it():
+    """The generic function takes the kernel's source lines and ``cache_key`` instead of reading
+    and walking them again (``triton_compat._source_lines_of``): what it took is what Triton's own
+    walk of the generic function's source gives, and ``inspect.getsourcelines`` is Python's again
+    after it."""
+    import inspect
+
+    real = inspect.getsourcelines
+    for fn in (K._add_n_kernel, K._halve_kernel):
+        gf = triton_compat.generic_function(fn)
+        assert inspect.getsourcelines is real
+        assert (gf.src, gf.starting_line_number, gf.raw_src) == (fn.src, fn.starting_line_number, fn.raw_src)
+        taken, taken_globals = gf.cache_key, gf.used_global_vals
+        assert taken == fn.cache_key and taken_globals == fn.used_global_vals
+        assert taken_globals is not fn.used_global_vals
+        gf.hash = None  # Triton's own walk of the generic function, from its source
+        assert gf.cache_key == taken and gf.used_global_vals == taken_globals
+        assert [p.do_not_specialize for p in gf.params] == [not p.is_constexpr for p in fn.params]
+
+
+def test_a_kernel_whose_source_was_replaced_gets_no_generic_function_of_its_file():
+    """Triton's ``_unsafe_update_src`` (a test or tool patching a kernel's source): the generic
+    function is made from the function's file, its ``cache_key`` walked and compared, and refused."""
+    fn = _source_swapped_kernel
+    original = fn.src
+    fn._unsafe_update_src(original.replace("+ 1, mask", "+ 2, mask"))
+    try:
+        with pytest.raises(ValueError, match="hashes to another cache_key"):
+            triton_compat.generic_function(fn)
+    finally:
+        fn._unsafe_update_src(original)
+    assert triton_compat.generic_function(fn).cache_key == fn.cache_key

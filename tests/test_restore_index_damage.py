@@ -240,8 +240,12 @@ def _set(field, value):
     return change
 
 
-def _group_path(body):
-    body["entries"][0]["group"][0][1] = "../../../etc/passwd"
+def _folder_outside(body):
+    body["entries"][0]["folder"] = ".."
+
+
+def _file_outside(body):
+    body["entries"][0]["files"][0] = "../../../etc/passwd"
 
 
 def _plan(body):
@@ -259,20 +263,24 @@ def _job_twice(body):
     (_set("keys", "3"), "field 'keys' must be an int, not str"),
     (_set("classes", []), "field 'classes' must be a dict, not list"),
     (_entry("triton_key", None), "entry 0 (job 0): field 'triton_key' is missing"),
-    (_entry("group", "not a list"), "entry 0 (job 0): field 'group' must be a list, not str"),
-    (_entry("src", "gASVAAAA"), "entry 0 (job 0): field 'src' must be a dict, not str"),
-    (_entry("src", {"pickle": "gASVAAAA"}), "{'pickle': 'gASVAAAA'} is not an encoded value"),
-    (_entry("src", {"tuple": [1, 2]}), "'src' is no (signature, constants, attrs)"),
-    (_entry("specialization", [["i32"]]), "'specialization' entry ['i32'] is no (type, attr) pair"),
-    (_entry("key_memo", {"tuple": [[1]]}), "'key_memo' holds a list"),
+    (_entry("files", "not a list"), "entry 0 (job 0): field 'files' must be a list, not str"),
+    (_entry("src", {"tuple": []}), "entry 0 (job 0): field 'src' must be a str, not dict"),
+    (_entry("src", "gASVAAAA"), "entry 0 (job 0): 'src': 'gASVAAAA' is no JSON text (Expecting value)"),
+    (_entry("src", '{"pickle": "gASVAAAA"}'), "{'pickle': 'gASVAAAA'} is not an encoded value"),
+    (_entry("src", '{"tuple": [1, 2]}'), "'src' is no (signature, constants, attrs)"),
+    (_entry("src", '{"tuple": [NaN]}'), "NaN is no finite number"),
+    (_entry("specialization", '{"tuple": [{"tuple": ["i32"]}]}'),
+     "'specialization' entry ('i32',) is no (type, attr) pair"),
+    (_entry("key_memo", '{"tuple": [[1]]}'), "'key_memo' holds a list"),
     (_entry("job", 3), "entry 0: 'job' is no job index"),
     (_job_twice, "entry 1: 'job' is no job index of this key space, or one given twice"),
-    (_group_path, "'group' entry"),
+    (_folder_outside, "'folder' '..' is no folder of the cache folder"),
+    (_file_outside, "'files' entry '../../../etc/passwd' is no file name"),
     (_plan, "holds a name that is no identifier"),
     (lambda body: body.clear() or body.update({"not": "an index"}), "field 'fingerprint' is missing"),
-], ids=["no-entries", "no-fingerprint", "keys-str", "classes-list", "entry-no-triton-key", "group-str", "src-str",
-        "src-other-tag", "src-pair", "spec-short", "memo-list", "job-out-of-range", "job-twice", "group-outside",
-        "plan-code", "other-object"])
+], ids=["no-entries", "no-fingerprint", "keys-str", "classes-list", "entry-no-triton-key", "files-str", "src-dict",
+        "src-no-json", "src-other-tag", "src-pair", "src-nan", "spec-short", "memo-list", "job-out-of-range",
+        "job-twice", "folder-outside", "file-outside", "plan-code", "other-object"])
 def test_an_index_that_parses_but_breaks_the_schema_falls_back_once(warmed, change, why):
     fill, cold, path = warmed
     body = read_index(path)

@@ -125,11 +125,18 @@ def read_regular(path: str) -> bytes:
         if e.errno == errno.ELOOP:  # a symbolic link swapped in since the lstat
             raise NotRegularFileError(path, "a symbolic link") from None
         raise
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFileError(path, _kind(mode))
-        return f.read()
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(path, _kind(st.st_mode))
+        # os.read to the end, not a file object over the descriptor (~6 us less a file, 4 files a
+        # restored key): one read as a rule, then the empty one that proves the end
+        chunks = [os.read(fd, st.st_size + 1)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, 1 << 20))
+        return chunks[0] if len(chunks) == 2 else b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def sha256(data: bytes) -> str:

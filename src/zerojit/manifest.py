@@ -55,7 +55,7 @@ __all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "Mani
            "KernelRecord", "PLAIN_TYPES",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
-            "decode_exact", "encode_specialization", "encode_config", "unimportable",
+            "decode_exact", "encode_exact_text", "decode_exact_text", "encode_specialization", "encode_config", "unimportable",
            "SOURCE_CHANGED", "source_changed", "note_unbound", "unbound_reason", "RecordedTuning", "restore_tunings",
            "TensorLaunch", "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner", "RecordedRun", "restore_record_tunings"]
 
@@ -226,6 +226,70 @@ def decode_exact(data: Any, where: str) -> Any:
     if tag == _DTYPE and type(inner) is str and inner in _dtypes():
         return decode_value(data, where)
     raise ValueError(f"{where}: {_brief(data)} is not an encoded value")
+
+
+def encode_exact_text(value: Any) -> str:
+    """:func:`encode_exact` of ``value`` as compact JSON text, read back by :func:`decode_exact_text`.
+
+    Raises:
+        TypeError: as :func:`encode_exact`.
+    """
+    return json.dumps(encode_exact(value), separators=(",", ":"), allow_nan=False)
+
+
+def decode_exact_text(text: str, where: str) -> Any:
+    """The value :func:`encode_exact_text` wrote: :func:`decode_exact`'s reading, as strict, done
+    while ``json`` parses (each tagged object becomes its value as it closes). A restore index
+    keeps its nested fields as such text: read this way they cost ~3x less time than parsed
+    JSON walked by :func:`decode_exact`, and leave no parsed tree behind (fewer objects for
+    Python's collector in a warm start).
+
+    Raises:
+        ValueError: ``text`` is no JSON (``json.JSONDecodeError``), or holds a form
+            :func:`encode_exact` never writes (as :func:`decode_exact`), naming ``where``.
+    """
+    if type(text) is not str:
+        raise ValueError(f"{where}: {_brief(text)} is not the JSON text of an encoded value")
+    try:
+        return _EXACT_DECODER.decode(text)
+    except _NotExact as e:
+        raise ValueError(f"{where}: {e}") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: {_brief(text)} is no JSON text ({e.msg})") from None
+
+
+class _NotExact(ValueError):
+    """A form :func:`encode_exact` never writes, met by :data:`_EXACT_DECODER` (``where`` is added
+    by :func:`decode_exact_text`)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotExact(f"{name} is no finite number")  # encode_exact never writes NaN or Infinity
+
+
+def _untagged(data: dict) -> Any:
+    # json's object_hook: called for each object once its members are decoded (inside out)
+    if len(data) == 1:
+        (tag, inner), = data.items()
+        if tag == _TUPLE and type(inner) is list:
+            return tuple(inner)
+        if tag == _DICT and type(inner) is list:
+            out = {}
+            for pair in inner:
+                if type(pair) is not list or len(pair) != 2:
+                    raise _NotExact(f"dict entry {_brief(pair)} is not a [key, value] pair")
+                try:
+                    out[pair[0]] = pair[1]
+                except TypeError:  # a list key: never written
+                    raise _NotExact(f"dict key {_brief(pair[0])} is not hashable") from None
+            return out
+        if tag == _DTYPE and type(inner) is str and inner in _dtypes():
+            return tl.dtype(inner)  # as decode_value: an equal dtype
+    raise _NotExact(f"{_brief(data)} is not an encoded value")
+
+
+# One decoder for every call (json.loads with a hook builds one per call: ~3 us).
+_EXACT_DECODER = json.JSONDecoder(object_hook=_untagged, parse_constant=_no_constant)
 
 
 def _brief(value: Any) -> str:

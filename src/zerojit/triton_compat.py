@@ -67,6 +67,7 @@ import json
 import os
 import re
 import sysconfig
+import threading
 from collections import namedtuple
 from typing import Any, Callable, Iterator
 
@@ -1264,6 +1265,31 @@ def wrap_run(jit_fn: Any, make: Callable[[Callable[..., Any]], Callable[..., Any
     jit_fn.run = make(original)
 
 
+_SOURCE_LINES_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _source_lines_of(jit_fn: Any) -> Iterator[None]:
+    """Within this block, ``inspect.getsourcelines(jit_fn.fn)`` answers ``jit_fn``'s own lines and
+    first line number (other objects as usual). ``JITFunction.__init__`` (3.6-3.9:
+    ``JITCallable.__init__``) calls it for the function it wraps, and it re-tokenizes the
+    function's whole body each time: ~1-3 ms a kernel on the CI machine, paid once per kernel
+    by every warm start that makes the kernel's generic function (:func:`generic_function`).
+    The answer is what Triton read when ``jit_fn`` was made, from the very function object."""
+    fn, lines, first = jit_fn.fn, list(jit_fn.raw_src), jit_fn.starting_line_number
+    with _SOURCE_LINES_LOCK:
+        real = inspect.getsourcelines
+
+        def known(obj: Any) -> tuple[list[str], int]:
+            return (list(lines), first) if obj is fn else real(obj)
+
+        inspect.getsourcelines = known
+        try:
+            yield
+        finally:
+            inspect.getsourcelines = real
+
+
 def generic_function(jit_fn: Any, keep_one: tuple[str, ...] | frozenset[str] = ()) -> JITFunction:
     """A second ``triton.jit`` function over ``jit_fn``'s Python function that specializes no
     argument on its value: its *generic* variant serves every value class of a group of keys.
@@ -1277,7 +1303,10 @@ def generic_function(jit_fn: Any, keep_one: tuple[str, ...] | frozenset[str] = (
     and ``launch_metadata`` are kept, and its own do-not-specialize lists are contained in the
     new ones. The new function has its own in-process caches (``device_caches``) and the same
     ``cache_key`` as ``jit_fn`` (same source, same dependencies: Triton's disk cache entries of
-    the two are keyed alike; checked, :class:`ValueError` otherwise).
+    the two are keyed alike). It is made from ``jit_fn``'s source lines (:func:`_source_lines_of`)
+    and, when its source and first line are ``jit_fn``'s, takes ``jit_fn``'s ``cache_key`` and
+    globals instead of walking the source again (~2 ms a kernel); else (``jit_fn``'s source was
+    replaced) its own is computed and checked, :class:`ValueError` when they differ.
 
     Raises:
         TypeError: ``jit_fn`` is not a ``triton.jit`` function (unwrap an autotuner or
@@ -1293,16 +1322,21 @@ def generic_function(jit_fn: Any, keep_one: tuple[str, ...] | frozenset[str] = (
     if unknown:
         raise ValueError(f"{jit_fn.fn.__qualname__}: generic_keep names {unknown}, which are not non-constexpr "
                          f"parameters (those are {free})")
-    generic = triton.jit(
-        jit_fn.fn,
-        do_not_specialize=[n for n in free if n not in keep],
-        do_not_specialize_on_alignment=free,
-        debug=jit_fn.debug,
-        noinline=jit_fn.noinline,
-        repr=getattr(jit_fn, "_repr", None),
-        launch_metadata=getattr(jit_fn, "launch_metadata", None),
-    )
-    if generic.cache_key != jit_fn.cache_key:
+    with _source_lines_of(jit_fn):
+        generic = triton.jit(
+            jit_fn.fn,
+            do_not_specialize=[n for n in free if n not in keep],
+            do_not_specialize_on_alignment=free,
+            debug=jit_fn.debug,
+            noinline=jit_fn.noinline,
+            repr=getattr(jit_fn, "_repr", None),
+            launch_metadata=getattr(jit_fn, "launch_metadata", None),
+        )
+    if generic.src == jit_fn.src and generic.starting_line_number == jit_fn.starting_line_number:
+        # Same function object, source and first line: Triton's cache_key walks the same source
+        # with the same globals and nonlocals, so take jit_fn's instead of walking it again.
+        generic.hash, generic.used_global_vals = jit_fn.cache_key, dict(jit_fn.used_global_vals)
+    elif generic.cache_key != jit_fn.cache_key:  # jit_fn's src was replaced (_unsafe_update_src)
         raise ValueError(f"{jit_fn.fn.__qualname__}: its generic function hashes to another cache_key "
                          f"({generic.cache_key[:12]}... vs {jit_fn.cache_key[:12]}...)")
     return generic
