@@ -63,6 +63,8 @@ def test_both_readers_refuse_what_encode_exact_never_writes(text, why):
 
 
 @pytest.mark.parametrize("text, why", [("NaN", "NaN is no finite number"), ('[1, -Infinity]', "-Infinity is no finite"),
+                                       ('{"tuple": [1e400]}', "1e400 is no finite number"),
+                                       ("9" * 5000, "digits"),
                                        ("[1,", "is no JSON text (Expecting value)"), ("", "is no JSON text")])
 def test_text_that_is_no_exact_json_is_refused_naming_where(text, why):
     with pytest.raises(ValueError, match="^here: ") as e:

@@ -412,6 +412,7 @@ def test_a_generic_function_shares_its_kernels_source_hash_as_tritons_own_walk_g
     for fn in (K._add_n_kernel, K._halve_kernel):
         gf = triton_compat.generic_function(fn)
         assert inspect.getsourcelines is real
+        assert gf.hash == fn.cache_key  # taken, not computed on first use
         assert (gf.src, gf.starting_line_number, gf.raw_src) == (fn.src, fn.starting_line_number, fn.raw_src)
         taken, taken_globals = gf.cache_key, gf.used_global_vals
         assert taken == fn.cache_key and taken_globals == fn.used_global_vals
@@ -423,7 +424,8 @@ def test_a_generic_function_shares_its_kernels_source_hash_as_tritons_own_walk_g
 
 def test_a_kernel_whose_source_was_replaced_gets_no_generic_function_of_its_file():
     """Triton's ``_unsafe_update_src`` (a test or tool patching a kernel's source): the generic
-    function is made from the function's file, its ``cache_key`` walked and compared, and refused."""
+    function is made from the source lines Triton read when the kernel was made, its
+    ``cache_key`` walked and compared, and refused."""
     fn = _source_swapped_kernel
     original = fn.src
     fn._unsafe_update_src(original.replace("+ 1, mask", "+ 2, mask"))
@@ -433,3 +435,29 @@ def test_a_kernel_whose_source_was_replaced_gets_no_generic_function_of_its_file
     finally:
         fn._unsafe_update_src(original)
     assert triton_compat.generic_function(fn).cache_key == fn.cache_key
+
+
+_OFFSET = tl.constexpr(5)
+
+
+@triton.jit
+def _global_reading_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + _OFFSET, mask=offs < n)
+
+
+def test_a_kernel_whose_global_changed_since_its_hash_gets_no_generic_function():
+    """A constexpr global the kernel reads, reassigned after its ``cache_key`` was computed: the
+    generic function walks its own source (Triton's hash of the new value) and is refused, as
+    Triton refuses the kernel's next launch ("Global variable ... has changed")."""
+    global _OFFSET
+    fn = _global_reading_kernel
+    assert fn.cache_key and fn.used_global_vals
+    _OFFSET = tl.constexpr(7)
+    try:
+        with pytest.raises(ValueError, match="hashes to another cache_key"):
+            triton_compat.generic_function(fn)
+    finally:
+        _OFFSET = tl.constexpr(5)
+    gf = triton_compat.generic_function(fn)
+    assert gf.hash == fn.cache_key and gf.used_global_vals == fn.used_global_vals

@@ -271,6 +271,7 @@ def _job_twice(body):
     (_entry("src", '{"tuple": [NaN]}'), "NaN is no finite number"),
     (_entry("specialization", '{"tuple": [{"tuple": ["i32"]}]}'),
      "'specialization' entry ('i32',) is no (type, attr) pair"),
+    (_entry("specialization", "5"), "'specialization' must be a tuple of (type, attr) pairs"),
     (_entry("key_memo", '{"tuple": [[1]]}'), "'key_memo' holds a list"),
     (_entry("job", 3), "entry 0: 'job' is no job index"),
     (_job_twice, "entry 1: 'job' is no job index of this key space, or one given twice"),
@@ -279,7 +280,7 @@ def _job_twice(body):
     (_plan, "holds a name that is no identifier"),
     (lambda body: body.clear() or body.update({"not": "an index"}), "field 'fingerprint' is missing"),
 ], ids=["no-entries", "no-fingerprint", "keys-str", "classes-list", "entry-no-triton-key", "files-str", "src-dict",
-        "src-no-json", "src-other-tag", "src-pair", "src-nan", "spec-short", "memo-list", "job-out-of-range",
+        "src-no-json", "src-other-tag", "src-pair", "src-nan", "spec-short", "spec-int", "memo-list", "job-out-of-range",
         "job-twice", "folder-outside", "file-outside", "plan-code", "other-object"])
 def test_an_index_that_parses_but_breaks_the_schema_falls_back_once(warmed, change, why):
     fill, cold, path = warmed

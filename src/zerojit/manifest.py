@@ -55,7 +55,8 @@ __all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "Mani
            "KernelRecord", "PLAIN_TYPES",
            "Manifest", "RecordedKey", "RecordedKernel", "read_manifest", "write_manifest", "warmup_plan",
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
-            "decode_exact", "encode_exact_text", "decode_exact_text", "encode_specialization", "encode_config", "unimportable",
+           "decode_exact", "encode_exact_text", "decode_exact_text", "encode_specialization", "encode_config",
+           "unimportable",
            "SOURCE_CHANGED", "source_changed", "note_unbound", "unbound_reason", "RecordedTuning", "restore_tunings",
            "TensorLaunch", "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner", "RecordedRun", "restore_record_tunings"]
 
@@ -238,15 +239,17 @@ def encode_exact_text(value: Any) -> str:
 
 
 def decode_exact_text(text: str, where: str) -> Any:
-    """The value :func:`encode_exact_text` wrote: :func:`decode_exact`'s reading, as strict, done
-    while ``json`` parses (each tagged object becomes its value as it closes). A restore index
-    keeps its nested fields as such text: read this way they cost ~3x less time than parsed
-    JSON walked by :func:`decode_exact`, and leave no parsed tree behind (fewer objects for
-    Python's collector in a warm start).
+    """The value :func:`encode_exact_text` wrote: :func:`decode_exact`'s reading done while
+    ``json`` parses (each tagged object becomes its value as it closes), and stricter where JSON
+    text allows what :func:`encode_exact` never writes: ``NaN``, ``Infinity`` and a number too
+    large for a float are refused. A restore index keeps its nested fields as such text: read
+    this way they leave no parsed tree behind (half the new objects of a warm start, so Python's
+    collector runs less), at about the time of parsing and walking the tree.
 
     Raises:
-        ValueError: ``text`` is no JSON (``json.JSONDecodeError``), or holds a form
-            :func:`encode_exact` never writes (as :func:`decode_exact`), naming ``where``.
+        ValueError: ``text`` is no JSON (``json.JSONDecodeError``), holds a form
+            :func:`encode_exact` never writes, or a number Python refuses (an int past its digit
+            limit), naming ``where``.
     """
     if type(text) is not str:
         raise ValueError(f"{where}: {_brief(text)} is not the JSON text of an encoded value")
@@ -256,6 +259,8 @@ def decode_exact_text(text: str, where: str) -> Any:
         raise ValueError(f"{where}: {e}") from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{where}: {_brief(text)} is no JSON text ({e.msg})") from None
+    except ValueError as e:  # int(): more digits than sys.get_int_max_str_digits()
+        raise ValueError(f"{where}: {e}") from None
 
 
 class _NotExact(ValueError):
@@ -265,6 +270,13 @@ class _NotExact(ValueError):
 
 def _no_constant(name: str) -> Any:
     raise _NotExact(f"{name} is no finite number")  # encode_exact never writes NaN or Infinity
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: a float too large, read as infinity
+        raise _NotExact(f"{text} is no finite number")
+    return value
 
 
 def _untagged(data: dict) -> Any:
@@ -289,7 +301,7 @@ def _untagged(data: dict) -> Any:
 
 
 # One decoder for every call (json.loads with a hook builds one per call: ~3 us).
-_EXACT_DECODER = json.JSONDecoder(object_hook=_untagged, parse_constant=_no_constant)
+_EXACT_DECODER = json.JSONDecoder(object_hook=_untagged, parse_float=_finite, parse_constant=_no_constant)
 
 
 def _brief(value: Any) -> str:

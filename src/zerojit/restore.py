@@ -35,19 +35,20 @@ fully loaded).
 
 The index is JSON, never pickle: reading one runs no code, whoever wrote it. Values go through
 :func:`zerojit.manifest.encode_exact` (constexprs, specializations; a key holding a value with no
-exact JSON form, such as an infinite float constexpr, is not indexed and takes the normal
-warm-up). Format 8 keeps each entry's nested fields (``src``, ``specialization``, ``key_memo``)
-as that JSON's text, read by :func:`zerojit.manifest.decode_exact_text` as strictly, and its
-files as one folder and their names: on the CI machine, reading the 217 entries of the 111-key
-matrix's two indexes went from 9.3 to 4.2 ms, and the warm start from ~51,000 to ~26,500 net
-new objects (74 to 38 young collections of Python's collector: a full one, ~50 ms on the H100
-host, then falls in a warm start less often). The file is a header line holding the SHA-256 of the rest, then the body; it is written
-atomically (a temporary file in the same folder, flushed and fsynced, then renamed). The digest detects damage
-(a cut file, a flipped bit), not tampering: whoever can write the index can write a matching
-digest, which is why a cache folder that other users can write to is warned about
-(:func:`cache_folder_warnings`). An index that cannot be used (any failure to read or parse it, a
-digest that does not match, a field missing or of the wrong type anywhere in it) is not used at
-all: one ``WarmupStats.recovered`` line names the file and what is wrong, the warm-up runs
+exact JSON form, such as an infinite float constexpr, is not indexed and takes the normal warm-up).
+Format 8 keeps each entry's nested fields (``src``, ``specialization``, ``key_memo``) as that JSON's
+text, read by :func:`zerojit.manifest.decode_exact_text` (as strict, and stricter on non-finite
+numbers), and its files as one folder and their names: on the CI machine, reading the 217 entries of
+the 111-key matrix's two indexes went from 9.3 to 4.2 ms, and the warm start's net new objects from
+~51,000 to ~26,500 (74 to 38 young collections of Python's collector). A full collection (75-89 ms
+on the H100 host) still fell inside every warm call measured there: it comes due with what the
+process allocated before the call. The file is a header line holding the SHA-256 of the rest, then
+the body; it is written atomically (a temporary file in the same folder, flushed and fsynced, then
+renamed). The digest detects damage (a cut file, a flipped bit), not tampering: whoever can write
+the index can write a matching digest, which is why a cache folder that other users can write to is
+warned about (:func:`cache_folder_warnings`). An index that cannot be used (any failure to read or
+parse it, a digest that does not match, a field missing or of the wrong type anywhere in it) is not
+used at all: one ``WarmupStats.recovered`` line names the file and what is wrong, the warm-up runs
 normally and rewrites it. An index of an older zerojit (``restore-*.pkl``) is never read.
 
 On the H200 machine restoring costs ~0.6 ms a key (lookup, module and function load, launcher)
@@ -187,7 +188,7 @@ def _key_memo(jit_fn: Any, device: Any, triton_key: str) -> Any:
     """The entries of Triton's per-device ``kernel_key_cache`` (``(specialization, options)`` ->
     in-process key, filled by ``compute_cache_key`` at a launch) that lead to ``triton_key``:
     restored with the variant, so the first request does not recompute them (~0.1 ms a kernel
-    in ``replace_callables``). As :func:`zerojit.manifest.encode_exact` writes them; none when
+    in ``replace_callables``). As :func:`zerojit.manifest.encode_exact_text` writes them; none when
     one has no exact JSON form."""
     with _DEVICE_CACHE_LOCK:
         memo = _tc.key_memo(jit_fn, device)
@@ -210,8 +211,8 @@ def _entry(job: int, variant: CompiledVariant, root: str, device: Any) -> dict |
     files = _tc.compiled_files(compiled)  # absolute paths (Triton's group file), all in the entry's folder
     folders = {os.path.dirname(path) for path in files.values()}
     folder = os.path.relpath(folders.pop(), root) if len(folders) == 1 else ".."
-    if "/" in folder or folder.startswith(".") or any(os.path.basename(p) != n for n, p in files.items()):
-        return None
+    if not _is_name(folder) or any(not _is_name(n) or os.path.basename(p) != n for n, p in files.items()):
+        return None  # (the reader's rule: one name in the cache folder, then file names)
     try:
         src = encode_exact_text((signature, constants, attrs))
         specialization = encode_exact_text(tuple((s.type, s.attr) for s in variant.specialization))
@@ -356,7 +357,10 @@ def _parse_entry(data: Any, where: str) -> _Entry:
             or any(type(k) is not str for k in src[0])):
         raise _Unusable(f"{where}: 'src' is no (signature, constants, attrs) of an ASTSource")
     specialization = []
-    for pair in _decoded(_field(data, "specialization", str, where), f"{where}: 'specialization'"):
+    pairs = _decoded(_field(data, "specialization", str, where), f"{where}: 'specialization'")
+    if type(pairs) is not tuple:
+        raise _Unusable(f"{where}: 'specialization' must be a tuple of (type, attr) pairs")
+    for pair in pairs:
         if type(pair) is not tuple or len(pair) != 2 or type(pair[0]) is not str:
             raise _Unusable(f"{where}: 'specialization' entry {_short(pair)} is no (type, attr) pair")
         specialization.append(SpecClass(*pair))

@@ -1265,7 +1265,8 @@ def wrap_run(jit_fn: Any, make: Callable[[Callable[..., Any]], Callable[..., Any
     jit_fn.run = make(original)
 
 
-_SOURCE_LINES_LOCK = threading.Lock()
+_SOURCE_LINES_LOCK = threading.RLock()
+_ABSENT = object()
 
 
 @contextlib.contextmanager
@@ -1304,9 +1305,10 @@ def generic_function(jit_fn: Any, keep_one: tuple[str, ...] | frozenset[str] = (
     new ones. The new function has its own in-process caches (``device_caches``) and the same
     ``cache_key`` as ``jit_fn`` (same source, same dependencies: Triton's disk cache entries of
     the two are keyed alike). It is made from ``jit_fn``'s source lines (:func:`_source_lines_of`)
-    and, when its source and first line are ``jit_fn``'s, takes ``jit_fn``'s ``cache_key`` and
-    globals instead of walking the source again (~2 ms a kernel); else (``jit_fn``'s source was
-    replaced) its own is computed and checked, :class:`ValueError` when they differ.
+    and, when its source and first line are ``jit_fn``'s and the globals ``jit_fn``'s hash read
+    still hold their values, takes ``jit_fn``'s ``cache_key`` and globals instead of walking the
+    source again (~2 ms a kernel); else (``jit_fn``'s source was replaced, or such a global
+    changed) its own is computed and checked, :class:`ValueError` when they differ.
 
     Raises:
         TypeError: ``jit_fn`` is not a ``triton.jit`` function (unwrap an autotuner or
@@ -1332,11 +1334,14 @@ def generic_function(jit_fn: Any, keep_one: tuple[str, ...] | frozenset[str] = (
             repr=getattr(jit_fn, "_repr", None),
             launch_metadata=getattr(jit_fn, "launch_metadata", None),
         )
-    if generic.src == jit_fn.src and generic.starting_line_number == jit_fn.starting_line_number:
-        # Same function object, source and first line: Triton's cache_key walks the same source
-        # with the same globals and nonlocals, so take jit_fn's instead of walking it again.
-        generic.hash, generic.used_global_vals = jit_fn.cache_key, dict(jit_fn.used_global_vals)
-    elif generic.cache_key != jit_fn.cache_key:  # jit_fn's src was replaced (_unsafe_update_src)
+    key = jit_fn.cache_key  # (fills jit_fn.used_global_vals)
+    if (generic.src == jit_fn.src and generic.starting_line_number == jit_fn.starting_line_number
+            and all(g.get(name, _ABSENT) == value for (name, _), (value, g) in jit_fn.used_global_vals.items())):
+        # Same function object, source and first line, and the globals it read unchanged since
+        # its hash: Triton's cache_key walks the same source with the same globals and nonlocals,
+        # so take jit_fn's instead of walking it again.
+        generic.hash, generic.used_global_vals = key, dict(jit_fn.used_global_vals)
+    elif generic.cache_key != jit_fn.cache_key:  # jit_fn's src was replaced, or a global it reads
         raise ValueError(f"{jit_fn.fn.__qualname__}: its generic function hashes to another cache_key "
                          f"({generic.cache_key[:12]}... vs {jit_fn.cache_key[:12]}...)")
     return generic
