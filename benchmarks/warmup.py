@@ -518,6 +518,10 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
             print(f"zerojit-warm garbage collector, per run: {each}. A full collection walks every object of the "
                   "process, and allocation counts decide which call it falls in (or a later request); less "
                   f"it, the split is fixed {fixed_gc:.1f} ms + {per_key_gc:.3f} ms per key")
+        else:
+            young = statistics.median(r["gc_ms"] for r in gc_runs)
+            print(f"zerojit-warm garbage collector: no full collection in the warm calls (young ones: {young:.1f} ms "
+                  "median per call)")
     if warm_runs:
         restore = statistics.median(dict(r["stats"]["phases"]).get("restore", 0.0) for r in warm_runs)
         once = statistics.median(sum(dict(r["stats"]["phases"]).get(p, 0.0) for p in ("imports", "prime"))
