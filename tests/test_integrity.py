@@ -529,3 +529,31 @@ def test_a_member_linked_to_a_sound_file_is_removed_and_what_it_points_to_is_kep
     assert naming(warm, path) == [f"cache file {path} is damaged (a symbolic link); treated as a miss (compiled again)"]
     assert not os.path.islink(path) and snapshot(warm) == before
     assert outside.read_bytes() == before[1][os.path.basename(path)]
+
+
+def test_a_copied_cache_folder_compiles_its_entries_again_and_never_reads_the_original(cache, monkeypatch, tmp_path):
+    """Triton's group files hold absolute paths: in a copy of a warmed cache folder they name the
+    original's files. Each such entry is named once, compiled into the copy (its group file then
+    lists the copy's own files) and nothing of the original is read or written: no digests beside
+    it, its bytes unchanged. The next warm-up of the copy is clean."""
+    kernel = Scale()
+    cold = warm_up(kernel)
+    before = snapshot(cold)
+    copy = tmp_path / "copy"
+    shutil.copytree(cache, copy, ignore=shutil.ignore_patterns(".zerojit"))
+    original = sorted((p, p.stat().st_mtime_ns) for p in cache.rglob("*") if p.is_file())
+    monkeypatch.setattr(knobs.cache, "dir", str(copy))
+    warm = warm_up(kernel)
+    assert warm.stats.compiled == 2
+    moved = [line for line in warm.stats.recovered if "as a cache folder copied or moved does" in line]
+    assert len(moved) == 2 and all(str(cache) in line and str(copy) in line for line in moved), warm.stats.recovered
+    for i in range(2):
+        assert all(os.path.dirname(p).startswith(str(copy)) for p in files_of(warm, i).values())
+    def compiled(snap):  # every file but the group file (it names its own folder)
+        return [{n: b for n, b in entry.items() if not n.startswith("__grp__")} for entry in snap]
+
+    assert compiled(snapshot(warm)) == compiled(before)  # what the cold warm-up compiled, byte for byte
+    assert sorted((p, p.stat().st_mtime_ns) for p in cache.rglob("*") if p.is_file()) == original
+    assert not (tmp_path / ".zerojit").exists()  # no digests recorded beside the original
+    again = warm_up(kernel)
+    assert again.stats.compiled == 0 and again.stats.recovered == ()

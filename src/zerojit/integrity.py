@@ -414,11 +414,17 @@ def check_files(files: Mapping[str, str]) -> None:
 
 
 def read_group_file(path: str) -> dict[str, str]:
-    """The files the group file at ``path`` lists (name -> absolute path), each of which exists. Read only if it is a regular file (:func:`read_regular`).
+    """The files the group file at ``path`` lists (name -> absolute path), each of which exists
+    in the group file's own folder. Read only if it is a regular file (:func:`read_regular`).
+
+    Triton's group files hold absolute paths, so in a cache folder copied or moved elsewhere they
+    still name the original folder's files: such an entry is refused here (named once and
+    dropped, so Triton compiles it into this folder), never read from there, and no digest is
+    recorded beside another folder (a user expects a copy to stand on its own).
 
     Raises:
         DamagedFileError: it is not a regular file (then removed), does not parse as a group
-            file, or a file it lists is gone (named).
+            file, lists a file of another folder, or a file it lists is gone (named).
         FileNotFoundError: there is no group file (an entry not stored yet: a plain miss).
     """
     folder = os.path.dirname(path)
@@ -430,7 +436,12 @@ def read_group_file(path: str) -> dict[str, str]:
         raise _damaged(path, f"an unreadable group file: {type(e).__name__}") from None
     if not all(isinstance(n, str) and isinstance(p, str) for n, p in children.items()):
         raise _damaged(path, "a group file whose paths are not names")
+    here = os.path.abspath(folder)
     for p in children.values():
+        if os.path.dirname(os.path.abspath(p)) != here:  # Triton writes every file of an entry beside its group file
+            raise _damaged(path, f"it lists files in another folder, {os.path.dirname(p)}, as a cache folder copied "
+                           "or moved does: compiled again here (move a warmed cache with `zerojit bundle export` "
+                           "and `zerojit bundle import`)")
         if not os.path.lexists(p):
             raise _damaged(p, "it is gone; its entry's group file lists it", folder)
     return children
