@@ -1194,6 +1194,7 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
             disk full); nothing was installed, or (says how many) only whole entries.
     """
     root = into or cache_dir()
+    root = os.path.abspath(root) if root else root  # group files name absolute paths ("": refused below)
     for entry, names in files.items():
         groups = [n for n in names if n.startswith("__grp__")]
         if len(groups) != 1:

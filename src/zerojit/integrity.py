@@ -420,7 +420,9 @@ def read_group_file(path: str) -> dict[str, str]:
     Triton's group files hold absolute paths, so in a cache folder copied or moved elsewhere they
     still name the original folder's files: such an entry is refused here (named once and
     dropped, so Triton compiles it into this folder), never read from there, and no digest is
-    recorded beside another folder (a user expects a copy to stand on its own).
+    recorded beside another folder (a user expects a copy to stand on its own). The same folder
+    reached by another path (a symbolic link, a bind mount) is this folder. A custom cache
+    manager built on Triton's file cache must keep an entry's files beside its group file too.
 
     Raises:
         DamagedFileError: it is not a regular file (then removed), does not parse as a group
@@ -438,13 +440,23 @@ def read_group_file(path: str) -> dict[str, str]:
         raise _damaged(path, "a group file whose paths are not names")
     here = os.path.abspath(folder)
     for p in children.values():
-        if os.path.dirname(os.path.abspath(p)) != here:  # Triton writes every file of an entry beside its group file
+        if not _one_folder(os.path.dirname(os.path.abspath(p)), here):  # Triton's file cache: beside the group file
             raise _damaged(path, f"it lists files in another folder, {os.path.dirname(p)}, as a cache folder copied "
-                           "or moved does: compiled again here (move a warmed cache with `zerojit bundle export` "
-                           "and `zerojit bundle import`)")
+                           "or moved does; to move a warmed cache, use `zerojit bundle export` and `bundle import`")
         if not os.path.lexists(p):
             raise _damaged(p, "it is gone; its entry's group file lists it", folder)
     return children
+
+
+def _one_folder(there: str, here: str) -> bool:
+    # the same spelling, else the same folder by another route (a symbolic link, a bind mount):
+    # its device and inode; a copy is another folder, and one that is gone is none
+    if there == here:
+        return True
+    try:
+        return os.path.samestat(os.stat(there), os.stat(here))
+    except OSError:
+        return False
 
 
 def drop_entry(folder: str) -> None:
