@@ -438,9 +438,8 @@ def read_group_file(path: str) -> dict[str, str]:
         raise _damaged(path, f"an unreadable group file: {type(e).__name__}") from None
     if not all(isinstance(n, str) and isinstance(p, str) for n, p in children.items()):
         raise _damaged(path, "a group file whose paths are not names")
-    here = os.path.abspath(folder)
     for p in children.values():
-        if not _one_folder(os.path.dirname(os.path.abspath(p)), here):  # Triton's file cache: beside the group file
+        if not _one_folder(os.path.dirname(p), folder):  # Triton's file cache: beside the group file
             raise _damaged(path, f"it lists files in another folder, {os.path.dirname(p)}, as a cache folder copied "
                            "or moved does; to move a warmed cache, use `zerojit bundle export` and `bundle import`")
         if not os.path.lexists(p):
@@ -449,8 +448,12 @@ def read_group_file(path: str) -> dict[str, str]:
 
 
 def _one_folder(there: str, here: str) -> bool:
-    # the same spelling, else the same folder by another route (a symbolic link, a bind mount):
-    # its device and inode; a copy is another folder, and one that is gone is none
+    # the same spelling (as Triton writes them: the common case, one comparison), else the same
+    # absolute path, else the same folder by another route (a symbolic link, a bind mount): its
+    # device and inode; a copy is another folder, and one that is gone is none
+    if there == here:
+        return True
+    there, here = os.path.abspath(there), os.path.abspath(here)
     if there == here:
         return True
     try:

@@ -192,41 +192,28 @@ def encode_exact(value: Any) -> Any:
 
 def decode_exact(data: Any, where: str) -> Any:
     """The value :func:`encode_exact` wrote, from parsed JSON; strict: anything it never writes
-    is refused.
+    is refused. Each object is read bottom-up by the rule :func:`decode_exact_text` applies as
+    ``json`` parses (:func:`_untagged`), so the two readers cannot drift apart.
 
     Raises:
         ValueError: ``data`` is no :func:`encode_exact` form (an object with another tag or more
             than one, a dict entry that is not a pair or whose key is a list or dict, an unknown
             dtype name), naming ``where``.
     """
+    try:
+        return _untagged_tree(data)
+    except _NotExact as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _untagged_tree(data: Any) -> Any:
     if data is None or type(data) in PLAIN_TYPES:
         return data
-    # scalars are decoded inline below, not by a call each: a restore index holds thousands
     if type(data) is list:
-        return [v if v is None or type(v) in PLAIN_TYPES else decode_exact(v, where) for v in data]
-    if type(data) is not dict or len(data) != 1:
-        raise ValueError(f"{where}: {_brief(data)} is not an encoded value")
-    (tag, inner), = data.items()
-    if tag == _TUPLE and type(inner) is list:
-        return tuple([v if v is None or type(v) in PLAIN_TYPES else decode_exact(v, where) for v in inner])
-    if tag == _DICT and type(inner) is list:
-        out = {}
-        for pair in inner:
-            if type(pair) is not list or len(pair) != 2:
-                raise ValueError(f"{where}: dict entry {_brief(pair)} is not a [key, value] pair")
-            key, item = pair
-            if not (key is None or type(key) in PLAIN_TYPES):
-                key = decode_exact(key, where)
-            if not (item is None or type(item) in PLAIN_TYPES):
-                item = decode_exact(item, where)
-            try:
-                out[key] = item
-            except TypeError:  # a list key: never written
-                raise ValueError(f"{where}: dict key {_brief(pair[0])} is not hashable") from None
-        return out
-    if tag == _DTYPE and type(inner) is str and inner in _dtypes():
-        return decode_value(data, where)
-    raise ValueError(f"{where}: {_brief(data)} is not an encoded value")
+        return [v if v is None or type(v) in PLAIN_TYPES else _untagged_tree(v) for v in data]
+    if type(data) is dict:
+        return _untagged({k: _untagged_tree(v) for k, v in data.items()})
+    raise _NotExact(f"{_brief(data)} is not an encoded value")
 
 
 def encode_exact_text(value: Any) -> str:

@@ -1341,9 +1341,9 @@ def generic_function(jit_fn: Any, keep_one: tuple[str, ...] | frozenset[str] = (
         # its hash: Triton's cache_key walks the same source with the same globals and nonlocals,
         # so take jit_fn's instead of walking it again.
         generic.hash, generic.used_global_vals = key, dict(jit_fn.used_global_vals)
-    elif generic.cache_key != jit_fn.cache_key:  # jit_fn's src was replaced, or a global it reads
+    elif generic.cache_key != key:  # jit_fn's src was replaced, or a global it reads
         raise ValueError(f"{jit_fn.fn.__qualname__}: its generic function hashes to another cache_key "
-                         f"({generic.cache_key[:12]}... vs {jit_fn.cache_key[:12]}...)")
+                         f"({generic.cache_key[:12]}... vs {key[:12]}...)")
     return generic
 
 
