@@ -439,11 +439,11 @@ def test_the_report_says_the_worker_choice(compiles, co, monkeypatch):
     assert warm.stats.restored == 2 and warm.stats.worker_choice == "in this process (all 2 keys restored)"
     asked = reg.warmup(progress=False, workers=2)
     assert asked.stats.workers == 0  # every key restored: none needed
-    assert asked.stats.worker_choice == "2 workers (as asked); none started: nothing missed the disk cache"
+    assert asked.stats.worker_choice == "2 workers (as asked); none started: every key was in the disk cache"
     from zerojit.registry import capped_workers
 
     capped = reg.warmup(progress=False, workers=capped_workers(64, 2))  # the choice as the CLI makes it
-    assert capped.stats.worker_choice == "2 workers (64 asked, capped to the 2 cores); none started: nothing missed the disk cache"
+    assert capped.stats.worker_choice == "2 workers (64 asked, capped to the 2 cores); none started: every key was in the disk cache"
 
 
 @pytest.mark.parametrize("workers", [0, -1, 2.5, "2", True])

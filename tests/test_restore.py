@@ -258,6 +258,10 @@ def test_a_changed_kernel_source_is_not_restored(cache, monkeypatch):
     monkeypatch.setattr(_fill_kernel, "hash", "0" * 64)  # Triton's cache_key of an edited kernel
     warm = registry_of(fill).warmup(progress=False)
     assert warm.stats.restored == 0 and warm.stats.compiled == 3  # Triton's own key changed too
+    [line] = [r for r in warm.stats.recovered if "not restored" in r]
+    assert line.startswith("restore index ") and line.endswith(
+        f": 3 keys of kernel {fill.name!r} not restored: its triton.jit function's source or what it reads "
+        "(Triton's cache_key) changed since the index was written; warmed through Triton's lookup")
 
 
 def test_a_changed_cache_invalidating_environment_is_not_restored(cache, monkeypatch):
@@ -346,6 +350,9 @@ def test_an_edited_kernel_class_module_is_not_restored(cache, monkeypatch):
     monkeypatch.setattr(restore, "_module_stamp", lambda path: "edited")  # its warmup_inputs may differ now
     warm = registry_of(fill).warmup(progress=False)
     assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)
+    assert [r.split(": ", 1)[1] for r in warm.stats.recovered if "not restored" in r] == [
+        f"3 keys of kernel {fill.name!r} not restored: the module of its kernel class changed since the index was "
+        "written; warmed through Triton's lookup"]
 
 
 @pytest.mark.parametrize("damage", ["lost cubin", "garbage metadata"])

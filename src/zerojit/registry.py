@@ -271,7 +271,7 @@ def _worker_note(choice: WorkerChoice, stats: WarmupStats) -> str:
     if choice.workers < 2 or stats.workers:
         return choice.why
     if not stats.compiled:
-        return f"{choice.why}; none started: nothing missed the disk cache"
+        return f"{choice.why}; none started: every key was in the disk cache"
     return f"{choice.why}; none started (see the notes)"
 
 

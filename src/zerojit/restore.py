@@ -86,6 +86,7 @@ from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
 from .manifest import decode_exact_text, encode_exact_text
 from .outputs import write_output
+from .reports import count
 from .specialization import SpecClass
 
 __all__ = ["restore_variants", "restore_records", "records", "save_index", "index_path", "build_compiled_kernel",
@@ -694,7 +695,11 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
     Returns ``{job index: (variant, seconds)}``; never raises for a stale or broken record. A body
     not used at all gives one line in ``notes``: ``"<what> refused: field 'triton_version'
     differs: ..."`` (another fingerprint) or ``"<what> is unreadable (<why>)"`` (a field missing
-    or of the wrong type, anywhere: nothing of it is used then)."""
+    or of the wrong type, anywhere: nothing of it is used then). A kernel whose keys it skips
+    because its code changed since the index was written (its kernel class's module, its
+    ``triton.jit`` function or that function's ``cache_key``) gives one line naming the kernel,
+    what changed and how many keys: the keys still warm up (through Triton's lookup), so the
+    line only says why this warm start was slower."""
     import time
 
     if not _supported() or body is None:
@@ -711,7 +716,7 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
         return {}
     if why is not None:
         if notes is not None:
-            notes.append(f"{what} refused: {why}; warmed up normally")
+            notes.append(f"{what} refused: {why}; warmed up normally and rewritten")
         return {}
     root = cache_dir()
     device = _tc.current_device()
@@ -719,19 +724,27 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
     backends: dict = {}
     planned: set[str] = set()
     restored: dict[int, tuple[CompiledVariant, float]] = {}
+    stale: dict[str, list] = {}  # kernel name -> [what changed since the index was written, keys]
     with shared_launchers() if load else contextlib.nullcontext():
         for i, entry in parsed.entries.items():
             start = time.perf_counter()
             kernel, key = jobs[i]
-            if not _restorable(kernel) or parsed.classes.get(kernel.name) != _class_stamp(kernel):
+            if not _restorable(kernel):
                 continue
             jit_fn = kernel.kernel
-            if entry.function != _function_name(jit_fn):
-                continue
-            ok = functions_ok.get(entry.function)
-            if ok is None:
-                ok = functions_ok[entry.function] = parsed.functions.get(entry.function) == _tc.source_hash(jit_fn)
-            if not ok:
+            changed = None
+            if parsed.classes.get(kernel.name) != _class_stamp(kernel):
+                changed = "the module of its kernel class"  # its warmup_inputs may differ now
+            elif entry.function != _function_name(jit_fn):
+                changed = f"its triton.jit function (the index has {entry.function})"
+            else:
+                ok = functions_ok.get(entry.function)
+                if ok is None:
+                    ok = functions_ok[entry.function] = parsed.functions.get(entry.function) == _tc.source_hash(jit_fn)
+                if not ok:
+                    changed = "its triton.jit function's source or what it reads (Triton's cache_key)"
+            if changed is not None:
+                stale.setdefault(kernel.name, [changed, 0])[1] += 1
                 continue
             group = {name: os.path.join(root, rel) for name, rel in entry.group}
             try:
@@ -743,4 +756,7 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
                                       specialization=entry.specialization, param_names=entry.param_names,
                                       loaded=load, compiled=compiled)
             restored[i] = (variant, time.perf_counter() - start)
+    if notes is not None:
+        notes.extend(f"{what}: {count(n, 'key')} of kernel {name!r} not restored: {changed} changed since the "
+                     "index was written; warmed through Triton's lookup" for name, (changed, n) in stale.items())
     return restored
