@@ -1,6 +1,7 @@
 """The benchmarks' command lines: benchmarks/warmup.py's modes, each child process getting exactly
 the worker settings its mode names, whatever the caller exported (reference: the settings each
-mode's docstring names); benchmarks/first_launch.py without a GPU."""
+mode's docstring names); benchmarks/first_launch.py without a GPU; benchmarks/warm_call_parts.py's
+refusals."""
 
 from __future__ import annotations
 
@@ -75,3 +76,24 @@ def test_first_launch_benchmark_without_a_gpu_exits_2_with_one_line():
         "unprimed first launch under compile-only"]
     usage = subprocess.run([sys.executable, str(script), "--repeat", "0"], capture_output=True, text=True, timeout=60)
     assert usage.returncode == 2 and "--repeat must be >= 1, got 0" in usage.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--runs", "0"], "--runs 0: at least 1"),
+    (["--env", "CUDA_MODULE_LOADING"], "--env 'CUDA_MODULE_LOADING': write NAME=VALUE"),
+    (["--json", "/no-such-folder/p.json"], "--json /no-such-folder/p.json: cannot write there"),
+])
+def test_warm_call_parts_bad_input_exits_2_with_one_line_before_any_run(monkeypatch, capsys, flags, message):
+    spec = importlib.util.spec_from_file_location("warm_call_parts", ROOT / "benchmarks" / "warm_call_parts.py")
+    parts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(parts)
+
+    def no_child(*a, **kw):  # the refusal comes before the cold warm-up
+        raise AssertionError("a child process was started")
+
+    monkeypatch.setattr(parts.subprocess, "run", no_child)
+    monkeypatch.setattr(parts.sys, "argv", ["warm_call_parts.py", *flags])
+    with pytest.raises(SystemExit) as exited:
+        parts.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"warm_call_parts.py: error: {message}"

@@ -1,0 +1,206 @@
+"""Where a warm start's time goes: ``warmup.py``'s ``zerojit-warm`` call, timed part by part.
+
+One cold warm-up of ``benchmarks/warmup.py``'s 111-key matrix (``--child zerojit``) fills a fresh
+``TRITON_CACHE_DIR`` and writes the restore indexes; then ``--runs`` fresh processes each make the
+warm call (``registry.warmup()``) with timers wrapped around the functions it spends its time in
+(zerojit's and, on a GPU, Triton's and the driver's loading calls), the garbage collector's time
+from ``gc.callbacks``. Printed: the warm call, the report's phases and each timer (milliseconds in
+all, calls), the median and the spread over the runs. The timers cost a few microseconds a call
+(about 1,000 calls: 2-5 ms in all), so the parts are a diagnosis, not a figure to compare with
+``warmup.py``'s warm call. Nothing here is a goal: ``warmup.py`` measures the warm start.
+
+Timed: ``restore_records`` (each index's restore), ``build_compiled_kernel`` (a ``CompiledKernel``
+from the entry's checked files), ``triton_compat.load_compiled`` (on a GPU: ``_init_handles``,
+within it the launcher's ``__init__`` and ``load_binary``, then ``cuFuncLoad``), ``_parse_records``
+and ``_read_index`` (the indexes), ``source_hash`` (Triton's ``cache_key``, checked against the
+index), ``_prepare_launches`` (key memos and argument plans), the generic pass's ``plan`` and
+``file_variants``, ``import_launch_path_modules`` and ``prime_kernel``.
+
+Without a GPU it runs under ``compile_only("cuda:90")`` (nothing loads: the GPU-only timers stay
+empty). ``--env NAME=VALUE`` (repeatable) sets a variable for the warm runs only (e.g.
+``CUDA_MODULE_LOADING=EAGER``, ``ZEROJIT_PRIME_KERNELS=0``).
+
+Usage: ``PYTHONPATH=src python benchmarks/warm_call_parts.py [--runs 4] [--env NAME=VALUE] [--json OUT]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# The timers, in the order printed (indented: within the one above)
+ORDER = ("read index", "restore_records (each index)", "  parse index", "  build_compiled_kernel",
+         "  load_compiled", "    _init_handles", "      CudaLauncher.__init__",
+         "      load_binary (cuModuleLoadData, ...)", "    cuFuncLoad", "  prepare_launches",
+         "source_hash (cache_key: restore, generic plan)", "import_launch_path_modules", "generic plan",
+         "generic file_variants", "prime_kernel")
+
+
+def _timers() -> tuple[dict, object]:
+    """Wrap the warm call's functions with timers; returns ``{label: [seconds, calls]}`` and the
+    collector's ``[seconds, full collections, start]``."""
+    import gc
+
+    import torch
+
+    import zerojit.launch_priming as priming
+    import zerojit.registry as registry
+    import zerojit.restore as restore
+    import zerojit.triton_compat as tc
+
+    spent: dict[str, list] = {}
+
+    def add(label: str, seconds: float) -> None:
+        s = spent.setdefault(label, [0.0, 0])
+        s[0] += seconds
+        s[1] += 1
+
+    def wrap(owner, name: str, label: str) -> None:
+        f = getattr(owner, name)
+
+        @functools.wraps(f)
+        def timed(*args, **kwargs):
+            t = time.perf_counter()
+            try:
+                return f(*args, **kwargs)
+            finally:
+                add(label, time.perf_counter() - t)
+
+        setattr(owner, name, timed)
+
+    for owner, name, label in [
+        (restore, "restore_records", "restore_records (each index)"),
+        (restore, "build_compiled_kernel", "  build_compiled_kernel"),
+        (restore, "_parse_records", "  parse index"), (restore, "_read_index", "read index"),
+        (restore, "_prepare_launches", "  prepare_launches"),
+        (tc, "source_hash", "source_hash (cache_key: restore, generic plan)"),
+        (tc, "load_compiled", "  load_compiled"), (priming, "prime_kernel", "prime_kernel"),
+        (registry, "generic_plan", "generic plan"), (registry, "file_variants", "generic file_variants"),
+        (registry, "import_launch_path_modules", "import_launch_path_modules"),
+    ]:
+        wrap(owner, name, label)
+    if torch.cuda.is_available():
+        from triton.backends.nvidia.driver import CudaLauncher
+        from triton.compiler.compiler import CompiledKernel
+        from triton.runtime.driver import driver
+
+        wrap(CompiledKernel, "_init_handles", "    _init_handles")
+        wrap(CudaLauncher, "__init__", "      CudaLauncher.__init__")
+        wrap(driver.active.utils, "load_binary", "      load_binary (cuModuleLoadData, ...)")
+        func_load = tc._cu_func_load()
+        if func_load is not None:
+            def timed_func_load(pointer, _f=func_load):
+                t = time.perf_counter()
+                rc = _f(pointer)
+                add("    cuFuncLoad", time.perf_counter() - t)
+                return rc
+
+            tc._cu_func_load = lambda: timed_func_load
+    collector = [0.0, 0, 0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            collector[2] = time.perf_counter()
+        else:
+            collector[0] += time.perf_counter() - collector[2]
+            collector[1] += info["generation"] == 2
+
+    gc.callbacks.append(on_gc)
+    return spent, collector
+
+
+def child() -> dict:
+    """One warm call, timed part by part (this process's cache folder is warm)."""
+    import contextlib
+
+    sys.path.insert(0, HERE)
+    import torch
+    import warmup  # benchmarks/warmup.py: its key space
+
+    from zerojit.compile_only import compile_only
+
+    gpu = torch.cuda.is_available()
+    registry = warmup.key_space("matrix")
+    with (contextlib.nullcontext() if gpu else compile_only("cuda:90")):
+        from triton.runtime.driver import driver
+
+        driver.active.get_current_device()  # the driver's start: not warm-up (as warmup.py)
+        if gpu:
+            torch.empty(1, device="cuda")
+        spent, collector = _timers()
+        t0 = time.perf_counter()
+        report = registry.warmup(progress=False, target="device" if gpu else "cuda:90")
+        total = time.perf_counter() - t0
+    return {"total_ms": 1e3 * total, "keys": report.num_keys, "restored": report.stats.restored,
+            "gc_ms": 1e3 * collector[0], "full_collections": collector[1], "gpu": gpu,
+            "phases_ms": {name: 1e3 * s for name, s in report.stats.phases},
+            "timers": {label: [1e3 * s, n] for label, (s, n) in spent.items()}}
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):8.2f}  ({min(values):.2f}-{max(values):.2f})"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=4, help="warm calls, each in a fresh process")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="set for the warm runs only (repeatable)")
+    parser.add_argument("--json", help="also write every run's figures here")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.child:
+        print(json.dumps(child()))
+        return
+    if opts.runs < 1:
+        parser.error(f"--runs {opts.runs}: at least 1")
+    extra = {}
+    for item in opts.env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--env {item!r}: write NAME=VALUE")
+        extra[name] = value
+    if opts.json and not os.access(os.path.dirname(os.path.abspath(opts.json)), os.W_OK):
+        parser.error(f"--json {opts.json}: cannot write there")
+    with tempfile.TemporaryDirectory() as folder:
+        env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(folder, "cache"), TRITON_HOME=os.path.join(folder, "home"))
+        cold = subprocess.run([sys.executable, os.path.join(HERE, "warmup.py"), "--child", "zerojit", "--workers",
+                               str(os.cpu_count() or 1), "--space", "matrix", "--overlap", "0", "--subset", "0"],
+                              env=env, capture_output=True, text=True)
+        if cold.returncode:
+            sys.exit(f"the cold warm-up failed:\n{cold.stdout}\n{cold.stderr}")
+        runs = []
+        for _ in range(opts.runs):
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"], env=dict(env, **extra),
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                sys.exit(f"a warm call failed:\n{proc.stdout}\n{proc.stderr}")
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    first = runs[0]
+    print(f"warm call of warmup.py's matrix, {first['keys']} keys ({first['restored']} restored), {len(runs)} fresh "
+          f"processes, {'GPU' if first['gpu'] else 'compile-only cuda:90 (nothing loads)'}"
+          + (f", {' '.join(opts.env)}" if opts.env else "") + "; ms: median (spread)")
+    print(f"  {'warm call':44s}{_spread([r['total_ms'] for r in runs])}")
+    print(f"  {'garbage collector':44s}{_spread([r['gc_ms'] for r in runs])}  "
+          f"full collections: {[r['full_collections'] for r in runs]}")
+    for name in first["phases_ms"]:
+        print(f"  {'phase ' + name:44s}{_spread([r['phases_ms'].get(name, 0.0) for r in runs])}")
+    for label in ORDER:  # (indented: inside the line above)
+        if label in first["timers"]:
+            values = [r["timers"].get(label, [0.0, 0])[0] for r in runs]
+            print(f"  {label:44s}{_spread(values)}  {first['timers'][label][1]} calls")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump({"env": opts.env, "runs": runs}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
