@@ -260,8 +260,8 @@ def test_a_changed_kernel_source_is_not_restored(cache, monkeypatch):
     assert warm.stats.restored == 0 and warm.stats.compiled == 3  # Triton's own key changed too
     [line] = [r for r in warm.stats.recovered if "not restored" in r]
     assert line.startswith("restore index ") and line.endswith(
-        f": 3 keys of kernel {fill.name!r} not restored: its triton.jit function's source or what it reads "
-        "(Triton's cache_key) changed since the index was written; warmed through Triton's lookup")
+        f": 3 keys of kernel {fill.name!r} not restored: its triton.jit function's source, or a function or global "
+        "it uses (Triton's cache_key) changed since the index was written; warmed up through Triton's lookup instead")
 
 
 def test_a_changed_cache_invalidating_environment_is_not_restored(cache, monkeypatch):
@@ -351,8 +351,8 @@ def test_an_edited_kernel_class_module_is_not_restored(cache, monkeypatch):
     warm = registry_of(fill).warmup(progress=False)
     assert (warm.stats.restored, warm.stats.disk_loads, warm.stats.compiled) == (0, 3, 0)
     assert [r.split(": ", 1)[1] for r in warm.stats.recovered if "not restored" in r] == [
-        f"3 keys of kernel {fill.name!r} not restored: the module of its kernel class changed since the index was "
-        "written; warmed through Triton's lookup"]
+        f"3 keys of kernel {fill.name!r} not restored: the module of its kernel class ({__file__}) changed since the "
+        "index was written; warmed up through Triton's lookup instead"]
 
 
 @pytest.mark.parametrize("damage", ["lost cubin", "garbage metadata"])

@@ -173,7 +173,7 @@ def falls_back_once_and_is_rewritten(fill, cold, path: str, why: str) -> None:
     assert variants(report) == variants(cold)
     (line,) = s.recovered
     assert line.startswith(f"restore index {path} is unreadable (") and line.endswith(
-        "; warmed up normally and rewritten"), line
+        "; warmed up through Triton's lookup instead, and the index rewritten"), line
     assert why in line, line
     assert read_index(path)["keys"] == 3  # rewritten, and whole
     again = warm(fill)

@@ -75,11 +75,12 @@ import os
 import pwd
 import stat
 import sys
+import threading
 from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from . import triton_compat as _tc
+from . import loading as _loading, triton_compat as _tc
 from .cache import cache_dir, use_fast_triton_key
 from .integrity import digests_of, plain_manager_class, read_checked, read_group_file
 from ._version import __version__
@@ -175,6 +176,10 @@ def _class_stamp(kernel: Any) -> tuple:
     module = sys.modules.get(type(kernel).__module__)
     path = getattr(module, "__file__", None)
     return (type(kernel).__qualname__, _module_stamp(path) if path else None)
+
+
+def _class_file(kernel: Any) -> str:
+    return getattr(sys.modules.get(type(kernel).__module__), "__file__", None) or type(kernel).__module__
 
 
 def _function_name(jit_fn: Any) -> str:
@@ -588,18 +593,29 @@ def install(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], sr
     Raises:
         Exception: whatever building or loading raised; nothing is filed then.
     """
-    with _DEVICE_CACHE_LOCK:
-        kernel_cache = _tc.device_cache(jit_fn, device).kernel_cache
-    compiled = kernel_cache.get(triton_key)
-    fresh = compiled is None
-    if fresh:
-        compiled = build_compiled_kernel(jit_fn, group, src, backends)
-    else:  # Triton 3.7+: a user's async compile of this key may have filed its future there
-        compiled = _tc.resolved(compiled)
+    compiled, fresh = _built(jit_fn, device, triton_key, group, src, backends)
     if load:
         _tc.load_compiled(compiled)
-    # an entry filed meanwhile (another thread) wins and ours is dropped: never replace one
-    return _tc.file_compiled(kernel_cache, triton_key, compiled) if fresh else compiled
+    return _filed(jit_fn, device, triton_key, compiled) if fresh else compiled
+
+
+def _built(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], src: tuple,
+           backends: dict) -> tuple[Any, bool]:
+    """``(compiled, fresh)``: the ``CompiledKernel`` filed under ``triton_key`` in ``jit_fn``'s
+    in-process cache (fresh False), else one built from the entry's files (fresh True, not filed)."""
+    with _DEVICE_CACHE_LOCK:
+        compiled = _tc.device_cache(jit_fn, device).kernel_cache.get(triton_key)
+    if compiled is None:
+        return build_compiled_kernel(jit_fn, group, src, backends), True
+    return _tc.resolved(compiled), False  # Triton 3.7+: a user's async compile may have filed its future
+
+
+def _filed(jit_fn: Any, device: Any, triton_key: str, compiled: Any) -> Any:
+    """File a fresh ``compiled`` under ``triton_key``; an entry filed meanwhile (another thread)
+    wins and is returned (never replace one)."""
+    with _DEVICE_CACHE_LOCK:
+        kernel_cache = _tc.device_cache(jit_fn, device).kernel_cache
+    return _tc.file_compiled(kernel_cache, triton_key, compiled)
 
 
 def _prepare_launches(kernel: Any, device: Any, entry: _Entry, plans: tuple, planned: set[str]) -> None:
@@ -628,14 +644,16 @@ class _SharedLaunchers:
     def __init__(self, real: Any) -> None:
         self.real = real
         self.made: dict[str, Any] = {}
+        self._lock = threading.Lock()  # kernels load on several threads (loading.load_all): one build a launcher
 
     def __call__(self, src: Any, metadata: Any) -> Any:
         key = _tc.launcher_share_key(src, metadata)
         if key is None:
             return self.real(src, metadata)
-        launcher = self.made.get(key)
-        if launcher is None:
-            launcher = self.made[key] = self.real(src, metadata)
+        with self._lock:
+            launcher = self.made.get(key)
+            if launcher is None:
+                launcher = self.made[key] = self.real(src, metadata)
         return launcher
 
 
@@ -652,6 +670,9 @@ def shared_launchers() -> Iterator[None]:
     finally:
         if _tc.launcher_class(drv) is shared:
             _tc.set_launcher_class(drv, shared.real)
+
+
+_INSTEAD = "warmed up through Triton's lookup instead, and the index rewritten"  # an index not used at all
 
 
 def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, *, load: bool,
@@ -680,14 +701,15 @@ def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, 
         body = _read_index(path)
     except Exception as e:  # whatever a damaged file makes the reader raise: never a failed warm-up
         if notes is not None:
-            notes.append(f"restore index {path} is unreadable ({_why(e)}); warmed up normally and rewritten")
+            notes.append(f"restore index {path} is unreadable ({_why(e)}); {_INSTEAD}")
         return {}
-    return restore_records(jobs, body, target, load=load, notes=notes, what=f"restore index {path}")
+    return restore_records(jobs, body, target, load=load, notes=notes, what=f"restore index {path}",
+                           noun="generic variant" if kind == "generic" else "key")
 
 
 def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, load: bool,
-                    notes: list[str] | None = None,
-                    what: str = "restore records") -> dict[int, tuple[CompiledVariant, float]]:
+                    notes: list[str] | None = None, what: str = "restore records",
+                    noun: str = "key") -> dict[int, tuple[CompiledVariant, float]]:
     """Restore the variants of :func:`records` ``body`` (made for these very ``jobs``; None:
     there are none) that still match this process (fingerprint, kernel classes, ``triton.jit``
     source hashes, files on disk).
@@ -698,8 +720,9 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
     or of the wrong type, anywhere: nothing of it is used then). A kernel whose keys it skips
     because its code changed since the index was written (its kernel class's module, its
     ``triton.jit`` function or that function's ``cache_key``) gives one line naming the kernel,
-    what changed and how many keys: the keys still warm up (through Triton's lookup), so the
-    line only says why this warm start was slower."""
+    what changed and how many of its jobs (``noun``: "key", or "generic variant" for a generic
+    index): they still warm up (through Triton's lookup), so the line only says why this warm
+    start was slower."""
     import time
 
     if not _supported() or body is None:
@@ -712,11 +735,11 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
         parsed = _parse_records(body, len(jobs)) if why is None else None
     except Exception as e:  # a damaged body: it may hold anything JSON can
         if notes is not None:
-            notes.append(f"{what} is unreadable ({_why(e)}); warmed up normally and rewritten")
+            notes.append(f"{what} is unreadable ({_why(e)}); {_INSTEAD}")
         return {}
     if why is not None:
         if notes is not None:
-            notes.append(f"{what} refused: {why}; warmed up normally and rewritten")
+            notes.append(f"{what} refused: {why}; {_INSTEAD}")
         return {}
     root = cache_dir()
     device = _tc.current_device()
@@ -725,6 +748,7 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
     planned: set[str] = set()
     restored: dict[int, tuple[CompiledVariant, float]] = {}
     stale: dict[str, list] = {}  # kernel name -> [what changed since the index was written, keys]
+    built: list[tuple] = []  # (job index, kernel, key, entry, compiled, fresh, seconds): to load and file
     with shared_launchers() if load else contextlib.nullcontext():
         for i, entry in parsed.entries.items():
             start = time.perf_counter()
@@ -732,31 +756,45 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
             if not _restorable(kernel):
                 continue
             jit_fn = kernel.kernel
-            changed = None
-            if parsed.classes.get(kernel.name) != _class_stamp(kernel):
-                changed = "the module of its kernel class"  # its warmup_inputs may differ now
-            elif entry.function != _function_name(jit_fn):
+            changed = None  # the function first: an edited kernel body changes its module's stamp too
+            if entry.function != _function_name(jit_fn):
                 changed = f"its triton.jit function (the index has {entry.function})"
             else:
                 ok = functions_ok.get(entry.function)
                 if ok is None:
                     ok = functions_ok[entry.function] = parsed.functions.get(entry.function) == _tc.source_hash(jit_fn)
                 if not ok:
-                    changed = "its triton.jit function's source or what it reads (Triton's cache_key)"
+                    changed = "its triton.jit function's source, or a function or global it uses (Triton's cache_key)"
+                elif parsed.classes.get(kernel.name) != _class_stamp(kernel):  # its warmup_inputs may differ now
+                    changed = f"the module of its kernel class ({_class_file(kernel)})"
             if changed is not None:
                 stale.setdefault(kernel.name, [changed, 0])[1] += 1
                 continue
             group = {name: os.path.join(root, rel) for name, rel in entry.group}
             try:
-                compiled = install(jit_fn, device, entry.triton_key, group, entry.src, backends, load=load)
-                _prepare_launches(kernel, device, entry, parsed.plans.get(kernel.name, ()), planned)
-            except Exception:  # a file gone, a load refused, a plan refused: the normal warm-up says why
+                compiled, fresh = _built(jit_fn, device, entry.triton_key, group, entry.src, backends)
+            except Exception:  # a file gone or damaged: the normal warm-up says why
                 continue
-            variant = CompiledVariant(kernel=kernel.name, key=key, triton_key=entry.triton_key,
-                                      specialization=entry.specialization, param_names=entry.param_names,
-                                      loaded=load, compiled=compiled)
-            restored[i] = (variant, time.perf_counter() - start)
+            built.append((i, kernel, key, entry, compiled, fresh, time.perf_counter() - start))
+        # on a GPU, every module, function and launcher loaded now, on several threads (loading.load_all)
+        loads = _loading.load_all([b[4] for b in built], device) if load else [(None, 0.0)] * len(built)
+    for (i, kernel, key, entry, compiled, fresh, seconds), (error, load_seconds) in zip(built, loads):
+        if error is not None:  # a load refused: nothing filed, the normal warm-up says why
+            continue
+        seconds += load_seconds
+        start = time.perf_counter()
+        try:
+            if fresh:
+                compiled = _filed(kernel.kernel, device, entry.triton_key, compiled)
+            _prepare_launches(kernel, device, entry, parsed.plans.get(kernel.name, ()), planned)
+        except Exception:  # a plan refused: the normal warm-up says why
+            continue
+        variant = CompiledVariant(kernel=kernel.name, key=key, triton_key=entry.triton_key,
+                                  specialization=entry.specialization, param_names=entry.param_names,
+                                  loaded=load, compiled=compiled)
+        restored[i] = (variant, seconds + time.perf_counter() - start)
     if notes is not None:
-        notes.extend(f"{what}: {count(n, 'key')} of kernel {name!r} not restored: {changed} changed since the "
-                     "index was written; warmed through Triton's lookup" for name, (changed, n) in stale.items())
+        notes.extend(f"{what}: {count(n, noun)} of kernel {name!r} not restored: {changed} changed since the "
+                     "index was written; warmed up through Triton's lookup instead"
+                     for name, (changed, n) in stale.items())
     return restored
