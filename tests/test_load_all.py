@@ -72,7 +72,7 @@ def test_one_thread_or_load_hooks_load_in_the_callers_thread(loads, monkeypatch,
     assert [(n, t, d) for n, t, d, _ in loads] == [(n, threading.get_ident(), None) for n in range(4)]
 
 
-@pytest.mark.parametrize("value", ["0", "-2", "four", "1.5"])
+@pytest.mark.parametrize("value", ["0", "-2", "four", "1.5", "+2", "1_0", "\u0663"])
 def test_a_bad_setting_is_named(monkeypatch, value):
     monkeypatch.setenv(loading.LOAD_THREADS_ENV, value)
     with pytest.raises(loading.LoadSettingError) as info:

@@ -37,10 +37,7 @@ def load_threads() -> int:
     raw = os.environ.get(LOAD_THREADS_ENV, "").strip()
     if not raw:
         return DEFAULT_LOAD_THREADS
-    try:
-        threads = int(raw)
-    except ValueError:
-        threads = 0
+    threads = int(raw) if raw.isascii() and raw.isdigit() else 0  # (as ZEROJIT_WORKER_NICE: no "+2", "1_0")
     if threads < 1:
         raise LoadSettingError(f"{LOAD_THREADS_ENV}={os.environ[LOAD_THREADS_ENV]!r}: use a whole number >= 1")
     return threads
