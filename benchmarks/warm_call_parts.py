@@ -10,9 +10,8 @@ all, calls), the median and the spread over the runs. The timers cost a few micr
 ``warmup.py``'s warm call. Nothing here is a goal: ``warmup.py`` measures the warm start.
 
 Timed: ``restore_records`` (each index's restore), ``build_compiled_kernel`` (a ``CompiledKernel``
-from the entry's checked files), ``loading.load_all`` (on a GPU: every load of an index, on
-``ZEROJIT_LOAD_THREADS`` threads; within it, summed over the threads, ``load_compiled``: its
-``_init_handles`` with the launcher's ``__init__`` and ``load_binary``, then ``cuFuncLoad``), ``_parse_records``
+from the entry's checked files), ``triton_compat.load_compiled`` (on a GPU: ``_init_handles``,
+within it the launcher's ``__init__`` and ``load_binary``, then ``cuFuncLoad``), ``_parse_records``
 and ``_read_index`` (the indexes), ``source_hash`` (Triton's ``cache_key``, checked against the
 index), ``_prepare_launches`` (key memos and argument plans), the generic pass's ``plan`` and
 ``file_variants``, ``import_launch_path_modules`` and ``prime_kernel``.
@@ -34,15 +33,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# The timers, in the order printed (indented: within the line above; the loads run on the loading
-# threads, loading.load_all, so what is within it is summed over them)
+# The timers, in the order printed (indented: within the line above)
 ORDER = ("read index", "restore_records (keys', generic index)", "  parse index", "  build_compiled_kernel",
-         "  load_all (GPU loads, elapsed)", "    load_compiled (summed over threads)", "      _init_handles",
-         "        CudaLauncher.__init__", "        load_binary (cuModuleLoadData, ...)", "      cuFuncLoad",
+         "  load_compiled", "    _init_handles", "      CudaLauncher.__init__",
+         "      load_binary (cuModuleLoadData, ...)", "    cuFuncLoad",
          "  prepare_launches", "source_hash (cache_key: restore, generic plan)", "import_launch_path_modules",
          "generic plan", "generic file_variants", "prime_kernel")
 
@@ -55,19 +52,16 @@ def _timers() -> tuple[dict, object]:
     import torch
 
     import zerojit.launch_priming as priming
-    import zerojit.loading as loading
     import zerojit.registry as registry
     import zerojit.restore as restore
     import zerojit.triton_compat as tc
 
     spent: dict[str, list] = {}
-    lock = threading.Lock()  # (the loads run on several threads)
 
     def add(label: str, seconds: float) -> None:
-        with lock:
-            s = spent.setdefault(label, [0.0, 0])
-            s[0] += seconds
-            s[1] += 1
+        s = spent.setdefault(label, [0.0, 0])
+        s[0] += seconds
+        s[1] += 1
 
     def wrap(owner, name: str, label: str) -> None:
         f = getattr(owner, name)
@@ -88,8 +82,7 @@ def _timers() -> tuple[dict, object]:
         (restore, "_parse_records", "  parse index"), (restore, "_read_index", "read index"),
         (restore, "_prepare_launches", "  prepare_launches"),
         (tc, "source_hash", "source_hash (cache_key: restore, generic plan)"),
-        (tc, "load_compiled", "    load_compiled (summed over threads)"),
-        (loading, "load_all", "  load_all (GPU loads, elapsed)"), (priming, "prime_kernel", "prime_kernel"),
+        (tc, "load_compiled", "  load_compiled"), (priming, "prime_kernel", "prime_kernel"),
         (registry, "generic_plan", "generic plan"), (registry, "file_variants", "generic file_variants"),
         (registry, "import_launch_path_modules", "import_launch_path_modules"),
     ]:
@@ -99,15 +92,15 @@ def _timers() -> tuple[dict, object]:
         from triton.compiler.compiler import CompiledKernel
         from triton.runtime.driver import driver
 
-        wrap(CompiledKernel, "_init_handles", "      _init_handles")
-        wrap(CudaLauncher, "__init__", "        CudaLauncher.__init__")
-        wrap(driver.active.utils, "load_binary", "        load_binary (cuModuleLoadData, ...)")
+        wrap(CompiledKernel, "_init_handles", "    _init_handles")
+        wrap(CudaLauncher, "__init__", "      CudaLauncher.__init__")
+        wrap(driver.active.utils, "load_binary", "      load_binary (cuModuleLoadData, ...)")
         func_load = tc._cu_func_load()
         if func_load is not None:
             def timed_func_load(pointer, _f=func_load):
                 t = time.perf_counter()
                 rc = _f(pointer)
-                add("      cuFuncLoad", time.perf_counter() - t)
+                add("    cuFuncLoad", time.perf_counter() - t)
                 return rc
 
             tc._cu_func_load = lambda: timed_func_load
@@ -203,8 +196,7 @@ def main() -> None:
     print(f"  {'the rest (the warm call less its phases)':50s}"
           f"{_spread([r['total_ms'] - sum(r['phases_ms'].values()) for r in runs])}")
     print("  timers (indented: within the line above; restore_records runs in phase restore for the keys' index and "
-          "in phase generic for the generic variants' index; the GPU loads run on loading threads, so the lines "
-          "within load_all are summed over them):")
+          "in phase generic for the generic variants' index):")
     for label in ORDER:  # (indented: inside the line above)
         if label in first["timers"]:
             values = [r["timers"].get(label, [0.0, 0])[0] for r in runs]

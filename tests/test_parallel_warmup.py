@@ -1004,8 +1004,7 @@ def test_a_later_sweep_never_waits_for_a_launcher_an_earlier_pool_was_asked_for(
 
 @pytest.mark.parametrize("name, value, said", [
     ("ZEROJIT_WORKER_NICE", "high", "ZEROJIT_WORKER_NICE='high': use a whole number from 0 to 19"),
-    ("ZEROJIT_WORKER_START", "forkserver", "ZEROJIT_WORKER_START='forkserver': use 'fork' or 'spawn'"),
-    ("ZEROJIT_LOAD_THREADS", "0", "ZEROJIT_LOAD_THREADS='0': use a whole number >= 1")])
+    ("ZEROJIT_WORKER_START", "forkserver", "ZEROJIT_WORKER_START='forkserver': use 'fork' or 'spawn'")])
 def test_a_bad_worker_setting_exits_2_naming_it_on_the_command_line(tmp_path, monkeypatch, name, value, said):
     from typer.testing import CliRunner
 

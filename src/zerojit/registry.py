@@ -579,7 +579,6 @@ class JitWarmupRegistry:
         from .precompile import JobOutcome, WarmupSession, plan_digest  # see the note at the imports
         from .restore import cache_folder_warnings, restore_variants, save_index
 
-        loading.load_threads()  # a bad ZEROJIT_LOAD_THREADS fails here, before anything runs (GPU or not)
         skipped: list = []
         manifest_phases: dict[str, float] = {}
         if manifest is not None:  # reading it imports the recorded functions' modules (torch, a library...)

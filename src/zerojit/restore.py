@@ -75,12 +75,11 @@ import os
 import pwd
 import stat
 import sys
-import threading
 from collections import namedtuple
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
-from . import loading as _loading, triton_compat as _tc
+from . import triton_compat as _tc
 from .cache import cache_dir, use_fast_triton_key
 from .integrity import digests_of, plain_manager_class, read_checked, read_group_file
 from ._version import __version__
@@ -644,16 +643,14 @@ class _SharedLaunchers:
     def __init__(self, real: Any) -> None:
         self.real = real
         self.made: dict[str, Any] = {}
-        self._lock = threading.Lock()  # kernels load on several threads (loading.load_all): one build a launcher
 
     def __call__(self, src: Any, metadata: Any) -> Any:
         key = _tc.launcher_share_key(src, metadata)
         if key is None:
             return self.real(src, metadata)
-        with self._lock:
-            launcher = self.made.get(key)
-            if launcher is None:
-                launcher = self.made[key] = self.real(src, metadata)
+        launcher = self.made.get(key)
+        if launcher is None:
+            launcher = self.made[key] = self.real(src, metadata)
         return launcher
 
 
@@ -748,7 +745,6 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
     planned: set[str] = set()
     restored: dict[int, tuple[CompiledVariant, float]] = {}
     stale: dict[str, list] = {}  # kernel name -> [what changed since the index was written, keys]
-    built: list[tuple] = []  # (job index, kernel, key, entry, compiled, fresh, seconds): to load and file
     with shared_launchers() if load else contextlib.nullcontext():
         for i, entry in parsed.entries.items():
             start = time.perf_counter()
@@ -772,27 +768,14 @@ def restore_records(jobs: Sequence[tuple[Any, Any]], body: Any, target: Any, *, 
                 continue
             group = {name: os.path.join(root, rel) for name, rel in entry.group}
             try:
-                compiled, fresh = _built(jit_fn, device, entry.triton_key, group, entry.src, backends)
-            except Exception:  # a file gone or damaged: the normal warm-up says why
+                compiled = install(jit_fn, device, entry.triton_key, group, entry.src, backends, load=load)
+                _prepare_launches(kernel, device, entry, parsed.plans.get(kernel.name, ()), planned)
+            except Exception:  # a file gone, a load refused, a plan refused: the normal warm-up says why
                 continue
-            built.append((i, kernel, key, entry, compiled, fresh, time.perf_counter() - start))
-        # on a GPU, every module, function and launcher loaded now, on several threads (loading.load_all)
-        loads = _loading.load_all([b[4] for b in built], device) if load else [(None, 0.0)] * len(built)
-    for (i, kernel, key, entry, compiled, fresh, seconds), (error, load_seconds) in zip(built, loads):
-        if error is not None:  # a load refused: nothing filed, the normal warm-up says why
-            continue
-        seconds += load_seconds
-        start = time.perf_counter()
-        try:
-            if fresh:
-                compiled = _filed(kernel.kernel, device, entry.triton_key, compiled)
-            _prepare_launches(kernel, device, entry, parsed.plans.get(kernel.name, ()), planned)
-        except Exception:  # a plan refused: the normal warm-up says why
-            continue
-        variant = CompiledVariant(kernel=kernel.name, key=key, triton_key=entry.triton_key,
-                                  specialization=entry.specialization, param_names=entry.param_names,
-                                  loaded=load, compiled=compiled)
-        restored[i] = (variant, seconds + time.perf_counter() - start)
+            variant = CompiledVariant(kernel=kernel.name, key=key, triton_key=entry.triton_key,
+                                      specialization=entry.specialization, param_names=entry.param_names,
+                                      loaded=load, compiled=compiled)
+            restored[i] = (variant, time.perf_counter() - start)
     if notes is not None:
         notes.extend(f"{what}: {count(n, noun)} of kernel {name!r} not restored: {changed} changed since the "
                      "index was written; warmed up through Triton's lookup instead"

@@ -98,7 +98,7 @@ __all__ = [
     "current_device", "current_target", "gpu_target", "cache_invalidating_env",
     # compile hooks
     "get_cache_hook", "set_cache_hook", "get_post_compile_hook", "set_post_compile_hook", "get_compile_listener",
-    "set_compile_listener", "guard_hook_assignments", "add_load_hooks", "load_hooks_set", "remove_load_hooks", "hook_jit_function", "hook_compile_request",
+    "set_compile_listener", "guard_hook_assignments", "add_load_hooks", "remove_load_hooks", "hook_jit_function", "hook_compile_request",
     "hook_compile_options", "stages_hook_fingerprint",
     # the binder and the in-process cache
     "device_cache", "has_device_cache", "kernel_cache", "key_memo", "every_kernel_cache", "bind", "in_process_key",
@@ -390,15 +390,6 @@ def add_load_hooks(start: Callable[..., Any], end: Callable[..., Any]) -> None:
     on a GPU with ``(module, function, name, metadata_group, hash)``)."""
     knobs.runtime.kernel_load_start_hook.add(start)
     knobs.runtime.kernel_load_end_hook.add(end)
-
-
-def load_hooks_set() -> bool:
-    """True when Triton's module-load hooks (``knobs.runtime.kernel_load_start_hook`` /
-    ``kernel_load_end_hook``) would call something at a load: set, and not an empty ``HookChain``."""
-    for hook in (knobs.runtime.kernel_load_start_hook, knobs.runtime.kernel_load_end_hook):
-        if hook is not None and (not isinstance(hook, HookChain) or hook.calls):
-            return True
-    return False
 
 
 def remove_load_hooks(start: Callable[..., Any], end: Callable[..., Any]) -> None:
