@@ -592,29 +592,18 @@ def install(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], sr
     Raises:
         Exception: whatever building or loading raised; nothing is filed then.
     """
-    compiled, fresh = _built(jit_fn, device, triton_key, group, src, backends)
-    if load:
-        _tc.load_compiled(compiled)
-    return _filed(jit_fn, device, triton_key, compiled) if fresh else compiled
-
-
-def _built(jit_fn: Any, device: Any, triton_key: str, group: dict[str, str], src: tuple,
-           backends: dict) -> tuple[Any, bool]:
-    """``(compiled, fresh)``: the ``CompiledKernel`` filed under ``triton_key`` in ``jit_fn``'s
-    in-process cache (fresh False), else one built from the entry's files (fresh True, not filed)."""
-    with _DEVICE_CACHE_LOCK:
-        compiled = _tc.device_cache(jit_fn, device).kernel_cache.get(triton_key)
-    if compiled is None:
-        return build_compiled_kernel(jit_fn, group, src, backends), True
-    return _tc.resolved(compiled), False  # Triton 3.7+: a user's async compile may have filed its future
-
-
-def _filed(jit_fn: Any, device: Any, triton_key: str, compiled: Any) -> Any:
-    """File a fresh ``compiled`` under ``triton_key``; an entry filed meanwhile (another thread)
-    wins and is returned (never replace one)."""
     with _DEVICE_CACHE_LOCK:
         kernel_cache = _tc.device_cache(jit_fn, device).kernel_cache
-    return _tc.file_compiled(kernel_cache, triton_key, compiled)
+    compiled = kernel_cache.get(triton_key)
+    fresh = compiled is None
+    if fresh:
+        compiled = build_compiled_kernel(jit_fn, group, src, backends)
+    else:  # Triton 3.7+: a user's async compile of this key may have filed its future there
+        compiled = _tc.resolved(compiled)
+    if load:
+        _tc.load_compiled(compiled)
+    # an entry filed meanwhile (another thread) wins and ours is dropped: never replace one
+    return _tc.file_compiled(kernel_cache, triton_key, compiled) if fresh else compiled
 
 
 def _prepare_launches(kernel: Any, device: Any, entry: _Entry, plans: tuple, planned: set[str]) -> None:
