@@ -461,3 +461,23 @@ def test_a_kernel_whose_global_changed_since_its_hash_gets_no_generic_function()
         _OFFSET = tl.constexpr(5)
     gf = triton_compat.generic_function(fn)
     assert gf.hash == fn.cache_key and gf.used_global_vals == fn.used_global_vals
+
+
+def test_a_changed_kernel_names_its_generic_variants_apart_from_its_keys(events, monkeypatch):
+    """The generic index's line counts generic variants (never keys), once per generic kernel."""
+    from zerojit import restore
+
+    cold = warm(*REGISTRATIONS)
+    forget_in_process()
+    monkeypatch.setattr(restore._tc, "source_hash", lambda jit_fn: "0" * 64)  # every function "edited"
+    again = warm(*REGISTRATIONS)
+    assert again.stats.restored == 0 and again.generic_stats.restored == 0
+    lines = [r.split(": ", 1)[1] for r in again.stats.recovered + again.generic_stats.recovered if "not restored" in r]
+    generic_lines = [line for line in lines if " [generic]'" in line]
+    assert sum(int(line.split()[0]) for line in generic_lines) == cold.generic_variants == 6
+    assert all(re.match(r"\d+ generic variants? of kernel '.+ \[generic\]' not restored: its triton.jit function's "
+                        r"source, .+ changed since the index was written; warmed up through Triton's lookup instead$",
+                        line) for line in generic_lines), generic_lines
+    key_lines = [line for line in lines if line not in generic_lines]
+    assert sum(int(line.split()[0]) for line in key_lines) == cold.num_keys
+    assert all(" key" in line.split(" of kernel ")[0] for line in key_lines), key_lines
