@@ -44,11 +44,8 @@ ORDER = ("read index", "restore_records (keys', generic index)", "  parse index"
          "generic plan", "generic file_variants", "prime_kernel")
 
 
-def _timers() -> tuple[dict, object]:
-    """Wrap the warm call's functions with timers; returns ``{label: [seconds, calls]}`` and the
-    collector's ``[seconds, full collections, start]``."""
-    import gc
-
+def _timers() -> dict:
+    """Wrap the warm call's functions with timers; returns ``{label: [seconds, calls]}``."""
     import torch
 
     import zerojit.launch_priming as priming
@@ -104,18 +101,7 @@ def _timers() -> tuple[dict, object]:
                 return rc
 
             tc._cu_func_load = lambda: timed_func_load
-    collector = [0.0, 0, 0.0]
-
-    def on_gc(phase: str, info: dict) -> None:
-        if phase == "start":
-            collector[2] = time.perf_counter()
-        else:
-            collector[0] += time.perf_counter() - collector[2]
-            collector[1] += info["generation"] == 2
-
-    gc.callbacks.append(on_gc)
-    return spent, collector
-
+    return spent
 
 def child() -> dict:
     """One warm call, timed part by part (this process's cache folder is warm)."""
@@ -135,12 +121,14 @@ def child() -> dict:
         driver.active.get_current_device()  # the driver's start: not warm-up (as warmup.py)
         if gpu:
             torch.empty(1, device="cuda")
-        spent, collector = _timers()
+        spent = _timers()
+        collector = warmup._CollectorTime()
         t0 = time.perf_counter()
         report = registry.warmup(progress=False, target="device" if gpu else "cuda:90")
         total = time.perf_counter() - t0
+        gc_ms, full_collections = collector.stop()
     return {"total_ms": 1e3 * total, "keys": report.num_keys, "restored": report.stats.restored,
-            "gc_ms": 1e3 * collector[0], "full_collections": collector[1], "gpu": gpu,
+            "gc_ms": gc_ms, "full_collections": full_collections, "gpu": gpu,
             "phases_ms": {name: 1e3 * s for name, s in report.stats.phases},
             "timers": {label: [1e3 * s, n] for label, (s, n) in spent.items()}}
 
@@ -172,11 +160,11 @@ def main() -> None:
         parser.error(f"--json {opts.json}: cannot write there")
     with tempfile.TemporaryDirectory() as folder:
         env = dict(os.environ, TRITON_CACHE_DIR=os.path.join(folder, "cache"), TRITON_HOME=os.path.join(folder, "home"))
-        cold = subprocess.run([sys.executable, os.path.join(HERE, "warmup.py"), "--child", "zerojit", "--workers",
-                               str(os.cpu_count() or 1), "--space", "matrix", "--overlap", "0", "--subset", "0"],
-                              env=env, capture_output=True, text=True)
-        if cold.returncode:
-            sys.exit(f"the cold warm-up failed:\n{cold.stdout}\n{cold.stderr}")
+        sys.path.insert(0, HERE)
+        import warmup  # benchmarks/warmup.py: its cold child fills the cache folder and writes the indexes
+
+        warmup.run_child("zerojit", env["TRITON_CACHE_DIR"], env["TRITON_HOME"], argparse.Namespace(
+            workers=os.cpu_count() or 1, space="matrix", overlap=0.0, target=None))
         runs = []
         for _ in range(opts.runs):
             proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"], env=dict(env, **extra),
