@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -57,6 +58,19 @@ def test_push_to_a_bad_url_or_a_store_down_says_so_before_any_warm_up(tmp_path):
     one_line(invoke("store", "push", "--store", f"redis://:pw@127.0.0.1:{port}/0", env=env), 1,
              f"zerojit store push: store redis://:***@127.0.0.1:{port}/0 is down (exists: ")
     assert time.monotonic() - start < 5  # no warm-up of the dsv4-like key space first
+
+
+def test_a_store_url_that_is_no_url_or_comes_from_the_environment_is_named(tmp_path):
+    one_line(invoke("store", "status", "--store", "redis://:pw@[::1"), 2,
+             "zerojit store status: store 'redis://***@[::1': not a URL (Invalid IPv6 URL)")
+    one_line(invoke("run", "--warmup", "triton", env={"ZEROJIT_STORE": "redis://:pw@127.0.0.1:6379/0"}), 2,
+             "zerojit run: ZEROJIT_STORE and --warmup triton conflict: only a zerojit warm-up pulls from a store")
+    from zerojit.warmup_store import UnknownStoreError, open_store
+
+    with pytest.raises(UnknownStoreError, match=re.escape("store '[::1': not a URL (Invalid IPv6 URL)")):
+        open_store("redis://:pw@[::1")
+    with pytest.raises(TypeError, match="give a URL .* or a WarmupStore, not a int .it has no pull, push, close."):
+        open_store(123)
 
 
 def test_status_and_wait_name_the_missing_entries_of_the_key_space(flush, tmp_path, monkeypatch):

@@ -37,6 +37,19 @@ def test_keygen_writes_pkcs8_private_and_spki_public_pem(tmp_path):
         signing.keygen(str(tmp_path / "keys"))
 
 
+def test_a_missing_key_file_is_named_as_missing_and_keygen_wants_a_folder(tmp_path):
+    missing = str(tmp_path / "none.pem")
+    for load, what in ((signing.load_signing_key, "signing key"), (lambda p: signing.load_verify_keys([p]), "verify key")):
+        with pytest.raises(signing.SigningError) as e:
+            load(missing)
+        assert str(e.value) == f"{what} {missing} cannot be read: No such file or directory"  # said once, not wrapped
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(signing.SigningError, match="a-file is a file, not a folder"):
+        signing.keygen(str(tmp_path / "a-file"))
+    with pytest.raises(signing.SigningError, match="an empty name was given"):
+        signing.keygen("")
+
+
 def test_a_signature_verifies_only_for_its_address_build_and_digests(tmp_path):
     private, public, kid = signing.keygen(str(tmp_path))
     key = signing.load_signing_key(private)

@@ -14,7 +14,7 @@ pytest.importorskip("redis", reason="the redis package is not installed (pip ins
 
 from _redis_server import PASSWORD, flush, free_port, redis_tls, redis_url  # noqa: E402,F401 (fixtures)
 
-from zerojit.fleet.store import NAMESPACE, RedisStore, StoreDown, StoreError, open_store  # noqa: E402
+from zerojit.fleet.store import NAMESPACE, DeadlinePassed, RedisStore, StoreDown, StoreError, open_store  # noqa: E402
 
 
 def test_put_get_round_trip_under_the_namespace(flush):
@@ -57,6 +57,7 @@ def test_the_password_is_required_and_never_shown(redis_url):
     with pytest.raises(StoreDown) as e:
         store.get("00" * 32)
     assert "not-the-password" not in str(e.value) and "***" in str(e.value)
+    assert "refused its password (get: " in str(e.value)
     assert open_store(redis_url).get("00" * 32) is None  # the right one works
 
 
@@ -82,7 +83,65 @@ def test_a_server_that_never_answers_passes_the_operation_deadline():
     assert 0.4 < elapsed < 3.0
 
 
+def test_a_server_that_answers_a_byte_at_a_time_passes_the_operation_deadline():
+    """A reply that never ends (a 100 MB bulk string, one byte every 0.1 s) keeps each socket
+    read under redis-py's timeout: the operation's own wall-clock deadline (timeout + connect
+    timeout) ends it; end_by() ends one earlier."""
+    stop = threading.Event()
+
+    def trickle(conn):
+        with conn:
+            try:
+                conn.recv(1024)
+                conn.sendall(b"$100000000\r\n")
+                while not stop.is_set():
+                    conn.sendall(b"x")
+                    time.sleep(0.1)
+            except OSError:
+                pass
+
+    def serve(server):
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=trickle, args=(conn,), daemon=True).start()
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        threading.Thread(target=serve, args=(server,), daemon=True).start()
+        store = RedisStore(f"redis://127.0.0.1:{server.getsockname()[1]}/0", connect_timeout=0.25, timeout=0.5)
+        try:
+            for what, op in (("get", lambda: store.get("00" * 32)), ("get", lambda: store.get_many(["00" * 32] * 3)),
+                             ("exists", lambda: store.exists(["00" * 32]))):
+                start = time.monotonic()
+                with pytest.raises(StoreDown, match=re.escape(f"is down ({what}: no whole reply within 0.75 s)")):
+                    op()
+                assert 0.7 < time.monotonic() - start < 2.5
+            store.end_by(time.monotonic() + 0.3)
+            start = time.monotonic()
+            with pytest.raises(DeadlinePassed, match=re.escape("is down (get: no whole reply within 0.")):
+                store.get("00" * 32)
+            assert time.monotonic() - start < 0.6
+            with pytest.raises(DeadlinePassed, match=re.escape("get not tried: the caller's deadline passed")):
+                store.get("00" * 32)
+        finally:
+            stop.set()
+            server.close()
+
+
+def test_a_database_the_server_lacks_is_named(flush):
+    url = re.sub(r"/\d+$", "/9999", flush)
+    with pytest.raises(StoreDown, match=re.escape("has no database of the URL's number")):
+        open_store(url).get("00" * 32)
+
+
 @pytest.mark.parametrize("url, timeout, why", [
+    ("redis://[::1", 10, re.escape("store 'redis://[::1': not a URL (Invalid IPv6 URL)")),
+    ("redis://:secret@[::1", 10, re.escape("store 'redis://***@[::1': not a URL")),
+    ("redis://127.0.0.1:port/0", 10, "not a URL .*Port could not be cast"),
     ("http://127.0.0.1:6379", 10, "redis:// or rediss://"),
     ("redis://127.0.0.1:6379", 0, "positive number of seconds"),
     ("redis://127.0.0.1:6379", float("inf"), "at most 3600"),  # redis-py: OverflowError at the first call

@@ -590,7 +590,9 @@ def run_command(
     if overrides:  # checked here to name a bad value's flag (run() knows only fields); it loads it again
         load_config(config, given_as=given_as, **overrides)
     if store is not None and warmup != "zerojit":
-        _refuse("run", f"--store and --warmup {warmup} conflict: only a zerojit warm-up pulls from a store")
+        source = ctx.get_parameter_source("store")  # (named, not shown: the URL may hold a password)
+        given = "ZEROJIT_STORE" if source is not None and source.name == "ENVIRONMENT" else "--store"
+        _refuse("run", f"{given} and {_given(ctx, 'warmup', warmup)} conflict: only a zerojit warm-up pulls from a store")
     options = RunOptions(
         config=config, trace=trace, requests=requests, device=device, target=target, warmup=warmup,
         jit_monitor_mode=jit_monitor_mode, check=check, dcp_size=dcp_size, dcp_rank=dcp_rank,
@@ -1503,7 +1505,7 @@ def store_wait(
     entries named, or the store named as down); 2 invalid input."""
     import time
 
-    from zerojit.fleet.store import StoreDown, open_store
+    from zerojit.fleet.store import DeadlinePassed, StoreDown, open_store
     from zerojit.fleet.transfer import status
 
     deadline = time.monotonic() + timeout
@@ -1511,16 +1513,21 @@ def store_wait(
                                         op_timeout=op_timeout, target=target, manifest=manifest, config=config,
                                         backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
                                         num_speculative_tokens=num_speculative_tokens)
+    opened.end_by(deadline)  # a store that stops answering, or answers a byte at a time, must not outlast --timeout
+    why = None
     while True:
         left = deadline - time.monotonic()
-        if 0 < left < connect_timeout + op_timeout:  # a store that stops answering must not outlast --timeout
-            opened = open_store(store, connect_timeout=min(connect_timeout, left), timeout=min(op_timeout, left))
+        if 0 < left < connect_timeout:  # (a connect has its own deadline only: cut to the time left)
+            opened = open_store(store, connect_timeout=left, timeout=op_timeout)
+            opened.end_by(deadline)
         try:
-            st, why = status(opened, names, build), None
+            st = status(opened, names, build)
             if not st.missing:
                 typer.echo(f"{opened.name}: {st.summary()}")
                 return
             why = st.summary()
+        except DeadlinePassed as e:  # --timeout ended this try: the last answer says more, if there was one
+            why = why if why is not None else str(e)
         except StoreDown as e:
             why = str(e)
         left = deadline - time.monotonic()

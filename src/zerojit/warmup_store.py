@@ -24,7 +24,8 @@ __all__ = ["WarmupStore", "StoreOutcome", "UnknownStoreError", "register_scheme"
 
 
 class UnknownStoreError(ValueError):
-    """A store URL of a scheme nothing registered (a user error: the message lists those that are)."""
+    """A store URL of a scheme nothing registered, or a string that is no URL (a user error: the
+    message lists the schemes known)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,13 +123,21 @@ def open_store(store: "str | WarmupStore", *, push: bool = False, **options: Any
     the opener's, e.g. ``connect_timeout``/``timeout`` seconds); an object is taken as it is.
 
     Raises:
-        UnknownStoreError: a URL of a scheme nothing registered.
+        UnknownStoreError: a URL of a scheme nothing registered, or no URL at all.
+        TypeError: ``store`` is neither a str nor an object with ``pull``, ``push`` and ``close``.
         Whatever the opener raises for a bad URL or, with ``push``, a missing signing key
         (``zerojit.fleet``: ``StoreError``, ``SigningError``; both user errors).
     """
     if not isinstance(store, str):
+        missing = [m for m in ("pull", "push", "close") if not callable(getattr(store, m, None))]
+        if missing:
+            raise TypeError(f"store: give a URL (a str, e.g. redis://host:6379/0) or a WarmupStore, not a "
+                            f"{type(store).__name__} (it has no {', '.join(missing)})")
         return store
-    scheme = urllib.parse.urlsplit(store).scheme
+    try:
+        scheme = urllib.parse.urlsplit(store).scheme
+    except ValueError as e:  # e.g. an unclosed IPv6 bracket
+        raise UnknownStoreError(f"store {store.split('@')[-1]!r}: not a URL ({e})") from None
     if scheme not in _openers:
         known = ", ".join(f"{s}://" for s in sorted(_openers)) or "none (is zerojit.fleet importable?)"
         raise UnknownStoreError(f"store {store.split('@')[-1]!r}: no store of scheme {scheme or '(none)'!r}; "

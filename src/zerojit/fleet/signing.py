@@ -88,10 +88,14 @@ def keygen(folder: str) -> tuple[str, str, str]:
     on the farm only); the public key SubjectPublicKeyInfo PEM (give it to every node).
 
     Raises:
-        SigningError: a key file is there already (never overwritten), or the folder cannot be
-            written.
+        SigningError: a key file is there already (never overwritten), ``folder`` is empty or a
+            file, or it cannot be written.
     """
     serialization, ed25519, _ = _crypto()
+    if not folder:
+        raise SigningError("give the folder to write the key pair into (an empty name was given)")
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise SigningError(f"{folder} is a file, not a folder: give the folder to write the key pair into")
     private_path, public_path = os.path.join(folder, PRIVATE_NAME), os.path.join(folder, PUBLIC_NAME)
     for path in (private_path, public_path):
         if os.path.lexists(path):
@@ -127,8 +131,9 @@ def load_signing_key(path: str) -> SigningKey:
         SigningError: no such file, or not an unencrypted Ed25519 private key in PEM.
     """
     serialization, ed25519, _ = _crypto()
+    data = _read(path, "signing key")  # (its SigningError is a ValueError: read outside the try below)
     try:
-        key = serialization.load_pem_private_key(_read(path, "signing key"), password=None)
+        key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as e:
         raise SigningError(f"signing key {path} is not an unencrypted PEM private key ({e}): give the "
                            f"{PRIVATE_NAME} that zerojit store keygen wrote") from None
@@ -148,8 +153,9 @@ def load_verify_keys(paths: list[str]) -> VerifyKeys:
     keys: dict[str, Any] = {}
     where: dict[str, str] = {}
     for path in paths:
+        data = _read(path, "verify key")  # (its SigningError is a ValueError: read outside the try below)
         try:
-            key = serialization.load_pem_public_key(_read(path, "verify key"))
+            key = serialization.load_pem_public_key(data)
         except (ValueError, TypeError) as e:
             raise SigningError(f"verify key {path} is not a PEM public key ({e}): give the {PUBLIC_NAME} that "
                                "zerojit store keygen wrote") from None

@@ -18,10 +18,12 @@ import abc
 import math
 import os
 import ssl
+import threading
+import time
 import urllib.parse
 from typing import Iterable, Iterator
 
-__all__ = ["Store", "StoreDown", "StoreError", "RedisStore", "open_store", "NAMESPACE", "CONNECT_TIMEOUT",
+__all__ = ["Store", "StoreDown", "DeadlinePassed", "StoreError", "RedisStore", "open_store", "NAMESPACE", "CONNECT_TIMEOUT",
            "OPERATION_TIMEOUT"]
 
 NAMESPACE = "zerojit:v1:"
@@ -45,6 +47,10 @@ class StoreError(ValueError):
 class StoreDown(ConnectionError):
     """The store cannot be reached or did not answer within its deadline; the message names
     the store (never its password) and what failed. Callers compile locally instead."""
+
+
+class DeadlinePassed(StoreDown):
+    """An operation reached the deadline a caller set (:meth:`Store.end_by`) before its own."""
 
 
 class Store(abc.ABC):
@@ -98,14 +104,24 @@ class Store(abc.ABC):
         Raises:
             StoreDown: the store cannot be reached in time."""
 
+    def end_by(self, deadline: float | None) -> None:
+        """Make every later operation end by ``deadline`` (a :func:`time.monotonic` value; None:
+        each its own deadline only), raising :class:`DeadlinePassed` past it: a caller's own
+        deadline, e.g. ``store wait --timeout``. A store without deadlines of its own ignores it."""
+
     def close(self) -> None:
         """Release connections (a no-op where there are none)."""
 
 
 def _display(url: str) -> str:
     """``url`` with its password replaced by ``***`` (messages never carry it), also one given
-    as a query parameter (refused, but named)."""
-    parts = urllib.parse.urlsplit(url)
+    as a query parameter (refused, but named); of a string that is no URL, all before its last
+    ``@`` but the scheme."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        scheme, sep, rest = url.partition("://")
+        return f"{scheme}{sep}***@{rest.rsplit('@', 1)[-1]}" if "@" in url else url
     if "password" in parts.query:
         query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         parts = parts._replace(query="&".join(f"{k}={'***' if 'password' in k else v}" for k, v in query))
@@ -159,7 +175,10 @@ class RedisStore(Store):
     Args:
         url: the server's URL.
         connect_timeout: seconds to connect (redis-py's ``socket_connect_timeout``).
-        timeout: seconds for each operation's reply (redis-py's ``socket_timeout``).
+        timeout: seconds for each operation's reply: redis-py's ``socket_timeout`` bounds each
+            read, and each operation as a whole ends within ``timeout + connect_timeout`` wall
+            seconds (its connect included): past that its connection is cut, so a server that
+            sends a reply a byte at a time cannot hold an operation for longer.
 
     Raises:
         StoreError: not a ``redis://`` / ``rediss://`` URL, a URL parameter not accepted (or
@@ -171,7 +190,11 @@ class RedisStore(Store):
 
     def __init__(self, url: str, *, connect_timeout: float = CONNECT_TIMEOUT,
                  timeout: float = OPERATION_TIMEOUT) -> None:
-        scheme = urllib.parse.urlsplit(url).scheme
+        try:
+            scheme = urllib.parse.urlsplit(url).scheme
+            urllib.parse.urlsplit(url).port  # (a port that is no number raises here, not at the first operation)
+        except ValueError as e:
+            raise StoreError(f"store {_display(url)!r}: not a URL ({e}): give e.g. redis://:PASSWORD@host:6379/0") from None
         if scheme not in ("redis", "rediss"):
             raise StoreError(f"store {_display(url)!r}: give a redis:// or rediss:// URL "
                              "(e.g. redis://:PASSWORD@host:6379/0)")
@@ -192,6 +215,8 @@ class RedisStore(Store):
             raise StoreError("the store needs the redis package: pip install 'zerojit[store]'") from None
         self._redis = redis
         self.name = _display(url)
+        self._limit = timeout + connect_timeout  # an operation's wall seconds, its connect included
+        self._until: float | None = None  # end_by's deadline (time.monotonic)
         try:
             # no retries: a deadline passed is the "store down" path at once, not three times later
             self._client = redis.Redis.from_url(url, socket_connect_timeout=connect_timeout, socket_timeout=timeout,
@@ -199,18 +224,46 @@ class RedisStore(Store):
         except ValueError as e:
             raise StoreError(f"store {self.name}: {e}") from None
 
+    def end_by(self, deadline: float | None) -> None:
+        self._until = deadline
+
+    def _cut(self, cut: threading.Event) -> None:
+        # the deadline's timer thread: closing the sockets ends a read blocked in another thread
+        cut.set()
+        self._client.connection_pool.disconnect(inuse_connections=True)
+
     def _call(self, what: str, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)``, one operation, within its wall-clock deadline (redis-py's
+        socket timeout bounds each read only); redis-py's errors as :class:`StoreDown`."""
+        limit = self._limit if self._until is None else min(self._limit, self._until - time.monotonic())
+        if limit <= 0:
+            raise DeadlinePassed(f"store {self.name}: {what} not tried: the caller's deadline passed")
+        cut = threading.Event()
+        timer = threading.Timer(limit, self._cut, (cut,))
+        timer.daemon = True
+        timer.start()
         try:
             return fn(*args, **kwargs)
-        except (self._redis.RedisError, OSError) as e:
+        except Exception as e:
+            if cut.is_set():  # (a read on a socket closed under it fails in any of several ways)
+                down = DeadlinePassed if limit < self._limit else StoreDown
+                raise down(f"store {self.name} is down ({what}: no whole reply within {limit:.3g} s)") from None
+            if not isinstance(e, (self._redis.RedisError, OSError)):
+                raise
             # redis-py words a missing password as a connection error or a command error
             if any(s in str(e) for s in ("NOAUTH", "HELLO must be called", "Authentication required")):
                 raise StoreDown(f"store {self.name} needs a password: give it in the URL "
                                 "(redis://:PASSWORD@host:port/db)") from None
+            if isinstance(e, self._redis.AuthenticationError) or "WRONGPASS" in str(e):
+                raise StoreDown(f"store {self.name} refused its password ({what}: {e})") from None
+            if "DB index is out of range" in str(e):  # (as a wrong password: no store to use, compile locally)
+                raise StoreDown(f"store {self.name} has no database of the URL's number ({what}: {e})") from None
             if isinstance(e, (self._redis.ConnectionError, self._redis.TimeoutError, OSError)):
                 raise StoreDown(f"store {self.name} is down ({what}: {e}){_tls_hint(e)}") from None
             # a full server (OOM), another writer's value of another type: no store to use either
             raise StoreDown(f"store {self.name} refused {what}: {e}") from None
+        finally:
+            timer.cancel()
 
     def get(self, address: str) -> bytes | None:
         try:
