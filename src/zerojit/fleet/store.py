@@ -178,7 +178,9 @@ class RedisStore(Store):
         timeout: seconds for each operation's reply: redis-py's ``socket_timeout`` bounds each
             read, and each operation as a whole ends within ``timeout + connect_timeout`` wall
             seconds (its connect included): past that its connection is cut, so a server that
-            sends a reply a byte at a time cannot hold an operation for longer.
+            sends a reply a byte at a time cannot hold an operation for longer. (The cut closes
+            every connection of this store's pool: another thread's operation then in flight
+            on the same store fails as down too.)
 
     Raises:
         StoreError: not a ``redis://`` / ``rediss://`` URL, a URL parameter not accepted (or
