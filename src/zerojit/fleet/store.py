@@ -23,8 +23,8 @@ import time
 import urllib.parse
 from typing import Iterable, Iterator
 
-__all__ = ["Store", "StoreDown", "DeadlinePassed", "StoreError", "RedisStore", "open_store", "NAMESPACE", "CONNECT_TIMEOUT",
-           "OPERATION_TIMEOUT"]
+__all__ = ["Store", "StoreDown", "DeadlinePassed", "StoreError", "RedisStore", "open_store", "NAMESPACE",
+           "CONNECT_TIMEOUT", "OPERATION_TIMEOUT"]
 
 NAMESPACE = "zerojit:v1:"
 CONNECT_TIMEOUT = 2.0  #: seconds to connect to the store (issue 31: redis-py has no deadline unless told)
@@ -196,7 +196,8 @@ class RedisStore(Store):
             scheme = urllib.parse.urlsplit(url).scheme
             urllib.parse.urlsplit(url).port  # (a port that is no number raises here, not at the first operation)
         except ValueError as e:
-            raise StoreError(f"store {_display(url)!r}: not a URL ({e}): give e.g. redis://:PASSWORD@host:6379/0") from None
+            raise StoreError(f"store {_display(url)!r}: not a URL ({e}): give e.g. "
+                             "redis://:PASSWORD@host:6379/0") from None
         if scheme not in ("redis", "rediss"):
             raise StoreError(f"store {_display(url)!r}: give a redis:// or rediss:// URL "
                              "(e.g. redis://:PASSWORD@host:6379/0)")
