@@ -1059,3 +1059,24 @@ def test_a_library_warm_up_draws_no_progress_bar_into_output_that_is_no_terminal
     assert report.num_keys == 3 and report.stats.restored == 0  # each key went through the warm-up session
     err = capfd.readouterr().err
     assert "zerojit warm-up" not in err and "\r" not in err, err
+
+
+def test_record_for_a_target_under_the_interpreter_is_refused_before_the_program_runs(tmp_path, monkeypatch):
+    """The interpreter compiles nothing, so a compile-only target cannot record there: exit 2 in
+    one line, the program not run, no manifest (as exec and warmup --manifest refuse it)."""
+    from zerojit import recording
+    from zerojit.compile_only import InterpreterProcessError
+
+    (tmp_path / "app.py").write_text("print('ran')\n")
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "c"), "PYTHONPATH": str(SRC), "TRITON_INTERPRET": "1"}
+    rec = subprocess.run([sys.executable, "-m", "zerojit", "record", "-o", "m.json", "--target", "cuda:90", "--",
+                          "python", "app.py"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert (rec.returncode, rec.stdout) == (2, "")
+    assert rec.stderr == ("zerojit record: compile_only() needs a process without TRITON_INTERPRET=1 (the interpreter "
+                          "compiles nothing): unset TRITON_INTERPRET\n")
+    assert not (tmp_path / "m.json").exists()
+    # the child's own check (record_child), before its recorder and the program: no manifest either
+    monkeypatch.setattr(recording._tc, "interpreting", lambda: True)
+    with pytest.raises(InterpreterProcessError):
+        recording.record_child(str(tmp_path / "child.json"), "cuda:90", ["python", "app.py"])
+    assert not (tmp_path / "child.json").exists()

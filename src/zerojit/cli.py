@@ -858,6 +858,7 @@ def record(
     import tempfile
     from pathlib import Path
 
+    from zerojit.compile_only import refuse_interpreter
     from zerojit.manifest import read_manifest, unimportable
     from zerojit.generalisation import growth_report
     from zerojit.recorded_tuning import untuned_report
@@ -867,6 +868,7 @@ def record(
     _check_output_file("record", "--output", output)
     if target is not None:
         _check_target("record", target)
+        refuse_interpreter()  # (the child's would come after the program started; exit 2 here instead)
     Program(command, where="a child Python process")  # refused here (exit 2), before a child starts
     if target is None and not gpu_driver_available():  # else the program's first launch fails: no driver
         _refuse("record", "no GPU is visible here: pass the compile-only target to record for (e.g. --target "
@@ -874,9 +876,11 @@ def record(
     src_root = str(Path(__file__).resolve().parent.parent)  # the child imports this same zerojit
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
-    child = ("import sys\nfrom zerojit.recording import ProgramError, record_child\ntry:\n"
+    child = ("import sys\nfrom zerojit.compile_only import InterpreterProcessError\n"
+             "from zerojit.recording import ProgramError, record_child\ntry:\n"
              "    sys.exit(record_child(sys.argv[1], sys.argv[2] or None, sys.argv[3:]))\n"
-             "except ProgramError as e:\n    print(f'zerojit record: {e}', file=sys.stderr)\n    sys.exit(2)\n"
+             "except (ProgramError, InterpreterProcessError) as e:\n"
+             "    print(f'zerojit record: {e}', file=sys.stderr)\n    sys.exit(2)\n"
              "except OSError as e:  # the manifest's (the program's own are its status)\n"
              "    print(f'zerojit record: the manifest: {e}', file=sys.stderr)\n    sys.exit(2)\n")
     # The child writes the manifest to a private file; this process writes it to --output (whole or

@@ -52,7 +52,7 @@ from . import watchdog as _watchdog
 _TARGET_SCOPE = _tc.TARGET_SCOPE
 
 __all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "InterpreterProcessError", "compile_only", "parse_target",
-           "supported_cuda_capabilities", "active_compile_only", "current_target_name", "is_target_name",
+           "refuse_interpreter", "supported_cuda_capabilities", "active_compile_only", "current_target_name", "is_target_name",
            "target_name", "warm_target"]
 
 _TARGET = re.compile(r"^(cuda):(\d+)$|^(hip):(gfx\w+)$")
@@ -65,6 +65,18 @@ class CompileOnlyLaunchError(RuntimeError):
 class InterpreterProcessError(RuntimeError):
     """:func:`compile_only` in a process where Triton interprets kernels (``TRITON_INTERPRET=1``):
     nothing compiles there. A RuntimeError, as it was before it had a type of its own."""
+
+
+def refuse_interpreter() -> None:
+    """Refuse a compile-only target where Triton interprets kernels.
+
+    Raises:
+        InterpreterProcessError: ``TRITON_INTERPRET=1`` in this process (the interpreter compiles
+            nothing).
+    """
+    if _tc.interpreting():
+        raise InterpreterProcessError("compile_only() needs a process without TRITON_INTERPRET=1 (the interpreter "
+                                      "compiles nothing): unset TRITON_INTERPRET")
 
 
 #: The lowest compute capability accepted: Triton's NVIDIA backend has code paths down to sm_70
@@ -310,9 +322,7 @@ def compile_only(target: str = "cuda:90", *, machine_view: bool = False) -> Iter
         InterpreterProcessError: Triton was imported with ``TRITON_INTERPRET=1`` (nothing
             compiles there).
     """
-    if _tc.interpreting():
-        raise InterpreterProcessError("compile_only() needs a process without TRITON_INTERPRET=1 (the interpreter "
-                                      "compiles nothing): unset TRITON_INTERPRET")
+    refuse_interpreter()
     new = CompileOnlyDriver(target)
     _tc.watch_toolchain()  # every ptxas the block's compiles run: the stall rule
     restore_driver = _tc.set_driver(new, machine_view=machine_view)

@@ -42,7 +42,8 @@ from typing import Any, Callable, Sequence
 
 from . import script_kernels as _script
 from . import triton_compat as _tc
-from .compile_only import active_compile_only, compile_only, current_target_name, in_dry_benchmark
+from .compile_only import (active_compile_only, compile_only, current_target_name, in_dry_benchmark,
+                           refuse_interpreter)
 from .context import in_warmup
 from .kernel import check_hook_pins, launch_observer
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedRun, RecordedSpecialization,
@@ -386,7 +387,11 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
 
     Raises:
         ProgramError: ``command`` cannot be run as a Python program.
+        InterpreterProcessError: a ``target`` with ``TRITON_INTERPRET=1`` (before anything runs:
+            no manifest is written).
     """
+    if target is not None:
+        refuse_interpreter()
     recorder = Recorder().install()
     program = Program(command, where="a child Python process")
     _tc.watch_toolchain()  # on a GPU too: the program's compiles run ptxas under the stall rule
