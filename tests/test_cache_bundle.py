@@ -576,6 +576,14 @@ def test_unreadable_empty_and_foreign_files_get_one_line_naming_the_file(bundle,
     (lambda m: {k: v for k, v in m.items() if k != "target"}, "its manifest lacks the field target (edited by hand?): "
                                                               "export it again"),
     (lambda m: {**m, "format": "other"}, 'not a zerojit bundle: its manifest.json has no "format"'),
+    # fields of the wrong type: refused before anything is installed, not a traceback after
+    (lambda m: {**m, "kernels": [1]}, "its manifest's field 'kernels' is no object (edited by hand?): export it again"),
+    (lambda m: {**m, "entries": "x"}, "its manifest's field 'entries' is no object"),
+    (lambda m: {**m, "kernels": {"k": 1}}, "its manifest's kernel 'k' is no {\"function\": str, \"keys\": list}"),
+    (lambda m: {**m, "entries": {e: {"kernel": v["kernel"]} for e, v in m["entries"].items()}},
+     "its manifest's entry '"),
+    (lambda m: {**m, "target": 90}, "its manifest's field 'target' is no string"),
+    (lambda m: {**m, "tuning": {"a.json": 1}}, "its manifest's field 'tuning' is no {file: sha256}"),
 ])
 def test_a_bad_manifest_is_refused_naming_the_file_and_what_to_do(bundle, tmp_path, edit, needle):
     path = rewrite(bundle[0], tmp_path / "edited.tar.gz", manifest=edit)
@@ -594,4 +602,19 @@ def test_bundle_import_refuses_an_empty_cache_dir_flag(bundle, fresh_cache):
     assert result.exit_code == 2 and result.output.strip() == (
         "zerojit bundle import: --cache-dir '': the folder is empty; give a folder, or leave the flag out to "
         "install into TRITON_CACHE_DIR"), result.output
+    assert cache_contents(fresh_cache) == []
+
+
+def test_a_file_packed_twice_is_refused(bundle, fresh_cache, tmp_path):
+    with tarfile.open(bundle[0], "r:gz") as tar:
+        members = [(m.name, tar.extractfile(m).read()) for m in tar]
+    twice = next(name for name, _ in members if name.startswith("entries/"))
+    path = tmp_path / "twice.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members + [(twice, next(d for n, d in members if n == twice))]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    with pytest.raises(BundleCorruptError, match=re.escape(f"bundle {path}: {twice!r} is in it twice; ")):
+        import_bundle(path, target="cuda:90")
     assert cache_contents(fresh_cache) == []

@@ -657,6 +657,32 @@ class BundleCacheDirError(BundleError, CacheFolderError):
         self.cache_dir = cache_dir
 
 
+def _str_map(value: Any) -> bool:
+    return type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items())
+
+
+def _manifest_field_problem(data: dict[str, Any]) -> str | None:
+    """What is of the wrong type in a bundle manifest's fields (those :class:`BundleManifest`
+    reads), in words, or None."""
+    for name in ("triton_version", "triton_build", "python", "target", "triton_key", "created", "zerojit_version"):
+        if name in data and type(data[name]) is not str:
+            return f"field {name!r} is no string"
+    if data.get("ptxas") is not None and type(data["ptxas"]) is not str:
+        return "field 'ptxas' is no string"
+    for name in ("cache_env", "kernels", "entries", "tuning"):
+        if name in data and type(data[name]) is not dict:
+            return f"field {name!r} is no object"
+    for name, kernel in data.get("kernels", {}).items():
+        if type(kernel) is not dict or type(kernel.get("keys")) is not list or type(kernel.get("function")) is not str:
+            return f"kernel {name!r} is no {{\"function\": str, \"keys\": list}}"
+    for folder, entry in data.get("entries", {}).items():
+        if type(entry) is not dict or type(entry.get("kernel")) is not str or not _str_map(entry.get("files")):
+            return f"entry {folder!r} is no {{\"kernel\": str, \"files\": {{file: sha256}}}}"
+    if "tuning" in data and not _str_map(data["tuning"]):
+        return "field 'tuning' is no {file: sha256}"
+    return None
+
+
 @dataclass(frozen=True)
 class BundleManifest:
     """A bundle's manifest.
@@ -712,6 +738,9 @@ class BundleManifest:
         if missing:
             raise BundleCorruptError(f"its manifest lacks the {'field' if len(missing) == 1 else 'fields'} "
                                      f"{', '.join(missing)} (edited by hand?): export it again")
+        wrong = _manifest_field_problem(data)
+        if wrong:
+            raise BundleCorruptError(f"its manifest's {wrong} (edited by hand?): export it again")
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def summary(self) -> str:
@@ -1008,10 +1037,12 @@ def _verified_files(tar: tarfile.TarFile, path: str, manifest: BundleManifest,
             if member.name == MANIFEST_NAME and member.offset == 0:  # read already
                 continue
             t = _TUNING_RE.match(member.name)
+            m = _MEMBER_RE.match(member.name)
+            if (t or m) and member.isfile() and ((t.group(1) in tuning) if t else ((m.group(1), m.group(2)) in blobs)):
+                raise BundleCorruptError(f"bundle {path}: {member.name!r} is in it twice; {_LAYOUT}{done}")
             if t and member.isfile():
                 tuning[t.group(1)] = tar.extractfile(member).read()
                 continue
-            m = _MEMBER_RE.match(member.name)
             if not m or not member.isfile():
                 kind = "folder" if member.isdir() else "file" if member.isfile() else "member"
                 raise BundleCorruptError(f"bundle {path}: unexpected {kind} {member.name!r}; {_LAYOUT}{done}")
