@@ -344,6 +344,26 @@ def test_a_constexpr_miss_leads_with_what_differs_and_its_widen_command(kernels,
     assert len(lines) == 6 and not any(line.lstrip().startswith(("H:", "SCALE:")) for line in lines)
 
 
+def test_a_shape_constexpr_miss_is_widened_over_powers_of_two_and_the_other_differences_named(
+        kernels, compile_only_target, tmp_path):
+    """BK sets tl.arange's bound: 16 warmed, 64 called -> 16,32,64 (1..64 would not compile); n
+    (64 warmed: divisible by 16; 100 called: not) is no constexpr, so the widen cannot warm it."""
+    fn = kernels.recurrent_kernel
+    path = tmp_path / "m.json"
+    write_manifest(_record(fn, 4, [1]), path)
+    x, out = torch.zeros(64), torch.zeros(64)
+    with compile_only("cuda:90"):
+        report = JitWarmupRegistry().warmup(manifest=path, progress=False, generic=False)
+        with JitMonitor("error", report=report), pytest.raises(RuntimeJitError) as raised:
+            fn[(1,)](x, out, 100, 4, B=1, H=4, BK=64, NP2=16, SCALE=2, USE_G=False)
+    lines = str(raised.value).splitlines()
+    name = f"{kernels.__name__}.recurrent_kernel"
+    assert lines[1] == "  differs from the nearest warmed variant in 2 arguments:"
+    assert lines[4].startswith(f"  warm it: zerojit manifest widen {path} --axis {name}:BK=16,32,64 -o "), lines[4]
+    assert lines[5] == ("  (that warms the constexprs only: n differs too, and still miss after it; recording this "
+                        "workload warms them all)")
+
+
 # ---------------------------------------------------------------------------------------------
 # End to end: a few batch sizes recorded, the rest from widen, 0 runtime compiles
 # ---------------------------------------------------------------------------------------------

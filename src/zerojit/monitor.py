@@ -116,6 +116,7 @@ from .context import allow_compiles, in_warmup
 from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
 from .kernel import TritonJitKernel
 from .manifest import SOURCE_CHANGED, RecordedKey, unbound_reason
+from .shapeflow import shape_parameters
 from .specialization import SpecClass
 from .widen import suggested_values, widen_command
 from .triton_compat import alignment_unspecialized_parameters, constexpr_parameters, guard_hook_assignments
@@ -360,6 +361,14 @@ class ArgDifference:
         c_width = c.kind == "int" and (widths_differ or c.type != "i32")
         return (f"{self.name}: warmed as {class_words(w, width=w_width, constexpr=self.constexpr)}, "
                 f"called as {class_words(c, width=c_width, constexpr=self.constexpr)}")
+
+    @property
+    def widenable(self) -> bool:
+        """An int or bool constexpr on both sides: ``zerojit manifest widen`` can warm its values."""
+        def settable(c: SpecClass) -> bool:
+            return c.kind == "constexpr" and type(c.attr) in (int, bool)
+
+        return self.constexpr and settable(self.warmed) and settable(self.called)
 
     @property
     def hint(self) -> str:
@@ -610,6 +619,12 @@ class RuntimeCompile:
         if self.widen:
             lines.append(f"  warm it: {self.widen}, then exec with the widened manifest (or record the program again "
                          "with this workload: zerojit record)")
+            others = [d.name for d in self.differences if not d.widenable]
+            if others or self.option_difference:
+                rest = others + (["the launch options"] if self.option_difference else [])
+                verb = "differs" if len(rest) == 1 and others else "differ"
+                lines.append(f"  (that warms the constexprs only: {', '.join(rest)} {verb} too, and still miss "
+                             "after it; recording this workload warms them all)")
         elif self.record_hint:
             lines.append(f"  {self.record_hint}")
         same = len(self.param_names) - len(self.differences)
@@ -1387,7 +1402,8 @@ class JitMonitor:
             recorded = isinstance(v.key, RecordedKey)
             record = dataclasses.replace(record, nearest_key=repr(v.key), nearest_index=order,
                                          differences=diffs, option_difference=opt_diff, recorded=recorded,
-                                         widen=self._widen(function, params or v.param_names, diffs, candidates)
+                                         widen=self._widen(function, jit_fn, params or v.param_names, diffs,
+                                                           candidates)
                                          if recorded else None)
         elif jit_fn is not None and not direct and not _is_contract_function(jit_fn):
             record = dataclasses.replace(record, unmigrated=True, skipped=self._skipped(jit_fn, function))
@@ -1405,21 +1421,29 @@ class JitMonitor:
             return None
         return skips[-1] if skips[-1].startswith(SOURCE_CHANGED) else f"its warm-up skipped it: {skips[-1]}"
 
-    def _widen(self, function: str, params: tuple[str, ...], diffs: tuple[ArgDifference, ...],
+    def _widen(self, function: str, jit_fn: Any, params: tuple[str, ...], diffs: tuple[ArgDifference, ...],
                candidates: list[Any]) -> str | None:
         """The ``zerojit manifest widen`` command warming each int or bool constexpr of ``diffs``
         over the values warmed and called (None when no such constexpr differs); the manifest is
-        the last one warmed (``MANIFEST`` when not known)."""
-        def settable(c: SpecClass) -> bool:
-            return c.kind == "constexpr" and type(c.attr) in (int, bool)
-
+        the last one warmed (``MANIFEST`` when not known). A constexpr that sets a shape
+        (:func:`zerojit.shapeflow.shape_parameters` of ``jit_fn``; any, where its source cannot be
+        read) gets powers of two only where its values are (``tl.arange`` compiles no others)."""
+        shapes = None
+        if jit_fn is not None:
+            try:
+                shapes = shape_parameters(jit_fn)
+            except Exception:  # a source Triton parses but this reading does not: shape not known
+                shapes = None
         axes = []
         for d in diffs:
-            if not (d.constexpr and settable(d.warmed) and settable(d.called)):
+            if not d.widenable:
                 continue
             i = params.index(d.name)
-            values = {v.specialization[i].attr for v in candidates if settable(v.specialization[i])} | {d.called.attr}
-            axes.append(f"{function}:{d.name}={suggested_values(values)}")
+            values = {v.specialization[i].attr for v in candidates
+                      if v.specialization[i].kind == "constexpr" and type(v.specialization[i].attr) in (int, bool)}
+            values.add(d.called.attr)
+            shape = shapes is None or d.name in shapes
+            axes.append(f"{function}:{d.name}={suggested_values(values, shape=shape)}")
         if not axes:
             return None
         path = next((r.manifest for r in reversed(self._reports) if getattr(r, "manifest", None)), "MANIFEST")
