@@ -75,6 +75,7 @@ def project(pytester, monkeypatch, tmp_path):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     monkeypatch.delenv("ZEROJIT_JIT_MONITOR", raising=False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("ZEROJIT_LEARN", raising=False)
 
     def make(source: str):
         pytester.makeconftest(CONFTEST)
@@ -101,6 +102,18 @@ def test_error_mode_fails_tests_that_compile_at_run_time(project):
     assert "block_size: warmed as equal-to-one, called as divisible-by-16" in out
     assert "kernel 'paged_scale' would compile at run time" in out
     assert "2 runtime compiles after warm-up in 2 tests" in out  # the summary section
+
+
+def test_a_rerun_fails_again_unless_learning_was_asked_for(project, tmp_path):
+    """The plugin records no learned keys (a rerun of a failed gate must fail again); with
+    --jit-learn the misses are recorded and the next run's warm-up warms them: all pass."""
+    learned = tmp_path / "triton-cache" / ".zerojit"
+    inner = project(INNER)
+    _run(inner, "error", passed=2, failed=2)
+    assert not list(learned.glob("learned-*.jsonl"))
+    _run(inner, "error", "--jit-learn", passed=2, failed=2)
+    assert len(list(learned.glob("learned-*.jsonl"))) == 1
+    _run(inner, "error", passed=4)
 
 
 def test_warn_mode_reports_without_failing(project):

@@ -20,6 +20,11 @@ attributed to it) are:
 Compiles inside :func:`zerojit.monitor.allow_compiles` and inside a later zerojit warm-up are
 never counted.
 
+The plugin turns off the recording of misses as learned keys for the test run
+(``ZEROJIT_LEARN=0``, :mod:`zerojit.learned`): recorded, a miss that failed a test would be warmed
+by the next run's warm-up into the same cache folder, and a rerun (a CI retry) would pass with
+nothing fixed. ``--jit-learn`` keeps the recording on.
+
 A compile made while a fixture is set up is counted too, attributed to the fixture and to the
 test that requested it (``test_x [fixture 'model']`` in the summary); in error mode it fails
 that test at set-up, also when the fixture swallowed the RuntimeJitError. A compile the monitor
@@ -29,17 +34,19 @@ the error was raised there, where the test could not see it.
 
 from __future__ import annotations
 
-from typing import Any
-
+import os
 import threading
+from typing import Any
 
 import pytest
 
+from zerojit import learned as _learned
 from zerojit import monitor as _monitor
 
 _RESULTS = pytest.StashKey[list]()
 _PREVIOUS = pytest.StashKey[Any]()
 _CURRENT = pytest.StashKey[Any]()  # the test being set up (whose fixtures are being made)
+_LEARN = pytest.StashKey[Any]()  # ZEROJIT_LEARN before the run: (set, value)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -52,6 +59,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="after the test run's zerojit warm-up: error fails a test whose body compiles a kernel, "
         "warn lists such tests in the summary, off does nothing (default: ZEROJIT_JIT_MONITOR or off)",
     )
+    group.addoption(
+        "--jit-learn",
+        action="store_true",
+        default=False,
+        help="record the tests' misses as learned keys, which the next warm-up into the same cache folder "
+        "warms (default: not recorded, so a test that failed for a miss fails again when rerun)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -60,6 +74,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_PREVIOUS] = (mode is not None, _monitor._configured)
     if mode is not None:
         _monitor.configure(mode)
+    if not config.getoption("--jit-learn", default=False):
+        config.stash[_LEARN] = (_learned.ENV_VAR in os.environ, os.environ.get(_learned.ENV_VAR))
+        os.environ[_learned.ENV_VAR] = "0"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -67,6 +84,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if changed:
         _monitor.shutdown()
         _monitor.configure(previous)
+    was_set, value = config.stash.get(_LEARN, (None, None))
+    if was_set is True:
+        os.environ[_learned.ENV_VAR] = value
+    elif was_set is False:
+        os.environ.pop(_learned.ENV_VAR, None)
 
 
 def _seen(mon: _monitor.JitMonitor | None) -> dict[Any, int]:
