@@ -93,6 +93,9 @@ def test_status_and_wait_name_the_missing_entries_of_the_key_space(flush, tmp_pa
              f"{m.group(2)}")
     one_line(invoke("store", "wait", "--timeout", "1", "--store", f"redis://127.0.0.1:{free_port()}/0"), 1,
              "zerojit store wait: not ready after 1 s: store redis://127.0.0.1:")
+    # --timeout 0 checks once: the one try is made, whatever the key space's build took
+    one_line(invoke("store", "wait", "--timeout", "0", "--store", flush), 1,
+             f"zerojit store wait: not ready after 0 s: 0 of {m.group(1)} needed entries in the store")
     assert time.monotonic() - start < 30
 
 

@@ -44,8 +44,10 @@ def test_a_missing_key_file_is_named_as_missing_and_keygen_wants_a_folder(tmp_pa
             load(missing)
         assert str(e.value) == f"{what} {missing} cannot be read: No such file or directory"  # said once, not wrapped
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(signing.SigningError, match="a-file is a file, not a folder"):
-        signing.keygen(str(tmp_path / "a-file"))
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    for name in ("a-file", "dangling"):
+        with pytest.raises(signing.SigningError, match=f"{name} is not a folder .a file, or a link to none."):
+            signing.keygen(str(tmp_path / name))
     with pytest.raises(signing.SigningError, match="an empty name was given"):
         signing.keygen("")
 

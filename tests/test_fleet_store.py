@@ -142,6 +142,9 @@ def test_a_database_the_server_lacks_is_named(flush):
     ("redis://[::1", 10, re.escape("store 'redis://[::1': not a URL (Invalid IPv6 URL)")),
     ("redis://:secret@[::1", 10, re.escape("store 'redis://***@[::1': not a URL")),
     ("redis://127.0.0.1:port/0", 10, "not a URL .*Port could not be cast"),
+    # a password holding '/' parses as no password: all before the '@' hidden, the parser's words too
+    ("redis://:SEC/RET@host:6379/0", 10, re.escape("store 'redis://***@host:6379/0': not a URL: give e.g.")),
+    ("redis:/:SECRET@host/0", 10, re.escape("store ***@host/0: the database '***@host/0' is not a number")),
     ("http://127.0.0.1:6379", 10, "redis:// or rediss://"),
     ("redis://127.0.0.1:6379", 0, "positive number of seconds"),
     ("redis://127.0.0.1:6379", float("inf"), "at most 3600"),  # redis-py: OverflowError at the first call
@@ -149,8 +152,9 @@ def test_a_database_the_server_lacks_is_named(flush):
     ("redis://127.0.0.1:6379/abc", 10, "the database 'abc' is not a number"),  # redis-py: database 0, silently
 ])
 def test_bad_store_arguments_are_user_errors(url, timeout, why):
-    with pytest.raises(StoreError, match=why):
+    with pytest.raises(StoreError, match=why) as e:
         RedisStore(url, timeout=timeout)
+    assert not re.search("SEC|secret", str(e.value)), e.value  # never the password, nor a piece of it
 
 
 def test_another_writers_list_in_the_namespace_is_a_value_that_is_no_entry(flush):

@@ -360,8 +360,8 @@ def test_a_shape_constexpr_miss_is_widened_over_powers_of_two_and_the_other_diff
     name = f"{kernels.__name__}.recurrent_kernel"
     assert lines[1] == "  differs from the nearest warmed variant in 2 arguments:"
     assert lines[4].startswith(f"  warm it: zerojit manifest widen {path} --axis {name}:BK=16,32,64 -o "), lines[4]
-    assert lines[5] == ("  (that warms the constexprs only: n differs too, and still miss after it; recording this "
-                        "workload warms them all)")
+    assert lines[5] == ("  (that warms the constexprs only: n differs too, and the call still misses after it; "
+                        "recording this workload warms them all)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -964,6 +964,9 @@ def _read_manifest(tar: tarfile.TarFile, path: str) -> BundleManifest:
         data = json.loads(tar.extractfile(first).read())
     except (tarfile.TarError, EOFError, zlib.error, OSError, ValueError) as e:
         raise BundleCorruptError(f"bundle {path}: cannot read its manifest (truncated or corrupted?): {e}") from None
+    except RecursionError:  # JSON nested deeper than Python's parser goes: no manifest zerojit writes
+        raise BundleCorruptError(f"bundle {path}: cannot read its manifest: nested too deep (not one zerojit "
+                                 "wrote); export it again") from None
     try:
         return BundleManifest.from_dict(data)
     except BundleCorruptError as e:

@@ -1517,13 +1517,14 @@ def store_wait(
                                         op_timeout=op_timeout, target=target, manifest=manifest, config=config,
                                         backend=backend, dcp_size=dcp_size, dcp_interleave=dcp_interleave,
                                         num_speculative_tokens=num_speculative_tokens)
-    opened.end_by(deadline)  # a store that stops answering, or answers a byte at a time, must not outlast --timeout
     why = None
     while True:
         left = deadline - time.monotonic()
-        if 0 < left < connect_timeout:  # (a connect has its own deadline only: cut to the time left)
-            opened = open_store(store, connect_timeout=left, timeout=op_timeout)
-            opened.end_by(deadline)
+        if why is not None:  # after the first try (always made: --timeout 0 checks once), each ends by --timeout
+            if 0 < left < connect_timeout:  # (a connect has its own deadline only: cut to the time left)
+                opened.close()
+                opened = open_store(store, connect_timeout=left, timeout=op_timeout)
+            opened.end_by(deadline)  # its operations too, also against a store that answers a byte at a time
         try:
             st = status(opened, names, build)
             if not st.missing:

@@ -623,8 +623,8 @@ class RuntimeCompile:
             if others or self.option_difference:
                 rest = others + (["the launch options"] if self.option_difference else [])
                 verb = "differs" if len(rest) == 1 and others else "differ"
-                lines.append(f"  (that warms the constexprs only: {', '.join(rest)} {verb} too, and still miss "
-                             "after it; recording this workload warms them all)")
+                lines.append(f"  (that warms the constexprs only: {', '.join(rest)} {verb} too, and the call still "
+                             "misses after it; recording this workload warms them all)")
         elif self.record_hint:
             lines.append(f"  {self.record_hint}")
         same = len(self.param_names) - len(self.differences)

@@ -94,8 +94,9 @@ def keygen(folder: str) -> tuple[str, str, str]:
     serialization, ed25519, _ = _crypto()
     if not folder:
         raise SigningError("give the folder to write the key pair into (an empty name was given)")
-    if os.path.exists(folder) and not os.path.isdir(folder):
-        raise SigningError(f"{folder} is a file, not a folder: give the folder to write the key pair into")
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise SigningError(f"{folder} is not a folder (a file, or a link to none): give the folder to write the key "
+                           "pair into")
     private_path, public_path = os.path.join(folder, PRIVATE_NAME), os.path.join(folder, PUBLIC_NAME)
     for path in (private_path, public_path):
         if os.path.lexists(path):

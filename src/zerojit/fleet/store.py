@@ -120,8 +120,13 @@ def _display(url: str) -> str:
     try:
         parts = urllib.parse.urlsplit(url)
     except ValueError:  # e.g. an unclosed IPv6 bracket
+        parts = None
+    if parts is None and "@" not in url:
+        return url
+    if "@" in url and (parts is None or parts.password is None):
+        # no URL, or one whose password holds '/', '#' or '?' (no userinfo parsed): hide all before the last '@'
         scheme, sep, rest = url.partition("://")
-        return f"{scheme}{sep}***@{rest.rsplit('@', 1)[-1]}" if "@" in url else url
+        return f"{scheme}{sep}***@{rest.rsplit('@', 1)[-1]}" if sep else f"***@{url.rsplit('@', 1)[-1]}"
     if "password" in parts.query:
         query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
         parts = parts._replace(query="&".join(f"{k}={'***' if 'password' in k else v}" for k, v in query))
@@ -195,8 +200,9 @@ class RedisStore(Store):
         try:
             scheme = urllib.parse.urlsplit(url).scheme
             urllib.parse.urlsplit(url).port  # (a port that is no number raises here, not at the first operation)
-        except ValueError as e:
-            raise StoreError(f"store {_display(url)!r}: not a URL ({e}): give e.g. "
+        except ValueError as e:  # (its words may quote a piece of the password: not said where they quote)
+            why = "" if "@" in url and "'" in str(e) else f" ({e})"
+            raise StoreError(f"store {_display(url)!r}: not a URL{why}: give e.g. "
                              "redis://:PASSWORD@host:6379/0") from None
         if scheme not in ("redis", "rediss"):
             raise StoreError(f"store {_display(url)!r}: give a redis:// or rediss:// URL "
@@ -208,7 +214,7 @@ class RedisStore(Store):
                                  f"most {MAX_TIMEOUT:g}, not {value!r}")
         path = urllib.parse.urlsplit(url).path.strip("/")
         if path and not path.isdigit():  # redis-py would take database 0 silently
-            raise StoreError(f"store {_display(url)}: the database {path!r} is not a number (e.g. "
+            raise StoreError(f"store {_display(url)}: the database {_display(path)!r} is not a number (e.g. "
                              "redis://host:6379/0)")
         try:
             import redis
