@@ -727,7 +727,7 @@ class BundleManifest:
         if not isinstance(data, dict) or data.get("format") != BUNDLE_FORMAT:
             raise BundleCorruptError(f"not a zerojit bundle: its {MANIFEST_NAME} has no \"format\": "
                                      f"\"{BUNDLE_FORMAT}\"; give a file zerojit bundle export wrote")
-        if data.get("version") != BUNDLE_VERSION:
+        if type(data.get("version")) is not int or data["version"] != BUNDLE_VERSION:  # (not true, nor 1.0)
             raise BundleCorruptError(
                 f"its format is version {data.get('version')!r}, and zerojit {_version.__version__} reads version "
                 f"{BUNDLE_VERSION}: export it again with this zerojit (or import it with zerojit "
