@@ -1041,7 +1041,8 @@ def _verified_files(tar: tarfile.TarFile, path: str, manifest: BundleManifest,
                 continue
             t = _TUNING_RE.match(member.name)
             m = _MEMBER_RE.match(member.name)
-            if (t or m) and member.isfile() and ((t.group(1) in tuning) if t else ((m.group(1), m.group(2)) in blobs)):
+            seen = (t.group(1) in tuning) if t else (m is not None and (m.group(1), m.group(2)) in blobs)
+            if seen and member.isfile():  # (the last copy would win, unchecked against the first)
                 raise BundleCorruptError(f"bundle {path}: {member.name!r} is in it twice; {_LAYOUT}{done}")
             if t and member.isfile():
                 tuning[t.group(1)] = tar.extractfile(member).read()

@@ -52,8 +52,8 @@ from . import watchdog as _watchdog
 _TARGET_SCOPE = _tc.TARGET_SCOPE
 
 __all__ = ["CompileOnlyDriver", "CompileOnlyLaunchError", "InterpreterProcessError", "compile_only", "parse_target",
-           "refuse_interpreter", "supported_cuda_capabilities", "active_compile_only", "current_target_name", "is_target_name",
-           "target_name", "warm_target"]
+           "refuse_interpreter", "supported_cuda_capabilities", "active_compile_only", "current_target_name",
+           "is_target_name", "target_name", "warm_target"]
 
 _TARGET = re.compile(r"^(cuda):(\d+)$|^(hip):(gfx\w+)$")
 

@@ -344,6 +344,11 @@ def _shown_options(options: dict | None) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def _settable(c: SpecClass) -> bool:
+    """A constexpr class of an int or bool value (one a widen axis can list)."""
+    return c.kind == "constexpr" and type(c.attr) in (int, bool)
+
+
 @dataclass(frozen=True)
 class ArgDifference:
     """One argument whose class differs between the nearest warmed key and the runtime call."""
@@ -365,10 +370,7 @@ class ArgDifference:
     @property
     def widenable(self) -> bool:
         """An int or bool constexpr on both sides: ``zerojit manifest widen`` can warm its values."""
-        def settable(c: SpecClass) -> bool:
-            return c.kind == "constexpr" and type(c.attr) in (int, bool)
-
-        return self.constexpr and settable(self.warmed) and settable(self.called)
+        return self.constexpr and _settable(self.warmed) and _settable(self.called)
 
     @property
     def hint(self) -> str:
@@ -1439,9 +1441,7 @@ class JitMonitor:
             if not d.widenable:
                 continue
             i = params.index(d.name)
-            values = {v.specialization[i].attr for v in candidates
-                      if v.specialization[i].kind == "constexpr" and type(v.specialization[i].attr) in (int, bool)}
-            values.add(d.called.attr)
+            values = {v.specialization[i].attr for v in candidates if _settable(v.specialization[i])} | {d.called.attr}
             shape = shapes is None or d.name in shapes
             axes.append(f"{function}:{d.name}={suggested_values(values, shape=shape)}")
         if not axes:
