@@ -87,6 +87,14 @@ def test_as_custom_op_refuses_bad_types_names_and_redefinitions_naming_the_argum
     for bad in ("a.b", "ns::x", "", "1x", "class"):
         with pytest.raises(ValueError, match=f"name={bad!r} is no plain identifier"):
             as_custom_op(kernel, bad)
+    for bad in (42, "tuned_scale", None):  # (not .name of the object first: an AttributeError)
+        with pytest.raises(KernelDefinitionError, match=f"as_custom_op: {bad!r} has no zerojit launcher"):
+            as_custom_op(bad)
+    with pytest.raises(TypeError, match=r"mutates_args='out' is a str: pass a tuple of input names, "
+                                        r"mutates_args=\('out',\)"):
+        as_custom_op(kernel, "ts_str_mutates", mutates_args="out")  # (was: "'o' is no input")
+    with pytest.raises(TypeError, match=r"host_values='scale' is a str"):
+        as_custom_op(kernel, "ts_str_mutates", host_values="scale")
     keep = lambda outs, inputs: inputs["out"]  # noqa: E731
     op = as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=keep, types={"scale": "float?"})
     assert as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=keep, types={"scale": "float?"}) is op
@@ -95,7 +103,7 @@ def test_as_custom_op_refuses_bad_types_names_and_redefinitions_naming_the_argum
                      types={"scale": "float?"})
     with pytest.raises(ValueError, match="already registered with another types"):
         as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=keep)
-    assert not hasattr(torch.ops.zerojit, "ts_bad_types")
+    assert not hasattr(torch.ops.zerojit, "ts_bad_types") and not hasattr(torch.ops.zerojit, "ts_str_mutates")
 
 
 def test_the_compiled_step_benchmark_refuses_a_mode_its_backend_ignores():

@@ -231,6 +231,36 @@ def test_a_written_input_must_be_declared_and_then_traces_and_launches(compile_o
     assert torch_compat.dynamo_counts() == {"graph_breaks": 0, "unique_graphs": 1}
 
 
+def test_a_length_check_keeps_a_dynamic_size_symbolic(compile_only_target):
+    """The guide's ScaleAdd checks ``out`` with ``length="len(x)"``: traced with fake tensors that
+    check reads the first size, not the builtin ``len`` (which must return an int, so it pins the
+    size: ``mark_dynamic`` then raised ConstraintViolationError, and each size was a new graph).
+    Four sizes marked dynamic: one graph; unmarked: Dynamo's own two (static, then dynamic); a
+    mismatched ``out`` is still refused, naming it (the sizes by their symbols: the trace is dynamic by then)."""
+    from zerojit.engine_modes import as_custom_op
+    from zerojit.examples.scale_add import scale_add
+
+    op = as_custom_op(scale_add, "scale_add_sized", mutates_args=("out",))
+    bias = torch.empty(16)
+    scale_add(x=torch.empty(64), bias=bias, out=torch.empty(64), period=16, scale=0.5)  # compiles the variant
+    compiled = torch.compile(lambda x, b, o: op(x=x, bias=b, out=o, period=16, scale=0.5), fullgraph=True,
+                             backend="eager")
+    with JitMonitor("error", report=()) as mon:
+        for n in (64, 128, 256, 1024):
+            x, out = torch.empty(n), torch.empty(n)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(out, 0)
+            compiled(x, bias, out)
+    assert torch_compat.dynamo_counts() == {"graph_breaks": 0, "unique_graphs": 1}
+    assert runtime_compiles(mon) == 0 and launch_counts(mon) == {"scale_add": 4}
+    torch_compat.reset_dynamo()
+    for n in (64, 128, 256, 1024):
+        compiled(torch.empty(n), bias, torch.empty(n))
+    assert torch_compat.dynamo_counts() == {"graph_breaks": 0, "unique_graphs": 2}
+    with pytest.raises(Exception, match="argument 'out': must have len\\(x\\) = s\\d+ entries, got s\\d+"):  # (traced: sizes)
+        compiled(torch.empty(96), bias, torch.empty(95))
+
+
 def test_an_input_sized_by_tensor_values_is_named_when_traced(warmed):
     """K5 given ``seq_lens`` from ``repeat_interleave`` without ``output_size`` (an unbacked size,
     which its length check cannot compare): the traced call names ``seq_lens``."""

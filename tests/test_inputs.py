@@ -348,6 +348,16 @@ def test_malformed_classes_are_refused_when_created(kwargs, message):
         _define(**kwargs)
 
 
+@pytest.mark.parametrize("kernel, shown", [(42, "int 42"), ("_toy_kernel", "str '_toy_kernel'"),
+                                           (_toy_kernel.fn, "function <function _toy_kernel")])
+def test_a_kernel_attribute_that_is_no_triton_function_is_named(kernel, shown):
+    """``kernel = 42`` (or the name, or the undecorated Python function): refused when the class
+    is created, naming the class and what it holds (was an AttributeError on ``.fn``)."""
+    with pytest.raises(KernelDefinitionError, match=re.escape(f"Bad.kernel is {shown}") + ".*: set it to a "
+                       + re.escape("@triton.jit function (or a triton.autotune / triton.heuristics of one)")):
+        _define(kernel=kernel)
+
+
 def test_malformed_steps_are_refused_when_written():
     with pytest.raises(KernelDefinitionError, match="bad check expression 'n >'"):
         Require("n", "n >", "x")
@@ -367,6 +377,37 @@ def test_a_key_field_naming_two_parameters_is_refused():
     message = "CompileKey.aligned names two parameters ['aligned', 'ALIGNED']"
     with pytest.raises(KernelDefinitionError, match=re.escape(message)):
         _define(checks=(TensorArg("x", 1, torch.float32),), kernel=_two_kernel)
+
+
+def test_a_one_key_kernel_whose_dispatch_takes_no_facts():
+    """A kernel with one compile key (``dispatch(self)``, an empty ``CompileKey``): created, and
+    every launch gets that key, the facts memo keyed by ``()`` (was a SyntaxError at creation)."""
+    @triton.jit
+    def _one_kernel(x_ptr, BLOCK: tl.constexpr):
+        pass
+
+    class One(CheckedKernel["One.CompileKey"]):
+        kernel = _one_kernel
+
+        @dataclass(frozen=True)
+        class CompileKey:
+            pass
+
+        def dispatch(self):
+            return self.CompileKey()
+
+        def get_warmup_keys(self):
+            return [self.CompileKey()]
+
+        @checked_launcher(TensorArg("x", 1, torch.float32))
+        def __call__(self, key, constexprs, *, x):
+            return LaunchSpec(grid=(1,), kwargs=dict(constexprs, BLOCK=16), returns=x)
+
+    one = One()
+    assert One.__call__._zerojit_checked.memo_key == "()"
+    assert one.key_for(x=torch.empty(3)) == One.CompileKey() == one.key_for(x=torch.empty(5))
+    with pytest.raises(KernelInputError, match="argument 'x': must be torch.float32, got torch.int32"):
+        one.key_for(x=torch.empty(3, dtype=I32))
 
 
 def test_checked_launcher_needs_a_checked_kernel():

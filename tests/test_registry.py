@@ -277,6 +277,22 @@ def test_config_goes_only_to_methods_declaring_it():
                                        "Recorder": (RKey((("n", "5"),)),)}
 
 
+def test_a_kernel_class_without_get_warmup_keys_is_named_at_warm_up(co):
+    class NoListing(JitKernel[RKey]):
+        CompileKey = RKey
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        NoListing().register_warmup()
+    with pytest.raises(WarmupError) as info:
+        reg.warmup(progress=False)
+    assert ("NoListing: listing its keys: NotImplementedError: NoListing defines no get_warmup_keys(): a kernel "
+            "class lists the CompileKeys a registration request needs there (docs/migrating-a-kernel.md)") \
+        in str(info.value)
+    with pytest.raises(NotImplementedError, match=r"^NoListing defines no dispatch\(\)"):
+        NoListing().dispatch(n=1)
+
+
 def test_one_failing_key_hides_no_other(compiles, co):
     class BrokenListing(Recorder):
         def get_warmup_keys(self, **request) -> list:

@@ -210,12 +210,22 @@ HELPERS: dict[str, Any] = {"is_int": is_int, "is_aligned": is_aligned, "INT32_MA
 
 #: The name under which the reference path marks fake inputs in its namespace (see :func:`_eval`).
 _FAKE = "_zj_fake"
+#: The name of :func:`_length` in a fake-input namespace.
+_LENGTH = "_zj_length"
+
+
+def _length(x: Any) -> Any:
+    """``len(x)`` as a fake tensor's check reads it: its first size, symbolic where
+    ``torch.compile`` traces it dynamic (the builtin ``len`` must return a plain int, which pins
+    the size to the traced one: a guard ``Eq(s0, 64)`` and a graph per size)."""
+    return x.shape[0] if isinstance(x, torch.Tensor) else len(x)
 
 
 class _AddressesUnknown(ast.NodeTransformer):
-    """``x.data_ptr()`` -> ``0`` and ``is_aligned(x)`` -> ``True``: an expression as it reads
-    fake tensors, whose addresses do not exist (so their alignment checks pass and their
-    alignment facts take the aligned class; the real launch checks the real addresses)."""
+    """``x.data_ptr()`` -> ``0``, ``is_aligned(x)`` -> ``True`` and ``len(x)`` -> ``x.shape[0]``
+    for a tensor: an expression as it reads fake tensors, whose addresses do not exist (so their
+    alignment checks pass and their alignment facts take the aligned class; the real launch
+    checks the real addresses) and whose sizes may be symbolic (:func:`_length`)."""
 
     def visit_Call(self, node: ast.Call) -> ast.AST:
         self.generic_visit(node)
@@ -224,6 +234,8 @@ class _AddressesUnknown(ast.NodeTransformer):
             return ast.copy_location(ast.Constant(0), node)
         if isinstance(f, ast.Name) and f.id == "is_aligned":
             return ast.copy_location(ast.Constant(True), node)
+        if isinstance(f, ast.Name) and f.id == "len" and len(node.args) == 1 and not node.keywords:
+            return ast.copy_location(ast.Call(ast.Name(_LENGTH, ast.Load()), node.args, []), node)
         return node
 
 
@@ -764,7 +776,7 @@ class _CheckedLaunch:
         deferred_reads = set().union(*(e._reads() for e in self.deferred)) if self.deferred else set()
         typed = [f for f in self.facts if f in names and f in deferred_reads and f not in guarded]
         parts = list(self.facts) + [f"{f}.__class__" for f in typed]
-        self.memo_key = parts[0] if len(parts) == 1 else "(" + ", ".join(parts) + ",)"
+        self.memo_key = parts[0] if len(parts) == 1 else "(" + "".join(p + ", " for p in parts) + ")"  # () for none
 
     def _constexpr_fields(self, params: Any, names: list[str]) -> tuple[tuple[str, str], ...]:
         if params is None or not _has_key(self.cls):
@@ -859,6 +871,7 @@ class _CheckedLaunch:
         ns.update(zip((n for n, _ in self.inputs), values))
         # Fake tensors (a custom op's fake implementation under torch.compile): no address is read.
         ns[_FAKE] = torch_compat.any_fake(values)
+        ns[_LENGTH] = _length
         name = kernel.name
         for e in self.elements:
             if isinstance(e, Let):
@@ -941,9 +954,10 @@ def _test_line(gen: _Generator, e: _Element, test: str | None, indent: str) -> s
 
 
 def _kernel_params(cls: type) -> Any:
-    """The parameters of ``cls.kernel``'s Triton function (None when no kernel is set yet)."""
-    kernel = getattr(cls, "kernel", None)
-    return None if kernel is None else inspect.signature(kernel.fn).parameters
+    """The parameters of ``cls.kernel``'s Triton function (None when no kernel is set yet, or
+    none a ``triton.jit`` function gives: :class:`zerojit.kernel.TritonJitKernel` names that)."""
+    fn = getattr(getattr(cls, "kernel", None), "fn", None)
+    return inspect.signature(fn).parameters if callable(fn) else None
 
 
 def _has_key(cls: type) -> bool:

@@ -296,12 +296,23 @@ class JitKernel(Generic[KeyT]):
             raise KernelDefinitionError(problem)
 
     def dispatch(self, **inputs: Any) -> KeyT:
-        """The compile key for these inputs."""
-        raise NotImplementedError
+        """The compile key for these inputs.
+
+        Raises:
+            NotImplementedError: the class defines none (the message names it).
+        """
+        raise NotImplementedError(f"{type(self).__name__} defines no dispatch(): a kernel class maps a launch's "
+                                  "inputs to its CompileKey there (docs/migrating-a-kernel.md)")
 
     def get_warmup_keys(self, *args: Any, **request: Any) -> list[KeyT]:
-        """Every compile key this kernel can need for a configuration / registration request."""
-        raise NotImplementedError
+        """Every compile key this kernel can need for a configuration / registration request.
+
+        Raises:
+            NotImplementedError: the class defines none (the message names it; a warm-up reports
+                it as the kernel's failure to list its keys).
+        """
+        raise NotImplementedError(f"{type(self).__name__} defines no get_warmup_keys(): a kernel class lists "
+                                  "the CompileKeys a registration request needs there (docs/migrating-a-kernel.md)")
 
     def compile(self, key: KeyT) -> CompiledVariant:
         """Compile (and on a GPU load) the variant of ``key``."""
@@ -539,6 +550,9 @@ class TritonJitKernel(JitKernel[KeyT]):
             cls._wrapping, cls.wrapped = wrapping, cls.__dict__["kernel"] if wrapping is not None else None
             if wrapping is not None:
                 cls.kernel = wrapping.base
+        if not _tc.is_kernel_function(cls.kernel):
+            raise KernelDefinitionError(f"{cls.__name__}.kernel is {type(cls.kernel).__name__} {cls.kernel!r:.60}: set it "
+                                        "to a @triton.jit function (or a triton.autotune / triton.heuristics of one)")
         launch = cls.__dict__.get("__call__", getattr(cls, "__call__", None))
         if not hasattr(launch, "_zerojit_inputs"):
             raise KernelDefinitionError(f"{cls.__name__}.__call__ must be decorated with @kernel_launcher")

@@ -66,6 +66,7 @@ import inspect
 import json
 import os
 import re
+import sys
 import sysconfig
 import threading
 from collections import namedtuple
@@ -108,7 +109,7 @@ __all__ = [
     # raw launches (zerojit record / exec)
     "unwrap_jit_function", "jit_identity", "run_options_removed", "wrap_run", "unwrap_run", "wrapped_run",
     "patch_run_everywhere", "parameter_names", "ordered_constexpr_parameters", "wrapped_config_kwargs",
-    "jit_function_tree", "jit_function_scope", "is_jit_function",
+    "jit_function_tree", "jit_function_scope", "is_jit_function", "is_kernel_function",
     # compiled kernels
     "ast_source", "source_fields", "source_of", "compiled_files", "new_compiled_kernel", "backend_for",
     "compile_source", "disk_cache_hash", "miss_compile_options", "load_compiled", "import_launch_path_modules", "import_compiler_modules",
@@ -1232,6 +1233,15 @@ def jit_function_scope(jit_fn: Any) -> dict[str, Any]:
 def is_jit_function(obj: Any) -> bool:
     """``obj`` is a ``triton.jit`` function (a kernel or a device function it calls)."""
     return isinstance(obj, JITFunction)
+
+
+def is_kernel_function(obj: Any) -> bool:
+    """``obj`` is what ``triton.jit`` returns in this process: a ``JITFunction``, or under
+    ``TRITON_INTERPRET=1`` an ``InterpretedFunction`` (no subclass of it)."""
+    if isinstance(obj, JITFunction):
+        return True
+    interpreter = sys.modules.get("triton.runtime.interpreter")  # (none can exist before it is imported)
+    return interpreter is not None and isinstance(obj, interpreter.InterpretedFunction)
 
 
 def parameter_names(jit_fn: Any) -> tuple[str, ...]:

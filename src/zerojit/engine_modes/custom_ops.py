@@ -298,17 +298,24 @@ def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable
         ``host_values``, ``types`` and ``restore`` (the same object).
 
     Raises:
+        TypeError: ``mutates_args`` or ``host_values`` is a str, not a tuple of input names
+            (``torch.library.custom_op``'s ``mutates_args="unknown"`` included: name the writes).
         KernelDefinitionError: no zerojit launcher; an input whose type cannot be told; a
             mutated input that is no tensor or no input; defaults not last; ``types`` naming no
             input or giving no schema type.
         ValueError: ``name`` is no plain identifier (``"a.b"``, ``"ns::x"``, ``""``), or is
             already an op of another kernel or declaration (any argument above differing).
     """
+    launcher = _launcher(kernel)
     if name is None:
         name = kernel.name
     elif not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError(f"as_custom_op: name={name!r} is no plain identifier (letters, digits, _; the op is "
                          f"{NAMESPACE}::<name>, so no namespace and no dots)")
+    for arg, names in (("mutates_args", mutates_args), ("host_values", host_values)):
+        if isinstance(names, str):  # (a str iterates its letters; torch's mutates_args="unknown" is not taken)
+            raise TypeError(f"as_custom_op: {arg}={names!r} is a str: pass a tuple of input names, "
+                            f"{arg}=({names!r},)")
     mutates = tuple(mutates_args)
     host_values = tuple(host_values)
     types = dict(types or {})
@@ -326,7 +333,7 @@ def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable
                              f"host_values={found.host_values}, types={found._declared_types}, "
                              f"restore={found._restore!r}); a custom op cannot be redefined in a process: pass "
                              "another name")
-        inputs = [n for n, _ in _launcher(kernel)._zerojit_inputs]
+        inputs = [n for n, _ in launcher._zerojit_inputs]
         for n, t in types.items():
             if n not in inputs:
                 raise KernelDefinitionError(f"as_custom_op({name}): types names {n!r}, which is no input of "
