@@ -55,7 +55,7 @@ def _has_cuda() -> bool:
 # (ZEROJIT_TEST_SCOPE=triton, set by .ci/run) to stay inside its time limit.
 HOST_ONLY_FILES = {"test_hangs.py", "test_pytest_plugin.py", "test_audit.py", "test_outputs.py",
                    "test_fleet_store.py", "test_fleet_signing.py", "test_fleet_cli.py", "test_tensor_parallel.py",
-                   "test_warmup_benchmark.py"}
+                   "test_warmup_benchmark.py", "test_switches.py"}
 HOST_ONLY_TESTS = {
     "test_ctrl_c_during_record_ends_in_one_line_after_the_manifest_is_written",
     "test_cli_refuses_bad_manifests_and_programs_in_one_line",

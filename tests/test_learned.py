@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 import textwrap
@@ -374,6 +375,30 @@ def test_an_unwritable_learned_file_warns_once_and_the_launches_go_on(dry, caplo
     assert monitor.current().counts().runtime_compiles == 2
 
 
+@pytest.mark.parametrize("node", ["fifo", "link to /dev/zero"])
+def test_a_learned_file_that_is_a_fifo_or_device_is_never_waited_on(dry, caplog, node):
+    """A FIFO (its open or read would wait for a writer for ever) or a link to ``/dev/zero``
+    (a read without end) where the learned-keys file should be: the launches go on and warn once
+    naming it; the next warm-up names it in its report and warms the rest; nothing was written
+    through it."""
+    warm((paged_scale, dict(block=64)))
+    path = learned.learned_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.mkfifo(path) if node == "fifo" else os.symlink("/dev/zero", path)
+    kind = "a FIFO" if node == "fifo" else "a symbolic link"
+    with caplog.at_level(logging.WARNING, logger="zerojit.learned"):
+        launch_64()
+        assert learned.flush(timeout=5.0)  # the writer thread did not block on the node
+    warned = [r.getMessage() for r in caplog.records if r.name == "zerojit.learned"]
+    assert warned == [f"zerojit: cannot write the learned-keys file {path}: it is {kind}, not a regular file "
+                      f"({path}); misses are not learned, serving goes on"]
+    report = warm((paged_scale, dict(block=64)))
+    assert report.learned == 0 and report.ok
+    assert [(s.where, s.reason) for s in report.learned_skipped] == [
+        (path, f"cannot be read: {path} is {kind}, not a regular file")]
+    assert (stat.S_ISFIFO if node == "fifo" else stat.S_ISLNK)(os.lstat(path).st_mode)
+
+
 # ---------------------------------------------------------------------------------------------
 # Warming what was learned
 # ---------------------------------------------------------------------------------------------
@@ -590,6 +615,14 @@ def test_learned_commands_refuse_bad_input_in_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
     one_line_exit_2(invoke("learned", "show", "--file", "x", "--target", "cuda:90"), "--file and --target conflict")
     one_line_exit_2(invoke("learned", "show", "--file", str(tmp_path)), "is a directory")
+    fifo = learned.learned_path(str(tmp_path), "cuda:90")
+    os.makedirs(os.path.dirname(fifo))
+    os.mkfifo(fifo)  # each command would wait for a writer for ever
+    for command, verb in (("show", "read"), ("clear", "removed"), ("merge", "read")):
+        extra = ("-o", str(tmp_path / "m.json")) if command == "merge" else ()
+        one_line_exit_2(invoke("learned", command, "--target", "cuda:90", "--cache-dir", str(tmp_path), *extra),
+                        f"zerojit learned {command}: {fifo}: cannot be {verb}: it is a FIFO, not a regular file")
+    os.unlink(fifo)
     one_line_exit_2(invoke("learned", "clear", "--target", "cuda:1"), "zerojit learned clear: --target 'cuda:1'")
     one_line_exit_2(invoke("learned", "show", "--cache-dir", "", "--target", "cuda:90"), "--cache-dir ''")
     if not torch.cuda.is_available():

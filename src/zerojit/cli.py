@@ -121,6 +121,7 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.manifest import ManifestError, UntrustedManifestError
     from zerojit.monitor import MonitorModeError, RuntimeJitError
     from zerojit.precompile import WorkerSettingError
+    from zerojit.switches import SwitchSettingError
     from zerojit.outputs import OutputError
     from zerojit.recording import ProgramError
     from zerojit.registry import NoTargetError, WarmupError
@@ -130,15 +131,15 @@ def _exit_status(error: BaseException) -> int | None:
     from zerojit.watchdog import CompileHung, StallSettingError
 
     # A cache folder that cannot be written is invalid input, also when a bundle import met it; so
-    # is the environment (a bad ZEROJIT_JIT_MONITOR, ZEROJIT_COMPILE_STALL_S, ZEROJIT_WORKER_START or
-    # ZEROJIT_WORKER_NICE, TRITON_INTERPRET=1
+    # is the environment (a bad ZEROJIT_JIT_MONITOR, ZEROJIT_COMPILE_STALL_S, ZEROJIT_WORKER_START,
+    # ZEROJIT_WORKER_NICE, ZEROJIT_LEARN / _RESTORE / _PRIME_KERNELS, TRITON_INTERPRET=1
     # where compile-only is needed), a bundle file that cannot be read (permissions: there is no
     # bundle to judge) and a program that cannot be run, and an output that cannot be written (a
     # command names its flag: _output_errors).
     if isinstance(error, (ConfigError, BackendError, TraceError, RunError, CacheFolderError, NoTargetError,
                           MonitorModeError, InterpreterProcessError, BundleReadError, ProgramError, OutputError,
                           StallSettingError, UntrustedManifestError, StoreError, SigningError, UnknownStoreError,
-                          WorkerSettingError)):
+                          WorkerSettingError, SwitchSettingError)):
         return 2
     if isinstance(error, (RuntimeJitError, WarmupError, BundleError, ManifestError, CompileHung, StoreDown)):
         return 1

@@ -67,7 +67,7 @@ from typing import Iterator, Mapping
 
 from . import triton_compat as _tc
 
-__all__ = ["DamagedFileError", "NotRegularFileError", "read_regular", "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
+__all__ = ["DamagedFileError", "NotRegularFileError", "open_regular", "read_regular", "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
            "problem", "note_damaged", "check_data", "read_checked", "check_files", "read_group_file", "drop_entry",
            "checked_manager_class", "install_checked_manager", "plain_manager_class", "collecting"]
 
@@ -95,6 +95,7 @@ class NotRegularFileError(OSError):
         super().__init__(f"{path} is {what}, not a regular file")
         self.path = path
         self.what = what
+        self.strerror = f"it is {what}, not a regular file"  # (for "<path>: <strerror>" lines; str() is unchanged)
 
 
 def _kind(mode: int) -> str:
@@ -104,6 +105,47 @@ def _kind(mode: int) -> str:
         if test(mode):
             return what
     return "not a regular file"
+
+
+def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
+    """A descriptor of ``path``, a regular file, opened with ``flags`` (``os.O_RDONLY``,
+    ``os.O_WRONLY | os.O_APPEND | os.O_CREAT``, ...; ``mode`` for a file created). Never blocks:
+    the path is looked at first (``lstat``, a symbolic link not followed; a path not there yet
+    is fine with ``O_CREAT``), then opened ``O_NONBLOCK | O_NOFOLLOW`` (a FIFO swapped in
+    meanwhile cannot block the open) and the descriptor checked (``fstat``). The caller closes it.
+
+    Raises:
+        NotRegularFileError: ``path`` is a folder, FIFO, device, socket or symbolic link.
+        OSError: it cannot be opened (``FileNotFoundError``: it is not there, without ``O_CREAT``).
+    """
+    return _open_regular(path, flags, mode)[0]
+
+
+def _open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> tuple[int, os.stat_result]:
+    try:
+        kind = os.lstat(path).st_mode
+    except FileNotFoundError:
+        if not flags & os.O_CREAT:
+            raise
+    else:
+        if not stat.S_ISREG(kind):
+            raise NotRegularFileError(path, _kind(kind))
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # a symbolic link swapped in since the lstat
+            raise NotRegularFileError(path, "a symbolic link") from None
+        if e.errno == errno.ENXIO:  # a FIFO swapped in, opened for writing with no reader
+            raise NotRegularFileError(path, "a FIFO") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFileError(path, _kind(st.st_mode))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
 
 
 def read_regular(path: str) -> bytes:
@@ -116,19 +158,8 @@ def read_regular(path: str) -> bytes:
         NotRegularFileError: ``path`` is a folder, FIFO, device, socket or symbolic link.
         OSError: it cannot be read (``FileNotFoundError``: it is not there).
     """
-    mode = os.lstat(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise NotRegularFileError(path, _kind(mode))
+    fd, st = _open_regular(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        if e.errno == errno.ELOOP:  # a symbolic link swapped in since the lstat
-            raise NotRegularFileError(path, "a symbolic link") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise NotRegularFileError(path, _kind(st.st_mode))
         # os.read to the end, not a file object over the descriptor (~6 us less a file, 4 files a
         # restored key): one read as a rule, then the empty one that proves the end
         chunks = [os.read(fd, st.st_size + 1)]

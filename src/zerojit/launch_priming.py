@@ -50,7 +50,6 @@ up to ``1 + NEW_KEY_RUNS`` times; a config's ``pre_hook`` never runs. Set
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from . import triton_compat as _tc
@@ -59,18 +58,24 @@ from .context import allow_compiles
 from ._launch import SELECT
 from .kernel import _FORCED_CONFIG  # the launch path's own state
 from .kernel import TritonJitKernel, note_driver
+from .switches import switch
 
 __all__ = ["NEW_KEY_RUNS", "PRIME_ENV", "PRIME_LIMIT", "prime_kernel", "priming_disabled"]
 
-#: ``ZEROJIT_PRIME_KERNELS=0`` (or off/false/no) skips :func:`prime_kernel` for the process.
+#: ``ZEROJIT_PRIME_KERNELS=0`` (or off/false/no: :func:`zerojit.switches.switch`) skips
+#: :func:`prime_kernel` for the process.
 PRIME_ENV = "ZEROJIT_PRIME_KERNELS"
 #: The most keys primed per kernel: each costs tens of microseconds after the first.
 PRIME_LIMIT = 1024
 
 
 def priming_disabled() -> bool:
-    """True when :data:`PRIME_ENV` turns priming off."""
-    return os.environ.get(PRIME_ENV, "").strip().lower() in ("0", "off", "false", "no")
+    """True when :data:`PRIME_ENV` turns priming off.
+
+    Raises:
+        zerojit.switches.SwitchSettingError: it holds neither an on nor an off value.
+    """
+    return not switch(PRIME_ENV)
 
 
 def prime_kernel(kernel: Any, keys: list) -> int:

@@ -51,12 +51,14 @@ from typing import Any, Iterable, Sequence
 from . import lint
 from . import triton_compat as _tc
 from .compile_only import current_target_name
+from .integrity import open_regular, read_regular
 from .kernel import KernelDefinitionError, TritonJitKernel
 from .keyspace import DEFAULT_KEY_BUDGET
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedKey, RecordedSpecialization, decode_exact,
                        encode_exact, encode_value, read_manifest, recorded_kernel, write_manifest)
 from .manifest import _hashable  # the manifest's frozen forms of JSON values: learned keys equal recorded ones
 from .specialization import SpecClass
+from .switches import switch
 
 __all__ = ["ENV_VAR", "VERSION", "LOCK_TIMEOUT_S", "LearnedError", "LearnedRecord", "LearnedSkip", "LearnedPlan",
            "learned_path", "enabled", "record_miss", "read_learned", "clear", "merged_manifest",
@@ -176,8 +178,13 @@ def learned_path(cache_dir: str | None = None, target: str | None = None) -> str
 
 
 def enabled() -> bool:
-    """Whether misses are recorded: unless ``ZEROJIT_LEARN=0``."""
-    return os.environ.get(ENV_VAR, "1").strip() != "0"
+    """Whether misses are recorded: unless ``ZEROJIT_LEARN`` is off (``0``, ``false``, ``no``,
+    ``off``: :func:`zerojit.switches.switch`).
+
+    Raises:
+        zerojit.switches.SwitchSettingError: it holds another value (a warm-up checks it first).
+    """
+    return switch(ENV_VAR)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -459,7 +466,7 @@ def _append(path: str, ident: str, function: tuple[str, str], budget: int, line:
                                        "learned (in %s); raise the kernel's key_budget or bound the argument that "
                                        "grows", kernel_name, budget, path)
                     return False
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                fd = open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # (a FIFO there: never waits)
                 try:
                     if state.torn:  # a writer died mid-line: ours starts on a line of its own
                         line = b"\n" + line
@@ -499,9 +506,15 @@ def _catch_up(path: str, state: _FileState) -> None:
         state.counts.clear()
     if st.st_size == state.offset:
         return
-    with open(path, "rb") as f:
-        f.seek(state.offset)
-        data = f.read()
+    fd = open_regular(path)  # a FIFO or device there is refused: its read would wait or never end
+    try:
+        os.lseek(fd, state.offset, os.SEEK_SET)
+        chunks = [os.read(fd, max(st.st_size - state.offset, 0) + 1)]
+        while chunks[-1]:
+            chunks.append(os.read(fd, 1 << 20))
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
     state.offset += len(data)
     state.torn = not data.endswith(b"\n")
     for raw in data.splitlines():
@@ -593,7 +606,9 @@ def read_learned(path: str | os.PathLike, *, target: str | None = None,
     import here. A missing file has no records.
 
     Raises:
-        OSError: the file exists but cannot be read (a folder, no permission).
+        OSError: the file exists but cannot be read (no permission;
+            ``zerojit.integrity.NotRegularFileError``: a folder, FIFO, device or symbolic link,
+            never opened: a FIFO's read would wait for a writer, a device's never end).
     """
     flush()  # this process's own queued misses first
     path = os.fspath(path)
@@ -604,8 +619,7 @@ def read_learned(path: str | os.PathLike, *, target: str | None = None,
     seen: set[str] = set()
     sources: dict[tuple[str, str], str] = {}
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular(path)  # a FIFO or device is refused (NotRegularFileError), never waited on
     except FileNotFoundError:
         return records, skipped
     for number, raw in enumerate(data.splitlines(), start=1):
@@ -669,17 +683,17 @@ def clear(path: str | os.PathLike) -> int:
     (records, and corrupted lines; 0: there was no file).
 
     Raises:
-        OSError: it cannot be removed; filelock.Timeout: its lock was held past
-            :data:`LOCK_TIMEOUT_S`.
+        OSError: it cannot be removed (``zerojit.integrity.NotRegularFileError``: a folder, FIFO,
+            device or symbolic link is there, left as it is); filelock.Timeout: its lock was held
+            past :data:`LOCK_TIMEOUT_S`.
     """
     from filelock import FileLock
 
     path = os.fspath(path)
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         return 0
     with FileLock(path + ".lock", timeout=LOCK_TIMEOUT_S):
-        with open(path, "rb") as f:
-            lines = sum(1 for raw in f if raw.strip())
+        lines = sum(1 for raw in read_regular(path).splitlines() if raw.strip())  # (a FIFO: refused)
         os.remove(path)
     with _STATE_LOCK:
         _FILES.pop(path, None)

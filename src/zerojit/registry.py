@@ -40,6 +40,7 @@ from .autotune import TunedKey
 from .generic import file_variants, plan as generic_plan
 from .kernel import TritonJitKernel
 from .manifest import RecordedKernel, read_manifest, warmup_plan
+from .switches import check_switches
 from .warmup_store import StoreOutcome, WarmupStore, open_store
 from .reports import (KernelWarmup, NoTargetError, WarmupError, WarmupFailure, WarmupReport, WarmupStats,
                       count as count)
@@ -548,6 +549,8 @@ class JitWarmupRegistry:
             OSError: ``manifest`` cannot be read.
             ValueError: ``target`` names another target than the one this process compiles for;
                 ``push`` without ``store``.
+            zerojit.switches.SwitchSettingError: ``ZEROJIT_LEARN``, ``ZEROJIT_RESTORE`` or
+                ``ZEROJIT_PRIME_KERNELS`` holds no on/off value.
             zerojit.warmup_store.UnknownStoreError: a store URL of no known scheme;
                 ``zerojit.fleet``'s ``StoreError`` (a bad URL, ``redis`` missing) and
                 ``SigningError`` (no trusted key; ``push`` without a signing key): all before
@@ -561,6 +564,7 @@ class JitWarmupRegistry:
                              ">= 1 (or None: chosen from the cores and the keys)")
         if push and store is None:
             raise ValueError("warmup(push=True) needs store=: the store to publish the warm-up's entries to")
+        check_switches()  # a bad ZEROJIT_LEARN / _RESTORE / _PRIME_KERNELS fails here, before anything runs
         start = time.perf_counter()
         opened = open_store(store, push=push) if store is not None else None
         try:

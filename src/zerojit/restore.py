@@ -81,6 +81,7 @@ from typing import Any, Iterator, Sequence
 
 from . import triton_compat as _tc
 from .cache import cache_dir, use_fast_triton_key
+from .switches import switch
 from .integrity import digests_of, plain_manager_class, read_checked, read_group_file
 from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
@@ -125,7 +126,7 @@ def index_path(digest: str, target: Any, kind: str = "restore") -> str:
 
 def _supported() -> bool:
     manager = plain_manager_class(_tc.cache_manager_class())  # zerojit's managers wrap Triton's
-    return (os.environ.get("ZEROJIT_RESTORE", "1") != "0" and not _tc.interpreting()
+    return (switch("ZEROJIT_RESTORE") and not _tc.interpreting()
             and manager in (None, _tc.default_cache_manager))  # None: Triton's default, the file cache
 
 
