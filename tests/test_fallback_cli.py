@@ -94,6 +94,17 @@ def test_fallback_with_a_comparison_warmup_conflicts(warmup):
              f"--warmup {warmup} and --jit-monitor-mode fallback conflict")
 
 
+@pytest.mark.parametrize("flags, mode", [(("--swap", "immediate"), "error"),
+                                         (("--fallback-miss", "error", "--jit-monitor-mode", "warn"), "warn"),
+                                         (("--background-workers", "3", "--jit-monitor-mode", "off"), "off"),
+                                         (("--swap", "never", "--warmup", "none"), "warn")])
+def test_a_fallback_flag_outside_fallback_mode_is_refused_not_ignored(flags, mode):
+    """A fallback option given where the run serves in another mode would change nothing: exit 2,
+    naming the flag and the mode (the compile-only default is error mode)."""
+    one_line(invoke(*RUN, *flags), 2, f"zerojit run: {flags[0]} {flags[1]} applies in fallback mode only, and this "
+             f"run serves in {mode} mode")
+
+
 def test_the_cut_with_a_comparison_warmup_conflicts():
     one_line(invoke(*RUN, "--warmup", "none", "--cut-keyspace"), 2, "--warmup none and --cut-keyspace conflict")
 
@@ -234,6 +245,13 @@ def test_exec_json_to_stdout_is_pure_json_and_counts_a_blocked_miss(recorded):
     assert data["exit_status"] == 1 and data["blocked"] == 1
     assert (data["runtime_compiles"], data["request_path_compiles"]) == (1, 0)
     assert "zerojit exec: 0 monitored launches, 1 runtime compile (1 blocked)" in done.stderr
+
+
+@pytest.mark.parametrize("flags", [("--swap", "immediate"), ("--background-workers", "2"), ("--fallback-miss", "error")])
+def test_exec_refuses_a_fallback_flag_in_error_mode_before_running_the_program(recorded, flags):
+    result = invoke("exec", "--manifest", str(recorded / "m.json"), *flags, "--", "python", str(recorded / "app.py"))
+    assert "ran" not in result.output
+    one_line(result, 2, f"zerojit exec: {' '.join(flags)} applies in fallback mode only", "serves in error mode")
 
 
 def test_exec_refuses_an_unwritable_json_before_running_the_program(recorded):

@@ -420,6 +420,17 @@ def _background_workers_option() -> Any:
                         help="fallback mode: background compile worker processes (at nice 19)")
 
 
+def _check_fallback_flags(command: str, ctx: typer.Context, mode: str) -> None:
+    """Refuse (exit 2) ``--swap``, ``--fallback-miss`` or ``--background-workers`` given on the
+    command line where the run serves in ``mode``, not fallback: they would change nothing.
+    (``--no-generic`` is not refused: a run outside fallback mode that warms no generic variant
+    does what it asks.)"""
+    for name in ("swap", "fallback_miss", "background_workers"):
+        if mode != "fallback" and ctx.get_parameter_source(name).name == "COMMANDLINE":
+            _refuse(command, f"{_given(ctx, name, ctx.params[name])} applies in fallback mode only, and this run "
+                    f"serves in {mode} mode: leave it out, or pass --jit-monitor-mode fallback")
+
+
 def _configure_fallback(mode: str | None, swap: str, fallback_miss: str, workers: int) -> None:
     """Give the process monitor these fallback options (``monitor.configure(mode, fallback=)``)
     when it serves in fallback mode."""
@@ -609,6 +620,7 @@ def run_command(
     # A run that serves in fallback mode has the process's one fallback server in its own
     # monitor: the process monitor stays off then.
     from_flag = ctx.get_parameter_source("jit_monitor_mode").name == "COMMANDLINE"
+    _check_fallback_flags("run", ctx, options.monitor_mode)
     fallback = options.monitor_mode == "fallback"
     apply_jit_monitor_mode("off" if fallback else jit_monitor_mode if from_flag else None)
     _capped_workers("run", workers)
@@ -1000,6 +1012,7 @@ def warmup_command(
 @_user_errors("exec")
 @_stdout_is_for("json_out")
 def exec_command(
+    ctx: typer.Context,
     command: list[str] = typer.Argument(..., metavar="COMMAND...", help=_PROGRAM_HELP),
     manifest: str = typer.Option(..., "--manifest", metavar="MANIFEST", help="a manifest from zerojit record"),
     target: Optional[str] = typer.Option(None, "--target", metavar="TARGET",
@@ -1077,6 +1090,7 @@ def exec_command(
     chosen = _manifest_target("exec", target, manifest)
     opened = _warmup_store("exec", store, push, connect_timeout, op_timeout)
     mode = jit_monitor_mode or ("error" if chosen else "fallback")  # (chosen: a compile-only target)
+    _check_fallback_flags("exec", ctx, mode)
     apply_jit_monitor_mode(mode)
     _configure_fallback(mode, swap, fallback_miss, background_workers)
     blocked = None
