@@ -99,8 +99,8 @@ def test_the_background_compile_is_real_and_between_requests_swaps_in_the_specia
         entry = os.path.join(knobs.cache.dir, entry_name(digest))
         assert any(f.endswith(".cubin") for f in os.listdir(entry))
         counts = monitor.counts()
-        assert (counts.request_path_compiles, counts.fallback_launches, counts.background_compiles, counts.swaps) == (
-            0, 1, 1, 1)
+        assert (counts.request_path_compiles, counts.fallback_launches, counts.background_compiles, counts.swaps,
+                counts.background_failures) == (0, 1, 1, 1, 0)
 
 
 def test_swap_immediate_needs_no_call_and_never_never_swaps(fresh):
@@ -160,6 +160,7 @@ def test_a_failing_background_compile_is_reported_and_the_generic_variant_keeps_
         assert div_n_kernel[(1,)](x, 1) is served
         counts = monitor.counts()
         assert (counts.request_path_compiles, counts.background_compiles, counts.swaps) == (0, 0, 0)
+        assert counts.background_failures == 1  # what run's and exec's closing lines and JSON report
 
 
 def test_a_worker_killed_mid_compile_is_replaced_and_the_request_retried(fresh):

@@ -1146,7 +1146,7 @@ def exec_command(
         # (counts without the serving fields: a runtime compile that was not blocked waited on the request path)
         served = {name: getattr(counts, name, default) for name, default in (
             ("request_path_compiles", compiles - counts.blocked), ("fallback_launches", 0), ("background_compiles", 0),
-            ("swaps", 0))}
+            ("swaps", 0), ("background_failures", 0))}
         line = (f"zerojit exec: {count(counts.launches, 'monitored launch', 'monitored launches')}, "
                 f"{count(compiles, 'runtime compile')}" + (f" ({counts.blocked} blocked)" if counts.blocked else "")
                 + (f", {count(counts.benchmarks, 'autotune benchmark')}" if counts.benchmarks else ""))
@@ -1155,6 +1155,8 @@ def exec_command(
                      f"{count(served['fallback_launches'], 'fallback launch', 'fallback launches')}, "
                      f"{count(served['background_compiles'], 'background compile')}"
                      + ("" if idle in (None, True) else " (still compiling at the deadline)")
+                     + (f" ({served['background_failures']} failed: their generic variants kept serving)"
+                        if served["background_failures"] else "")
                      + f", {count(served['swaps'], 'swap')}")
         typer.echo(line, err=True)
     elif mode == "off":  # nothing installed: a compile at run time goes unseen, and the status cannot say
@@ -1175,7 +1177,7 @@ def exec_command(
                 "blocked": counts.blocked if counts is not None else None,
                 "benchmarks": counts.benchmarks if counts is not None else None,
                 **{name: served.get(name) for name in ("request_path_compiles", "fallback_launches",
-                                                      "background_compiles", "swaps")},
+                                                      "background_compiles", "swaps", "background_failures")},
                 "background_idle": idle, "untuned_tuning_keys": len(policy.decisions), "exit_status": status}
         _write_output("exec", "--json", json_out, json.dumps(data, indent=2))
     raise typer.Exit(status)

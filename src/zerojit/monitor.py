@@ -746,6 +746,9 @@ class MonitorCounts:
     #: specialized keys a background worker made ready (compiled, or found on disk) (fallback mode)
     background_compiles: int = 0
     swaps: int = 0  #: specialized variants swapped in over the generic one (fallback mode)
+    #: background compiles that gave no variant (failed twice, or the compile failed): their
+    #: generic variant keeps serving (fallback mode; each is a ``zerojit.serving.failures()`` entry)
+    background_failures: int = 0
 
     @property
     def any_runtime_compile(self) -> bool:
@@ -1040,7 +1043,8 @@ class JitMonitor:
             raise TypeError(f"JitMonitor(fallback=...) takes a FallbackOptions, not {type(fallback).__name__}")
         self._fallback = fallback or FallbackOptions()
         self._attachment: Any = None  # the serving layer's, while installed in fallback mode
-        self._fallback_done = {"fallback_launches": 0, "background_compiles": 0, "swaps": 0}  # of past attachments
+        self._fallback_done = {"fallback_launches": 0, "background_compiles": 0, "swaps": 0,  # of past attachments
+                               "background_failures": 0}
         self._learn = learn
         self._growth = GrowthTracker(growth_limit)
         self._no_warmup_note = no_warmup_note
@@ -1265,8 +1269,9 @@ class JitMonitor:
         return tuple(m.compile for m in self.misses() + self.direct_compiles())
 
     def counts(self) -> MonitorCounts:
-        """The totals (:class:`MonitorCounts`); ``fallback_launches``, ``background_compiles``
-        and ``swaps`` include those of earlier fallback-mode installs of this monitor."""
+        """The totals (:class:`MonitorCounts`); ``fallback_launches``, ``background_compiles``,
+        ``swaps`` and ``background_failures`` include those of earlier fallback-mode installs of
+        this monitor."""
         with self._lock:
             misses = list(self._misses.values())
             direct = list(self._direct.values())

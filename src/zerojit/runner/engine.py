@@ -583,7 +583,8 @@ class StepTimes:
 class RunReport:
     """Everything ``zerojit run`` reports; :meth:`to_dict` is its ``--json`` output.
 
-    ``request_path_compiles``, ``fallback_launches``, ``background_compiles``, ``swaps``: the
+    ``request_path_compiles``, ``fallback_launches``, ``background_compiles``, ``swaps``,
+    ``background_failures``: the
     monitor's counts of the same names (:class:`~zerojit.monitor.MonitorCounts`; a request-path
     compile is a runtime compile that compiled or loaded, not one error mode blocked). ``background_idle``: in fallback mode,
     whether the background compiles had all ended when the report was made (None: other modes).
@@ -623,6 +624,7 @@ class RunReport:
     background_compiles: int = 0
     swaps: int = 0
     background_idle: bool | None = None
+    background_failures: int = 0
     cut: tuple[str, ...] = ()
     graphs: GraphReport | None = None
 
@@ -668,6 +670,7 @@ class RunReport:
             "background_compiles": self.background_compiles,
             "swaps": self.swaps,
             "background_idle": self.background_idle,
+            "background_failures": self.background_failures,
             "cut_keyspace": list(self.cut),
             "request_path": self.request_path.to_dict(),
             "first_step_ms": round(self.first_step_ms, 3),
@@ -747,8 +750,11 @@ class RunReport:
         return "\n".join(lines)
 
     def serving_counts(self) -> str:
-        """Fallback mode's four counts, as the monitor line gives them."""
+        """Fallback mode's four counts, as the monitor line gives them (and the background
+        compiles that failed, where any did)."""
         idle = "" if self.background_idle in (None, True) else f" (still compiling after {BACKGROUND_WAIT_S:.0f} s)"
+        if self.background_failures:
+            idle += f" ({self.background_failures} failed: their generic variants kept serving)"
         return (f"{count(self.request_path_compiles, 'request-path compile')}, "
                 f"{count(self.fallback_launches, 'fallback launch', 'fallback launches')}, "
                 f"{count(self.background_compiles, 'background compile')}{idle}, {count(self.swaps, 'swap')}")
@@ -886,7 +892,7 @@ def run(options: RunOptions | None = None, *, group: Any = None, before_first_st
         request_path_compiles=getattr(counts, "request_path_compiles", runtime_compiles - counts.blocked),
         fallback_launches=getattr(counts, "fallback_launches", 0),
         background_compiles=getattr(counts, "background_compiles", 0), swaps=getattr(counts, "swaps", 0),
-        background_idle=idle, cut=tuple(cut), graphs=graphs.report if graphs is not None else None,
+        background_failures=getattr(counts, "background_failures", 0), background_idle=idle, cut=tuple(cut), graphs=graphs.report if graphs is not None else None,
     )
     return report
 

@@ -128,7 +128,7 @@ class FallbackServer:
         self._lock = threading.Lock()
         self._intercepted: dict[int, Any] = {}  # id(jit function) -> it
         self._placeholders: dict[tuple[int, Any, str], FallbackVariant] = {}  # (id(fn), device, key) -> it
-        self._base = {"background_compiles": 0, "swaps": 0}  # counted before the last reset()
+        self._base = {"background_compiles": 0, "swaps": 0, "background_failures": 0}  # counted before the last reset()
         self.swapper = Swapper(options.swap)
         self.background = BackgroundCompiler(workers=options.workers, nice=options.nice, on_ready=self._ready,
                                              build=options.swap != "never",
@@ -180,19 +180,22 @@ class FallbackServer:
     def counts(self, launches: Mapping[int, int]) -> dict[str, int]:
         """``fallback_launches`` (per served key: the launches zerojit's launch path reported of
         its :class:`FallbackVariant`, or the misses it served where that is more: a raw launch
-        reports no hit), ``background_compiles`` and ``swaps``, since the last :meth:`reset`."""
+        reports no hit), ``background_compiles``, ``swaps`` and ``background_failures``, since
+        the last :meth:`reset`."""
         with self._lock:
             placeholders = list(self._placeholders.values())
         return {"fallback_launches": sum(max(p.served, launches.get(id(p), 0)) for p in placeholders),
                 "background_compiles": self.background.compiled - self._base["background_compiles"],
-                "swaps": self.swapper.swaps - self._base["swaps"]}
+                "swaps": self.swapper.swaps - self._base["swaps"],
+                "background_failures": len(self.background.failures) - self._base["background_failures"]}
 
     def reset(self) -> None:
         """Count from zero again (the monitor's reset, which forgets the launches it saw too)."""
         with self._lock:
             for p in self._placeholders.values():
                 p.served = 0
-            self._base = {"background_compiles": self.background.compiled, "swaps": self.swapper.swaps}
+            self._base = {"background_compiles": self.background.compiled, "swaps": self.swapper.swaps,
+                          "background_failures": len(self.background.failures)}
 
     # -- serving ---------------------------------------------------------------------------------
 
