@@ -265,8 +265,13 @@ def test_launches_through_zerojit_count_every_fallback_launch_and_the_audit_list
         counts = monitor.counts()
         assert (counts.fallback_launches, counts.launches, counts.request_path_compiles) == (3, 3, 0)
         audit = build_audit(None, monitor)
-        assert audit.kernels == () and audit.fallback_launches == 3  # no "unwarmed hit" of the generic variant
+        assert audit.fallback_launches == 3
+        (coverage,) = audit.kernels  # its launches served, counted per kernel: no "unwarmed hit" of the generic variant
+        assert (coverage.kernel, coverage.fallback_launches, coverage.unwarmed_hits, coverage.misses) == (
+            kernel.name, 3, (), ())
         assert "fallback: 0 request-path compiles, 3 fallback launches" in audit.table()
+        assert "  SERVED  3 launches in classes the warm-up lacked, by generic variants" in audit.table()
+        assert type(audit).from_dict(audit.to_dict()) == audit
         assert serving.wait_idle(WAIT_S) and serving.between_requests() == 1
         kernel(x=x, out=out, n=17)  # the specialized variant now: no more fallback launches
         assert monitor.counts().fallback_launches == 3

@@ -165,8 +165,12 @@ def test_the_cut_in_fallback_mode_is_served_with_no_request_path_compile(tmp_pat
     assert data["request_path_compiles"] == 0
     assert data["fallback_launches"] >= RUNNER_KERNELS
     assert data["background_compiles"] == data["swaps"] == RUNNER_KERNELS
-    assert data["background_idle"] is True
+    assert data["background_idle"] is True and data["background_failures"] == 0
     assert "zero request-path compiles" in done.stdout
+    # the audit counts the served launches per kernel, and calls no dead key beside them "not a bug"
+    served = {k["kernel"]: k["fallback_launches"] for k in data["audit"]["detail"]["kernels"]}
+    assert sum(served.values()) == data["fallback_launches"] and len([n for n in served.values() if n]) == RUNNER_KERNELS
+    assert "no miss, so not a bug" not in done.stdout and "dead keys beside misses the fallback served" in done.stdout
     # the warm-up's generic variants (one per group: 20 for the 21 keys) in the summary and the JSON
     assert data["warmup"]["generic_variants"] == 20 and "keys + 20 generic variants in " in done.stdout
     assert "generic variants: " in done.stdout and data["warmup"]["learned_skipped"] == []

@@ -157,6 +157,9 @@ class KernelCoverage:
     misses: tuple[RuntimeMiss, ...] = ()
     unwarmed_hits: tuple[UnwarmedHit, ...] = ()
     hits: int = 0  #: launches of warmed variants (a variant several keys share is counted once)
+    #: launches a generic variant served in place of a key the warm-up lacked (fallback mode):
+    #: misses that compiled nothing on the request path, learned for the next warm-up
+    fallback_launches: int = 0
 
     @property
     def hit(self) -> tuple[WarmedKey, ...]:
@@ -239,7 +242,10 @@ class CoverageAudit:
             return all(w.key.startswith("RecordedKey(") for w in k.warmed)
 
         untuned = [k.kernel for k in self.kernels if k.dead and all(w.key.startswith("TunedKey(") for w in k.dead)]
-        unreached = [k.kernel for k in self.kernels if k.dead and not k.misses and k.kernel not in untuned]
+        served = [k.kernel for k in self.kernels if k.dead and not k.misses and k.fallback_launches
+                  and k.kernel not in untuned]
+        unreached = [k.kernel for k in self.kernels if k.dead and not k.misses and not k.fallback_launches
+                     and k.kernel not in untuned]
         beside = [k.kernel for k in self.kernels if k.dead and k.misses and not near_dead(k)]
         suspect = [k.kernel for k in self.kernels if k.dead and near_dead(k) and not recorded(k)]
         unrecorded = [k.kernel for k in self.kernels if k.dead and near_dead(k) and recorded(k)]
@@ -250,6 +256,10 @@ class CoverageAudit:
         if unreached:
             notes.append(f"dead = warmed, never hit by this run ({', '.join(unreached)}): keys of the declared key "
                          "space that this traffic did not reach; no miss, so not a bug")
+        if served:
+            notes.append(f"dead keys beside misses the fallback served ({', '.join(served)}): this traffic launched "
+                         "those kernels in classes the warm-up lacked (each served by a generic variant, compiled in "
+                         "the background and learned for the next warm-up); `zerojit learned show` names them")
         if beside:
             notes.append(f"dead keys beside misses nearest to other keys ({', '.join(beside)}): keys of the declared "
                          "key space that this traffic did not reach; each MISS is explained by its own nearest key")
@@ -298,6 +308,7 @@ class CoverageAudit:
                                for w in k.warmed],
                     "misses": [miss(m) for m in k.misses],
                     "unwarmed_hits": [dataclasses.asdict(u) for u in k.unwarmed_hits],
+                    "fallback_launches": k.fallback_launches,
                 }
                 for k in self.kernels
             ],
@@ -320,6 +331,7 @@ class CoverageAudit:
                     misses=tuple(miss(m) for m in k["misses"]),
                     unwarmed_hits=tuple(UnwarmedHit(**u) for u in k.get("unwarmed_hits", ())),
                     hits=k.get("hits", 0),
+                    fallback_launches=k.get("fallback_launches", 0),
                 )
                 for k in data["kernels"]
             ),
@@ -363,6 +375,9 @@ class CoverageAudit:
                             lines.append(f"          -> {m.hints[i]}")
             for u in k.unwarmed_hits:
                 lines.append(f"  other {u.triton_key}  ({count(u.hits, 'launch', 'launches')} of a variant neither warmed nor monitored)")
+            if k.fallback_launches:
+                lines.append(f"  SERVED  {count(k.fallback_launches, 'launch', 'launches')} in classes the warm-up lacked, "
+                             "by generic variants (fallback mode: no request-path compile)")
         for d in self.direct:
             lines.append(f"direct triton.compile after warm-up: {d.arguments} "
                          f"({d.compiled} compiled, {d.disk_loads} from disk cache)")
@@ -436,6 +451,7 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
     variant_hits: dict[int, int] = {}
     miss_hits: dict[tuple[int, str], int] = {}
     unwarmed: dict[str, dict[str, int]] = {}
+    served: dict[str, int] = {}  # kernel name -> launches generic variants served in place of a key
     miss_keys = {(id(fn), m.compile.triton_key) for fn, m in zip(snap.miss_fns, snap.misses)}
     for launch in snap.launches:
         ident = id(launch.compiled)
@@ -443,6 +459,7 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
             variant_hits[ident] = variant_hits.get(ident, 0) + launch.count
             continue
         if getattr(launch.compiled, "zerojit_fallback", False):  # a generic variant in place of a key: fallback_launches
+            served[launch.kernel.name] = served.get(launch.kernel.name, 0) + launch.count
             continue
         fn_key = (id(getattr(launch.kernel, "kernel", None)), launch.triton_key or "")
         if fn_key in miss_keys:
@@ -465,7 +482,7 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
     for fn, m in zip(snap.miss_fns, snap.misses):
         hits = miss_hits.get((id(fn), m.compile.triton_key), 0)
         entry(m.compile.kernel)["misses"].append(_miss_from(m, hits))
-    for name in unwarmed:
+    for name in [*unwarmed, *served]:
         entry(name)
     kernels = tuple(
         KernelCoverage(
@@ -474,6 +491,7 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
             misses=tuple(parts["misses"]),
             unwarmed_hits=tuple(UnwarmedHit(k, n) for k, n in unwarmed.get(name, {}).items()),
             hits=sum(variant_hits.get(i, 0) for i in parts["variants"]),
+            fallback_launches=served.get(name, 0),
         )
         for name, parts in order.items()
     )

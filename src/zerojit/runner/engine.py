@@ -718,14 +718,19 @@ class RunReport:
             f"  KV cache     {self.kv_cache.summary()}",
         ]
         counts = self.audit_counts()
+        served = sum(k.fallback_launches for k in self.audit.kernels)
         lines.append(f"  audit        {count(counts['warmed'], 'warmed key')}, {counts['dead']} dead, "
-                     f"{counts['misses']} missed")
+                     f"{counts['misses']} missed" + (f", {count(served, 'launch', 'launches')} of missing keys served by "
+                                                     "generic variants" if served else ""))
         for k in self.audit.kernels:  # a table: the nouns agree with the numbers beside them
             lines.append(f"    {k.kernel:<36} {len(k.warmed):>3} warmed {len(k.dead):>3} dead {k.hits:>8} "
                          f"{'hit ' if k.hits == 1 else 'hits'} {k.runtime_compiles:>4} "
                          f"{'miss' if k.runtime_compiles == 1 else 'misses'}")
             lines += [f"      dead: {w.key}" for w in k.dead]
             lines += [f"      MISS: {m.arguments} ({m.nearest})" for m in k.misses]
+            if k.fallback_launches:
+                lines.append(f"      SERVED: {count(k.fallback_launches, 'launch', 'launches')} in classes the warm-up "
+                             "lacked, by a generic variant (compiled in the background, learned)")
         lines += [f"    note: {n}" for n in self.audit.dead_notes()]
         if self.checks is not None:
             ch = self.checks
