@@ -546,6 +546,16 @@ def test_learned_show_clear_and_merge_into_a_manifest_that_warms(dry, tmp_path):
     _, added, skips = learned.merge_into_manifest([path], tmp_path / "api.json", base=out)
     assert (added, skips) == (0, []) and read_manifest(tmp_path / "api.json") == manifest
 
+    # a key of a function of the program's __main__: its source is in the program's manifest only
+    record = {**lines(path)[0], "module": "__main__"}
+    main_file = tmp_path / "main.jsonl"
+    main_file.write_text(json.dumps(record) + "\n")
+    manifest_main, added, skips = learned.merged_manifest([main_file])
+    assert (added, manifest_main.kernels) == (0, ())
+    assert [(s.where, s.reason) for s in skips] == [(f"{main_file}:1", (
+        "defined in the program's __main__: a manifest warms it from the source the program's recording carries; "
+        "merge with that manifest as the base (--manifest, base=)"))]
+
     cleared = invoke("learned", "clear", "--cache-dir", cache, "--target", "cuda:90")
     assert cleared.exit_code == 0 and f"removed {path} (1 line)" in cleared.output
     assert not os.path.exists(path)

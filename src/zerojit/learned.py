@@ -710,8 +710,10 @@ def merged_manifest(paths: Iterable[str | os.PathLike], *, base: Manifest | None
     """``base`` (default: an empty manifest of this Triton) with the learned keys of ``paths``
     added to its kernels (a kernel it lacks appended), each key once; returns the manifest, the
     keys added and every record skipped (as :func:`read_learned` skips, without importing: the
-    warm-up of the manifest checks the sources; and a record whose function the base recorded
-    with another source hash or other parameters).
+    warm-up of the manifest checks the sources; a record whose function the base recorded
+    with another source hash or other parameters; and one of a function of the program's
+    ``__main__`` the base does not carry, whose source only the program's recorded manifest
+    holds).
 
     Raises:
         LearnedError: ``base`` was recorded with another Triton version, or the records are for
@@ -743,6 +745,11 @@ def merged_manifest(paths: Iterable[str | os.PathLike], *, base: Manifest | None
         if k is not None and k.parameters != r.parameters:
             skipped.append(LearnedSkip(where, r.function, f"parameters {list(r.parameters)} differ from the base "
                                        f"manifest's {list(k.parameters)}"))
+            continue
+        if k is None and r.module == "__main__":  # its source travels in the program's own manifest only
+            skipped.append(LearnedSkip(where, r.function, "defined in the program's __main__: a manifest warms it "
+                                       "from the source the program's recording carries; merge with that manifest "
+                                       "as the base (--manifest, base=)"))
             continue
         if k is None:
             k = KernelRecord(r.module, r.qualname, r.source_hash, r.parameters, r.constexprs, ())
