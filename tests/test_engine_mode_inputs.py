@@ -95,6 +95,14 @@ def test_as_custom_op_refuses_bad_types_names_and_redefinitions_naming_the_argum
         as_custom_op(kernel, "ts_str_mutates", mutates_args="out")  # (was: "'o' is no input")
     with pytest.raises(TypeError, match=r"host_values='scale' is a str"):
         as_custom_op(kernel, "ts_str_mutates", host_values="scale")
+    with pytest.raises(TypeError, match=r"mutates_args=b'out' is a bytes"):
+        as_custom_op(kernel, "ts_str_mutates", mutates_args=b"out")
+    with pytest.raises(TypeError, match=r"mutates_args=None: pass a tuple of input names"):
+        as_custom_op(kernel, "ts_str_mutates", mutates_args=None)
+    with pytest.raises(TypeError, match=r"mutates_args='unknown' is not taken: name the tensor inputs"):
+        as_custom_op(kernel, "ts_str_mutates", mutates_args="unknown")
+    with pytest.raises(KernelDefinitionError, match=r"TunedScale is a kernel class: pass an instance \(TunedScale\(\)"):
+        as_custom_op(TunedScale)
     keep = lambda outs, inputs: inputs["out"]  # noqa: E731
     op = as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=keep, types={"scale": "float?"})
     assert as_custom_op(kernel, "ts_once", mutates_args=("out",), restore=keep, types={"scale": "float?"}) is op

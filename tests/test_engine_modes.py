@@ -27,6 +27,15 @@ from zerojit.monitor import JitMonitor
 from zerojit.runner.metadata import KERNELS, DecodeBuffers, MetadataOps, build_step_inputs, step_metadata
 from zerojit.runner.scheduler import Batch
 
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+
+@triton.jit(do_not_specialize=["n"])
+def _parity_kernel(x_ptr, out_ptr, n, EVEN: tl.constexpr):
+    pass
+
+
 CUSTOM_OPS = MetadataOps(name="custom ops", **{KERNEL_NAMES[k]: op for k, op in OPS.items()})
 TOKEN_COUNTS = (1, 2, 3, 16, 17, 1000, 8192)
 
@@ -259,6 +268,59 @@ def test_a_length_check_keeps_a_dynamic_size_symbolic(compile_only_target):
     assert torch_compat.dynamo_counts() == {"graph_breaks": 0, "unique_graphs": 2}
     with pytest.raises(Exception, match="argument 'out': must have len\\(x\\) = s\\d+ entries, got s\\d+"):  # (traced: sizes)
         compiled(torch.empty(96), bias, torch.empty(95))
+
+
+def test_a_fact_from_a_dynamic_size_picks_its_key_with_a_guard(compile_only_target, caplog):
+    """A fact computed from ``len(x)`` (its parity) under a dynamic trace is a SymBool: decided
+    there (a guard), so each parity is one graph and the facts memo works (a SymBool in it made
+    torch log a failed evaluate_expr on every trace)."""
+    import logging
+    from dataclasses import dataclass as frozen_key
+
+    from zerojit.engine_modes import as_custom_op
+    from zerojit.inputs import CheckedKernel, Let, TensorArg, checked_launcher
+    from zerojit.kernel import LaunchSpec
+    from zerojit.registry import JitWarmupRegistry
+    from zerojit.specialization import WarmupTensor
+
+    class Parity(CheckedKernel["Parity.CompileKey"]):
+        kernel = _parity_kernel
+
+        @frozen_key(frozen=True)
+        class CompileKey:
+            even: bool
+
+        def dispatch(self, *, even):
+            return self.CompileKey(bool(even))
+
+        def get_warmup_keys(self):
+            return [self.CompileKey(True), self.CompileKey(False)]
+
+        def warmup_inputs(self, key):
+            t = WarmupTensor(torch.float32, (64 if key.even else 65,))
+            return dict(x=t, out=t)
+
+        @checked_launcher(TensorArg("x", 1, torch.float32), TensorArg("out", 1, torch.float32, length="len(x)"),
+                          Let("even", "len(x) % 2 == 0"))
+        def __call__(self, key, constexprs, *, x, out):
+            return LaunchSpec(grid=(1,), kwargs=dict(constexprs, n=x.shape[0]), returns=out)
+
+    parity = Parity()
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        parity.register_warmup()
+    report = registry.warmup(workers=1, progress=False)
+    op = as_custom_op(parity, "parity_sized", mutates_args=("out",))
+    compiled = torch.compile(lambda x, o: op(x=x, out=o), backend="eager", fullgraph=True)
+    with caplog.at_level(logging.WARNING), JitMonitor("error", report=report) as mon:
+        for n in (64, 65, 66, 67):
+            x, out = torch.empty(n), torch.empty(n)
+            torch._dynamo.mark_dynamic(x, 0)
+            torch._dynamo.mark_dynamic(out, 0)
+            compiled(x, out)
+    assert torch_compat.dynamo_counts() == {"graph_breaks": 0, "unique_graphs": 2}
+    assert runtime_compiles(mon) == 0 and launch_counts(mon) == {"parity": 4}
+    assert not [r for r in caplog.records if "evaluate_expr" in r.getMessage()]
 
 
 def test_an_input_sized_by_tensor_values_is_named_when_traced(warmed):

@@ -105,6 +105,12 @@ def test_a_fallback_flag_outside_fallback_mode_is_refused_not_ignored(flags, mod
              f"run serves in {mode} mode")
 
 
+def test_every_fallback_flag_given_outside_fallback_mode_is_named():
+    one_line(invoke(*RUN, "--fallback-miss", "error", "--swap", "immediate"), 2,
+             "zerojit run: --swap immediate and --fallback-miss error apply in fallback mode only, and this run "
+             "serves in error mode: leave them out")
+
+
 def test_the_cut_with_a_comparison_warmup_conflicts():
     one_line(invoke(*RUN, "--warmup", "none", "--cut-keyspace"), 2, "--warmup none and --cut-keyspace conflict")
 

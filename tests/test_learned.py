@@ -390,13 +390,15 @@ def test_a_learned_file_that_is_a_fifo_or_device_is_never_waited_on(dry, caplog,
         launch_64()
         assert learned.flush(timeout=5.0)  # the writer thread did not block on the node
     warned = [r.getMessage() for r in caplog.records if r.name == "zerojit.learned"]
-    assert warned == [f"zerojit: cannot write the learned-keys file {path}: it is {kind}, not a regular file "
-                      f"({path}); misses are not learned, serving goes on"]
+    assert warned == [f"zerojit: cannot write the learned-keys file {path}: it is {kind}, not a regular file; "
+                      "misses are not learned, serving goes on"]
     report = warm((paged_scale, dict(block=64)))
     assert report.learned == 0 and report.ok
     assert [(s.where, s.reason) for s in report.learned_skipped] == [
-        (path, f"cannot be read: {path} is {kind}, not a regular file")]
+        (path, f"cannot be read: it is {kind}, not a regular file")]
     assert (stat.S_ISFIFO if node == "fifo" else stat.S_ISLNK)(os.lstat(path).st_mode)
+    assert learned.clear(path) == 0 and not os.path.lexists(path)  # removed, never opened: learning can go on
+    assert os.path.exists("/dev/zero")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -628,11 +630,21 @@ def test_learned_commands_refuse_bad_input_in_one_line(tmp_path, monkeypatch):
     fifo = learned.learned_path(str(tmp_path), "cuda:90")
     os.makedirs(os.path.dirname(fifo))
     os.mkfifo(fifo)  # each command would wait for a writer for ever
-    for command, verb in (("show", "read"), ("clear", "removed"), ("merge", "read")):
+    for command in ("show", "merge"):
         extra = ("-o", str(tmp_path / "m.json")) if command == "merge" else ()
         one_line_exit_2(invoke("learned", command, "--target", "cuda:90", "--cache-dir", str(tmp_path), *extra),
-                        f"zerojit learned {command}: {fifo}: cannot be {verb}: it is a FIFO, not a regular file")
-    os.unlink(fifo)
+                        f"zerojit learned {command}: {fifo}: cannot be read: it is a FIFO, not a regular file")
+    cleared = invoke("learned", "clear", "--target", "cuda:90", "--cache-dir", str(tmp_path))
+    assert cleared.exit_code == 0 and f"removed {fifo} (0 lines)" in cleared.output, cleared.output
+    assert not os.path.lexists(fifo)
+    if os.path.exists(fifo + ".lock"):  # (filelock leaves its file; the clear above took it)
+        os.unlink(fifo + ".lock")
+    os.makedirs(fifo)  # a folder or a device is left alone, and no lock file is made beside it
+    one_line_exit_2(invoke("learned", "clear", "--file", "/dev/null"), "cannot be removed: it is a device")
+    assert not os.path.exists("/dev/null.lock") and os.path.exists("/dev/null")
+    one_line_exit_2(invoke("learned", "clear", "--target", "cuda:90", "--cache-dir", str(tmp_path)),
+                    f"{fifo}: cannot be removed: it is a folder, not a regular file")
+    assert os.path.isdir(fifo) and not os.path.exists(fifo + ".lock")
     one_line_exit_2(invoke("learned", "clear", "--target", "cuda:1"), "zerojit learned clear: --target 'cuda:1'")
     one_line_exit_2(invoke("learned", "show", "--cache-dir", "", "--target", "cuda:90"), "--cache-dir ''")
     if not torch.cuda.is_available():

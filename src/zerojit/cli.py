@@ -24,6 +24,7 @@ a bug in zerojit.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import os
@@ -425,10 +426,12 @@ def _check_fallback_flags(command: str, ctx: typer.Context, mode: str) -> None:
     command line where the run serves in ``mode``, not fallback: they would change nothing.
     (``--no-generic`` is not refused: a run outside fallback mode that warms no generic variant
     does what it asks.)"""
-    for name in ("swap", "fallback_miss", "background_workers"):
-        if mode != "fallback" and ctx.get_parameter_source(name).name == "COMMANDLINE":
-            _refuse(command, f"{_given(ctx, name, ctx.params[name])} applies in fallback mode only, and this run "
-                    f"serves in {mode} mode: leave it out, or pass --jit-monitor-mode fallback")
+    given = [_given(ctx, n, ctx.params[n]) for n in ("swap", "fallback_miss", "background_workers")
+             if ctx.get_parameter_source(n).name == "COMMANDLINE"]
+    if mode != "fallback" and given:
+        _refuse(command, f"{' and '.join(given)} {'applies' if len(given) == 1 else 'apply'} in fallback mode only, "
+                f"and this run serves in {mode} mode: leave {'it' if len(given) == 1 else 'them'} out, or pass "
+                "--jit-monitor-mode fallback")
 
 
 def _configure_fallback(mode: str | None, swap: str, fallback_miss: str, workers: int) -> None:
@@ -613,14 +616,14 @@ def run_command(
         generic=not no_generic, swap=swap, fallback_miss=fallback_miss, background_workers=background_workers,
         cut_keyspace=cut_keyspace, cuda_graphs=cuda_graphs,
         learned=not no_learned,
-        store=_warmup_store("run", store, push, connect_timeout, op_timeout),
     )
+    _check_fallback_flags("run", ctx, options.monitor_mode)  # (before the store is opened)
+    options = dataclasses.replace(options, store=_warmup_store("run", store, push, connect_timeout, op_timeout))
     # The flag wins over ZEROJIT_JIT_MONITOR for the process monitor too, which otherwise reads
     # the variable when warm-up completes (a value the option took from it is already checked).
     # A run that serves in fallback mode has the process's one fallback server in its own
     # monitor: the process monitor stays off then.
     from_flag = ctx.get_parameter_source("jit_monitor_mode").name == "COMMANDLINE"
-    _check_fallback_flags("run", ctx, options.monitor_mode)
     fallback = options.monitor_mode == "fallback"
     apply_jit_monitor_mode("off" if fallback else jit_monitor_mode if from_flag else None)
     _capped_workers("run", workers)
@@ -1088,9 +1091,9 @@ def exec_command(
     _check_output_file("exec", "--json", json_out)
     program = Program(command)  # (its folder goes first on sys.path, as python puts it: the warm-up imports from it)
     chosen = _manifest_target("exec", target, manifest)
-    opened = _warmup_store("exec", store, push, connect_timeout, op_timeout)
     mode = jit_monitor_mode or ("error" if chosen else "fallback")  # (chosen: a compile-only target)
     _check_fallback_flags("exec", ctx, mode)
+    opened = _warmup_store("exec", store, push, connect_timeout, op_timeout)
     apply_jit_monitor_mode(mode)
     _configure_fallback(mode, swap, fallback_miss, background_workers)
     blocked = None

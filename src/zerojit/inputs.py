@@ -218,7 +218,7 @@ def _length(x: Any) -> Any:
     """``len(x)`` as a fake tensor's check reads it: its first size, symbolic where
     ``torch.compile`` traces it dynamic (the builtin ``len`` must return a plain int, which pins
     the size to the traced one: a guard ``Eq(s0, 64)`` and a graph per size)."""
-    return x.shape[0] if isinstance(x, torch.Tensor) else len(x)
+    return x.shape[0] if isinstance(x, torch.Tensor) and x.dim() else len(x)  # (a 0-d tensor: len's TypeError)
 
 
 class _AddressesUnknown(ast.NodeTransformer):
@@ -878,6 +878,10 @@ class _CheckedLaunch:
                 ns[e.name] = _eval(e.expr, ns)
             elif not e.when or _eval(e.when, ns):
                 e._check(name, ns, self.anchor)
+        if ns[_FAKE]:  # a fact traced from a symbolic size (len(x) % 2 == 0): decided now, a guard on it,
+            for f in self.facts:  # as the key it selects is; a SymBool would not compare in the memo
+                if isinstance(ns.get(f), torch.SymBool):
+                    ns[f] = bool(ns[f])
         memo_key = _eval(self.memo_key, ns)
         memo = kernel.__dict__.setdefault("_zerojit_facts", {})
         try:

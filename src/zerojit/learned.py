@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import queue
+import stat
 import sys
 import threading
 from dataclasses import dataclass
@@ -51,7 +52,7 @@ from typing import Any, Iterable, Sequence
 from . import lint
 from . import triton_compat as _tc
 from .compile_only import current_target_name
-from .integrity import open_regular, read_regular
+from .integrity import NotRegularFileError, open_regular, read_regular
 from .kernel import KernelDefinitionError, TritonJitKernel
 from .keyspace import DEFAULT_KEY_BUDGET
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedKey, RecordedSpecialization, decode_exact,
@@ -480,7 +481,8 @@ def _append(path: str, ident: str, function: tuple[str, str], budget: int, line:
         except Timeout:
             why = f"its lock {path}.lock was held for more than {LOCK_TIMEOUT_S} s"
         except OSError as e:
-            why = f"{e.strerror or e} ({e.filename or path})"
+            where = e.filename or getattr(e, "path", None) or path
+            why = f"{e.strerror or e}" + ("" if where == path else f" ({where})")
         if not state.warned:
             state.warned = True
             logger.warning("zerojit: cannot write the learned-keys file %s: %s; misses are not learned, serving goes "
@@ -682,18 +684,28 @@ def clear(path: str | os.PathLike) -> int:
     """Remove the learned-keys file ``path`` under its lock; returns how many lines it held
     (records, and corrupted lines; 0: there was no file).
 
+    A FIFO, socket or symbolic link there (which stops learning: :func:`read_learned`) is
+    removed without being opened (0 lines); a folder or a device is left alone, refused before
+    any lock file is made beside it.
+
     Raises:
-        OSError: it cannot be removed (``zerojit.integrity.NotRegularFileError``: a folder, FIFO,
-            device or symbolic link is there, left as it is); filelock.Timeout: its lock was held
-            past :data:`LOCK_TIMEOUT_S`.
+        OSError: it cannot be removed (``zerojit.integrity.NotRegularFileError``: a folder or a
+            device is there); filelock.Timeout: its lock was held past :data:`LOCK_TIMEOUT_S`.
     """
     from filelock import FileLock
 
     path = os.fspath(path)
-    if not os.path.lexists(path):
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
         return 0
+    if stat.S_ISDIR(mode) or stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        raise NotRegularFileError(path, "a folder" if stat.S_ISDIR(mode) else "a device")
     with FileLock(path + ".lock", timeout=LOCK_TIMEOUT_S):
-        lines = sum(1 for raw in read_regular(path).splitlines() if raw.strip())  # (a FIFO: refused)
+        try:
+            lines = sum(1 for raw in read_regular(path).splitlines() if raw.strip())
+        except NotRegularFileError:  # a FIFO, socket or link: removed, never opened
+            lines = 0
         os.remove(path)
     with _STATE_LOCK:
         _FILES.pop(path, None)
@@ -873,7 +885,7 @@ def plan(held: dict[Any, list[Any]], *, path: str | None = None, group: Any = No
         records, skipped = read_learned(path, target=current_target_name(), check_source=False)
     except (OSError, LearnedError) as e:
         where = path or "the learned-keys file"
-        records, skipped = [], [LearnedSkip(where, None, f"cannot be read: {e}")]
+        records, skipped = [], [LearnedSkip(where, None, f"cannot be read: {getattr(e, 'strerror', None) or e}")]
         path = where
     if group is not None:
         records = _gathered(records, group)

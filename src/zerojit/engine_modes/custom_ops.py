@@ -130,6 +130,9 @@ def registered_ops() -> dict[str, ZerojitOp]:
 
 
 def _launcher(kernel: Any) -> Any:
+    if isinstance(kernel, type) and getattr(getattr(kernel, "__call__", None), "_zerojit_inputs", None) is not None:
+        raise KernelDefinitionError(f"as_custom_op: {kernel.__name__} is a kernel class: pass an instance "
+                                    f"({kernel.__name__}(), the one the serving code launches)")
     launcher = getattr(type(kernel), "__call__", None)
     if getattr(launcher, "_zerojit_inputs", None) is None:
         raise KernelDefinitionError(f"as_custom_op: {kernel!r} has no zerojit launcher (a __call__ decorated with "
@@ -298,9 +301,10 @@ def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable
         ``host_values``, ``types`` and ``restore`` (the same object).
 
     Raises:
-        TypeError: ``mutates_args`` or ``host_values`` is a str, not a tuple of input names
-            (``torch.library.custom_op``'s ``mutates_args="unknown"`` included: name the writes).
-        KernelDefinitionError: no zerojit launcher; an input whose type cannot be told; a
+        TypeError: ``mutates_args`` or ``host_values`` is a str, bytes or None, not a tuple of
+            input names (``torch.library.custom_op``'s ``mutates_args="unknown"`` included: name
+            the writes).
+        KernelDefinitionError: no zerojit launcher (or a kernel class, not an instance); an input whose type cannot be told; a
             mutated input that is no tensor or no input; defaults not last; ``types`` naming no
             input or giving no schema type.
         ValueError: ``name`` is no plain identifier (``"a.b"``, ``"ns::x"``, ``""``), or is
@@ -313,9 +317,14 @@ def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable
         raise ValueError(f"as_custom_op: name={name!r} is no plain identifier (letters, digits, _; the op is "
                          f"{NAMESPACE}::<name>, so no namespace and no dots)")
     for arg, names in (("mutates_args", mutates_args), ("host_values", host_values)):
-        if isinstance(names, str):  # (a str iterates its letters; torch's mutates_args="unknown" is not taken)
-            raise TypeError(f"as_custom_op: {arg}={names!r} is a str: pass a tuple of input names, "
-                            f"{arg}=({names!r},)")
+        if names == "unknown" and arg == "mutates_args":  # torch.library.custom_op's "writes anything"
+            raise TypeError("as_custom_op: mutates_args='unknown' is not taken: name the tensor inputs the launch "
+                            "writes into, mutates_args=('out',)")
+        if isinstance(names, (str, bytes)):  # (a str iterates its letters)
+            raise TypeError(f"as_custom_op: {arg}={names!r} is a {type(names).__name__}: pass a tuple of input "
+                            f"names, {arg}=({names!r},)")
+        if not isinstance(names, Iterable):
+            raise TypeError(f"as_custom_op: {arg}={names!r}: pass a tuple of input names (or leave it out: none)")
     mutates = tuple(mutates_args)
     host_values = tuple(host_values)
     types = dict(types or {})
