@@ -376,8 +376,9 @@ class CoverageAudit:
             for u in k.unwarmed_hits:
                 lines.append(f"  other {u.triton_key}  ({count(u.hits, 'launch', 'launches')} of a variant neither warmed nor monitored)")
             if k.fallback_launches:
-                lines.append(f"  SERVED  {count(k.fallback_launches, 'launch', 'launches')} in classes the warm-up lacked, "
-                             "by generic variants (fallback mode: no request-path compile)")
+                launches = count(k.fallback_launches, "launch", "launches")
+                lines.append(f"  SERVED  {launches} in classes the warm-up lacked, by generic variants (fallback "
+                             "mode: no request-path compile)")
         for d in self.direct:
             lines.append(f"direct triton.compile after warm-up: {d.arguments} "
                          f"({d.compiled} compiled, {d.disk_loads} from disk cache)")

@@ -551,8 +551,9 @@ class TritonJitKernel(JitKernel[KeyT]):
             if wrapping is not None:
                 cls.kernel = wrapping.base
         if not _tc.is_kernel_function(cls.kernel):
-            raise KernelDefinitionError(f"{cls.__name__}.kernel is {type(cls.kernel).__name__} {cls.kernel!r:.60}: set it "
-                                        "to a @triton.jit function (or a triton.autotune / triton.heuristics of one)")
+            held = f"{type(cls.kernel).__name__} {cls.kernel!r:.60}"
+            raise KernelDefinitionError(f"{cls.__name__}.kernel is {held}: set it to a @triton.jit function (or a "
+                                        "triton.autotune / triton.heuristics of one)")
         launch = cls.__dict__.get("__call__", getattr(cls, "__call__", None))
         if not hasattr(launch, "_zerojit_inputs"):
             raise KernelDefinitionError(f"{cls.__name__}.__call__ must be decorated with @kernel_launcher")

@@ -304,9 +304,9 @@ def as_custom_op(kernel: Any, name: str | None = None, *, mutates_args: Iterable
         TypeError: ``mutates_args`` or ``host_values`` is a str, bytes or None, not a tuple of
             input names (``torch.library.custom_op``'s ``mutates_args="unknown"`` included: name
             the writes).
-        KernelDefinitionError: no zerojit launcher (or a kernel class, not an instance); an input whose type cannot be told; a
-            mutated input that is no tensor or no input; defaults not last; ``types`` naming no
-            input or giving no schema type.
+        KernelDefinitionError: no zerojit launcher (or a kernel class, not an instance); an
+            input whose type cannot be told; a mutated input that is no tensor or no input;
+            defaults not last; ``types`` naming no input or giving no schema type.
         ValueError: ``name`` is no plain identifier (``"a.b"``, ``"ns::x"``, ``""``), or is
             already an op of another kernel or declaration (any argument above differing).
     """

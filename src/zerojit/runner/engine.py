@@ -719,9 +719,9 @@ class RunReport:
         ]
         counts = self.audit_counts()
         served = sum(k.fallback_launches for k in self.audit.kernels)
+        served_line = f", {count(served, 'launch', 'launches')} of missing keys served by generic variants"
         lines.append(f"  audit        {count(counts['warmed'], 'warmed key')}, {counts['dead']} dead, "
-                     f"{counts['misses']} missed" + (f", {count(served, 'launch', 'launches')} of missing keys served by "
-                                                     "generic variants" if served else ""))
+                     f"{counts['misses']} missed" + (served_line if served else ""))
         for k in self.audit.kernels:  # a table: the nouns agree with the numbers beside them
             lines.append(f"    {k.kernel:<36} {len(k.warmed):>3} warmed {len(k.dead):>3} dead {k.hits:>8} "
                          f"{'hit ' if k.hits == 1 else 'hits'} {k.runtime_compiles:>4} "
@@ -897,7 +897,8 @@ def run(options: RunOptions | None = None, *, group: Any = None, before_first_st
         request_path_compiles=getattr(counts, "request_path_compiles", runtime_compiles - counts.blocked),
         fallback_launches=getattr(counts, "fallback_launches", 0),
         background_compiles=getattr(counts, "background_compiles", 0), swaps=getattr(counts, "swaps", 0),
-        background_failures=getattr(counts, "background_failures", 0), background_idle=idle, cut=tuple(cut), graphs=graphs.report if graphs is not None else None,
+        background_failures=getattr(counts, "background_failures", 0),
+        background_idle=idle, cut=tuple(cut), graphs=graphs.report if graphs is not None else None,
     )
     return report
 
