@@ -17,7 +17,8 @@ PACKAGE = "zerojit"
 # docs/architecture.md: each layer imports only itself and the layers below it.
 LAYERS = {
     "triton facts": ["zerojit._version", "zerojit.torch_compat", "zerojit.specialization", "zerojit.keyspace", "zerojit.compile_only",
-                     "zerojit.triton_compat", "zerojit.outputs", "zerojit.watchdog", "zerojit.shapeflow"],
+                     "zerojit.triton_compat", "zerojit.outputs", "zerojit.watchdog", "zerojit.shapeflow",
+                     "zerojit.switches"],
     "contract": ["zerojit.context", "zerojit.capture", "zerojit.lint", "zerojit.autotune", "zerojit._launch", "zerojit.kernel",
                  "zerojit.inputs"],
     "warm-up": ["zerojit.reports", "zerojit.integrity", "zerojit._primer", "zerojit.loading", "zerojit.launch_priming",
