@@ -148,9 +148,10 @@ def _open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> tup
     return fd, st
 
 
-def read_regular(path: str) -> bytes:
-    """The bytes of ``path``, a regular file. Never blocks or reads without end: the path is
-    looked at first (``lstat``, a symbolic link not followed), then opened ``O_NONBLOCK |
+def read_regular(path: str, offset: int = 0) -> bytes:
+    """The bytes of ``path``, a regular file, from byte ``offset`` (what was appended since a
+    reader last read: :mod:`zerojit.learned`) to its end. Never blocks or reads without end: the
+    path is looked at first (``lstat``, a symbolic link not followed), then opened ``O_NONBLOCK |
     O_NOFOLLOW`` (a FIFO swapped in meanwhile cannot block the open) and the descriptor checked
     (``fstat``) before anything is read.
 
@@ -160,9 +161,11 @@ def read_regular(path: str) -> bytes:
     """
     fd, st = _open_regular(path)
     try:
+        if offset:
+            os.lseek(fd, offset, os.SEEK_SET)
         # os.read to the end, not a file object over the descriptor (~6 us less a file, 4 files a
         # restored key): one read as a rule, then the empty one that proves the end
-        chunks = [os.read(fd, st.st_size + 1)]
+        chunks = [os.read(fd, max(st.st_size - offset, 0) + 1)]
         while chunks[-1]:
             chunks.append(os.read(fd, 1 << 20))
         return chunks[0] if len(chunks) == 2 else b"".join(chunks)

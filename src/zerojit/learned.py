@@ -508,15 +508,7 @@ def _catch_up(path: str, state: _FileState) -> None:
         state.counts.clear()
     if st.st_size == state.offset:
         return
-    fd = open_regular(path)  # a FIFO or device there is refused: its read would wait or never end
-    try:
-        os.lseek(fd, state.offset, os.SEEK_SET)
-        chunks = [os.read(fd, max(st.st_size - state.offset, 0) + 1)]
-        while chunks[-1]:
-            chunks.append(os.read(fd, 1 << 20))
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
+    data = read_regular(path, state.offset)  # a FIFO or device there is refused: its read would wait or never end
     state.offset += len(data)
     state.torn = not data.endswith(b"\n")
     for raw in data.splitlines():
