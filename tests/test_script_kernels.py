@@ -18,6 +18,7 @@ import shutil
 import pytest
 from _cli import run_zerojit as _zerojit
 
+from zerojit import monitor
 from zerojit.manifest import ManifestError, read_manifest
 
 
@@ -117,6 +118,67 @@ def test_an_app_whose_kernels_live_in_its_main_is_recorded_then_execd_with_zero_
     data = json.loads(out.read_text())
     assert (data["launches"], data["runtime_compiles"], data["blocked"]) == (3, 0, 0)
     assert "zerojit exec: 3 monitored launches, 0 runtime compiles" in run.stderr
+
+
+# One __main__ kernel launched at the sizes given on the command line.
+SIZES_APP = '''
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+x = torch.zeros(256)
+for n in sys.argv[1:]:
+    scale_kernel[(4,)](x, torch.empty_like(x), int(n), BLOCK=64)
+print("ran")
+'''
+
+
+@pytest.mark.skipif("fallback" not in monitor.MODES, reason="fallback mode (zerojit.serving) is not in this tree")
+def test_a_main_kernels_miss_is_served_by_its_generic_variant_and_compiled_in_the_background(tmp_path):
+    """A key of a __main__ kernel the recording never saw (n=1, Triton's equal-to-one class;
+    recorded: 256, divisible by 16), under exec's fallback mode: the bound program function gets
+    the rebuilt one's generic variant, so the miss is a fallback launch, its key compiles in a
+    background worker rebuilt from the recorded source (0 request-path compiles), and the next
+    exec warms the learned key from the entry that worker wrote. In error mode the blocked miss is
+    explained against the recorded key, not as a kernel no manifest warmed."""
+    (tmp_path / "app.py").write_text(SIZES_APP)
+    cache = tmp_path / "cache"
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py", "256"], cache, tmp_path)
+    assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr
+
+    def exec_(mode, out):
+        return _zerojit(["exec", "--manifest", "m.json", "--jit-monitor-mode", mode, "--target", "cuda:90",
+                         "--no-progress", "--json", str(out), "--", "python", "app.py", "1"], cache, tmp_path)
+
+    blocked = _zerojit(["exec", "--manifest", "m.json", "--target", "cuda:90", "--no-progress", "--", "python",
+                        "app.py", "1"], tmp_path / "other-cache", tmp_path, env={"ZEROJIT_LEARN": "0"})
+    assert blocked.returncode == 1, blocked.stderr
+    assert "n: warmed as divisible-by-16, called as equal-to-one" in blocked.stderr, blocked.stderr
+    assert "no manifest warmed it" not in blocked.stderr
+
+    served = exec_("fallback", tmp_path / "served.json")
+    assert served.returncode == 0 and "ran" in served.stdout, served.stderr
+    data = json.loads((tmp_path / "served.json").read_text())
+    assert (data["runtime_compiles"], data["request_path_compiles"], data["fallback_launches"],
+            data["background_compiles"], data["background_failures"]) == (0, 0, 1, 1, 0), served.stderr
+    assert data["warmup"]["generic_variants"] == 1
+
+    again = exec_("fallback", tmp_path / "again.json")
+    assert again.returncode == 0, again.stderr
+    data = json.loads((tmp_path / "again.json").read_text())
+    # the recorded key and the learned one, both entries on disk already (the second the worker's)
+    assert (data["warmup"]["keys"], data["warmup"]["learned"], data["warmup"]["stats"]["disk_loads"]) == (2, 1, 2)
+    assert (data["fallback_launches"], data["background_compiles"], data["request_path_compiles"]) == (0, 0, 0)
 
 
 def test_a_line_inserted_above_a_kernel_names_it_as_changed_and_triton_compiles_it(recorded, tmp_path):

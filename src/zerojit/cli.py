@@ -1118,8 +1118,13 @@ def exec_command(
             typer.echo(f"zerojit exec: {count(tuned, 'autotune choice')} of the recording restored (their tuning keys "
                        "benchmark nothing)", err=True)
         policy = install_default_policy(recorded)  # an untuned tuning key: a default choice, never a benchmark
+        on_bound = None
+        if mode == "fallback":  # a __main__ kernel bound at its first launch: its misses served as a module's are
+            from zerojit import serving
+
+            on_bound = serving.refresh
         restore = count_raw_launches(recorded, note=lambda m: typer.echo(f"zerojit exec: {m}", err=True),
-                                     serve_tuner=policy.install)
+                                     serve_tuner=policy.install, on_bound=on_bound)
         try:
             rc = program.run(propagate=(RuntimeJitError,))  # its own exceptions: its traceback, status 1
         except RuntimeJitError as e:  # a blocked compile: explained where the program launched it

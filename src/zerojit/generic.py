@@ -45,7 +45,7 @@ from .manifest import KernelRecord, RecordedKernel, RecordedKey, encode_classes,
 from .specialization import SpecClass
 
 __all__ = ["GenericGroup", "generic_classes", "options_text", "group_of", "register", "lookup", "generic_functions",
-           "forget", "keep_one_of", "generic_function_of", "GenericKernel", "GenericPlan", "plan", "file_variants"]
+           "forget", "adopt", "keep_one_of", "generic_function_of", "GenericKernel", "GenericPlan", "plan", "file_variants"]
 
 _INT_TYPES = ("i32", "i64", "u64")
 
@@ -115,6 +115,20 @@ def register(jit_fn: Any, device: Any, group: GenericGroup, compiled: Any, keep_
     with _LOCK:
         _KEEP[id(jit_fn)] = frozenset(keep_one)
         _TABLE.setdefault((id(jit_fn), device, group), (jit_fn, compiled))
+
+
+def adopt(source: Any, target: Any) -> int:
+    """File every generic variant of ``source`` for ``target`` too (the same ``CompiledKernel``
+    objects, with ``source``'s ``generic_keep`` names): ``target`` is a twin of ``source``, a
+    ``triton.jit`` function of the same ``cache_key`` (``zerojit exec`` binding the program's
+    ``__main__`` function to the one a warm-up rebuilt from its source). Returns how many."""
+    with _LOCK:
+        mine = [(device, group, compiled) for (_, device, group), (fn, compiled) in _TABLE.items() if fn is source]
+        if mine:
+            _KEEP[id(target)] = _KEEP.get(id(source), frozenset())
+        for device, group, compiled in mine:
+            _TABLE.setdefault((id(target), device, group), (target, compiled))
+    return len(mine)
 
 
 def keep_one_of(jit_fn: Any) -> frozenset[str]:

@@ -57,7 +57,7 @@ __all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "Mani
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
            "decode_exact", "encode_exact_text", "decode_exact_text", "encode_specialization", "encode_config",
            "unimportable",
-           "SOURCE_CHANGED", "source_changed", "note_unbound", "unbound_reason", "RecordedTuning", "restore_tunings",
+           "SOURCE_CHANGED", "source_changed", "note_unbound", "unbound_reason", "note_bound", "rebuilt_of", "RecordedTuning", "restore_tunings",
            "TensorLaunch", "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner", "RecordedRun", "restore_record_tunings"]
 
 #: The ``format`` field of every manifest.
@@ -124,6 +124,28 @@ def note_unbound(jit_fn: Any, reason: str | None) -> None:
 def unbound_reason(jit_fn: Any) -> str | None:
     """Why ``jit_fn``, which a manifest recorded, was not bound (:func:`note_unbound`), or None."""
     entry = _UNBOUND.get(id(jit_fn))
+    return entry[1] if entry is not None and entry[0] is jit_fn else None
+
+
+# The program's functions zerojit exec bound to the functions a warm-up rebuilt from their
+# program_source: id -> (the program's function, the rebuilt one), so the monitor explains a
+# bound function's miss against the rebuilt one's warmed keys (both kept: their ids stay theirs).
+_BOUND: dict[int, tuple[Any, Any]] = {}
+
+
+def note_bound(jit_fn: Any, rebuilt: Any | None) -> None:
+    """Record that the program's function ``jit_fn`` now launches the variants of ``rebuilt``
+    (the ``triton.jit`` function a warm-up rebuilt from its recorded ``program_source``, of the
+    same ``cache_key``), or forget it (None); :func:`rebuilt_of` gives it back."""
+    if rebuilt is None:
+        _BOUND.pop(id(jit_fn), None)
+    else:
+        _BOUND[id(jit_fn)] = (jit_fn, rebuilt)
+
+
+def rebuilt_of(jit_fn: Any) -> Any | None:
+    """The rebuilt function the program's ``jit_fn`` was bound to (:func:`note_bound`), or None."""
+    entry = _BOUND.get(id(jit_fn))
     return entry[1] if entry is not None and entry[0] is jit_fn else None
 
 

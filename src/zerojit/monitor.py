@@ -115,7 +115,7 @@ from . import registry as _registry
 from .context import allow_compiles, in_warmup
 from .growth import DEFAULT_GROWTH_LIMIT, GrowingParameter, GrowthTracker
 from .kernel import TritonJitKernel
-from .manifest import SOURCE_CHANGED, RecordedKey, unbound_reason
+from .manifest import SOURCE_CHANGED, RecordedKey, rebuilt_of, unbound_reason
 from .shapeflow import shape_parameters
 from .specialization import SpecClass
 from .widen import suggested_values, widen_command
@@ -1346,6 +1346,9 @@ class JitMonitor:
         name = self._names.get(id(jit_fn))
         if name is not None:
             return name
+        rebuilt = rebuilt_of(jit_fn)  # a __main__ function zerojit exec bound: the rebuilt one's name
+        if rebuilt is not None:
+            return self.kernel_name(rebuilt)
         stack = list(TritonJitKernel.__subclasses__())
         while stack:
             cls = stack.pop()
@@ -1358,6 +1361,9 @@ class JitMonitor:
 
     def _candidates(self, jit_fn: Any, name: str) -> list[Any]:
         found = self._by_fn.get(id(jit_fn)) if jit_fn is not None else None
+        if not found and jit_fn is not None:  # a __main__ function zerojit exec bound: the rebuilt one's keys
+            rebuilt = rebuilt_of(jit_fn)
+            found = self._by_fn.get(id(rebuilt)) if rebuilt is not None else None
         return list(found) if found else [v for v in self._variants if v.kernel == name]
 
     def _explain(self, jit_fn: Any, name: str, spec: tuple[SpecClass, ...], triton_key: str, direct: bool) -> RuntimeCompile:

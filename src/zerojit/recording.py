@@ -40,6 +40,7 @@ import threading
 import types
 from typing import Any, Callable, Sequence
 
+from . import generic as _generic
 from . import script_kernels as _script
 from . import triton_compat as _tc
 from .compile_only import (active_compile_only, compile_only, current_target_name, in_dry_benchmark,
@@ -47,8 +48,8 @@ from .compile_only import (active_compile_only, compile_only, current_target_nam
 from .context import in_warmup
 from .kernel import check_hook_pins, launch_observer
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedRun, RecordedSpecialization,
-                       encode_specialization, encode_value, note_unbound, restore_record_tunings, source_changed,
-                       write_manifest)
+                       encode_specialization, encode_value, note_bound, note_unbound, restore_record_tunings,
+                       source_changed, write_manifest)
 from .recorded_tuning import LaunchRecorder
 from .shapeflow import shape_parameters
 from .specialization import bind, scalar_rep
@@ -408,7 +409,8 @@ def record_child(out: str, target: str | None, command: Sequence[str]) -> int:
 
 
 def count_raw_launches(kernels: Sequence[RecordedKernel], *, note: Callable[[str], None] | None = None,
-                       serve_tuner: Callable[[KernelRecord, Any], None] | None = None) -> Callable[[], None]:
+                       serve_tuner: Callable[[KernelRecord, Any], None] | None = None,
+                       on_bound: Callable[[], Any] | None = None) -> Callable[[], None]:
     """Route the raw launches of each recorded kernel's function to zerojit's launch observer
     (see the module doc); under a compile-only target they become dry launches. Returns the
     function that undoes it.
@@ -425,6 +427,9 @@ def count_raw_launches(kernels: Sequence[RecordedKernel], *, note: Callable[[str
     (:func:`zerojit.manifest.restore_record_tunings`) and ``serve_tuner(record, tuner)`` runs
     (``zerojit exec``: the default policy, :meth:`zerojit.recorded_tuning.DefaultPolicy.install`),
     before the autotuner looks at its cache: so its first tuning key benchmarks nothing.
+    A bound function gets the rebuilt one's generic variants too, then ``on_bound()`` runs
+    (``zerojit exec`` in fallback mode: :func:`zerojit.serving.refresh`, so its misses are served
+    by them and compiled in the background, as a module kernel's are).
     """
     wrapped = []
     scripts: dict[str, RecordedKernel] = {}
@@ -435,7 +440,7 @@ def count_raw_launches(kernels: Sequence[RecordedKernel], *, note: Callable[[str
         if kernel.record.program_source is not None:
             scripts.setdefault(kernel.record.qualname, kernel)
     # installed after the wrapping above: those functions' launches never pass through its hook
-    binding = _ScriptBinding(scripts, note or _to_stderr, serve_tuner) if scripts else None
+    binding = _ScriptBinding(scripts, note or _to_stderr, serve_tuner, on_bound) if scripts else None
 
     def restore() -> None:
         if binding is not None:
@@ -468,8 +473,10 @@ class _ScriptBinding:
     """
 
     def __init__(self, scripts: dict[str, RecordedKernel], note: Callable[[str], None],
-                 serve_tuner: Callable[[KernelRecord, Any], None] | None = None) -> None:
+                 serve_tuner: Callable[[KernelRecord, Any], None] | None = None,
+                 on_bound: Callable[[], Any] | None = None) -> None:
         self._scripts = scripts
+        self._on_bound = on_bound
         self._note = note
         self._serve_tuner = serve_tuner
         self._lock = threading.RLock()  # (a tuner's first launch binds its function under it)
@@ -545,14 +552,29 @@ class _ScriptBinding:
                 why = (f"its triton.jit options {options} differ from the recorded "
                        f"{record.program_source['options']}: record the program again")
             else:
-                _tc.adopt_compiled(kernel.kernel, jit_fn)
+                self._adopt(kernel.kernel, jit_fn)
                 _tc.wrap_run(jit_fn, lambda _: _counting(kernel)(functools.partial(original, jit_fn)))
                 self._bound.append(jit_fn)
+                if self._on_bound is not None:
+                    self._on_bound()
                 return True
             note_unbound(jit_fn, why)  # the monitor's explanation of its compile says why, not "no manifest"
             self._unbound.append(jit_fn)
             self._note(f"{record.name}: not warmed (Triton compiles it at run time): {why}")
             return False
+
+    @staticmethod
+    def _adopt(rebuilt: Any, jit_fn: Any) -> None:
+        """Make the program's ``jit_fn`` the twin of ``rebuilt`` (same ``cache_key``): its warmed
+        variants, its generic variants (a miss is served as the rebuilt function's would be), its
+        ``program_source`` (a background compile worker rebuilds it from there) and its name and
+        keys in the monitor's explanations."""
+        _tc.adopt_compiled(rebuilt, jit_fn)
+        _generic.adopt(rebuilt, jit_fn)
+        source = _script.program_source_of(rebuilt)
+        if source is not None:
+            _script.mark_rebuilt(jit_fn, source)
+        note_bound(jit_fn, rebuilt)
 
     def uninstall(self) -> list[Any]:
         """Remove the hooks; returns the program functions bound (the caller unwraps them)."""
@@ -561,6 +583,9 @@ class _ScriptBinding:
         self._restore()
         for jit_fn in self._unbound:
             note_unbound(jit_fn, None)
+        for jit_fn in self._bound:
+            note_bound(jit_fn, None)
+            _generic.forget(jit_fn)
         return self._bound
 
 

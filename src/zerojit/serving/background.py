@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .. import _compile_worker as _wire
+from .. import script_kernels as _script
 from .. import triton_compat as _tc
 from .. import watchdog as _watchdog
 from ..cache import (cache_dir, entry_lock_path, entry_name, install_remembered_launcher, launcher_lock_path,
@@ -114,6 +115,14 @@ class _WorkerLost(Exception):
     def __init__(self, why: str, pid: int) -> None:
         super().__init__(why)
         self.why, self.pid = why, pid
+
+
+def _modules_of(jit_fn: Any) -> list[str]:
+    """What a compile worker imports while it boots for ``jit_fn``: its module, or, for a function
+    rebuilt from a ``program_source``, the modules its globals come from."""
+    if _script.program_source_of(jit_fn) is not None:
+        return sorted(_script.imported_modules(jit_fn))
+    return [jit_fn.fn.__module__]
 
 
 class _Worker:
@@ -410,7 +419,8 @@ class BackgroundCompiler:
     def _task(self, job: CompileJob) -> tuple[dict, dict | None, str]:
         """The compile request, the launcher request (or None) and the entry's disk hash."""
         fn = job.jit_fn.fn
-        if fn.__module__ == "__main__" or "<locals>" in fn.__qualname__:
+        script = _script.program_source_of(job.jit_fn)  # a __main__ kernel of zerojit exec: rebuilt from its source
+        if script is None and (fn.__module__ == "__main__" or "<locals>" in fn.__qualname__):
             where = "in __main__" if fn.__module__ == "__main__" else "inside a function"
             raise ValueError(f"{fn.__module__}:{fn.__qualname__} is defined {where}, where a compile worker cannot "
                              "import it")
@@ -419,7 +429,7 @@ class BackgroundCompiler:
         payload = pickle.dumps((job.signature, job.constants, job.attrs), protocol=pickle.HIGHEST_PROTOCOL)
         task = {"kind": "compile", "name": entry_name(digest), "function": f"{fn.__module__}:{fn.__qualname__}",
                 "payload": payload, "options": job.options, "lock": entry_lock_path(entry_name(digest)),
-                "kernel": job.kernel}
+                "kernel": job.kernel, **({"script": script} if script is not None else {})}
         launcher = None
         if active_compile_only() is None and _tc.cuda_launchers_in_use():  # Triton 3.6 on a GPU
             types = tuple(job.signature.values())
@@ -438,7 +448,7 @@ class BackgroundCompiler:
         except Exception as e:
             self._fail(job, f"{type(e).__name__}: {e}")
             return worker
-        setup = self._setup(job.target, [job.jit_fn.fn.__module__])
+        setup = self._setup(job.target, _modules_of(job.jit_fn))
         reply: dict = {}
         for attempt in (1, 2):
             try:
