@@ -267,3 +267,15 @@ def test_exec_refuses_a_fallback_flag_in_error_mode_before_running_the_program(r
 def test_exec_refuses_an_unwritable_json_before_running_the_program(recorded):
     one_line(invoke("exec", "--manifest", str(recorded / "m.json"), "--json", "/nonexistent/dir/out.json", "--",
                     "python", "app.py"), 2, "zerojit exec: --json '/nonexistent/dir/out.json'")
+
+
+@needs_fallback
+def test_more_background_workers_than_cores_are_capped_with_a_note(recorded):
+    """--background-workers past the usable cores: a note naming both numbers, the run goes on
+    with one worker a core (os.sched_getaffinity, the reference)."""
+    cores = len(os.sched_getaffinity(0))
+    done = zerojit([*EXEC[:-1], "--jit-monitor-mode", "fallback", "--background-workers", "4096", "--no-progress", "--",
+                    "python", "app.py", "100"], recorded, recorded / "cache")
+    assert done.returncode == 0 and "ran" in done.stdout, done.stderr
+    assert (f"zerojit exec: note: --background-workers 4096 is more than the {cores} "
+            f"core{'s' if cores > 1 else ''} this process can use; using {cores}") in done.stderr

@@ -434,11 +434,27 @@ def _check_fallback_flags(command: str, ctx: typer.Context, mode: str) -> None:
                 "--jit-monitor-mode fallback")
 
 
-def _configure_fallback(mode: str | None, swap: str, fallback_miss: str, workers: int) -> None:
+def _capped_background_workers(command: str, workers: int) -> int:
+    """``--background-workers`` capped to the cores this process can use, with a note on stderr
+    (a worker past them only waits for a core, as with ``--workers``)."""
+    from zerojit.registry import count
+    from zerojit.runner import engine
+
+    cores = engine.usable_cores()
+    if workers <= cores:
+        return workers
+    typer.echo(f"zerojit {command}: note: --background-workers {workers} is more than the {count(cores, 'core')} "
+               f"this process can use; using {cores}", err=True)
+    return cores
+
+
+def _configure_fallback(command: str, mode: str | None, swap: str, fallback_miss: str, workers: int) -> None:
     """Give the process monitor these fallback options (``monitor.configure(mode, fallback=)``)
-    when it serves in fallback mode."""
+    when it serves in fallback mode (``workers``: :func:`_capped_background_workers`)."""
     if mode == "fallback":
         from zerojit import monitor
+
+        workers = _capped_background_workers(command, workers)
 
         monitor.configure(mode, fallback=monitor.FallbackOptions(swap=swap, fallback_miss=fallback_miss,
                                                                  workers=workers))
@@ -618,6 +634,8 @@ def run_command(
         learned=not no_learned,
     )
     _check_fallback_flags("run", ctx, options.monitor_mode)  # (before the store is opened)
+    if options.monitor_mode == "fallback":
+        options = dataclasses.replace(options, background_workers=_capped_background_workers("run", background_workers))
     options = dataclasses.replace(options, store=_warmup_store("run", store, push, connect_timeout, op_timeout))
     # The flag wins over ZEROJIT_JIT_MONITOR for the process monitor too, which otherwise reads
     # the variable when warm-up completes (a value the option took from it is already checked).
@@ -1095,7 +1113,7 @@ def exec_command(
     _check_fallback_flags("exec", ctx, mode)
     opened = _warmup_store("exec", store, push, connect_timeout, op_timeout)
     apply_jit_monitor_mode(mode)
-    _configure_fallback(mode, swap, fallback_miss, background_workers)
+    _configure_fallback("exec", mode, swap, fallback_miss, background_workers)
     blocked = None
     # (the machine view: the program's hardware probes see this machine; its launches, the target)
     with (compile_only(chosen, machine_view=True) if chosen else contextlib.nullcontext()):
