@@ -408,3 +408,54 @@ def test_a_malformed_program_source_is_refused_naming_the_field(tmp_path):
     assert read_manifest(path).kernels[0].program_source == good
     write({"qualname": "k", "skipped": "why"})  # a skipped one needs nothing else
     assert read_manifest(path).kernels[0].program_source["skipped"] == "why"
+
+
+# SIZES_APP's kernel on the GPU, its outputs checked against torch at every launch, waiting for
+# the background compile between its two launches of the unrecorded size.
+GPU_APP = '''
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+import zerojit.serving as serving
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+x = torch.arange(256, device="cuda", dtype=torch.float32)
+sizes = [int(n) for n in sys.argv[1:]]
+for i, n in enumerate(sizes):
+    out = torch.full_like(x, -1.0)
+    scale_kernel[(4,)](x, out, n, BLOCK=64)
+    want = torch.full_like(x, -1.0)
+    want[:n] = x[:n] * 2
+    assert torch.equal(out, want), (n, out)
+    if i == 0 and len(sizes) > 1:
+        assert serving.wait_idle(180), "the background compile did not finish in 180 s"
+print("ran", flush=True)
+'''
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_main_kernels_miss_is_served_then_swapped_and_both_launches_are_right(tmp_path):
+    """On a GPU (exec's default mode there is fallback): recorded at n=256, launched at n=1
+    twice; the first launch is the generic variant's (a fallback launch), the background compile
+    is swapped in before the second (immediate swap), and both outputs equal torch's."""
+    (tmp_path / "app.py").write_text(GPU_APP)
+    cache = tmp_path / "cache"
+    rec = _zerojit(["record", "-o", "m.json", "--", "python", "app.py", "256"], cache, tmp_path)
+    assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr
+    done = _zerojit(["exec", "--manifest", "m.json", "--no-progress", "--json", "out.json", "--", "python", "app.py",
+                     "1", "1"], cache, tmp_path)
+    assert done.returncode == 0 and "ran" in done.stdout, done.stderr
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["monitor_mode"] == "fallback"
+    assert (data["request_path_compiles"], data["fallback_launches"], data["background_compiles"], data["swaps"],
+            data["background_failures"]) == (0, 1, 1, 1, 0), done.stderr
