@@ -16,11 +16,17 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only p
 
 import io
 import json
+import subprocess
+import sys
 import tarfile
+from pathlib import Path
 
 from typer.testing import CliRunner
 
+import zerojit
 from zerojit.cli import app
+
+SRC = Path(zerojit.__file__).resolve().parents[1]  # the zerojit under test, for the subprocesses too
 
 HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
@@ -283,6 +289,33 @@ def test_a_missing_bundle_is_invalid_input_and_a_corrupted_one_refused(command, 
     junk.write_bytes(b"not an archive at all")
     one_line(invoke(*command, str(junk), *(["--target", "cuda:90"] if "import" in command else [])), 1,
              f"zerojit {name}: bundle {junk} is not a zerojit bundle (a gzip tar archive")
+
+
+@pytest.mark.parametrize("command, what", [
+    (["run", "--device", "cpu", "--trace"], "trace file"), (["run", "--device", "cpu", "--config"], "config path"),
+    (["warmup", "--manifest"], "manifest"), (["exec", "--manifest", "{}", "--", "python", "x.py"], "manifest"),
+    (["manifest", "widen", "{}", "--axis", "k:p=1", "-o", "o.json"], "manifest"),
+    (["manifest", "merge", "{}", "-o", "o.json"], "manifest"), (["bundle", "import"], "bundle"),
+    (["bundle", "inspect"], "bundle")], ids=lambda v: " ".join(v[:2]) if isinstance(v, list) else v)
+def test_an_input_file_that_is_a_fifo_is_refused_at_once_not_waited_on(command, what, tmp_path):
+    """A FIFO named as an input: its open would wait for a writer for ever; each command refuses
+    it in one line, exit 2, at once (the subprocess deadline is the proof: it never opens it)."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    args = [a.replace("{}", str(fifo)) for a in command]
+    if "{}" not in " ".join(command):
+        args.append(str(fifo))
+    done = subprocess.run([sys.executable, "-m", "zerojit", *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(SRC)})
+    lines = [line for line in done.stderr.splitlines() if line.startswith("zerojit ")]
+    assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert what in lines[0] and str(fifo) in lines[0] and ("FIFO" in lines[0] or "not a regular file" in lines[0])
+
+
+def test_learned_merge_of_a_file_named_outright_that_does_not_exist_is_invalid_input(tmp_path):
+    one_line(invoke("learned", "merge", "--file", str(tmp_path / "typo.jsonl"), "-o", str(tmp_path / "m.json")), 2,
+             f"zerojit learned merge: --file '{tmp_path / 'typo.jsonl'}' does not exist")
+    assert not (tmp_path / "m.json").exists()
 
 
 def test_a_command_that_cannot_run_is_invalid_input_for_audit():

@@ -931,6 +931,8 @@ def _bundle_path(path: Any) -> str:
 def _open(path: str) -> tarfile.TarFile:
     if os.path.isdir(path):
         raise BundleError(f"bundle {path} is a directory, not a bundle archive (zerojit bundle export writes one file)")
+    if os.path.exists(path) and not os.path.isfile(path):  # a FIFO's open would wait for a writer
+        raise BundleReadError(f"bundle {path} is not a regular file (a FIFO, device or socket), not a bundle archive")
     if not os.path.isfile(path):
         raise BundleError(f"bundle {path} does not exist")
     try:  # the magic first, so an empty file or another format is said in one line

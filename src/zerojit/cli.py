@@ -270,11 +270,18 @@ def _stdout_is_for(param: str) -> Callable[[Callable[..., Any]], Callable[..., A
 
 
 def _check_input_file(command: str, what: str, path: str) -> None:
-    """Refuse (exit 2), before any work, an input file that does not exist or is a directory."""
+    """Refuse (exit 2), before any work, an input file that does not exist, is a directory, or is
+    no regular file (a FIFO, device or socket: opening or reading it could wait for ever)."""
+    from zerojit.integrity import NotRegularFileError, refuse_irregular
+
     if os.path.isdir(path):
         _refuse(command, f"{what} {path!r} is a directory, not a file")
     if not os.path.exists(path):
         _refuse(command, f"{what} {path!r} does not exist")
+    try:
+        refuse_irregular(path)
+    except NotRegularFileError as e:
+        _refuse(command, f"{what} {path!r} is {e.what}, not a regular file")
 
 
 def _check_target(command: str, target: str, *, option: str | None = None) -> None:
@@ -1759,8 +1766,8 @@ def learned_merge(
     A learned key BASE holds already is added once; one of a kernel BASE recorded with another
     source or other parameters is skipped, named on stderr, as are lines of another Triton or
     target and corrupted ones. Without --target and a GPU, the target is BASE's. Exit status: 0
-    written; 1 BASE is a corrupted manifest; 2 invalid input (no such BASE, BASE of another
-    Triton, flags that conflict, no target, an output that cannot be written).
+    written; 1 BASE is a corrupted manifest; 2 invalid input (no such BASE or --file FILE,
+    BASE of another Triton, flags that conflict, no target, an output that cannot be written).
     """
     import json
 
@@ -1776,6 +1783,8 @@ def learned_merge(
         base = read_manifest(manifest)
     fallback = base.target if base is not None and is_target_name(base.target) else None
     path = _learned_file("learned merge", cache_dir, target, file, fallback_target=fallback)
+    if file is not None and not os.path.lexists(file):  # a file named outright: a typo, not "no key learned yet"
+        _refuse("learned merge", f"--file {file!r} does not exist")
     try:
         merged, added, skipped = merged_manifest([path], base=base)
     except LearnedError as e:

@@ -107,6 +107,23 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def refuse_irregular(path: str | os.PathLike) -> None:
+    """Refuse an input file a user named that is no regular file once a symbolic link is followed
+    (a FIFO, device or socket, whose ``open`` or read can wait for ever); call it before opening
+    ``path``. A link to a regular file is fine here (a user's trace or manifest often is one), as
+    is a path that is not there (the caller's ``open`` says so).
+
+    Raises:
+        NotRegularFileError: ``path`` is a folder, FIFO, device or socket.
+    """
+    try:
+        kind = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(kind):
+        raise NotRegularFileError(os.fspath(path), _kind(kind))
+
+
 def open_regular(path: str, flags: int = os.O_RDONLY, mode: int = 0o644) -> int:
     """A descriptor of ``path``, a regular file, opened with ``flags`` (``os.O_RDONLY``,
     ``os.O_WRONLY | os.O_APPEND | os.O_CREAT``, ...; ``mode`` for a file created). Never blocks:

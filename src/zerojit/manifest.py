@@ -47,6 +47,7 @@ import triton.language as tl
 
 from . import script_kernels as _script
 from . import triton_compat as _tc
+from .integrity import refuse_irregular
 from .kernel import KernelDefinitionError, LaunchSpec, TritonJitKernel, kernel_launcher
 from .outputs import atomic_output
 from .specialization import SpecClass, WarmupTensor, bind
@@ -783,12 +784,14 @@ def read_manifest(path: str | os.PathLike, *, to_run: bool = False) -> Manifest:
 
     Raises:
         FileNotFoundError, IsADirectoryError, PermissionError: the file cannot be opened.
+        zerojit.integrity.NotRegularFileError: a FIFO, device or socket (an OSError).
         ManifestError: not UTF-8 text or not JSON (a truncated or corrupted file), not a zerojit
             manifest, another schema version, or a field missing or of the wrong type (each named).
         UntrustedManifestError: ``to_run``, the manifest carries program source and other users
             can write to the file.
     """
     path = os.fspath(path)
+    refuse_irregular(path)  # (a FIFO's open would wait for a writer)
     with open(path, encoding="utf-8") as f:
         st = os.fstat(f.fileno())  # the file read, whatever replaces the path meanwhile
         try:

@@ -104,6 +104,8 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
         path = Path(name_or_path)
         if path.is_dir():
             raise ConfigError([f"{str(path)!r} is a directory, not a JSON file"], what="config path")
+        if path.exists() and not path.is_file():  # a FIFO, device or socket (path.exists follows a link)
+            raise ConfigError([f"{str(path)!r} is not a regular file (a FIFO, device or socket)"], what="config path")
         if not path.is_file():
             raise ConfigError([f"{str(path)!r} does not exist"], what="config path")
     else:

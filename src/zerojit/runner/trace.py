@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from zerojit.integrity import refuse_irregular
+
 __all__ = ["DEFAULT_TRACE", "Trace", "TraceError", "TraceRequest", "load_trace"]
 
 #: The first 2,000 requests of the Azure conversation trace 2023, shipped inside the package
@@ -197,7 +199,8 @@ def load_trace(
             malformed timestamp or a timestamp earlier than the row before it. The message names
             the file and the 1-based line number.
         ValueError: ``limit < 0`` or ``max_model_len < 2``.
-        OSError: the file cannot be opened.
+        OSError: the file cannot be opened; zerojit.integrity.NotRegularFileError: it is a FIFO,
+            device or socket.
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
@@ -206,6 +209,7 @@ def load_trace(
             f"max_model_len must be >= 2 (one prompt token and one output token), got {max_model_len}"
         )
     source = os.fspath(path)
+    refuse_irregular(source)  # (a FIFO's open would wait for a writer)
     requests: list[TraceRequest] = []
     clipped = 0
     zero_output = 0
