@@ -24,17 +24,34 @@ ENTRY = re.compile(r"^[A-Z2-7]+$")
 WORLD = 2
 
 
-def _rank(rank: int, init_file: str, caches: list[str], out: str) -> None:
+def _rank(rank: int, init_file: str, caches: list[str], out: str, read_only_probe: bool = False) -> None:
     os.environ["TRITON_CACHE_DIR"] = caches[rank]
+    import datetime
+
     import torch.distributed as dist
     from triton import knobs
+
+    if read_only_probe and rank == 0:  # rank 0's cache folder refuses new files, as a read-only mount does
+        import builtins
+        import errno
+
+        real_open = builtins.open
+
+        def refusing_open(file, mode="r", *args, **kwargs):
+            if "/.zerojit/probe-" in str(file) and any(c in mode for c in "wxa"):
+                raise OSError(errno.EROFS, "Read-only file system", str(file))
+            return real_open(file, mode, *args, **kwargs)
+
+        builtins.open = refusing_open
 
     from zerojit.compile_only import compile_only
     from zerojit.monitor import JitMonitor
     from zerojit.runner.config import load_config
     from zerojit.runner.model import register_model
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD)
+    # a deadline for every collective: a rank left waiting fails the test in minutes, not 30
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=180))
     events: list[bool] = []
     knobs.compilation.listener = lambda *, cache_hit, **_: events.append(cache_hit)
     config = load_config("dsv4-like")
@@ -55,8 +72,8 @@ def _rank(rank: int, init_file: str, caches: list[str], out: str) -> None:
     dist.destroy_process_group()
 
 
-def run_ranks(tmp_path, caches: list[str]) -> list[dict]:
-    mp.spawn(_rank, args=(str(tmp_path / "init"), caches, str(tmp_path)), nprocs=WORLD, join=True)
+def run_ranks(tmp_path, caches: list[str], read_only_probe: bool = False) -> list[dict]:
+    mp.spawn(_rank, args=(str(tmp_path / "init"), caches, str(tmp_path), read_only_probe), nprocs=WORLD, join=True)
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
@@ -82,3 +99,13 @@ def test_ranks_with_their_own_cache_folders_share_entries(tmp_path):
     check(results)
     assert [r["entries"] for r in results] == [21, 21]  # each folder got the other rank's entries
     assert [r["restored"] for r in results] == [21 - r["compiled"] for r in results]  # ... and loads them
+
+
+def test_a_rank_0_that_cannot_write_its_probe_file_treats_the_folders_as_not_shared(tmp_path):
+    """Rank 0's probe file cannot be written (a read-only cache folder): before the fix rank 0
+    raised before the barrier and rank 1 waited there for the group's timeout. Now both finish,
+    the entries travel as between separate folders, and every key serves on both ranks."""
+    shared = str(tmp_path / "cache")
+    results = run_ranks(tmp_path, [shared, shared], read_only_probe=True)
+    check(results)
+    assert not [n for n in os.listdir(os.path.join(shared, ".zerojit")) if n.startswith("probe-")]

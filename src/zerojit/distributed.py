@@ -24,6 +24,7 @@ failures. Object collectives on an NCCL group need each rank's current CUDA devi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import uuid
@@ -45,6 +46,18 @@ class DistributedWarmupError(RuntimeError):
 def shard(num_jobs: int, rank: int, world: int) -> list[int]:
     """The job indices rank ``rank`` of ``world`` compiles: ``rank, rank + world, ...``."""
     return list(range(rank, num_jobs, world))
+
+
+def _write_probe(folder: str) -> str | None:
+    """The name of a new empty file in ``folder``'s ``.zerojit`` folder, or None where none can be
+    written (a read-only cache folder: a warm one still serves, from its entries)."""
+    name = f"probe-{uuid.uuid4().hex}"
+    try:
+        os.makedirs(os.path.join(folder, ".zerojit"), exist_ok=True)
+        open(os.path.join(folder, ".zerojit", name), "x").close()
+    except OSError:
+        return None
+    return name
 
 
 def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *, progress: bool = False) -> list:
@@ -69,19 +82,23 @@ def sharded_warmup(session: Any, jobs: Sequence[tuple[Any, Any]], group: Any, *,
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     folder = cache_dir()
 
-    # 1-2. one exchange: each rank's key space, build, and whether it sees rank 0's probe file
-    probe = [f"probe-{uuid.uuid4().hex}" if rank == 0 else None]
+    # 1-2. one exchange: each rank's key space, build, and whether it sees rank 0's probe file.
+    # Rank 0 writes the probe before the broadcast, which names it (None: it could not be written,
+    # a read-only cache folder: the folders count as not shared); no rank raises between the
+    # broadcast and the gather, else the others would wait at the barrier until the group's timeout.
+    probe = [_write_probe(folder) if rank == 0 else None]
     dist.broadcast_object_list(probe, group=group, group_src=0)
-    probe_path = os.path.join(folder, ".zerojit", probe[0])
-    if rank == 0:
-        os.makedirs(os.path.dirname(probe_path), exist_ok=True)
-        open(probe_path, "w").close()
-    dist.barrier(group=group)
-    mine = {"plan": plan_digest(jobs), "keys": len(jobs), "shared": os.path.exists(probe_path)}
-    facts: list[Any] = [None] * world
-    dist.all_gather_object(facts, mine, group=group)
-    if rank == 0:
-        os.unlink(probe_path)
+    probe_path = os.path.join(folder, ".zerojit", probe[0]) if probe[0] is not None else None
+    try:
+        dist.barrier(group=group)
+        mine = {"plan": plan_digest(jobs), "keys": len(jobs),
+                "shared": probe_path is not None and os.path.exists(probe_path)}
+        facts: list[Any] = [None] * world
+        dist.all_gather_object(facts, mine, group=group)
+    finally:
+        if rank == 0 and probe_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(probe_path)
     differ = [r for r, f in enumerate(facts) if f["plan"] != facts[0]["plan"]]
     if differ:
         raise DistributedWarmupError(
