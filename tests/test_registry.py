@@ -514,6 +514,39 @@ def test_a_warm_up_with_no_gpu_and_no_compile_only_target_says_what_to_do():
     assert 'compile_only("cuda:80")' in targeted
 
 
+def test_a_full_disk_is_named_with_the_cache_folder_and_what_to_do(tmp_path, monkeypatch):
+    """Triton's write into its cache fails with ENOSPC and names no file: the failure says the
+    cache folder's disk is full, its free space (shutil.disk_usage, the reference) and what to do."""
+    import errno
+    import shutil
+
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        Fill().register_warmup(out=torch.empty(64, dtype=torch.float32), blocks=(16,))
+    Fill.kernel.device_caches.clear()
+    monkeypatch.setenv("ZEROJIT_RESTORE", "0")
+    folder = tmp_path / "full"
+    folder.mkdir()
+    monkeypatch.setattr(knobs.cache, "dir", str(folder))
+    real_replace = os.replace
+
+    def full(src, dst, *args, **kwargs):  # every new file's last step, as a full disk fails a write
+        if str(dst).startswith(str(folder)):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(WarmupError) as info:
+        reg.warmup(progress=False)
+    text = str(info.value)
+    assert "OSError: [Errno 28] No space left on device" in text
+    assert f"the disk or quota of Triton's cache folder {str(folder)!r} is full" in text
+    free = shutil.disk_usage(folder).free / 2**20
+    shown = float(text.split(" MiB free there now")[0].rsplit(", ", 1)[1])
+    assert abs(shown - free) < 64, (shown, free)  # (other writers on the disk move it a little)
+    assert "point TRITON_CACHE_DIR at another disk" in text
+
+
 def test_a_cache_folder_no_key_could_use_is_refused_once(tmp_path, monkeypatch):
     """Not one identical failure per key: the folder is named once, with what to do."""
     from zerojit.cache import CacheFolderError

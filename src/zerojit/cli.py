@@ -161,7 +161,10 @@ def _user_errors(command: str) -> Callable[[Callable[..., Any]], Callable[..., A
                 status = _exit_status(e)
                 if status is None:
                     raise
-                message = str(e).removeprefix("zerojit: ")  # (the monitor's messages name zerojit already)
+                # (the monitor's messages and WarmupError's name zerojit already)
+                message = str(e).removeprefix("zerojit: ")
+                if message.startswith("zerojit warm-up"):
+                    message = message.removeprefix("zerojit ")
                 typer.echo(f"zerojit {command}: {message}", err=True)
                 raise typer.Exit(status) from None
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import inspect
 import operator
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -241,8 +243,16 @@ def choose_workers(asked: int | None, *, cores: int, to_compile: int, restored: 
 
 def _cache_hint(error: BaseException) -> str:
     """What to do when a compile failed writing into Triton's cache folder (read-only: an unusable
-    folder was refused before any key, :func:`zerojit.cache.check_cache_folder`), else ''."""
+    folder was refused before any key, :func:`zerojit.cache.check_cache_folder`; full: Triton's
+    write error names no file, so a full disk is told by its errno), else ''."""
     folder = os.path.abspath(cache_dir())
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        try:
+            free = f"{shutil.disk_usage(folder).free / 2**20:.1f} MiB free there now"
+        except OSError:
+            free = "its free space unknown"
+        return (f" (the disk or quota of Triton's cache folder {cache_dir()!r} is full, {free}: free space, or "
+                "point TRITON_CACHE_DIR at another disk; a rerun compiles what failed)")
     filename = getattr(error, "filename", None)
     if not (isinstance(error, OSError) and isinstance(filename, str) and os.path.abspath(filename).startswith(folder)):
         return ""
