@@ -12,7 +12,8 @@ only names, shapes and dtypes are compared).
     python benchmarks/compiled_step.py                  # cuda, backend inductor
     python benchmarks/compiled_step.py --device cpu     # compile-only (cuda:90), dry launches
 
-Exit status: 0 when there were no graph breaks, no runtime compiles and equal outputs; 1 otherwise.
+Exit status: 0 when there were no graph breaks, no runtime compiles and equal outputs; 1 otherwise; 2 invalid
+input (no GPU for --device cuda, --mode without inductor, TRITON_INTERPRET=1 with --device cpu).
 Only public APIs of PyTorch 2.11 are used here (torch_compat reads Dynamo's counters).
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     p.add_argument("--backend", default=None, help="torch.compile backend (default: inductor on cuda, "
-                   "aot_eager on cpu: Inductor has no CPU backend for these ops' Triton kernels)")
+                   "aot_eager on cpu; inductor runs on cpu too: docs/engine-modes.md)")
     p.add_argument("--mode", default=None, help="torch.compile mode (e.g. reduce-overhead: Inductor's CUDA graphs, "
                    "not part of the issue's proof; docs/engine-modes.md); backend inductor only")
     p.add_argument("--config", default="dsv4-like")
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.mode is not None and backend != "inductor":  # other backends ignore torch.compile's mode
         print(f"compiled_step: --mode {args.mode} needs --backend inductor (backend {backend} ignores torch.compile's "
               "mode)", file=sys.stderr)
+        return 2
+    if args.device == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":  # compile_only would refuse it later
+        print("compiled_step: --device cpu runs compile-only (cuda:90, dry launches), which needs a process without "
+              "TRITON_INTERPRET=1: unset it", file=sys.stderr)
         return 2
     dev = torch.device(args.device)
     cfg = load_config(args.config)
