@@ -37,7 +37,7 @@ from zerojit.kernel import KernelInputError, LaunchSpec
 from zerojit.keyspace import choices, trace_dispatch
 from zerojit.specialization import WarmupTensor, scalar_rep
 
-from ._checks import DCP
+from ._checks import DCP, values_readable
 from ._device import segment_of, segment_search_steps
 from .shapes import cdiv, next_power_of_2
 
@@ -128,8 +128,9 @@ class BuildPrefillChunkMetadata(CheckedKernel["BuildPrefillChunkMetadata.Compile
             a non-contiguous one, a negative count, a slice with ``start > stop``, a ratio < 1,
             ``dcp_rank`` outside ``[0, dcp_size)``. Only metadata is read on a GPU (no device
             sync): value preconditions (slice within ``query_start_loc``, ``num_compressed ==
-            cu_compressed[n]``) are the caller's, as in the reference; on CPU, where reading a
-            value is free, a slice outside ``query_start_loc`` is refused.
+            cu_compressed[n]``) are the caller's, as in the reference; under Triton's interpreter
+            (CPU tensors, where reading a value is free) a slice outside ``query_start_loc`` is
+            refused.
     """
 
     kernel = _build_prefill_chunk_metadata_kernel  # name: "build_prefill_chunk_metadata"
@@ -185,7 +186,7 @@ class BuildPrefillChunkMetadata(CheckedKernel["BuildPrefillChunkMetadata.Compile
                  dcp_interleave: int = 1) -> LaunchSpec:
         """Launch K4; returns ``(ks, ke, token_to_seq)`` (see the class)."""
         n, dev = seq_lens.shape[0], seq_lens.device
-        if dev.type == "cpu":  # a value check only where reading it is free (as K7's)
+        if values_readable(query_start_loc):  # a value check only where reading it is free
             first, last = (int(query_start_loc[0]), int(query_start_loc[n])) if query_start_loc.shape[0] else (0, 0)
             if query_slice_start < first or query_slice_stop > last:
                 raise KernelInputError(self.name, "query_slice_stop" if query_slice_stop > last else "query_slice_start",

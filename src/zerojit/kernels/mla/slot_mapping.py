@@ -46,7 +46,7 @@ from zerojit.kernel import KernelInputError, LaunchSpec
 from zerojit.keyspace import trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
 
-from ._checks import DCP
+from ._checks import DCP, values_readable
 from .shapes import cdiv
 
 __all__ = ["MAX_SPLITS", "TILE", "CompressedSlotMapping", "compressed_slot_mapping", "split_grid"]
@@ -183,9 +183,10 @@ class CompressedSlotMapping(CheckedKernel["CompressedSlotMapping.CompileKey"]):
         KernelInputError: a wrong dtype, dimension, device or contiguity; ``query_start_loc``
             not of length ``R + 1``; fewer block-table rows than requests; ``num_tokens`` < 0
             or outside int32; a ratio that does not divide ``block_size``; a non-positive
-            ``block_stride_rows``; a bad DCP triple (metadata only, no device sync). On CPU,
-            where reading a value is free: ``query_start_loc[R] > num_tokens`` (on a GPU the
-            caller's to keep: the kernel would write past ``slot_mapping``).
+            ``block_stride_rows``; a bad DCP triple (metadata only, no device sync). Under
+            Triton's interpreter (CPU tensors, where reading a value is free)
+            ``query_start_loc[R] > num_tokens`` too (on a GPU the caller's to keep: the kernel
+            would write past ``slot_mapping``).
     """
 
     kernel = _compressed_slot_mapping_kernel
@@ -259,7 +260,7 @@ class CompressedSlotMapping(CheckedKernel["CompressedSlotMapping.CompileKey"]):
                  block_stride_rows, dcp_size=1, dcp_rank=0, dcp_interleave=1) -> LaunchSpec:
         """Launch K2; returns ``slot_mapping [num_tokens]`` int64 (see the class)."""
         R, device = seq_lens.shape[0], seq_lens.device
-        if device.type == "cpu" and R:  # a value check only where reading it is free (as K7's)
+        if R and values_readable(query_start_loc):  # a value check only where reading it is free
             end = int(query_start_loc[R])
             if end > num_tokens:  # (on a GPU the kernel would write past slot_mapping)
                 raise KernelInputError(self.name, "num_tokens", f"num_tokens={num_tokens} is less than "
