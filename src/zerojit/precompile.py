@@ -259,6 +259,7 @@ class WarmupSession:
         self.counts.origin = time.perf_counter()  # a prestarted pool's boot lies before: negative times
         self._lock = pool.lock if pool is not None else threading.Lock()
         self._prestarted = pool  # adopted by the first cold run() it suits, else stopped
+        self._live: list[_WorkerPool] = [pool] if pool is not None else []  # killed if a run raises
         self._pool: _WorkerPool | None = None
         self._deferring = False
         self._launchers: dict[tuple, tuple[str, bool]] = {}
@@ -309,11 +310,15 @@ class WarmupSession:
         if _tc.get_compile_listener() is self._listener:
             _tc.set_compile_listener(self._prev_listener)
         self._restore_manager()  # unless another manager was set on top meanwhile
-        if self._pool is not None:  # a run that raised
+        if exc[0] is not None:  # leaving on an exception (Ctrl-C): no compile is waited for
+            for pool in self._live:
+                pool.kill()
+        elif self._pool is not None:  # a run that raised
             self._finish(self._pool)
-        if self._prestarted is not None:  # no run needed them (every key restored)
+        if exc[0] is None and self._prestarted is not None:  # no run needed them (every key restored)
             self._drop(self._prestarted)
         self._pool = self._prestarted = None
+        self._live = []
 
     @contextlib.contextmanager
     def counted_apart(self) -> Iterator[_Counts]:
@@ -510,6 +515,7 @@ class WarmupSession:
                 if not _writable_cache():
                     return None
                 self._pool = _WorkerPool(self.workers, target, self.counts, self._lock, self._modules)
+                self._live.append(self._pool)
             pool = self._pool
         if fresh and not key_later:  # not under the lock: the pool shares it, and set_triton_key takes it
             pool.set_triton_key(use_fast_triton_key())
@@ -561,8 +567,22 @@ class WarmupSession:
 
         With ``workers > 1`` the workers start at once unless this key space was warmed into
         this cache folder before (a marker file says so) or ``expect_warm``; else at the first
-        entry missing from the disk cache.
+        entry missing from the disk cache. An exception leaving it (``KeyboardInterrupt``
+        included) kills every worker it started, with its ``ptxas`` (:meth:`_WorkerPool.kill`),
+        before it propagates: a worker runs in a process group of its own, which a terminal's
+        Ctrl-C does not reach.
         """
+        try:
+            return self._run(jobs, progress=progress, desc=desc, expect_warm=expect_warm)
+        except BaseException:
+            with self._lock:
+                pools, self._live = self._live, []
+            for pool in pools:
+                pool.kill()
+            raise
+
+    def _run(self, jobs: Sequence[tuple[Any, Any]], *, progress: bool, desc: str,
+             expect_warm: bool) -> list[JobOutcome]:
         from tqdm.auto import tqdm
 
         outcomes: list[JobOutcome | None] = [None] * len(jobs)
@@ -1041,6 +1061,10 @@ class _TaskQueue:
         return False, None
 
 
+#: Seconds :meth:`_WorkerPool.kill` waits for the killed workers to end.
+KILL_WAIT_S = 5.0
+
+
 class _WorkerPool:
     """Up to ``size`` worker processes, started as requests arrive, fed from one queue.
 
@@ -1083,6 +1107,8 @@ class _WorkerPool:
         self._key_error: BaseException | None = None
         self._key_ready = threading.Event()
         self._hashing: threading.Thread | None = None  # hash_in_background
+        self._procs: list[Any] = []  # every worker started (Popen or ForkedProcess), for kill()
+        self._killed = False
 
     def set_triton_key(self, key: str | None, error: BaseException | None = None) -> None:
         """Hand the workers Triton's build key, at once (each gets its set-up at start, and this as
@@ -1198,6 +1224,7 @@ class _WorkerPool:
             self.counts.recovered.append(
                 f"forking this process took {1e3 * self._fork_seconds:.0f} ms for {count(self._forked, 'worker')} (a "
                 f"large process: fork copies its page tables); the other workers are spawned")
+        self._procs.extend(procs)
         return [_Started(proc, stderr, index, t0, wall, forked=True, key_sent=key is not None)
                 for proc, stderr, index in zip(procs, stderrs, indices)]
 
@@ -1289,6 +1316,11 @@ class _WorkerPool:
             self._recovered(f"cannot start a compile worker: {e}")
             stderr.close()
             return None
+        with self.lock:
+            self._procs.append(proc)
+            killed = self._killed
+        if killed:  # kill() ran while it started
+            _watchdog.kill_group(proc.pid)
         return _Started(proc, stderr, index, popened, popened_wall, forked=False)
 
     def _serve(self, started: "_Started | None") -> None:
@@ -1548,6 +1580,34 @@ class _WorkerPool:
             self._recovered(f"{task.get('function') or task['name']}: no compile worker ran it; compiled in-process")
         remember_compile_seconds(self.compiled_seconds)  # the next cold warm-up on this install hands them out longest first
         return dict(self.seconds)
+
+    def kill(self, timeout: float = KILL_WAIT_S) -> list[int]:
+        """Kill every worker's process group (its ``ptxas`` or C compiler too) without waiting
+        for a request, and reap them; returns the pids still there after ``timeout`` seconds
+        (none, unless one cannot be killed: another user's, or stuck in the kernel).
+
+        For an exception leaving a warm-up (Ctrl-C): each worker runs in a process group of its
+        own, which the terminal's interrupt does not reach, so a hung ``ptxas`` would outlive the
+        warm-up for ever. A forked worker whose pid is not known yet (still booting: its ready
+        message names it) compiles nothing yet; it reads the end of its request pipe and exits.
+        """
+        self._stopping = True
+        with self.lock:
+            self._killed = True
+            procs = list(self._procs)
+        for proc in procs:
+            if proc.pid is not None and proc.poll() is None:
+                _watchdog.kill_group(proc.pid)
+        deadline = time.monotonic() + timeout
+        left = []
+        for proc in procs:
+            if proc.pid is None:  # a forked worker never heard from: it exits at its pipe's end
+                continue
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.0))
+            except subprocess.TimeoutExpired:
+                left.append(proc.pid)
+        return left
 
 
 class _Hung(Exception):

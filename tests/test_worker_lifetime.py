@@ -1,0 +1,80 @@
+"""Compile workers do not outlive their warm-up: an interrupt (Ctrl-C's ``KeyboardInterrupt``)
+kills their process groups, ``ptxas`` included. (Each worker runs in a session of its own, which a
+terminal's Ctrl-C does not reach. A warm-up killed with SIGKILL runs no handler: its workers read
+the end of their request pipes once their compile ends; a hung ptxas there is not covered.)
+
+Each scenario is tests/test_hangs.py's warm-up of one key, whose ``ptxas`` stops itself (SIGSTOP)
+at its compile: without the fix, that worker and its ``ptxas`` stay forever. The references are
+the processes themselves (``/proc``), snapshotted while the compile is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only pytest session
+    pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
+
+import signal
+import subprocess
+import sys
+import time
+
+from test_hangs import SCENARIO, SRC, TESTS, _kill_logged, _kill_scenario, alive, fake_ptxas, gone, logged, ptxas_env
+
+WITHIN_S = 10.0  # every worker and ptxas is gone this long after the warm-up was interrupted or killed
+
+
+def _tree(root: int) -> set[int]:
+    """Every process whose parent chain or session leads to ``root`` (``root`` left out)."""
+    parents, sessions = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(entry)], sessions[int(entry)] = int(fields[1]), int(fields[3])
+    found = {p for p, s in sessions.items() if s == root}
+    grew = True
+    while grew:
+        more = {p for p, pp in parents.items() if (pp == root or pp in found) and p not in found}
+        found |= more
+        grew = bool(more)
+    return found - {root}
+
+
+def _stopped_compile(tmp_path, start: str) -> tuple[subprocess.Popen, set[int], int]:
+    """A warm-up (2 workers, started ``start``) whose ptxas stopped itself; (it, its processes, that ptxas's pid)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS)]), TRITON_CACHE_DIR=str(tmp_path / "cache"),
+               TRITON_HOME=str(tmp_path / "home"), ZEROJIT_WORKER_START=start,
+               **ptxas_env(fake_ptxas(tmp_path, "ptxas", "always")))
+    env.pop("ZEROJIT_COMPILE_STALL_S", None)  # default 60 s: the warm-up's watchdog does not end it first
+    proc = subprocess.Popen([sys.executable, "-c", SCENARIO, str(TESTS), "2", "-"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not logged(tmp_path):
+        if time.monotonic() > deadline or proc.poll() is not None:
+            _kill_scenario(proc.pid)
+            pytest.fail("no ptxas compile started")
+        time.sleep(0.05)
+    ptxas = logged(tmp_path)[0][0]
+    while alive(ptxas) and open(f"/proc/{ptxas}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+        time.sleep(0.02)
+    return proc, _tree(proc.pid) | {ptxas}, ptxas
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_an_interrupted_warm_up_kills_its_workers_and_their_ptxas(tmp_path, start):
+    proc, pids, ptxas = _stopped_compile(tmp_path, start)
+    try:
+        assert len(pids) >= 2, pids  # its worker (one key: one worker) and the ptxas at least
+        os.kill(proc.pid, signal.SIGINT)  # KeyboardInterrupt in the warm-up's thread
+        proc.wait(timeout=WITHIN_S)
+        assert gone(pids, within=WITHIN_S), [p for p in pids if alive(p)]
+    finally:
+        _kill_scenario(proc.pid)
+        _kill_logged(tmp_path)
