@@ -120,14 +120,15 @@ def test_an_app_whose_kernels_live_in_its_main_is_recorded_then_execd_with_zero_
     assert "zerojit exec: 3 monitored launches, 0 runtime compiles" in run.stderr
 
 
-# One __main__ kernel launched at the sizes given on the command line.
-SIZES_APP = '''
+# One __main__ kernel (after its imports and ``extra`` ones), launched at the sizes given on the
+# command line.
+SCALE_KERNEL = '''
 import sys
 
 import torch
 import triton
 import triton.language as tl
-
+{extra}
 
 @triton.jit
 def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
@@ -135,7 +136,8 @@ def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
 
-
+'''
+SIZES_APP = SCALE_KERNEL.format(extra="") + '''
 x = torch.zeros(256)
 for n in sys.argv[1:]:
     scale_kernel[(4,)](x, torch.empty_like(x), int(n), BLOCK=64)
@@ -412,23 +414,7 @@ def test_a_malformed_program_source_is_refused_naming_the_field(tmp_path):
 
 # SIZES_APP's kernel on the GPU, its outputs checked against torch at every launch, waiting for
 # the background compile between its two launches of the unrecorded size.
-GPU_APP = '''
-import sys
-
-import torch
-import triton
-import triton.language as tl
-
-import zerojit.serving as serving
-
-
-@triton.jit
-def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
-
-
+GPU_APP = SCALE_KERNEL.format(extra="\nimport zerojit.serving as serving\n") + '''
 x = torch.arange(256, device="cuda", dtype=torch.float32)
 sizes = [int(n) for n in sys.argv[1:]]
 for i, n in enumerate(sizes):
