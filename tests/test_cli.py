@@ -267,7 +267,7 @@ def test_an_unusable_cache_folder_is_invalid_input_in_every_warming_command(comm
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setattr(knobs.cache, "dir", str(blocker))
-    line = one_line(invoke(*args), 2, f"zerojit {name}: zerojit warm-up: Triton's cache folder '{blocker}' is a file")
+    line = one_line(invoke(*args), 2, f"zerojit {name}: warm-up: Triton's cache folder '{blocker}' is a file")
     assert line.endswith("point TRITON_CACHE_DIR at a writable folder")
     # read-only and empty (simulated, so it also holds as root, who ignores folder permissions)
     ro = tmp_path / "ro"

@@ -266,8 +266,6 @@ def _k4_good() -> dict:
         (dict(cu_compressed=torch.tensor([[0, 0, 3]], dtype=I32)), "cu_compressed"),
         (dict(cu_compressed=torch.tensor([0, 0, 3, 9, 9, 9], dtype=I32)[::2]), "cu_compressed"),
         (dict(query_slice_start=5, query_slice_stop=4), "query_slice_stop"),
-        (dict(query_slice_stop=9), "query_slice_stop"),  # rows 0..7 belong to the requests (CPU: values read)
-        (dict(query_slice_start=-1), "query_slice_start"),
         (dict(num_compressed=-1), "num_compressed"),
         (dict(dcp_size=2, dcp_rank=2), "dcp_rank"),
         (dict(ratio=0), "ratio"),

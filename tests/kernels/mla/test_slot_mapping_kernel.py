@@ -278,7 +278,6 @@ def good(**over) -> dict:
         ("block_table", dict(block_table=torch.zeros(2, 4, dtype=torch.int64))),
         ("num_tokens", dict(num_tokens=-1)),
         ("num_tokens", dict(num_tokens=7.0)),
-        ("num_tokens", dict(num_tokens=6)),  # the requests' 3 + 4 tokens need 7 (CPU: values read)
         ("ratio", dict(ratio=3)),
         ("ratio", dict(ratio=0)),
         ("block_size", dict(block_size=0)),

@@ -1,18 +1,14 @@
 """Declarative input checks shared by the MLA kernel launchers (see :mod:`zerojit.inputs`).
 
 The generic checks (tensors, ints, row strides) live in :mod:`zerojit.inputs`; what is left here
-is the one group several MLA kernels share, the decode-context-parallel triple, and when a
-launcher may read its inputs' values (:func:`values_readable`).
+is the one group several MLA kernels share: the decode-context-parallel triple.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from zerojit.compile_only import active_compile_only
 from zerojit.inputs import INT32_MAX, IntArg, Require
 
-__all__ = ["DCP", "values_readable"]
+__all__ = ["DCP"]
 
 #: Checks of a decode-context-parallel triple (docs KERNELS.md, "DCP"): S = ``dcp_size`` and
 #: I = ``dcp_interleave`` ints in ``[1, 2**31)``, the rank r = ``dcp_rank`` an int in ``[0, S)``,
@@ -23,10 +19,3 @@ DCP = (
     Require("dcp_rank", "is_int(dcp_rank) and 0 <= dcp_rank < dcp_size",
             "must be an int in [0, dcp_size={dcp_size}), got {dcp_rank!r}"),
 )
-
-
-def values_readable(tensor: Any) -> bool:
-    """True when a launcher may read ``tensor``'s values to check them for free: a CPU tensor the
-    launch really runs on (Triton's interpreter). Not on a GPU (reading needs a device sync), and
-    not under compile-only, whose dry launches get tensors without values (``torch.empty``)."""
-    return tensor.device.type == "cpu" and active_compile_only() is None

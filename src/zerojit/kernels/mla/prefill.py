@@ -33,11 +33,11 @@ import triton
 import triton.language as tl
 
 from zerojit.inputs import CheckedKernel, IntArg, Let, TensorArg, checked_launcher
-from zerojit.kernel import KernelInputError, LaunchSpec
+from zerojit.kernel import LaunchSpec
 from zerojit.keyspace import choices, trace_dispatch
 from zerojit.specialization import WarmupTensor, scalar_rep
 
-from ._checks import DCP, values_readable
+from ._checks import DCP
 from ._device import segment_of, segment_search_steps
 from .shapes import cdiv, next_power_of_2
 
@@ -126,11 +126,9 @@ class BuildPrefillChunkMetadata(CheckedKernel["BuildPrefillChunkMetadata.Compile
     Raises:
         KernelInputError: a tensor of the wrong dtype (int32 expected), ndim, length or device,
             a non-contiguous one, a negative count, a slice with ``start > stop``, a ratio < 1,
-            ``dcp_rank`` outside ``[0, dcp_size)``. Only metadata is read on a GPU (no device
-            sync): value preconditions (slice within ``query_start_loc``, ``num_compressed ==
-            cu_compressed[n]``) are the caller's, as in the reference; under Triton's interpreter
-            (CPU tensors, where reading a value is free) a slice outside ``query_start_loc`` is
-            refused.
+            ``dcp_rank`` outside ``[0, dcp_size)``. Only metadata is read (no device sync);
+            value preconditions (slice within ``query_start_loc``, ``num_compressed ==
+            cu_compressed[n]``) are the caller's, as in the reference.
     """
 
     kernel = _build_prefill_chunk_metadata_kernel  # name: "build_prefill_chunk_metadata"
@@ -186,12 +184,6 @@ class BuildPrefillChunkMetadata(CheckedKernel["BuildPrefillChunkMetadata.Compile
                  dcp_interleave: int = 1) -> LaunchSpec:
         """Launch K4; returns ``(ks, ke, token_to_seq)`` (see the class)."""
         n, dev = seq_lens.shape[0], seq_lens.device
-        if values_readable(query_start_loc):  # a value check only where reading it is free
-            first, last = (int(query_start_loc[0]), int(query_start_loc[n])) if query_start_loc.shape[0] else (0, 0)
-            if query_slice_start < first or query_slice_stop > last:
-                raise KernelInputError(self.name, "query_slice_stop" if query_slice_stop > last else "query_slice_start",
-                                       f"the slice [{query_slice_start}, {query_slice_stop}) must lie within the "
-                                       f"requests' rows [query_start_loc[0], query_start_loc[{n}]) = [{first}, {last})")
         rows = query_slice_stop - query_slice_start
         ks = torch.empty(rows, dtype=torch.int32, device=dev)
         ke = torch.empty(rows, dtype=torch.int32, device=dev)

@@ -42,11 +42,11 @@ import triton
 import triton.language as tl
 
 from zerojit.inputs import INT32_MAX, CheckedKernel, IntArg, Require, RowStrideInt32, TensorArg, checked_launcher
-from zerojit.kernel import KernelInputError, LaunchSpec
+from zerojit.kernel import LaunchSpec
 from zerojit.keyspace import trace_dispatch, zip_inputs
 from zerojit.specialization import WarmupTensor, scalar_rep
 
-from ._checks import DCP, values_readable
+from ._checks import DCP
 from .shapes import cdiv
 
 __all__ = ["MAX_SPLITS", "TILE", "CompressedSlotMapping", "compressed_slot_mapping", "split_grid"]
@@ -183,10 +183,7 @@ class CompressedSlotMapping(CheckedKernel["CompressedSlotMapping.CompileKey"]):
         KernelInputError: a wrong dtype, dimension, device or contiguity; ``query_start_loc``
             not of length ``R + 1``; fewer block-table rows than requests; ``num_tokens`` < 0
             or outside int32; a ratio that does not divide ``block_size``; a non-positive
-            ``block_stride_rows``; a bad DCP triple (metadata only, no device sync). Under
-            Triton's interpreter (CPU tensors, where reading a value is free)
-            ``query_start_loc[R] > num_tokens`` too (on a GPU the caller's to keep: the kernel
-            would write past ``slot_mapping``).
+            ``block_stride_rows``; a bad DCP triple (metadata only, no device sync).
     """
 
     kernel = _compressed_slot_mapping_kernel
@@ -260,11 +257,6 @@ class CompressedSlotMapping(CheckedKernel["CompressedSlotMapping.CompileKey"]):
                  block_stride_rows, dcp_size=1, dcp_rank=0, dcp_interleave=1) -> LaunchSpec:
         """Launch K2; returns ``slot_mapping [num_tokens]`` int64 (see the class)."""
         R, device = seq_lens.shape[0], seq_lens.device
-        if R and values_readable(query_start_loc):  # a value check only where reading it is free
-            end = int(query_start_loc[R])
-            if end > num_tokens:  # (on a GPU the kernel would write past slot_mapping)
-                raise KernelInputError(self.name, "num_tokens", f"num_tokens={num_tokens} is less than "
-                                       f"query_start_loc[{R}] = {end}, the requests' tokens")
         out = (torch.full((num_tokens,), -1, dtype=torch.int64, device=device) if R == 0  # no program: fill here
                else torch.empty((num_tokens,), dtype=torch.int64, device=device))
         return LaunchSpec(grid=split_grid(R, num_tokens),
