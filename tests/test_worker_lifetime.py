@@ -24,7 +24,8 @@ import time
 
 from test_hangs import SCENARIO, SRC, TESTS, _kill_logged, _kill_scenario, alive, fake_ptxas, gone, logged, ptxas_env
 
-WITHIN_S = 10.0  # every worker and ptxas is gone this long after the warm-up was interrupted or killed
+WITHIN_S = 30.0  # every worker and ptxas is gone this long after the interrupt (the kill waits up to
+#                  KILL_WAIT_S = 5 s; the rest is slack for a busy 2-core host)
 
 
 def _tree(root: int) -> set[int]:

@@ -45,7 +45,8 @@ from .manifest import KernelRecord, RecordedKernel, RecordedKey, encode_classes,
 from .specialization import SpecClass
 
 __all__ = ["GenericGroup", "generic_classes", "options_text", "group_of", "register", "lookup", "generic_functions",
-           "forget", "adopt", "keep_one_of", "generic_function_of", "GenericKernel", "GenericPlan", "plan", "file_variants"]
+           "forget", "adopt", "keep_one_of", "generic_function_of", "GenericKernel", "GenericPlan", "plan",
+           "file_variants"]
 
 _INT_TYPES = ("i32", "i64", "u64")
 

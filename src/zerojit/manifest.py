@@ -58,7 +58,8 @@ __all__ = ["FORMAT", "VERSION", "ManifestError", "UntrustedManifestError", "Mani
            "recorded_kernel_class", "recorded_kernel", "encode_classes", "encode_value", "decode_value", "encode_exact",
            "decode_exact", "encode_exact_text", "decode_exact_text", "encode_specialization", "encode_config",
            "unimportable",
-           "SOURCE_CHANGED", "source_changed", "note_unbound", "unbound_reason", "note_bound", "rebuilt_of", "RecordedTuning", "restore_tunings",
+           "SOURCE_CHANGED", "source_changed", "note_unbound", "unbound_reason", "note_bound", "rebuilt_of",
+           "RecordedTuning", "restore_tunings",
            "TensorLaunch", "TuningLaunch", "READABLE_VERSIONS", "recorded_autotuner", "RecordedRun", "restore_record_tunings"]
 
 #: The ``format`` field of every manifest.

@@ -575,8 +575,9 @@ class WarmupSession:
         try:
             return self._run(jobs, progress=progress, desc=desc, expect_warm=expect_warm)
         except BaseException:
-            with self._lock:
+            with self._lock:  # (a later run, if the caller goes on, starts fresh workers)
                 pools, self._live = self._live, []
+                self._pool = self._prestarted = None
             for pool in pools:
                 pool.kill()
             raise

@@ -585,7 +585,7 @@ class _ScriptBinding:
             note_unbound(jit_fn, None)
         for jit_fn in self._bound:
             note_bound(jit_fn, None)
-            _generic.forget(jit_fn)
+            _generic.forget(jit_fn)  # (its program_source mark stays: a background compile queued may read it)
         return self._bound
 
 
