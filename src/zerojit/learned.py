@@ -58,6 +58,7 @@ from .keyspace import DEFAULT_KEY_BUDGET
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedKey, RecordedSpecialization, decode_exact,
                        encode_exact, encode_value, read_manifest, recorded_kernel, write_manifest)
 from .manifest import _hashable  # the manifest's frozen forms of JSON values: learned keys equal recorded ones
+from .reports import LEARNED_SUFFIX
 from .specialization import SpecClass
 from .switches import switch
 
@@ -928,7 +929,7 @@ def plan(held: dict[Any, list[Any]], *, path: str | None = None, group: Any = No
         record = KernelRecord(r0.module, r0.qualname, r0.source_hash, r0.parameters, r0.constexprs,
                               tuple(dict.fromkeys(r.recorded() for r in rs)))
         try:
-            learned_kernels.append(recorded_kernel(record, jit_fn, name=f"{name} (learned)"))
+            learned_kernels.append(recorded_kernel(record, jit_fn, name=name + LEARNED_SUFFIX))
         except KernelDefinitionError as e:
             skipped += [LearnedSkip(f"{path}:{r.line}", r.function, str(e)) for r in rs]
     return LearnedPlan(path, extra, learned_kernels, twins, skipped)

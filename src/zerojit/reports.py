@@ -17,6 +17,7 @@ from typing import Any
 
 __all__ = [
     "KernelWarmup",
+    "LEARNED_SUFFIX",
     "NoTargetError",
     "WarmupError",
     "WarmupFailure",
@@ -42,6 +43,10 @@ class WarmupFailure:
     def __str__(self) -> str:
         where = "listing its keys" if self.key is None else f"key {self.key}"
         return f"{self.kernel}: {where}: {self.error}"
+
+
+#: The name suffix of a kernel's learned keys' row (:mod:`zerojit.learned`): the same kernel.
+LEARNED_SUFFIX = " (learned)"
 
 
 @dataclass(frozen=True)
@@ -303,7 +308,8 @@ class WarmupReport:
         imports = f"{modules:.2f} s of it importing the recorded kernels' modules; " if modules is not None else ""
         if self.generic:
             keys += f" + {count(self.generic_variants, 'generic variant')}"
-        lines = [f"warm-up: {keys} over {count(len(self.kernels), 'kernel')} in "
+        kernels = len({k.kernel.removesuffix(LEARNED_SUFFIX) for k in self.kernels})  # (a learned row: its kernel's)
+        lines = [f"warm-up: {keys} over {count(kernels, 'kernel')} in "
                  f"{self.seconds:.2f} s ({imports}target {self.target}), {count(len(self.failures), 'failure')}"]
         if self.stats is not None:
             lines.append(f"  {self.stats.origin(len({id(getattr(v, 'compiled', v)) for v in self.variants}))}")
