@@ -413,7 +413,7 @@ def test_a_malformed_program_source_is_refused_naming_the_field(tmp_path):
 
 
 # SIZES_APP's kernel on the GPU, its outputs checked against torch at every launch, waiting for
-# the background compile between its two launches of the unrecorded size.
+# the background compile and swapping it in between its two launches of the unrecorded size.
 GPU_APP = SCALE_KERNEL.format(extra="\nimport zerojit.serving as serving\n") + '''
 x = torch.arange(256, device="cuda", dtype=torch.float32)
 sizes = [int(n) for n in sys.argv[1:]]
@@ -425,6 +425,7 @@ for i, n in enumerate(sizes):
     assert torch.equal(out, want), (n, out)
     if i == 0 and len(sizes) > 1:
         assert serving.wait_idle(180), "the background compile did not finish in 180 s"
+        serving.between_requests()  # (exec's default swap: between requests, as an engine marks them)
 print("ran", flush=True)
 '''
 
@@ -433,7 +434,8 @@ print("ran", flush=True)
 def test_on_a_gpu_a_main_kernels_miss_is_served_then_swapped_and_both_launches_are_right(tmp_path):
     """On a GPU (exec's default mode there is fallback): recorded at n=256, launched at n=1
     twice; the first launch is the generic variant's (a fallback launch), the background compile
-    is swapped in before the second (immediate swap), and both outputs equal torch's."""
+    is swapped in before the second (the program calls between_requests()), and both outputs
+    equal torch's."""
     (tmp_path / "app.py").write_text(GPU_APP)
     cache = tmp_path / "cache"
     rec = _zerojit(["record", "-o", "m.json", "--", "python", "app.py", "256"], cache, tmp_path)
