@@ -791,3 +791,20 @@ def test_a_program_that_cannot_be_run_is_refused_saying_where_it_would_run(comma
              "pass 'python SCRIPT', 'python -m MODULE' or 'python -c CODE'")
     one_line(invoke(*args, "--", "python", "-c"), 2, f"zerojit {name}: python -c needs the code")
     assert out.read_text() == "{}"
+
+
+@pytest.mark.parametrize("command", [["run", "--device", "cpu", "--requests", "1"],
+                                     ["warmup", "--manifest", "{m}", "--target", "cuda:90"],
+                                     ["exec", "--manifest", "{m}", "--target", "cuda:90", "--", "python", "{x}"]],
+                         ids=["run", "warmup", "exec"])
+@pytest.mark.parametrize("flag, value", [("--connect-timeout", "-1"), ("--op-timeout", "nan"),
+                                         ("--connect-timeout", "inf"), ("--op-timeout", "0")])
+def test_a_store_timeout_that_is_no_deadline_is_refused_with_or_without_a_store(command, flag, value, tmp_path):
+    """Refused before anything is read or run (the manifest is not even one, the program never runs)."""
+    manifest, program = tmp_path / "m.json", tmp_path / "x.py"
+    manifest.write_text("{}")
+    program.write_text("print('ran')\n")
+    args = [a.replace("{m}", str(manifest)).replace("{x}", str(program)) for a in command]
+    at = args.index("--") if "--" in args else len(args)
+    one_line(invoke(*args[:at], flag, value, *args[at:]), 2, f"zerojit {command[0]}: {flag} ",
+             "give a positive number of seconds, at most 3600")

@@ -534,10 +534,21 @@ def _warmup_store_options() -> dict[str, Any]:
 _WARMUP_STORE = _warmup_store_options()
 
 
+def _check_store_timeouts(command: str, connect_timeout: float, op_timeout: float) -> None:
+    """Refuse (exit 2) a ``--connect-timeout`` or ``--op-timeout`` that is no deadline (not a
+    finite number of seconds in ``(0, 3600]``), with or without ``--store``: a typo either way."""
+    from zerojit.fleet.store import MAX_TIMEOUT, timeout_ok
+
+    for flag, value in (("--connect-timeout", connect_timeout), ("--op-timeout", op_timeout)):
+        if not timeout_ok(value):
+            _refuse(command, f"{flag} {value!r}: give a positive number of seconds, at most {MAX_TIMEOUT:g}")
+
+
 def _warmup_store(command: str, store: Optional[str], push: bool, connect_timeout: float, op_timeout: float) -> Any:
     """The store of ``--store`` opened for the warm-up (None without one), checked before anything
-    compiles: a bad URL or timeout, no trusted key, ``--push`` without a signing key or without
-    ``--store`` are refused (exit 2)."""
+    compiles: a bad URL or timeout (a timeout with or without ``--store``), no trusted key,
+    ``--push`` without a signing key or without ``--store`` are refused (exit 2)."""
+    _check_store_timeouts(command, connect_timeout, op_timeout)
     if store is None:
         if push:
             _refuse(command, "--push needs --store URL: the store to publish the warm-up's entries to")
@@ -1010,6 +1021,7 @@ def warmup_command(
 
     _check_input_file("warmup", "manifest", manifest)
     _check_output_file("warmup", "--json", json_out)
+    _check_store_timeouts("warmup", connect_timeout, op_timeout)
     chosen = _manifest_target("warmup", target, manifest)
     opened = _warmup_store("warmup", store, push, connect_timeout, op_timeout)
     _current_folder_importable()
@@ -1117,6 +1129,7 @@ def exec_command(
 
     _check_input_file("exec", "manifest", manifest)
     _check_output_file("exec", "--json", json_out)
+    _check_store_timeouts("exec", connect_timeout, op_timeout)
     program = Program(command)  # (its folder goes first on sys.path, as python puts it: the warm-up imports from it)
     chosen = _manifest_target("exec", target, manifest)
     mode = jit_monitor_mode or ("error" if chosen else "fallback")  # (chosen: a compile-only target)

@@ -21,10 +21,10 @@ import ssl
 import threading
 import time
 import urllib.parse
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 __all__ = ["Store", "StoreDown", "DeadlinePassed", "StoreError", "RedisStore", "open_store", "NAMESPACE",
-           "CONNECT_TIMEOUT", "OPERATION_TIMEOUT"]
+           "CONNECT_TIMEOUT", "OPERATION_TIMEOUT", "MAX_TIMEOUT", "timeout_ok"]
 
 NAMESPACE = "zerojit:v1:"
 CONNECT_TIMEOUT = 2.0  #: seconds to connect to the store (issue 31: redis-py has no deadline unless told)
@@ -209,7 +209,7 @@ class RedisStore(Store):
                              "(e.g. redis://:PASSWORD@host:6379/0)")
         _check_query(url, _display(url))
         for what, value in (("connect timeout", connect_timeout), ("timeout", timeout)):
-            if not (value > 0 and math.isfinite(value) and value <= MAX_TIMEOUT):
+            if not timeout_ok(value):
                 raise StoreError(f"store {_display(url)}: the {what} must be a positive number of seconds, at "
                                  f"most {MAX_TIMEOUT:g}, not {value!r}")
         path = urllib.parse.urlsplit(url).path.strip("/")
@@ -324,6 +324,11 @@ class RedisStore(Store):
 
     def close(self) -> None:
         self._client.close()
+
+
+def timeout_ok(seconds: Any) -> bool:
+    """True for a store timeout zerojit takes: a finite number of seconds in ``(0, MAX_TIMEOUT]``."""
+    return isinstance(seconds, (int, float)) and 0 < seconds <= MAX_TIMEOUT and math.isfinite(seconds)
 
 
 def open_store(url: str, *, connect_timeout: float = CONNECT_TIMEOUT, timeout: float = OPERATION_TIMEOUT) -> Store:
