@@ -329,15 +329,33 @@ def _capped_workers(command: str, workers: Optional[int]) -> Any:
     """``--workers`` capped to the cores this process can use
     (:func:`zerojit.registry.capped_workers`: the warm-up report then says so), with a note on
     stderr when capped."""
-    from zerojit.registry import capped_workers, count
+    from zerojit.registry import capped_workers
     from zerojit.runner import engine
 
     cores = engine.usable_cores()
     capped = capped_workers(workers, cores)
     if capped is not workers:
-        typer.echo(f"zerojit {command}: note: --workers {workers} is more than the {count(cores, 'core')} this "
-                   f"process can use; using {cores}", err=True)
+        _note_capped(command, "--workers", workers, cores)
     return capped
+
+
+def _capped_background_workers(command: str, workers: int) -> int:
+    """``--background-workers`` capped to the cores this process can use, with a note on stderr
+    (a worker past them only waits for a core, as with ``--workers``)."""
+    from zerojit.runner import engine
+
+    cores = engine.usable_cores()
+    if workers <= cores:
+        return workers
+    _note_capped(command, "--background-workers", workers, cores)
+    return cores
+
+
+def _note_capped(command: str, flag: str, asked: Any, cores: int) -> None:
+    from zerojit.registry import count
+
+    typer.echo(f"zerojit {command}: note: {flag} {asked} is more than the {count(cores, 'core')} this process can "
+               f"use; using {cores}", err=True)
 
 
 def _no_progress_option(what: str) -> Any:
@@ -444,20 +462,6 @@ def _check_fallback_flags(command: str, ctx: typer.Context, mode: str) -> None:
                 "--jit-monitor-mode fallback")
 
 
-def _capped_background_workers(command: str, workers: int) -> int:
-    """``--background-workers`` capped to the cores this process can use, with a note on stderr
-    (a worker past them only waits for a core, as with ``--workers``)."""
-    from zerojit.registry import count
-    from zerojit.runner import engine
-
-    cores = engine.usable_cores()
-    if workers <= cores:
-        return workers
-    typer.echo(f"zerojit {command}: note: --background-workers {workers} is more than the {count(cores, 'core')} "
-               f"this process can use; using {cores}", err=True)
-    return cores
-
-
 def _configure_fallback(command: str, mode: str | None, swap: str, fallback_miss: str, workers: int) -> None:
     """Give the process monitor these fallback options (``monitor.configure(mode, fallback=)``)
     when it serves in fallback mode (``workers``: :func:`_capped_background_workers`)."""
@@ -546,9 +550,9 @@ def _check_store_timeouts(command: str, connect_timeout: float, op_timeout: floa
 
 def _warmup_store(command: str, store: Optional[str], push: bool, connect_timeout: float, op_timeout: float) -> Any:
     """The store of ``--store`` opened for the warm-up (None without one), checked before anything
-    compiles: a bad URL or timeout (a timeout with or without ``--store``), no trusted key,
-    ``--push`` without a signing key or without ``--store`` are refused (exit 2)."""
-    _check_store_timeouts(command, connect_timeout, op_timeout)
+    compiles: a bad URL or timeout, no trusted key, ``--push`` without a signing key or without
+    ``--store`` are refused (exit 2). Each command checks the timeouts first, with or without a
+    store (:func:`_check_store_timeouts`)."""
     if store is None:
         if push:
             _refuse(command, "--push needs --store URL: the store to publish the warm-up's entries to")
@@ -631,6 +635,7 @@ def run_command(
     from zerojit.runner.engine import WARMUP_MODES, RunOptions, option_conflicts, run
 
     _check_output_file("run", "--json", json_out)
+    _check_store_timeouts("run", connect_timeout, op_timeout)
     if warmup not in WARMUP_MODES:
         _refuse("run", f"--warmup {warmup!r}: must be one of {', '.join(WARMUP_MODES)}")
     _check_target("run", target)
