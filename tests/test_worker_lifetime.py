@@ -1,7 +1,7 @@
 """Compile workers do not outlive their warm-up: an interrupt (Ctrl-C's ``KeyboardInterrupt``)
-kills their process groups, ``ptxas`` included. (Each worker runs in a session of its own, which a
-terminal's Ctrl-C does not reach. A warm-up killed with SIGKILL runs no handler: its workers read
-the end of their request pipes once their compile ends; a hung ptxas there is not covered.)
+kills their process groups, ``ptxas`` included (each worker runs in a session of its own, which a
+terminal's Ctrl-C does not reach), and so does a SIGKILL of the warm-up, which runs no handler:
+each worker watches its owner through a pidfd and kills its own group when the owner has ended.
 
 Each scenario is tests/test_hangs.py's warm-up of one key, whose ``ptxas`` stops itself (SIGSTOP)
 at its compile: without the fix, that worker and its ``ptxas`` stay forever. The references are
@@ -74,6 +74,21 @@ def test_an_interrupted_warm_up_kills_its_workers_and_their_ptxas(tmp_path, star
     try:
         assert len(pids) >= 2, pids  # its worker (one key: one worker) and the ptxas at least
         os.kill(proc.pid, signal.SIGINT)  # KeyboardInterrupt in the warm-up's thread
+        proc.wait(timeout=WITHIN_S)
+        assert gone(pids, within=WITHIN_S), [p for p in pids if alive(p)]
+    finally:
+        _kill_scenario(proc.pid)
+        _kill_logged(tmp_path)
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_warm_up_killed_with_sigkill_takes_its_workers_and_their_ptxas_with_it(tmp_path, start):
+    """SIGKILL runs no handler in the warm-up: each worker watches its owner (a pidfd) and kills its
+    own process group when the owner ends. Without that, the worker waits on its stopped ptxas for ever."""
+    proc, pids, ptxas = _stopped_compile(tmp_path, start)
+    try:
+        assert len(pids) >= 2, pids
+        os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=WITHIN_S)
         assert gone(pids, within=WITHIN_S), [p for p in pids if alive(p)]
     finally:

@@ -24,7 +24,8 @@ workers' 19). Then come ``launcher`` requests (Triton 3.6 only: a launcher modul
 build key; 3.7 builds none), ``{"triton_key": ...}`` (the parent's Triton build key, unanswered: sent once the parent has it, before the first ``compile`` request), and ``compile``
 requests; each request is answered by one dict (before it, ``{"lock_wait": True}`` and
 ``{"lock_wait": False}`` around a wait for another process's lock on the entry); ``None`` ends
-the worker. A worker runs in its own process group (a spawned one in its own session), with the
+the worker, as does the end of the owner process the set-up names (``owner_pid``: even one
+killed with SIGKILL, :func:`_die_with_owner`). A worker runs in its own process group (a spawned one in its own session), with the
 ``ptxas`` and C compiler it runs: the warm-up watches the group's CPU time and kills the group
 of a hung compile (:mod:`zerojit.watchdog`).
 
@@ -469,6 +470,35 @@ def serve(setup: dict, boot: dict, requests, replies, *, forked: bool = False) -
         write_message(replies, reply)
 
 
+def _die_with_owner(owner: "int | None") -> None:
+    """Kill this worker's process group, its ``ptxas`` included, as soon as the process that owns
+    the worker (``owner``: the warm-up's or the server's) has ended. An owner that ends normally or
+    by an exception closes its workers itself; this is for one that ran no code at its end
+    (SIGKILL, the OOM killer): the worker would finish its compile first, and a hung ``ptxas``
+    would stay for ever. Watched on a thread through a pidfd of the owner (Linux 5.3+: it cannot
+    name another process that reused the pid); where there is none, nothing is watched and the
+    worker ends at its request pipe's end, as before."""
+    if not owner:
+        return
+    import select
+    import signal
+    import threading
+
+    try:
+        fd = os.pidfd_open(owner)
+    except ProcessLookupError:  # it ended before this worker could watch it
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+        return
+    except (AttributeError, OSError):  # no pidfd on this system
+        return
+
+    def watch() -> None:
+        select.select([fd], [], [])  # readable once the owner has ended
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="zerojit-owner-watch", daemon=True).start()
+
+
 def _cpu_seconds() -> float:
     """This process's CPU time and that of its ended subprocesses (``ptxas``, a C compiler)."""
     t = os.times()
@@ -492,6 +522,7 @@ def main() -> None:
     os.dup2(2, 1)  # anything printed from here on goes to stderr, never into the reply stream
     sys.stdout = sys.stderr
     setup = read_message(requests)  # sent at once: everything but Triton's build key
+    _die_with_owner(setup.get("owner_pid"))  # before the boot: its throwaway compile runs ptxas too
     _renice(setup)
     serve(setup, preload(setup, requests), requests, replies)
 
@@ -776,6 +807,7 @@ def _serve_forked(setup: dict, started: float, requests_fd: int, replies_fd: int
     signal.signal(signal.SIGINT, signal.default_int_handler)  # not the parent's handlers
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _renice(setup)
+    _die_with_owner(setup.get("owner_pid"))
     serve(setup, {"started_at": started}, io.FileIO(requests_fd, "rb", closefd=False),
           os.fdopen(replies_fd, "wb"), forked=True)
 

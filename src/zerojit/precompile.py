@@ -1102,6 +1102,7 @@ class _WorkerPool:
             "triton_file": _triton_file(),
             "modules": list(modules),  # imported while the worker boots
             "nice": worker_nice(),
+            "owner_pid": os.getpid(),  # a worker kills its group once this process has ended
         }
         self.triton_key: str | None = None  # set_triton_key
         self._links: list[_Link] = []  # the started workers' request streams

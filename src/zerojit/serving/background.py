@@ -382,6 +382,7 @@ class BackgroundCompiler:
             "triton_file": os.path.abspath(sys.modules["triton"].__file__),
             "modules": modules,  # imported while it boots
             "nice": self.nice,
+            "owner_pid": os.getpid(),  # it kills its group once this process has ended, even by SIGKILL
         }
 
     def _new_worker(self, setup: dict) -> _Worker:
