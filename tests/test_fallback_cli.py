@@ -253,8 +253,8 @@ def test_exec_json_to_stdout_is_pure_json_and_counts_a_blocked_miss(recorded):
     assert done.returncode == 1, done.stderr
     data = json.loads(done.stdout)
     assert data["exit_status"] == 1 and data["blocked"] == 1
-    assert (data["runtime_compiles"], data["request_path_compiles"]) == (1, 0)
-    assert "zerojit exec: 0 monitored launches, 1 runtime compile (1 blocked)" in done.stderr
+    assert (data["launches"], data["runtime_compiles"], data["request_path_compiles"]) == (1, 1, 0)
+    assert "zerojit exec: 1 monitored launch, 1 runtime compile (1 blocked)" in done.stderr
 
 
 @pytest.mark.parametrize("flags", [("--swap", "immediate"), ("--background-workers", "2"), ("--fallback-miss", "error")])

@@ -883,7 +883,7 @@ def test_a_blocked_compile_under_exec_names_the_programs_frame_and_closes_with_t
                        "monitor is in error mode, so nothing was compiled")
     assert lines[head + 1] == f"  launched at app/app.py:{_launch_line(root)} (in main)"
     assert "n: warmed as not-divisible-by-16, called as divisible-by-16" in run.stderr
-    assert lines[-1] == "zerojit exec: 0 monitored launches, 1 runtime compile (1 blocked)"
+    assert lines[-1] == "zerojit exec: 1 monitored launch, 1 runtime compile (1 blocked)"  # the blocked launch counted
     assert "Traceback" not in run.stderr
 
 

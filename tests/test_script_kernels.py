@@ -206,8 +206,41 @@ def test_a_line_inserted_above_a_kernel_names_it_as_changed_and_triton_compiles_
     assert "no manifest warmed it" not in run.stderr and "launched raw" not in run.stderr
     assert run.stderr.count("x_ptr: *fp32") == 1 and run.stderr.count("runtime specialization") == 1, run.stderr
     data = json.loads(out.read_text())
-    # scale_kernel (unchanged) was bound and hit; even_kernel's first launch was blocked
-    assert (data["launches"], data["runtime_compiles"], data["blocked"]) == (1, 1, 1)
+    # scale_kernel (unchanged) was bound and hit; even_kernel's first launch was blocked (a launch counted too)
+    assert (data["launches"], data["runtime_compiles"], data["blocked"]) == (2, 1, 1)
+    assert "zerojit exec: 2 monitored launches, 1 runtime compile (1 blocked)" in run.stderr
+
+
+def test_the_closing_line_counts_every_launch_of_a_main_kernel_exec_could_not_bind(tmp_path):
+    """SIZES_APP recorded launching its __main__ kernel 3 times, then its source edited: exec
+    cannot bind the program's function to the rebuilt one, so Triton compiles it, yet each of its
+    launches is counted: warn mode 3 launches (1 compile, the later two hit Triton's cache); error
+    mode blocks the first, a launch counted as well."""
+    (tmp_path / "app.py").write_text(SIZES_APP)
+    cache = tmp_path / "cache"
+    sizes = ["256", "256", "256"]
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py", *sizes], cache, tmp_path)
+    assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr
+    (tmp_path / "app.py").write_text(SIZES_APP.replace("mask=mask) * 2", "mask=mask) * 3"))
+
+    def exec_(mode):
+        out = tmp_path / f"{mode}.json"
+        run = _zerojit(["exec", "--manifest", "m.json", "--jit-monitor-mode", mode, "--target", "cuda:90",
+                        "--no-progress", "--json", str(out), "--", "python", "app.py", *sizes], cache, tmp_path,
+                       env={"ZEROJIT_LEARN": "0"})
+        assert "__main__.scale_kernel: not warmed (Triton compiles it at run time): its source changed" in run.stderr
+        data = json.loads(out.read_text())
+        return run, (data["launches"], data["runtime_compiles"], data["blocked"])
+
+    warned, counts = exec_("warn")
+    assert warned.returncode == 1 and "ran" in warned.stdout, warned.stderr
+    assert counts == (3, 1, 0), warned.stderr
+    assert warned.stderr.splitlines()[-1] == "zerojit exec: 3 monitored launches, 1 runtime compile"
+
+    blocked, counts = exec_("error")
+    assert blocked.returncode == 1 and "ran" not in blocked.stdout, blocked.stderr
+    assert counts == (1, 1, 1), blocked.stderr
+    assert blocked.stderr.splitlines()[-1] == "zerojit exec: 1 monitored launch, 1 runtime compile (1 blocked)"
 
 
 UNCARRIED = '''

@@ -1113,7 +1113,8 @@ def exec_command(
     program never calls zerojit.serving.between_requests(), so with the default --swap
     between-requests it keeps the generic variant unless it does: --swap immediate takes the
     compiled one at once) and in error mode under a compile-only target (what CI and tests use).
-    A closing line counts the monitored launches, runtime compiles and any autotune benchmarks (warn mode
+    A closing line counts the monitored launches (every launch of a recorded kernel, bound or not, and
+    every launch the monitor blocked), runtime compiles and any autotune benchmarks (warn mode
     logs each autotuner's tuning key once, however often it benchmarks; in fallback mode also
     request-path compiles, fallback launches, background compiles and swaps, after waiting for the
     background compiles with a deadline); with --jit-monitor-mode off nothing is counted, and it
@@ -1196,12 +1197,15 @@ def exec_command(
     counts = watching.counts() if watching is not None else None
     served: dict[str, int] = {}
     if counts is not None:
+        # every launch the program made that the monitor saw: those that ran, and those it blocked
+        # before they compiled (each blocked miss is one refused launch, which never reached the observer)
+        launches = counts.launches + counts.blocked
         compiles = counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads
         # (counts without the serving fields: a runtime compile that was not blocked waited on the request path)
         served = {name: getattr(counts, name, default) for name, default in (
             ("request_path_compiles", compiles - counts.blocked), ("fallback_launches", 0), ("background_compiles", 0),
             ("swaps", 0), ("background_failures", 0))}
-        line = (f"zerojit exec: {count(counts.launches, 'monitored launch', 'monitored launches')}, "
+        line = (f"zerojit exec: {count(launches, 'monitored launch', 'monitored launches')}, "
                 f"{count(compiles, 'runtime compile')}" + (f" ({counts.blocked} blocked)" if counts.blocked else "")
                 + (f", {count(counts.benchmarks, 'autotune benchmark')}" if counts.benchmarks else ""))
         if mode == "fallback":
@@ -1226,7 +1230,7 @@ def exec_command(
         import json
 
         data = {"warmup": report.to_dict(), "monitor_mode": mode,
-                "launches": counts.launches if counts is not None else None,
+                "launches": launches if counts is not None else None,
                 "runtime_compiles": compiles if counts is not None else None,
                 "blocked": counts.blocked if counts is not None else None,
                 "benchmarks": counts.benchmarks if counts is not None else None,

@@ -421,7 +421,8 @@ def count_raw_launches(kernels: Sequence[RecordedKernel], *, note: Callable[[str
     cannot be bound (its source hash or options differ from the recorded ones: a line inserted
     above it moves its starting line, which Triton hashes) is named in one line through ``note``
     (default: stderr) and left to Triton, which compiles it as usual; the monitor's explanation of
-    that compile gives the same reason (:func:`zerojit.manifest.note_unbound`).
+    that compile gives the same reason (:func:`zerojit.manifest.note_unbound`), and its launches
+    are counted all the same (its own counting ``run``, with no warmed variant).
     A ``triton.autotune`` object over such a function is the program's too: at its first launch
     the function is bound, its recorded choices are put into it
     (:func:`zerojit.manifest.restore_record_tunings`) and ``serve_tuner(record, tuner)`` runs
@@ -467,9 +468,10 @@ class _ScriptBinding:
     ``triton.jit`` options are the recorded ones gets the rebuilt function's compiled variants
     (:func:`zerojit.triton_compat.adopt_compiled`: the same ``CompiledKernel`` objects, so its
     launches are hits of the warmed keys) and its own counting ``run``
-    (:func:`count_raw_launches`), bound to Triton's: its later launches never reach the hook.
-    Every other function's launch costs the hook one attribute comparison (a ``__main__`` one: a
-    dict lookup more).
+    (:func:`count_raw_launches`), bound to Triton's: its later launches never reach the hook. A
+    recorded one that differs gets the counting ``run`` alone (its launches are counted, its
+    variants compiled by Triton). Every other function's launch costs the hook one attribute
+    comparison (a ``__main__`` one: a dict lookup more).
     """
 
     def __init__(self, scripts: dict[str, RecordedKernel], note: Callable[[str], None],
@@ -525,8 +527,10 @@ class _ScriptBinding:
         seen, bind = self._seen, self._bind
 
         def run(jit_fn: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-            if jit_fn.__module__ == "__main__" and id(jit_fn) not in seen and bind(jit_fn, original):
-                return jit_fn.run(*args, grid=grid, warmup=warmup, **kwargs)  # its own run, bound just now
+            if jit_fn.__module__ == "__main__" and id(jit_fn) not in seen:
+                bind(jit_fn, original)
+                if _tc.wrapped_run(jit_fn):  # a recorded one, bound or not: its own counting run, set just now
+                    return jit_fn.run(*args, grid=grid, warmup=warmup, **kwargs)
             return original(jit_fn, *args, grid=grid, warmup=warmup, **kwargs)
 
         return run
@@ -535,7 +539,7 @@ class _ScriptBinding:
         """Bind ``jit_fn`` when it is a recorded kernel of the program; True when it was."""
         with self._lock:
             if id(jit_fn) in self._seen:
-                return _tc.wrapped_run(jit_fn)
+                return any(fn is jit_fn for fn in self._bound)
             self._seen[id(jit_fn)] = jit_fn
             kernel = self._scripts.get(jit_fn.__qualname__)
             if kernel is None or "<locals>" in jit_fn.__qualname__:
@@ -559,6 +563,8 @@ class _ScriptBinding:
                     self._on_bound()
                 return True
             note_unbound(jit_fn, why)  # the monitor's explanation of its compile says why, not "no manifest"
+            # not bound, still counted: its launches (of variants Triton compiles) are the program's launches
+            _tc.wrap_run(jit_fn, lambda _: _counting(kernel)(functools.partial(original, jit_fn)))
             self._unbound.append(jit_fn)
             self._note(f"{record.name}: not warmed (Triton compiles it at run time): {why}")
             return False
@@ -577,7 +583,7 @@ class _ScriptBinding:
         note_bound(jit_fn, rebuilt)
 
     def uninstall(self) -> list[Any]:
-        """Remove the hooks; returns the program functions bound (the caller unwraps them)."""
+        """Remove the hooks; returns the program functions wrapped, bound or not (the caller unwraps them)."""
         if self._restore_tuners is not None:
             self._restore_tuners()
         self._restore()
@@ -586,7 +592,7 @@ class _ScriptBinding:
         for jit_fn in self._bound:
             note_bound(jit_fn, None)
             _generic.forget(jit_fn)  # (its program_source mark stays: a background compile queued may read it)
-        return self._bound
+        return self._bound + self._unbound
 
 
 def _counting(kernel: RecordedKernel) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
