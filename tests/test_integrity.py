@@ -216,6 +216,21 @@ def test_compile_workers_record_digests_before_the_group_file(cache):
                                              if not n.startswith("__grp__")}
 
 
+def test_the_report_says_how_many_of_the_asked_workers_started_for_one_damaged_entry(cache):
+    """Two workers asked, one damaged cubin: the one key to compile starts one worker, and the
+    report's worker line says so beside "1 compiled by 1 worker process" (not just "as asked")."""
+    kernel = Scale()
+    cold = warm_up(kernel, workers=2)
+    assert cold.stats.workers == 2 and cold.stats.worker_choice == "2 workers (as asked)"
+    damage(cold, 1, "cubin cut to half")
+    warm = warm_up(kernel, workers=2)
+    assert (warm.stats.workers, warm.stats.worker_compiled) == (1, 1)
+    assert warm.stats.worker_choice == "2 workers (as asked); 1 started: only 1 key to compile"
+    summary = warm.summary()
+    assert "  1 compiled by 1 worker process, then loaded from the disk cache;" in summary
+    assert "  compile workers: 2 workers (as asked); 1 started: only 1 key to compile\n" in summary
+
+
 def test_bundle_export_never_packs_a_damaged_entry(cache, tmp_path):
     """A damaged IR file (read by no warm start: the restore index loads IR lazily) is found
     when the export reads it: the export refuses, naming it, and writes nothing; the entry is

@@ -278,9 +278,16 @@ def _primer_jobs(jobs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
 
 
 def _worker_note(choice: WorkerChoice, stats: WarmupStats) -> str:
-    """The choice, and when workers were allowed but none started, why none was needed."""
-    if choice.workers < 2 or stats.workers:
+    """The choice, and when fewer workers started than it allowed, how many and why: workers
+    start one per key missing from the disk cache, so "2 workers (as asked)" beside "1 compiled
+    by 1 worker process" reads as a contradiction unless the line says only 1 started."""
+    if choice.workers < 2 or stats.workers >= choice.workers:
         return choice.why
+    if stats.workers:
+        missed = stats.total_compiled + stats.lock_waits  # the keys handed to workers (or compiled here)
+        if missed < choice.workers:
+            return f"{choice.why}; {stats.workers} started: only {count(missed, 'key')} to compile"
+        return f"{choice.why}; {stats.workers} started"
     if not stats.compiled:
         return f"{choice.why}; none started: every key was in the disk cache"
     return f"{choice.why}; none started (see the notes)"
