@@ -163,6 +163,32 @@ def test_a_bundle_for_another_build_python_or_target_is_refused(bundle, fresh_ca
     assert cache_contents(fresh_cache) == []
 
 
+@pytest.mark.parametrize("how", ["another build", "a corrupted cubin"])
+def test_a_refused_import_leaves_the_disk_as_it_was(bundle, fresh_cache, tmp_path, monkeypatch, how):
+    """No cache folder and no build memo (``.zerojit/triton-build.json`` there, or in Triton's
+    home) is made by a refused import, through the CLI (with and without --cache-dir) as through
+    import_bundle; an accepted one writes the memos (they were held back, not lost)."""
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("TRITON_HOME", str(home))
+    bad = rewrite(bundle[0], tmp_path / "bad.tar.gz", **(
+        dict(manifest=lambda m: {**m, "triton_build": "0" * 64}) if how == "another build"
+        else dict(member=(".cubin", lambda d: d[:100] + bytes([d[100] ^ 1]) + d[101:]))))
+    for flags in ([], ["--cache-dir", str(tmp_path / "other")]):
+        result = CliRunner().invoke(app, ["bundle", "import", str(bad), "--target", "cuda:90", *flags])
+        assert result.exit_code == 1, (result.output, result.exception)
+        assert [p for p in (fresh_cache, tmp_path / "other", home) if p.exists()] == []
+    with pytest.raises(BundleMismatchError if how == "another build" else BundleCorruptError):
+        import_bundle(bad, target="cuda:90")
+    assert [p for p in (fresh_cache, home) if p.exists()] == []
+    assert len(import_bundle(bundle[0], target="cuda:90").installed) == 5
+    assert (fresh_cache / ".zerojit" / "triton-build.json").is_file()
+    assert [p.name for p in (home / ".triton" / "zerojit").iterdir() if p.name.startswith("triton-build-")]
+
+
 def test_the_target_is_the_one_compiled_for(bundle, fresh_cache):
     with compile_only("cuda:80"):
         with pytest.raises(BundleMismatchError) as info:

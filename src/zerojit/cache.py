@@ -301,13 +301,32 @@ def _write_memo(signature: str, values: dict, path: str) -> None:
         pass  # a read-only folder: the memo is only an optimisation
 
 
+_held = threading.local()  # .memos: {path: (signature, values)} while _memos_held() runs in this thread
+
+
+@contextlib.contextmanager
+def _memos_held():
+    """Hold back this thread's memo writes (:func:`_remembered`) until the block ends without an
+    error, then make them: a refused bundle import (its fingerprint check hashes Triton's build)
+    leaves the disk as it was, no cache folder made only to hold a memo."""
+    _held.memos = {}
+    try:
+        yield
+        memos = _held.memos
+    finally:
+        _held.memos = None
+    for path, (signature, values) in memos.items():
+        _write_memo(signature, values, path)
+
+
 def _remembered(name: str, compute) -> str | None:
     """``compute()``, remembered under the stat signature of Triton's build (any change to its
     files computes it afresh); a value found in one memo is copied to the others. ``compute``
     None: only what is remembered (None if nothing is)."""
     signature = _build_stat_signature(_triton_root())
     paths = _memo_paths()
-    memos = [_read_memo(signature, p) for p in paths]
+    held = getattr(_held, "memos", None)
+    memos = [held[p][1] if held is not None and p in held else _read_memo(signature, p) for p in paths]
     value = next((m[name] for m in memos if name in m), None)
     if value is None:
         if compute is None:
@@ -315,7 +334,10 @@ def _remembered(name: str, compute) -> str | None:
         value = compute()
     for path, memo in zip(paths, memos):
         if memo.get(name) != value:
-            _write_memo(signature, dict(memo, **{name: value}), path)
+            if held is not None:  # written when _memos_held's block ends well
+                held[path] = (signature, dict(memo, **{name: value}))
+            else:
+                _write_memo(signature, dict(memo, **{name: value}), path)
     return value
 
 
@@ -1095,7 +1117,8 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
             always pass, and a bundle built for the wrong GPU would be installed without a word.
         into: the cache folder; default Triton's (``TRITON_CACHE_DIR``).
 
-    Every check happens before anything is written to the cache: the manifest's fields against
+    Every check happens before anything is written (a refused bundle leaves the disk as it was, no
+    build memo of its fingerprint check written either): the manifest's fields against
     this machine (:data:`FINGERPRINT_FIELDS`), then every file against its SHA-256 and the file
     list. Entries are then staged in the cache folder and each moved into place whole (an entry
     the cache already holds complete is kept); a ``__grp__`` file is rewritten to the entry's
@@ -1118,20 +1141,21 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
     co_target = co.target_name if co is not None else None
     given = bool(target) and target != co_target  # a compile-only block's target is this process's, not a --target
     target = target or current_target_name()
-    with _open(path) as tar:
-        manifest = _read_manifest(tar, path)
-        if target is None:
-            raise NoTargetError(
-                f"bundle {path} is for {manifest.target}, and this machine has no GPU and no compile-only target to "
-                f"check that against: pass the target it will serve on (--target {manifest.target}, "
-                f"import_bundle(target={manifest.target!r})); nothing was installed")
-        check_fingerprint(manifest, path, target, target_given=given,
-                          compile_only=co_target is not None and target == co_target)
-        files, tuning = _verified_files(tar, path, manifest, "; nothing was installed")
-    installed, present = install_entries(files, into)
-    for name, data in tuning.items():  # each whole or not at all; the kernel checks its fields when it reads it
-        _autotune.write_atomically(os.path.join(into or cache_dir(), _autotune.TUNING_FOLDER, name), data)
-    return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present))
+    with _memos_held():  # a refused bundle writes nothing: not even the build memos its check computes
+        with _open(path) as tar:
+            manifest = _read_manifest(tar, path)
+            if target is None:
+                raise NoTargetError(
+                    f"bundle {path} is for {manifest.target}, and this machine has no GPU and no compile-only target "
+                    f"to check that against: pass the target it will serve on (--target {manifest.target}, "
+                    f"import_bundle(target={manifest.target!r})); nothing was installed")
+            check_fingerprint(manifest, path, target, target_given=given,
+                              compile_only=co_target is not None and target == co_target)
+            files, tuning = _verified_files(tar, path, manifest, "; nothing was installed")
+        installed, present = install_entries(files, into)
+        for name, data in tuning.items():  # each whole or not at all; the kernel checks its fields when it reads it
+            _autotune.write_atomically(os.path.join(into or cache_dir(), _autotune.TUNING_FOLDER, name), data)
+        return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present))
 
 
 def tuning_files(kernels: Iterable[str]) -> dict[str, bytes]:
