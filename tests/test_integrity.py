@@ -588,3 +588,33 @@ def test_a_cache_folder_reached_through_a_symbolic_link_is_no_copy(cache, monkey
         assert warm.stats.compiled == 0 and warm.stats.recovered == (), (index, warm.stats.recovered)
         monkeypatch.setattr(knobs.cache, "dir", str(cache))
         assert warm_up(kernel).stats.compiled == 0
+
+
+def test_a_failure_names_the_damaged_file_that_made_its_key_compile(cache, monkeypatch):
+    """One cubin cut short, then a cache folder that refuses writes (a read-only mount, simulated
+    so that it holds as root): the key's compile fails, and the failure names the damaged file that
+    made it compile, not only the refused write."""
+    import errno
+
+    from zerojit.reports import WarmupError
+
+    kernel = Scale()
+    cold = warm_up(kernel)
+    path = damage(cold, 1, "cubin cut to half")
+    real_replace = os.replace
+
+    def read_only(src, dst, *args, **kwargs):
+        if str(dst).startswith(str(cache)):
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", read_only)
+    kernel.kernel.device_caches.clear()
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        kernel.register_warmup()
+    with pytest.raises(WarmupError) as info:
+        registry.warmup(progress=False)
+    text = str(info.value)
+    assert "Read-only file system" in text
+    assert [line for line in text.splitlines() if line.startswith(f"  note: cache file {path} is damaged (")], text

@@ -604,3 +604,4 @@ def test_the_json_report_labels_phases_stages_and_timeline_spans():
     assert data["timeline"] == [{"what": "imports", "worker": 0, "start": -0.1, "end": 0.3}]
     assert data["compiled"] == 2 and data["recovered"] == ["a note"]
     assert json.loads(json.dumps(data)) == data
+

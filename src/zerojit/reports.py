@@ -395,7 +395,9 @@ _ENTRY_NAME = re.compile(r"\b[A-Z2-7]{52}\b")  # a Triton cache entry's folder n
 
 
 class WarmupError(RuntimeError):
-    """Warm-up failed for one or more keys; ``report`` holds every failure and every success."""
+    """Warm-up failed for one or more keys; ``report`` holds every failure and every success. The
+    message lists the failures, then the warm-up's notes (``WarmupStats.recovered``: e.g. the
+    damaged cache file that made a key compile, which a read-only cache folder then refused)."""
 
     def __init__(self, report: WarmupReport) -> None:
         keys = sum(f.key is not None for f in report.failures)
@@ -412,6 +414,8 @@ class WarmupError(RuntimeError):
                 lines.append(f"  {f}")
         lines += [f"  ... and {count(n - _SAME_ERROR_SHOWN, 'more failure')} with the same error: {error}"
                   for error, n in seen.items() if n > _SAME_ERROR_SHOWN]
+        if report.stats is not None:  # why a key compiled at all (a damaged cache file, named) may explain its failure
+            lines += report.stats.notes("  note: ")
         super().__init__("\n".join(lines))
         self.report = report
 
