@@ -14,6 +14,7 @@ import os
 import re
 import runpy
 import shutil
+import sys
 
 import pytest
 from _cli import run_zerojit as _zerojit
@@ -241,6 +242,38 @@ def test_the_closing_line_counts_every_launch_of_a_main_kernel_exec_could_not_bi
     assert blocked.returncode == 1 and "ran" not in blocked.stdout, blocked.stderr
     assert counts == (1, 1, 1), blocked.stderr
     assert blocked.stderr.splitlines()[-1] == "zerojit exec: 1 monitored launch, 1 runtime compile (1 blocked)"
+
+
+def test_the_audit_counts_a_main_kernels_launches_under_its_miss_bound_or_not(tmp_path):
+    """SIZES_APP recorded at n=256, exec'd at 256, 1, 1 under `zerojit audit` (warn mode): the
+    bound program function's n=1 variant (a miss, compiled into the program function's own cache,
+    not the rebuilt one's) has its 2 launches counted under its MISS, not as a variant "neither
+    warmed nor monitored"; and so do the launches of each variant of one exec could not bind (its
+    source edited), whose misses are filed under the program's function."""
+    (tmp_path / "app.py").write_text(SIZES_APP)
+    cache = tmp_path / "cache"
+    rec = _zerojit(["record", "-o", "m.json", "--target", "cuda:90", "--", "python", "app.py", "256"], cache, tmp_path)
+    assert rec.returncode == 0 and "ran" in rec.stdout, rec.stderr
+    key = "RecordedKey(*fp32:D, *fp32:D, i32:D, =64)"
+    args = "x_ptr: *fp32 16-byte-aligned, out_ptr: *fp32 16-byte-aligned, n: {}, BLOCK: constexpr 64"
+
+    def audit():
+        run = _zerojit(["audit", "--", sys.executable, "-m", "zerojit", "exec", "--manifest", "m.json",
+                        "--jit-monitor-mode", "warn", "--target", "cuda:90", "--no-progress", "--", "python", "app.py",
+                        "256", "1", "1"], cache, tmp_path, env={"ZEROJIT_LEARN": "0"})
+        assert "ran" in run.stdout and "zerojit coverage audit" in run.stdout, run.stderr
+        return [line for line in run.stdout.splitlines() if line.startswith(("  hit", "  dead", "  MISS", "  other"))]
+
+    assert audit() == [
+        f"  hit   {key}  (1 launch)",
+        f"  MISS  {args.format('equal-to-one')}  (1 miss: 1 compiled, 0 from disk cache, 0 blocked; 2 launches)"]
+
+    (tmp_path / "app.py").write_text(SIZES_APP.replace("mask=mask) * 2", "mask=mask) * 3"))
+    lines = audit()
+    assert lines[0].startswith(f"  dead  {key}  (0 launches"), lines
+    assert lines[1:] == [
+        f"  MISS  {args.format('i32 divisible-by-16')}  (1 miss: 1 compiled, 0 from disk cache, 0 blocked; 1 launch)",
+        f"  MISS  {args.format('equal-to-one')}  (1 miss: 1 compiled, 0 from disk cache, 0 blocked; 2 launches)"]
 
 
 UNCARRIED = '''

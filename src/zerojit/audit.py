@@ -462,7 +462,8 @@ def build_audit(report: Any, monitor: Any) -> CoverageAudit:
         if getattr(launch.compiled, "zerojit_fallback", False):  # a generic variant in place of a key: fallback_launches
             served[launch.kernel.name] = served.get(launch.kernel.name, 0) + launch.count
             continue
-        fn_key = (id(getattr(launch.kernel, "kernel", None)), launch.triton_key or "")
+        fn = launch.jit_fn if launch.jit_fn is not None else getattr(launch.kernel, "kernel", None)
+        fn_key = (id(fn), launch.triton_key or "")  # (a program's function exec launched: its own, as its miss)
         if fn_key in miss_keys:
             miss_hits[fn_key] = miss_hits.get(fn_key, 0) + launch.count
         else:

@@ -775,16 +775,19 @@ class _Launches:
     compiled: Any
     count: int
     triton_key: str | None  # found when first seen, for a variant that was not warmed
+    #: the triton.jit function whose in-process cache holds it under ``triton_key``: the kernel's
+    #: own, or a program's ``__main__`` function ``zerojit exec`` launched as the kernel
+    jit_fn: Any = None
 
 
 class _LaunchCounter:
     """One compiled kernel's launches: ``next(counter)`` per launch (atomic in CPython, so the
     launch path counts without a lock), its value read back from the counter's repr."""
 
-    __slots__ = ("kernel", "compiled", "counter", "triton_key")
+    __slots__ = ("kernel", "compiled", "counter", "triton_key", "jit_fn")
 
-    def __init__(self, kernel: Any, compiled: Any, triton_key: str | None) -> None:
-        self.kernel, self.compiled, self.triton_key = kernel, compiled, triton_key
+    def __init__(self, kernel: Any, compiled: Any, triton_key: str | None, jit_fn: Any = None) -> None:
+        self.kernel, self.compiled, self.triton_key, self.jit_fn = kernel, compiled, triton_key, jit_fn
         self.counter = itertools.count()
 
     @property
@@ -792,7 +795,7 @@ class _LaunchCounter:
         return int(repr(self.counter)[6:-1])  # "count(N)": N launches counted so far
 
     def frozen(self) -> _Launches:
-        return _Launches(self.kernel, self.compiled, self.count, self.triton_key)
+        return _Launches(self.kernel, self.compiled, self.count, self.triton_key, self.jit_fn)
 
 
 @dataclass(frozen=True)
@@ -1600,17 +1603,33 @@ class JitMonitor:
         with self._lock:
             entry = self._launches.get(id(compiled))
         if entry is None:
-            jit_fn = getattr(kernel, "kernel", None)
+            jit_fn = launched = getattr(kernel, "kernel", None)
             triton_key = None
             if id(compiled) not in self._variant_ids and jit_fn is not None:  # once per variant: its Triton key
                 triton_key = find_in_process_key(jit_fn, compiled)
+                if triton_key is None:
+                    launched, triton_key = self._missed_by(compiled, jit_fn)
             with self._lock:
                 if jit_fn is not None:
                     self._names.setdefault(id(jit_fn), kernel.name)
-                entry = self._launches.setdefault(id(compiled), _LaunchCounter(kernel, compiled, triton_key))
+                entry = self._launches.setdefault(id(compiled), _LaunchCounter(kernel, compiled, triton_key, launched))
         with self._lock:
             counters.setdefault(compiled, entry.counter.__next__)
         next(entry.counter)
+
+    def _missed_by(self, compiled: Any, jit_fn: Any) -> tuple[Any, str | None]:
+        """The function a runtime miss compiled ``compiled`` into, and its key there; else
+        ``(jit_fn, None)``. A program's ``__main__`` function that ``zerojit exec`` launches as the
+        recorded kernel of ``jit_fn`` (bound to it or not: :mod:`zerojit.recording`) compiles its
+        misses into its own in-process cache, not into ``jit_fn``'s, and its miss is filed under it."""
+        with self._lock:
+            fns = {id(s.jit_fn): s.jit_fn for s in self._misses.values()
+                   if s.jit_fn is not None and s.jit_fn is not jit_fn}
+        for fn in fns.values():
+            key = find_in_process_key(fn, compiled)
+            if key is not None:
+                return fn, key
+        return jit_fn, None
 
 
 # ---------------------------------------------------------------------------------------------
