@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
 
 from zerojit import triton_compat
 
@@ -45,6 +46,10 @@ from zerojit.compile_only import compile_only
 from zerojit.registry import JitWarmupRegistry
 
 workers, mode = int(sys.argv[2]), sys.argv[3]
+if mode == "short-wall":  # a compile's wall-time limit: 3 s, not 300 s (a test's lock wait gives up sooner)
+    from zerojit import watchdog
+
+    watchdog.WALL_FLOOR_S = 3.0
 if mode == "stop-after-store":
     # A worker that stops (SIGSTOP) once it stored its entry, before it answers: the first one only.
     from zerojit import _compile_worker
@@ -125,8 +130,14 @@ def run_scenario(tmp_path, workers: int, *, mode: str = "-", **env: str) -> dict
     full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS)]),
                     TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_HOME=str(tmp_path / "home"), **env)
     full_env.pop("ZEROJIT_WORKER_START", None)  # forked workers: the default on Linux
-    proc = subprocess.Popen([sys.executable, "-c", SCENARIO, str(TESTS), str(workers), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env,
+    out, err = run_in_session([sys.executable, "-c", SCENARIO, str(TESTS), str(workers), mode], full_env, tmp_path)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def run_in_session(argv, env, tmp_path, *, status: int = 0) -> tuple[str, str]:
+    """Run ``argv`` in a new session; its stdout and stderr once it exits with ``status``. Fails
+    (killing it and what it started) if it has not ended within :data:`DEADLINE_S` seconds."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
     try:
         out, err = proc.communicate(timeout=DEADLINE_S)
@@ -134,9 +145,9 @@ def run_scenario(tmp_path, workers: int, *, mode: str = "-", **env: str) -> dict
         _kill_scenario(proc.pid)
         _kill_logged(tmp_path)
         proc.communicate()
-        pytest.fail(f"the warm-up did not end within {DEADLINE_S:.0f} s: it hangs")
-    assert proc.returncode == 0, err[-3000:]
-    return json.loads(out.strip().splitlines()[-1])
+        pytest.fail(f"{argv[3:] or argv!r} did not end within {DEADLINE_S:.0f} s: it hangs")
+    assert proc.returncode == status, (proc.returncode, err[-3000:])
+    return out, err
 
 
 def logged(tmp_path) -> list[tuple[int, int]]:
@@ -289,6 +300,114 @@ def test_a_wait_for_another_processs_lock_on_the_entry_is_no_hang(tmp_path, comp
     hung = [r for r in result["recovered"] if "stopped answering" in r]
     assert len(hung) == 1 and hung[0].startswith(f"compile worker {compiles[0][1]} stopped answering"), hung
     assert float(re.search(r"; (\d+\.\d) s waited\)", hung[0])[1]) >= 4.0  # the lock's 3 s, then the stall
+
+
+@contextlib.contextmanager
+def lock_held_by_another_process(path) -> "Iterator[int]":
+    """Another process holds lock file ``path`` (``fcntl.flock``, the lock filelock takes), as a
+    warm-up stopped with Ctrl-Z while it compiled that entry would; yields its pid."""
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX)\nprint('held', flush=True)\ntime.sleep(600)",
+                               str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def stored_entry(tmp_path) -> str:
+    """The cache entry of StoreN's one key (Triton's hash: the same in every cache folder),
+    compiled here under compile-only into a folder of its own."""
+    from _kernels import StoreN
+    from zerojit.compile_only import compile_only
+    from zerojit.registry import JitWarmupRegistry
+
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        StoreN().register_warmup()
+    StoreN.kernel.device_caches.clear()
+    with pytest.MonkeyPatch.context() as mp, compile_only("cuda:90"):
+        mp.setattr(__import__("triton").knobs.cache, "dir", str(tmp_path / "entry-cache"))
+        assert registry.warmup(workers=1, progress=False, generic=False).ok
+    [entry] = [e.name for e in (tmp_path / "entry-cache").iterdir()
+               if e.is_dir() and any(f.name.startswith("__grp__") for f in e.iterdir())]
+    return entry
+
+
+def test_an_in_process_wait_for_a_lock_held_forever_fails_its_key_naming_the_lock(tmp_path):
+    """``workers=1``: another process holds the entry's lock and never lets go (a warm-up stopped
+    with Ctrl-Z). The warm-up says once, after ``ZEROJIT_COMPILE_STALL_S`` (1 s here), which lock
+    file it waits for, and gives up at the wall-time limit workers use (3 s here, 300 s by
+    default): the key fails naming its kernel, key and lock file; the warm-up ends. Before the fix
+    it waited for ever (the scenario's deadline failed the test)."""
+    from zerojit.cache import entry_lock_path
+
+    entry = stored_entry(tmp_path)
+    path = entry_lock_path(entry, str(tmp_path / "cache"))
+    start = time.monotonic()
+    with lock_held_by_another_process(path):
+        full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS)]), ZEROJIT_COMPILE_STALL_S="1",
+                        TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_HOME=str(tmp_path / "home"))
+        out, err = run_in_session([sys.executable, "-c", SCENARIO, str(TESTS), "1", "short-wall"], full_env, tmp_path)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["keys"] == [] and result["compiled"] == 0
+    [(kernel, key, error)] = result["failures"]
+    assert (kernel, key) == ("store_n", "SingleKey.CompileKey()")
+    m = re.fullmatch(rf"CompileHung: kernel 'store_n' key SingleKey\.CompileKey\(\): another process held the lock on "
+                     rf"its cache entry {entry} for (\d+\.\d) s, the wall-time limit of its compile \(3 s\); lock file "
+                     rf"{re.escape(path)}; not compiled: .*resume or end that process \(`fuser {re.escape(path)}` "
+                     r"names it\), then warm up again", error)
+    assert m, error
+    assert 3.0 <= float(m[1]) < time.monotonic() - start
+    notes = [line for line in err.splitlines() if "waiting for another process's lock" in line]
+    assert notes == [f"zerojit: kernel 'store_n' key SingleKey.CompileKey(): waiting for another process's lock on its "
+                     f"cache entry ({path}); a warm-up gives up on the key after 3 s"], err
+
+
+def test_a_bundle_import_gives_up_on_a_lock_held_forever_exit_1(tmp_path):
+    """``zerojit bundle import``: another process holds the lock of one of the bundle's entries
+    and never lets go. The import says which lock file it waits for, gives up at a compile's
+    wall-time limit (3 s here) and exits 1 in one line naming the entry and lock file; the
+    entry is not installed and no staging folder is left. Before the fix it waited for ever."""
+    from zerojit.cache import entry_lock_path, export_bundle
+    from zerojit.compile_only import compile_only
+    from zerojit.registry import JitWarmupRegistry
+
+    from _kernels import StoreN
+
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        StoreN().register_warmup()
+    StoreN.kernel.device_caches.clear()
+    with pytest.MonkeyPatch.context() as mp, compile_only("cuda:90"):
+        mp.setattr(__import__("triton").knobs.cache, "dir", str(tmp_path / "builder"))
+        report = registry.warmup(workers=1, progress=False, generic=False, target="cuda:90")
+        bundle = tmp_path / "b.tar.gz"
+        manifest = export_bundle(report, bundle)
+    entry = next(e for e, v in manifest.entries.items() if v["kernel"] == "store_n")
+    cache = tmp_path / "cache"
+    path = entry_lock_path(entry, str(cache))
+    importer = ("import sys\nfrom zerojit import watchdog\nwatchdog.WALL_FLOOR_S = 3.0\nfrom zerojit.cli import app\n"
+                "sys.argv = ['zerojit'] + sys.argv[1:]\napp()")
+    start = time.monotonic()
+    with lock_held_by_another_process(path):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS)]), ZEROJIT_COMPILE_STALL_S="1",
+                   TRITON_HOME=str(tmp_path / "home"))
+        out, err = run_in_session([sys.executable, "-c", importer, "bundle", "import", str(bundle), "--target",
+                                   "cuda:90", "--cache-dir", str(cache)], env, tmp_path, status=1)
+    lines = err.strip().splitlines()
+    assert lines[0] == (f"zerojit: bundle import: waiting for another process's lock on cache entry {entry} ({path}); "
+                        "the import gives up after 3 s"), err
+    m = re.fullmatch(rf"zerojit bundle import: another process held the lock on cache entry {entry} for (\d+\.\d) s, "
+                     rf"the wall-time limit of a compile; lock file {re.escape(path)}; .*\(`fuser {re.escape(path)}` "
+                     r"names it\), then import again; (nothing was installed|1 whole entry installed before it, the "
+                     r"rest not)", lines[1])
+    assert m and len(lines) == 2, err
+    assert 3.0 <= float(m[1]) < time.monotonic() - start
+    assert not (cache / entry).exists() and not [n for n in os.listdir(cache) if n.startswith(".zerojit-import-")]
 
 
 def knobs_cache_dir() -> str:

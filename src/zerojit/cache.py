@@ -42,6 +42,7 @@ import datetime
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import re
@@ -50,6 +51,7 @@ import sys
 import tarfile
 import tempfile
 import threading
+import time
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -58,6 +60,7 @@ from . import _version
 from . import autotune as _autotune
 from . import integrity
 from . import triton_compat as _tc
+from . import watchdog as _watchdog
 from ._primer import primer
 from .compile_only import active_compile_only, current_target_name, target_name
 from .context import allow_compiles
@@ -69,6 +72,8 @@ __all__ = [
     "entry_name",
     "entry_lock",
     "entry_lock_path",
+    "hold_lock",
+    "LOCK_NOTICE_S",
     "remembered_compile_seconds",
     "remember_compile_seconds",
     "launcher_lock",
@@ -89,6 +94,7 @@ __all__ = [
     "BundleMismatchError",
     "BundleCorruptError",
     "BundleReadError",
+    "BundleLockError",
     "BundleManifest",
     "BundleImport",
     "export_bundle",
@@ -154,6 +160,53 @@ def entry_lock(entry: str, folder: str | None = None):
     from filelock import FileLock
 
     return FileLock(_lock_path(entry, folder))
+
+
+#: Seconds a wait for another process's lock on a cache entry goes on before it is said (once;
+#: sooner when ``ZEROJIT_COMPILE_STALL_S`` is shorter).
+LOCK_NOTICE_S = 5.0
+
+_lock_logger = logging.getLogger("zerojit.locks")
+
+
+def hold_lock(lock: Any, *, wall: Any, notice: Any) -> float | None:
+    """Acquire ``lock`` (a ``filelock.FileLock``, such as :func:`entry_lock`'s), waiting for
+    another process's hold of it no longer than a compile's wall-time limit: a lock held forever
+    (its holder stopped with Ctrl-Z, SIGSTOP or a debugger) is not waited for forever. Returns
+    None once held (the caller releases it), else the seconds waited when it gave up.
+
+    ``wall()`` gives that limit in seconds (:func:`zerojit.watchdog.wall_limit`); ``notice(limit)``
+    the words logged once (a warning on the ``zerojit.locks`` logger, on stderr where logging is
+    not configured) after :data:`LOCK_NOTICE_S` seconds of waiting, or ``ZEROJIT_COMPILE_STALL_S``
+    if shorter. Both are only called when another process holds the lock. The waits are
+    filelock's own (``acquire(timeout=...)``), so Ctrl-C ends them.
+    """
+    from filelock import Timeout
+
+    try:
+        lock.acquire(timeout=0)
+        return None
+    except Timeout:  # held by another process
+        pass
+    start = time.monotonic()
+    wall_s = wall()
+    try:
+        lock.acquire(timeout=min(LOCK_NOTICE_S, _watchdog.stall_seconds(), wall_s))
+        return None
+    except Timeout:
+        pass
+    _lock_logger.warning("%s", notice(wall_s))
+    try:
+        lock.acquire(timeout=max(wall_s - (time.monotonic() - start), 0.0))
+        return None
+    except Timeout:
+        return time.monotonic() - start
+
+
+def lock_holder_hint(path: str) -> str:
+    """What to do about another process holding lock file ``path`` for too long, in words."""
+    return (f"another warm-up or bundle import is compiling or installing that entry, or one was stopped (Ctrl-Z, "
+            f"SIGSTOP, a debugger) while it held the lock: resume or end that process (`fuser {path}` names it)")
 
 
 def launcher_lock_path(launcher_key: str, folder: str | None = None) -> str:
@@ -679,6 +732,24 @@ class BundleCacheDirError(BundleError, CacheFolderError):
         self.cache_dir = cache_dir
 
 
+class BundleLockError(BundleError):
+    """Another process held the lock on a cache entry the import was to install for longer than
+    a compile's wall-time limit (:func:`zerojit.watchdog.wall_limit`): another warm-up or import
+    on that entry, or one stopped while it held the lock (Ctrl-Z). The entries before it are
+    installed, whole; that one and the rest are not.
+
+    Attributes:
+        entry: the cache entry; lock_file: its lock file; seconds: how long the import waited.
+    """
+
+    def __init__(self, entry: str, lock_file: str, seconds: float, *, installed: int = 0) -> None:
+        done = (f"{count(installed, 'whole entry', 'whole entries')} installed before it, the rest not"
+                if installed else "nothing was installed")
+        super().__init__(f"another process held the lock on cache entry {entry} for {seconds:.1f} s, the wall-time "
+                         f"limit of a compile; lock file {lock_file}; {lock_holder_hint(lock_file)}, then import again; {done}")
+        self.entry, self.lock_file, self.seconds = entry, lock_file, seconds
+
+
 def _str_map(value: Any) -> bool:
     return type(value) is dict and all(type(k) is str and type(v) is str for k, v in value.items())
 
@@ -1131,6 +1202,8 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
             environment (names the field).
         BundleCorruptError: a truncated or corrupted archive, a file missing or altered.
         BundleCacheDirError: the cache folder cannot be written (read-only, a file, disk full).
+        BundleLockError: another process held a cache entry's lock past a compile's wall-time
+            limit (a warm-up stopped with Ctrl-Z while it compiled that entry).
         NoTargetError: no ``target`` where there is no GPU and no compile-only block (names the
             bundle's target to pass).
         BundleReadError: the file cannot be read (permissions).
@@ -1253,6 +1326,9 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
             Triton cannot use: exported damaged by an older zerojit); nothing is installed then.
         BundleCacheDirError: the cache folder cannot be created or written (read-only, a file,
             disk full); nothing was installed, or (says how many) only whole entries.
+        BundleLockError: another process held an entry's lock past a compile's wall-time limit
+            (:func:`hold_lock`; names the entry and its lock file); the entries before it are
+            installed, whole.
     """
     root = into or cache_dir()
     root = os.path.abspath(root) if root else root  # group files name absolute paths ("": refused below)
@@ -1292,7 +1368,13 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
             final = os.path.join(root, entry)
             folder = os.path.join(staging, entry)
             group = next(n for n in names if n.startswith("__grp__"))
-            with entry_lock(entry, root):
+            lock = entry_lock(entry, root)
+            waited = hold_lock(lock, wall=lambda: _watchdog.wall_limit(remembered_compile_seconds().get(entry)),
+                               notice=lambda wall: f"zerojit: bundle import: waiting for another process's lock on "
+                               f"cache entry {entry} ({lock.lock_file}); the import gives up after {wall:.0f} s")
+            if waited is not None:
+                raise BundleLockError(entry, lock.lock_file, waited, installed=len(installed))
+            try:
                 # the digests first: the entry counts as stored once its group file is in place
                 integrity.record(final, {n: integrity.sha256(d) for n, d in names.items() if n != group}, replace=True)
                 if all(_same_file(os.path.join(final, n), os.path.join(folder, n)) for n in names):
@@ -1305,6 +1387,8 @@ def install_entries(files: dict[str, dict[str, bytes]], into: str | None = None)
                     for name in sorted(names, key=lambda n: n == group):
                         os.replace(os.path.join(folder, name), os.path.join(final, name))
                 installed.append(entry)
+            finally:
+                lock.release()
     except OSError as e:
         raise BundleCacheDirError(root, e, installed=len(installed)) from None
     finally:

@@ -1371,9 +1371,11 @@ def bundle_import(
     A bundle for another Triton build, Python or target is refused, naming the field; a truncated
     or corrupted one is refused; either way nothing is installed. Where there is no GPU, --target
     says which GPU the bundle is meant for (there is nothing here to check its target against).
-    Exit status: 0 installed; 1 refused; 2 invalid input (no such FILE or one that cannot be
-    read, a TARGET this Triton cannot compile for, no --target without a GPU, a cache folder that
-    cannot be written, --cache-dir '').
+    A cache entry whose lock another process holds (another warm-up compiling it) is waited for,
+    at most a compile's wall-time limit (docs/start-up.md, "Hung compiles").
+    Exit status: 0 installed; 1 refused, or an entry's lock held past that limit (naming its lock
+    file); 2 invalid input (no such FILE or one that cannot be read, a TARGET this Triton cannot
+    compile for, no --target without a GPU, a cache folder that cannot be written, --cache-dir '').
     """
     from zerojit.cache import import_bundle
 

@@ -80,9 +80,9 @@ from . import _compile_worker as _wire
 from . import script_kernels as _script
 from . import triton_compat as _tc
 from . import watchdog as _watchdog
-from .cache import (cache_dir, entry_lock, entry_lock_path, install_remembered_launcher, known_triton_key,
-                    launcher_lock_path, remember_compile_seconds, remember_launcher, remembered_compile_seconds,
-                    use_fast_triton_key)
+from .cache import (cache_dir, entry_lock, entry_lock_path, hold_lock, install_remembered_launcher, known_triton_key,
+                    launcher_lock_path, lock_holder_hint, remember_compile_seconds, remember_launcher,
+                    remembered_compile_seconds, use_fast_triton_key)
 from .compile_only import active_compile_only, warm_target
 from .integrity import checked_manager_class, read_group_file
 from .kernel import _DEVICE_CACHE_LOCK, _WARMUP_SINK, CompiledVariant, TritonJitKernel
@@ -119,6 +119,7 @@ class _JobState:
     launcher: Any = None  # (signature types, launcher key) when its launcher is missing
     shipped: Any = None  # _Shipped: what loading a worker's result needs
     kernel: str = ""  # the zerojit kernel's name (for what the report says about a worker)
+    key: Any = None  # the key (for what a wait for another process's lock says)
     expected: Any = None  # the token of watchdog.expected_seconds, set for an in-process compile
 
 
@@ -379,11 +380,22 @@ class WarmupSession:
             return group
         # compile in-process, holding the entry's lock until this key is done; another process
         # may have compiled it meanwhile (then this is a disk hit)
-        lock = entry_lock(entry)
-        lock.acquire()
-        job.locks.append(lock)
         if self._remembered is None:
             self._remembered = remembered_compile_seconds()
+        lock = entry_lock(entry)
+        # another process's hold is waited for as a worker waits for it: at most the wall limit
+        # of this entry's compile (a holder stopped with Ctrl-Z would otherwise stop this warm-up)
+        wall = _watchdog.wall_limit(self._remembered.get(entry))
+        path = lock.lock_file
+        waited = hold_lock(lock, wall=lambda: wall, notice=lambda wall: (
+            f"zerojit: kernel {job.kernel!r} key {job.key!r}: waiting for another process's lock on its cache entry "
+            f"({path}); a warm-up gives up on the key after {wall:.0f} s"))
+        if waited is not None:
+            raise _watchdog.CompileHung(
+                f"another process held the lock on its cache entry {entry} for {waited:.1f} s, the wall-time limit "
+                f"of its compile ({wall:.0f} s); lock file {path}; not compiled: {lock_holder_hint(path)}, then warm up "
+                "again")
+        job.locks.append(lock)
         token = _watchdog.expected_seconds.set(self._remembered.get(entry))  # the wall limit of its ptxas
         if job.expected is None:  # the first one: _attempt's reset of it undoes every later one too
             job.expected = token
@@ -523,7 +535,7 @@ class WarmupSession:
 
     # ------------------------------------------------------------------ sweeps
     def _attempt(self, kernel: Any, key: Any) -> tuple[str, Any, float, _JobState]:
-        state = _JobState(kernel=getattr(kernel, "name", ""))
+        state = _JobState(kernel=getattr(kernel, "name", ""), key=key)
         token = _JOB.set(state)
         start = time.perf_counter()
         try:
