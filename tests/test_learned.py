@@ -342,6 +342,38 @@ def test_a_corrupted_line_and_records_of_another_triton_target_or_source_are_ski
     assert f"SKIPPED learned key {path}:4: {ramp}: learned for target cuda:80" in report.summary()
 
 
+def test_a_learned_key_that_fails_to_compile_is_skipped_and_named_never_fatal(dry):
+    """A learned key that cannot compile (a constexpr that is no power of two, options a hand
+    edit broke) is skipped and named, with how to drop it; the good learned key is warmed."""
+    path = learned.learned_path()
+    assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp")  # line 1: good
+    assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(48), {}, kernel_name="ramp")  # line 2: no power of 2
+    good = lines(path)[0]
+    with open(path, "a") as f:  # hand edits that `learned show` lets through
+        for options in ({"num_warps": 3}, {"num_warps": "x"}):
+            f.write(json.dumps(dict(good, options=options)) + "\n")
+        nonsense = dict(good, specialization=[["nonsense", "D"], ["fp32", None], ["constexpr", 64]])
+        f.write(json.dumps(nonsense) + "\n")
+    assert len(learned.read_learned(path)[0]) == 5 and learned.read_learned(path)[1] == []
+
+    report = warm((Ramp(), {}))  # (raise_on_failure: a failure would raise WarmupError)
+    assert report.ok and report.failures == ()
+    assert report.learned == 1  # BLOCK=32
+    ramp = "test_learned._learn_ramp_kernel"
+    reasons = {s.where: (s.kernel, s.reason) for s in report.learned_skipped}
+    assert sorted(reasons) == [f"{path}:{n}" for n in (2, 3, 4, 5)], reasons
+    drop = (f"(drop it: delete line {{n}} of the learned-keys file, or clear the file: zerojit learned clear "
+            f"--file {path})")
+    for n, error in ((2, "CompilationError"), (3, "AssertionError"), (4, "TypeError"), (5, "ValueError")):
+        kernel, reason = reasons[f"{path}:{n}"]
+        assert kernel == ramp and reason.startswith(f"failed to compile: {error}"), (n, reason)
+        assert reason.endswith(drop.format(n=n)), reason
+    summary = report.summary()
+    assert "learned keys: 1 warmed (0 through their kernel's CompileKey, 1 as recorded keys), 4 skipped" in summary
+    assert f"SKIPPED learned key {path}:2: {ramp}: failed to compile: CompilationError" in summary
+    assert "FAILED" not in summary and report.to_dict()["failures"] == [], summary
+
+
 def _listed(spec):
     return [list(p) for p in spec]
 
@@ -621,6 +653,58 @@ def test_warmup_and_exec_warm_learned_keys_unless_no_learned(tmp_path):
     unlearned = zerojit("exec", "--manifest", str(manifest), "--no-progress", "--no-learned", "--", *program)
     assert unlearned.returncode == 1 and "(1 blocked)" in unlearned.stderr
     assert all("--no-learned" in invoke(command, "--help").output for command in ("exec", "run", "warmup"))
+
+
+def test_a_learned_key_that_cannot_compile_never_stops_exec_or_warmup(tmp_path):
+    """A launch with a constexpr Triton refuses (BLOCK=48, no power of two) is blocked and
+    learned; the next `exec` and `warmup --manifest` skip that key and name it, and the program
+    runs (it used to fail every start-up: "warm-up failed for 1 key")."""
+    cache = tmp_path / "cache"
+    manifest = tmp_path / "m.json"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path[:0] = [{TESTS!r}]
+        from triton import knobs
+        knobs.cache.dir = {str(cache)!r}
+        from _kernels import ramp_kernel
+        from zerojit.compile_only import compile_only
+        from zerojit.manifest import KernelRecord, Manifest, RecordedSpecialization, write_manifest
+        from zerojit import triton_compat as tc
+        with compile_only("cuda:90"):
+            spec = (("*fp32", "D"), ("fp32", None), ("constexpr", 16))
+            write_manifest(Manifest(tc.TRITON_VERSION, "cuda:90", ("app",), (KernelRecord(
+                "_kernels", "ramp_kernel", ramp_kernel.cache_key, ("out_ptr", "value", "BLOCK"), ("BLOCK",),
+                (RecordedSpecialization(spec, (("value", 0.5),), (), 1),)),)), {str(manifest)!r})
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "TRITON_CACHE_DIR": str(cache)}
+    env.pop("TRITON_INTERPRET", None)
+    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
+    path = learned.learned_path(str(cache), "cuda:90")
+
+    def zerojit(*args):
+        return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, capture_output=True, text=True,
+                              timeout=300, cwd=tmp_path)
+
+    def program(block: int) -> list[str]:
+        return ["python", "-c", "import torch; from _kernels import ramp_kernel; "
+                f"ramp_kernel[(1,)](torch.zeros(64), 0.5, BLOCK={block}); print('ran')"]
+
+    first = zerojit("exec", "--manifest", str(manifest), "--no-progress", "--", *program(48))
+    assert first.returncode == 1 and "1 runtime compile (1 blocked)" in first.stderr, first.stderr
+    assert [r["specialization"][2] for r in map(json.loads, open(path))] == [["constexpr", 48]]
+    skip = f"SKIPPED learned key {path}:1: _kernels.ramp_kernel: failed to compile: CompilationError: "
+    drop = f"(drop it: delete line 1 of the learned-keys file, or clear the file: zerojit learned clear --file {path})"
+
+    again = zerojit("exec", "--manifest", str(manifest), "--no-progress", "--", *program(16))
+    assert again.returncode == 0 and "ran" in again.stdout, again.stderr
+    assert "warm-up failed" not in again.stderr and skip in again.stderr and drop in again.stderr, again.stderr
+    assert "learned keys: 0 warmed, 1 skipped" in again.stderr, again.stderr
+    warmed = zerojit("warmup", "--manifest", str(manifest), "--no-progress", "--json", str(tmp_path / "w.json"))
+    assert warmed.returncode == 0 and skip in warmed.stdout and drop in warmed.stdout, (warmed.stdout, warmed.stderr)
+    report = json.loads((tmp_path / "w.json").read_text())
+    assert report["failures"] == [] and report["learned"] == 0
+    [skipped] = report["learned_skipped"]
+    assert skipped["where"] == f"{path}:1" and skipped["reason"].startswith("failed to compile: CompilationError: ")
 
 
 def test_learned_commands_refuse_bad_input_in_one_line(tmp_path, monkeypatch):

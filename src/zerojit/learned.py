@@ -28,8 +28,9 @@ Faults are never fatal: appends take a file lock (``filelock``, at most :data:`L
 an ``O_APPEND`` write is atomic neither past 4 KiB nor on NFS), a file or folder that cannot be
 written gives one ``logging`` warning (logger ``"zerojit.learned"``) and serving goes on; a
 corrupted line, or a record of another Triton, target or kernel source, is skipped and named
-when the file is read (:func:`read_learned`). Each kernel holds at most its key budget of
-records (the kernel class's ``key_budget``, else
+when the file is read (:func:`read_learned`), and a learned key that fails to compile at warm-up
+is skipped and named too (:meth:`LearnedPlan.failed`), never a failure of the warm-up. Each
+kernel holds at most its key budget of records (the kernel class's ``key_budget``, else
 :data:`~zerojit.keyspace.DEFAULT_KEY_BUDGET`); past it, one warning and no more appends.
 """
 
@@ -803,7 +804,10 @@ class LearnedPlan:
         twins: ``(module, qualname, recorded key)`` of each record also warmed through a CompileKey:
             the learned specialization itself, in case the CompileKey's ``warmup_inputs`` give
             another (no compile when they give the same: a hit of Triton's cache); not counted.
-        skipped: records not warmed, each named.
+        skipped: records not warmed, each named (a key that failed to compile is added by
+            :meth:`failed`).
+        origins: ``(id(kernel), key)`` of each learned key warmed (twins included) -> the record
+            it came from (the first, where several give one key): what :meth:`failed` names.
     """
 
     path: str
@@ -811,6 +815,24 @@ class LearnedPlan:
     kernels: list[RecordedKernel]
     twins: set[tuple[str, str, RecordedKey]]
     skipped: list[LearnedSkip]
+    origins: dict[tuple[int, Any], LearnedRecord] = dataclasses.field(default_factory=dict)
+
+    def failed(self, kernel: Any, key: Any, error: BaseException, text: str) -> bool:
+        """A warm-up job that failed with ``error`` (``text``: ``"Type: message"``): when it is a
+        learned key, it is skipped and named (:attr:`skipped`: its file and line, how to drop
+        it) and True is returned: a learned key is never fatal (a constexpr or option Triton
+        refuses, a hand edit). False for any other key, and for a kernel's definition error (the
+        lint: its ``warmup_inputs`` dispatch another key; the kernel's code is wrong, not the
+        record): a failure of the warm-up."""
+        record = self.origins.get((id(kernel), key))
+        if record is None or isinstance(error, KernelDefinitionError):
+            return False
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip().strip("^")]  # (a CompilationError's caret)
+        self.skipped.append(LearnedSkip(
+            f"{self.path}:{record.line}", record.function,
+            f"failed to compile: {' '.join(lines)} (drop it: delete line {record.line} of the learned-keys file, or "
+            f"clear the file: zerojit learned clear --file {self.path})"))
+        return True
 
     def apply(self, jobs_plan: dict[Any, list[Any]]) -> set[tuple[int, Any]]:
         """Add the learned keys to a warm-up's plan (kernel -> keys), each key once (a CompileKey
@@ -890,6 +912,7 @@ def plan(held: dict[Any, list[Any]], *, path: str | None = None, group: Any = No
             by_function.setdefault(_tc.jit_identity(jit_fn), []).append((kernel, jit_fn))
     extra: dict[Any, list[Any]] = {}
     twins: set[tuple[str, str, RecordedKey]] = set()
+    origins: dict[tuple[int, Any], LearnedRecord] = {}
     recorded: dict[tuple[str, str], list[LearnedRecord]] = {}
     functions: dict[tuple[str, str], tuple[Any, str]] = {}
     for r in records:
@@ -915,6 +938,7 @@ def plan(held: dict[Any, list[Any]], *, path: str | None = None, group: Any = No
                 key = None
             if key is not None and key not in held[owner]:
                 extra.setdefault(owner, []).append(key)
+                origins.setdefault((id(owner), key), r)
                 twins.add((r.module, r.qualname, r.key))
         manifest_keys = {key for k, _ in candidates if isinstance(k, RecordedKernel) for key in k.get_warmup_keys()}
         if r.key in manifest_keys:
@@ -932,4 +956,7 @@ def plan(held: dict[Any, list[Any]], *, path: str | None = None, group: Any = No
             learned_kernels.append(recorded_kernel(record, jit_fn, name=name + LEARNED_SUFFIX))
         except KernelDefinitionError as e:
             skipped += [LearnedSkip(f"{path}:{r.line}", r.function, str(e)) for r in rs]
-    return LearnedPlan(path, extra, learned_kernels, twins, skipped)
+            continue
+        for r in rs:
+            origins.setdefault((id(learned_kernels[-1]), r.key), r)
+    return LearnedPlan(path, extra, learned_kernels, twins, skipped, origins)

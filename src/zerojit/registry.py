@@ -542,8 +542,9 @@ class JitWarmupRegistry:
                 (registered, or recorded in ``manifest``): through a contract kernel's
                 ``CompileKey`` where the miss gave one its key space lacks, else as recorded
                 keys. The report counts them (``learned``) and names each record skipped
-                (another source, corrupted: ``learned_skipped``). With ``group``, every rank's
-                learned keys are gathered, so the ranks keep one key space. False: skip the file.
+                (another source, corrupted, failed to compile: ``learned_skipped``; a learned key
+                that fails to compile is never a failure). With ``group``, every rank's learned
+                keys are gathered, so the ranks keep one key space. False: skip the file.
 
         Whatever ``workers``, ``bundle`` or ``group``, every compile of an entry missing from the
         disk cache holds that entry's file lock, so processes sharing a cache folder compile each
@@ -697,7 +698,10 @@ class JitWarmupRegistry:
                 if isinstance(key, TunedKey) and config_cannot_run(error):
                     cannot_run.append((kernel, key, error))
                     continue
-                failures.append(WarmupFailure(kernel.name, key, f"{type(error).__name__}: {error}{_cache_hint(error)}"))
+                text = f"{type(error).__name__}: {error}{_cache_hint(error)}"
+                if learned_plan is not None and learned_plan.failed(kernel, key, error, text):
+                    continue  # a learned key is never fatal: skipped, named (learned_skipped)
+                failures.append(WarmupFailure(kernel.name, key, text))
             else:
                 per_kernel[kernel].append((key, outcome.variant, outcome.seconds))
         skipped_configs: dict[Any, list[str]] = {}
