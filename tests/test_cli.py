@@ -731,6 +731,27 @@ def test_a_manifest_that_is_not_utf8_is_refused_in_one_line_as_a_corrupted_one(c
              f"zerojit {name}: {garbage}: not a readable manifest (not UTF-8 text: byte 4 is b'\\xb0'); record it again")
 
 
+@pytest.mark.parametrize("command", [["warmup", "--target", "cuda:90"], ["exec", "--", "python", "SCRIPT"],
+                                     ["bundle", "export", "-o", "OUT"]])
+def test_a_manifest_nested_too_deep_is_refused_in_one_line_as_a_corrupted_one(command, tmp_path, monkeypatch):
+    """JSON nested past Python's parser's recursion limit raises RecursionError, no ValueError:
+    still a corrupted manifest (exit 1, one line), never a traceback."""
+    import sys
+
+    monkeypatch.setattr(sys, "path", list(sys.path))  # exec puts the script's folder first
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200000 + "]" * 200000)
+    (tmp_path / "x.py").write_text("")
+    args = [str(tmp_path / "x.py") if a == "SCRIPT" else str(tmp_path / "b.tar.gz") if a == "OUT" else a
+            for a in command]
+    at = args.index("--") if "--" in args else len(args)
+    name = " ".join(command[:2]) if command[0] == "bundle" else command[0]
+    result = invoke(*args[:at], "--manifest", str(deep), *args[at:])
+    assert not isinstance(result.exception, RecursionError), result.exception
+    one_line(result, 1, f"zerojit {name}: {deep}: not a readable manifest (nested too deep: not a manifest zerojit "
+             "wrote); record it again")
+
+
 def test_a_single_problem_is_one_line_naming_what_the_user_gave():
     from zerojit.runner.engine import RunError, RunOptions
 

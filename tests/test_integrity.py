@@ -32,6 +32,7 @@ import triton.language as tl
 from triton import knobs
 
 from zerojit import cache as zcache
+from zerojit import integrity
 from zerojit import triton_compat as tc
 from zerojit.cache import BundleCorruptError, BundleError, export_bundle, import_bundle, install_entries
 from zerojit.compile_only import compile_only
@@ -132,8 +133,15 @@ def bad_byte(data: bytes) -> bytes:
     return data[:i] + b"\xff" + data[i + 1:]
 
 
+def nested_too_deep(data: bytes = b"") -> bytes:
+    """JSON nested deeper than Python's parser goes: json.loads raises RecursionError, no ValueError."""
+    return b"[" * 200000 + b"]" * 200000
+
+
 DAMAGE = {"cubin cut to half": (".cubin", cut_to_half), "one flipped bit in the cubin": (".cubin", flip_bit),
-          "num_warps 4 -> 5": (".json", five_warps), "one bad byte in the group file": ("__grp__", bad_byte)}
+          "num_warps 4 -> 5": (".json", five_warps), "one bad byte in the group file": ("__grp__", bad_byte),
+          "metadata nested too deep": (".json", nested_too_deep),
+          "group file nested too deep": ("__grp__", nested_too_deep)}
 
 
 def damage(report, i: int, how: str) -> str:
@@ -182,7 +190,8 @@ def test_a_damaged_entry_is_compiled_again_and_named_once(cache, monkeypatch, ho
 
 
 @pytest.mark.parametrize("how, why", [("cubin cut to half", "cut short"),
-                                      ("num_warps 4 -> 5", "'num_warps' is 5, not a power of two")])
+                                      ("num_warps 4 -> 5", "'num_warps' is 5, not a power of two"),
+                                      ("metadata nested too deep", "its metadata is not JSON: maximum recursion")])
 def test_an_entry_first_seen_with_no_digest_is_checked_by_its_structure(cache, monkeypatch, how, why):
     """An entry plain Triton wrote (no digests beside it): a cubin must be an ELF file whose
     section headers fit in its size; metadata must hold what Triton reads, with sane values."""
@@ -390,6 +399,11 @@ def _empty(path: str) -> None:
     open(path, "wb").close()
 
 
+def _nested_too_deep(path: str) -> None:
+    with open(path, "wb") as f:
+        f.write(nested_too_deep())
+
+
 def _garbage(path: str) -> None:
     with open(path, "wb") as f:
         f.write(bytes(range(256)) * 3)
@@ -412,7 +426,7 @@ def _folder_a_file(path: str) -> None:
 
 
 DIGESTS_DAMAGE = {"emptied": _empty, "garbage bytes": _garbage, "chmod 000": _unreadable, "a folder": _a_folder,
-                  "digests/ a plain file": _folder_a_file}
+                  "digests/ a plain file": _folder_a_file, "nested too deep": _nested_too_deep}
 
 
 @pytest.mark.parametrize("index", ["restore index", "ZEROJIT_RESTORE=0"])
@@ -441,6 +455,22 @@ def test_a_damaged_digests_file_makes_its_entry_a_miss(cache, monkeypatch, how, 
     assert snapshot(warm) == before  # the cold warm-up's bytes: the flipped bit is gone
     assert [recorded(warm, i) for i in range(2)] == [expected_digests(files) for files in before]
     assert_sound_again(kernel, cold, before, 1)
+
+
+def test_json_nested_too_deep_is_a_damaged_file_never_a_recursion_error(tmp_path):
+    """Python's JSON parser raises RecursionError (no ValueError) for JSON nested past its
+    recursion limit: a digests file, metadata or group file like that is damaged, as garbage is."""
+    deep = nested_too_deep()
+    assert integrity.file_problem("k.json", deep).startswith("its metadata is not JSON: maximum recursion depth")
+    with pytest.raises(ValueError, match="nested too deep"):
+        tc.parse_group_file(deep)
+    folder = tmp_path / "entry"
+    folder.mkdir()
+    os.makedirs(os.path.dirname(integrity.digest_path(str(folder))))
+    with open(integrity.digest_path(str(folder)), "wb") as f:
+        f.write(deep)
+    with pytest.raises(integrity.DamagedFileError, match="the digests file does not parse: maximum recursion"):
+        integrity.digests_of(str(folder))
 
 
 def test_a_digests_folder_that_cannot_be_written_is_said_once(cache):

@@ -374,6 +374,26 @@ def test_a_learned_key_that_fails_to_compile_is_skipped_and_named_never_fatal(dr
     assert "FAILED" not in summary and report.to_dict()["failures"] == [], summary
 
 
+def test_a_line_nested_too_deep_is_a_corrupted_line_never_a_recursion_error(dry):
+    """JSON nested past Python's parser's recursion limit raises RecursionError, no ValueError:
+    such a line is skipped and named like any corrupted one, by the appender, the reader, the
+    warm-up and `learned show`."""
+    path = learned.learned_path()
+    assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp")
+    with open(path, "a") as f:
+        f.write("[" * 200000 + "]" * 200000 + "\n")
+    learned.forget()  # the appender reads the file afresh: the deep line among the keys it knows
+    assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(64), {}, kernel_name="ramp")
+    records, [skip] = learned.read_learned(path)
+    assert [r.line for r in records] == [1, 3]
+    assert skip.where == f"{path}:2" and skip.kernel is None
+    assert skip.reason.startswith("corrupted line: not JSON (maximum recursion depth exceeded"), skip.reason
+    report = warm((Ramp(), {}))
+    assert report.ok and report.learned == 2 and [str(s) for s in report.learned_skipped] == [str(skip)]
+    shown = invoke("learned", "show", "--file", path)
+    assert shown.exit_code == 0 and f"SKIPPED {path}:2: corrupted line: not JSON" in shown.output, shown.output
+
+
 def _listed(spec):
     return [list(p) for p in spec]
 

@@ -230,7 +230,7 @@ def digests_of(folder: str) -> dict[str, str]:
         raise _damaged(path, f"the digests file is {e.what}", folder) from None
     except OSError as e:
         raise _damaged(path, f"the digests file cannot be read: {e.strerror or e}", folder) from None
-    except ValueError as e:  # UnicodeDecodeError too
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError too; RecursionError: nested too deep
         raise _damaged(path, f"the digests file does not parse: {e}", folder) from None
     files = body.get("files") if isinstance(body, dict) and body.get("format") == _FORMAT else None
     if not (isinstance(files, dict) and all(isinstance(n, str) and isinstance(h, str) for n, h in files.items())):
@@ -329,7 +329,7 @@ def file_problem(name: str, data: bytes) -> str | None:
     if ext == "json":
         try:
             metadata = json.loads(data)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # RecursionError: JSON nested deeper than Python's parser goes
             return f"its metadata is not JSON: {e}"
         return _tc.metadata_problem(metadata)
     try:

@@ -517,7 +517,7 @@ def _catch_up(path: str, state: _FileState) -> None:
         try:
             d = json.loads(raw)
             ident = _identity(d["module"], d["qualname"], d["source_hash"], d["specialization"], d["options"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nested too deep
             continue  # a corrupted line: named when the file is read, never a key
         if ident not in state.keys:
             state.keys.add(ident)
@@ -624,12 +624,13 @@ def read_learned(path: str | os.PathLike, *, target: str | None = None,
             continue
         try:
             d = json.loads(raw)
-        except ValueError as e:  # (UnicodeDecodeError too) a torn or overwritten line
+        except (ValueError, RecursionError) as e:  # (UnicodeDecodeError too) a torn or overwritten line;
+            # RecursionError: JSON nested deeper than Python's parser goes
             skipped.append(LearnedSkip(where, None, f"corrupted line: not JSON ({e})"))
             continue
         try:
             record = _parse(d, number)
-        except ValueError as e:
+        except (ValueError, RecursionError) as e:  # (a value nested deep: _hashable recurses)
             skipped.append(LearnedSkip(where, None, f"corrupted line: {e}"))
             continue
         if record.triton_version != _tc.TRITON_VERSION:
@@ -898,7 +899,7 @@ def plan(held: dict[Any, list[Any]], *, path: str | None = None, group: Any = No
     try:
         path = path or learned_path()
         records, skipped = read_learned(path, target=current_target_name(), check_source=False)
-    except (OSError, LearnedError) as e:
+    except (OSError, LearnedError, RecursionError) as e:  # (read_learned names a line nested too deep itself)
         where = path or "the learned-keys file"
         records, skipped = [], [LearnedSkip(where, None, f"cannot be read: {getattr(e, 'strerror', None) or e}")]
         path = where

@@ -775,6 +775,9 @@ class UntrustedManifestError(ManifestError):
     write to: refused, as the program itself would be (invalid input: exit 2 at the CLI)."""
 
 
+_NESTED_TOO_DEEP = "{path}: not a readable manifest (nested too deep: not a manifest zerojit wrote); record it again"
+
+
 def read_manifest(path: str | os.PathLike, *, to_run: bool = False) -> Manifest:
     """Read and validate a manifest file.
 
@@ -803,7 +806,12 @@ def read_manifest(path: str | os.PathLike, *, to_run: bool = False) -> Manifest:
         except ValueError as e:
             raise ManifestError(f"{path}: not a readable manifest (truncated or corrupted JSON: {e}); "
                                 "record it again") from None
-    manifest = _manifest_from(data, path)
+        except RecursionError:  # JSON nested deeper than Python's parser goes (no ValueError)
+            raise ManifestError(_NESTED_TOO_DEEP.format(path=path)) from None
+    try:
+        manifest = _manifest_from(data, path)
+    except RecursionError:  # a value nested deep, parsed: its frozen form recurses
+        raise ManifestError(_NESTED_TOO_DEEP.format(path=path)) from None
     carried = manifest.carries_source
     why = _script.writable_by_others(st) if to_run and carried else None
     if why is not None:

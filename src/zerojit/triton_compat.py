@@ -1105,7 +1105,10 @@ def parse_group_file(data: bytes) -> dict[str, str]:
     Raises:
         ValueError (``UnicodeDecodeError`` too), KeyError, TypeError: it is not a group file.
     """
-    children = json.loads(data.decode("utf-8"))["child_paths"]
+    try:
+        children = json.loads(data.decode("utf-8"))["child_paths"]
+    except RecursionError:  # JSON nested deeper than Python's parser goes: every caller catches ValueError
+        raise ValueError("the group file is nested too deep (not one Triton wrote)") from None
     if not isinstance(children, dict):
         raise TypeError("child_paths is not a mapping")
     return children
