@@ -349,12 +349,17 @@ def test_a_learned_key_that_fails_to_compile_is_skipped_and_named_never_fatal(dr
     assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp")  # line 1: good
     assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(48), {}, kernel_name="ramp")  # line 2: no power of 2
     good = lines(path)[0]
-    with open(path, "a") as f:  # hand edits that `learned show` lets through
+    with open(path, "a") as f:  # hand edits: the second refused when read (an int option), the rest Triton refuses
         for options in ({"num_warps": 3}, {"num_warps": "x"}):
             f.write(json.dumps(dict(good, options=options)) + "\n")
         nonsense = dict(good, specialization=[["nonsense", "D"], ["fp32", None], ["constexpr", 64]])
         f.write(json.dumps(nonsense) + "\n")
-    assert len(learned.read_learned(path)[0]) == 5 and learned.read_learned(path)[1] == []
+    records, [refused] = learned.read_learned(path)
+    assert len(records) == 4 and refused.where == f"{path}:4"
+    assert refused.reason == "corrupted line: field 'options': 'num_warps' must be an int, not str"
+    shown = invoke("learned", "show", "--file", path)
+    assert shown.exit_code == 0 and f"{path}: 4 learned keys" in shown.output, shown.output
+    assert f"SKIPPED {path}:4: corrupted line: field 'options': 'num_warps' must be an int, not str" in shown.output
 
     report = warm((Ramp(), {}))  # (raise_on_failure: a failure would raise WarmupError)
     assert report.ok and report.failures == ()
@@ -364,12 +369,13 @@ def test_a_learned_key_that_fails_to_compile_is_skipped_and_named_never_fatal(dr
     assert sorted(reasons) == [f"{path}:{n}" for n in (2, 3, 4, 5)], reasons
     drop = (f"(drop it: delete line {{n}} of the learned-keys file, or clear the file: zerojit learned clear "
             f"--file {path})")
-    for n, error in ((2, "CompilationError"), (3, "AssertionError"), (4, "TypeError"), (5, "ValueError")):
+    for n, error in ((2, "CompilationError"), (3, "AssertionError"), (5, "ValueError")):
         kernel, reason = reasons[f"{path}:{n}"]
         assert kernel == ramp and reason.startswith(f"failed to compile: {error}"), (n, reason)
         assert reason.endswith(drop.format(n=n)), reason
     summary = report.summary()
     assert "learned keys: 1 warmed (0 through their kernel's CompileKey, 1 as recorded keys), 4 skipped" in summary
+    assert f"SKIPPED learned key {path}:4: corrupted line: field 'options': 'num_warps' must be an int" in summary
     assert f"SKIPPED learned key {path}:2: {ramp}: failed to compile: CompilationError" in summary
     assert "FAILED" not in summary and report.to_dict()["failures"] == [], summary
 

@@ -59,6 +59,7 @@ from .keyspace import DEFAULT_KEY_BUDGET
 from .manifest import (KernelRecord, Manifest, RecordedKernel, RecordedKey, RecordedSpecialization, decode_exact,
                        encode_exact, encode_value, read_manifest, recorded_kernel, write_manifest)
 from .manifest import _hashable  # the manifest's frozen forms of JSON values: learned keys equal recorded ones
+from .manifest import _INT_OPTIONS  # the launch options whose value is an int, checked as a manifest's
 from .reports import LEARNED_SUFFIX
 from .specialization import SpecClass
 from .switches import switch
@@ -558,6 +559,9 @@ def _parse(d: Any, line: int) -> LearnedRecord:
     if not all(v is None or isinstance(v, (bool, int, float)) for v in values.values()):
         raise ValueError("field 'values' must hold numbers and bools")
     options = _check(d, "options", dict)
+    for name, value in options.items():  # an edited "four" named here, not by Triton's compiler at warm-up
+        if name in _INT_OPTIONS and not (type(value) is int or value is None and _INT_OPTIONS[name]):
+            raise ValueError(f"field 'options': {name!r} must be an int, not {type(value).__name__}")
     compile_key = d.get("compile_key")
     if compile_key is not None:
         if not isinstance(compile_key, dict):
