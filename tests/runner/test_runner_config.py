@@ -130,3 +130,11 @@ def test_the_defaults_of_a_file_are_modelconfigs_and_documented():
         assert f"`{name}` | {'none' if value is None else value}" in docs, name
     for name in REQUIRED_FIELDS:
         assert f"`{name}` | required" in docs, name
+
+
+def test_a_config_file_nested_too_deep_is_a_config_error_not_a_recursion_error(tmp_path):
+    """json raises RecursionError (no ValueError) for an array nested past the interpreter's limit."""
+    p = tmp_path / "deep.json"
+    p.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ConfigError, match=r"deep\.json: cannot read a JSON object: maximum recursion depth"):
+        load_config(p)

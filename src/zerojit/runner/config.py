@@ -123,7 +123,7 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
     duplicates: list[str] = []
     try:
         data = json.loads(path.read_text(), object_pairs_hook=lambda pairs: _no_duplicates(pairs, duplicates))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # (nested too deep: RecursionError)
         raise ConfigError([f"{path}: cannot read a JSON object: {e}"], what="config file") from None
     if duplicates:  # json keeps the last silently: which value the user meant is unknowable
         raise ConfigError([f"{path}: field {k!r} is set more than once" for k in duplicates], what="config file")
