@@ -313,3 +313,55 @@ def test_the_install_memo_is_shared_by_every_name_of_the_interpreter(tmp_path):
         assert proc.returncode == 0, proc.stderr
         remembered.append(proc.stdout.strip().splitlines()[-1])
     assert remembered == ["False", "True"] and len(install_memo(tmp_path)) == 1
+
+
+_READ_MEMOS = """
+import json
+from zerojit import cache
+key = cache.use_fast_triton_key()
+seconds = cache.remembered_compile_seconds()
+cache.remember_compile_seconds({"entry-b": 2.0})
+print(json.dumps({"key": key, "seconds": seconds, "notes": cache.take_damaged_notes()}))
+"""
+
+
+@pytest.mark.parametrize("node", ["fifo", "folder", "link"])
+def test_a_memo_path_that_is_no_regular_file_is_never_waited_on_and_is_replaced(tmp_path, node):
+    """A FIFO at the build memo's path (or the compile seconds') hung every warm-up for ever (a
+    plain ``open``); a link was followed (to ``/dev/zero``: read until memory ran out; not run
+    here); a folder there could never be written again. Each is not a regular file: named once,
+    not used, and replaced (the node itself, never what a link points to) by the file written
+    again. In a child process with a deadline, so a regression fails instead of hanging."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, PYTHONPATH=str(Path(cache.__file__).resolve().parents[1]),
+               TRITON_HOME=str(tmp_path / "home"), TRITON_CACHE_DIR=str(tmp_path / "cache"))
+
+    def run() -> dict:
+        proc = subprocess.run([sys.executable, "-c", _READ_MEMOS], env=env, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout.splitlines()[-1])
+
+    cold = run()
+    memo = tmp_path / "cache" / ".zerojit" / "triton-build.json"
+    (seconds,) = (tmp_path / "home" / ".triton" / "zerojit").glob("compile-seconds-*.json")
+    kept = tmp_path / "elsewhere.json"
+    kept.write_text("not zerojit's")
+    what = {"fifo": "a FIFO", "folder": "a folder", "link": "a symbolic link"}[node]
+    for path in (memo, seconds):
+        path.unlink()
+        {"fifo": os.mkfifo, "folder": os.mkdir, "link": lambda p: os.symlink(kept, p)}[node](path)
+    damaged = run()
+    assert damaged["key"] == cold["key"] and damaged["seconds"] == {}
+    assert damaged["notes"] == [
+        f"the remembered Triton build key {memo} is {what}, not a regular file: not used, Triton's build hashed "
+        "afresh and the file written again",
+        f"the remembered compile seconds {seconds} is {what}, not a regular file: not used, compiles ordered and "
+        "bounded as on a new install"]
+    for path in (memo, seconds):
+        assert path.is_file() and not path.is_symlink()
+    assert kept.read_text() == "not zerojit's"
+    again = run()
+    assert again == {"key": cold["key"], "seconds": {"entry-b": 2.0}, "notes": []}

@@ -219,6 +219,56 @@ def test_a_damaged_index_falls_back_once_and_is_rewritten(warmed, damage, why):
     falls_back_once_and_is_rewritten(fill, cold, path, why)
 
 
+_IN_ANOTHER_PROCESS = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from triton import knobs
+from zerojit.compile_only import compile_only
+import test_restore_index_damage as t
+knobs.cache.dir = sys.argv[2]
+with compile_only("cuda:90"):
+    report = t.warm(t.ScaledFill())
+s = report.stats
+print(json.dumps({"ok": report.ok, "counts": [s.restored, s.disk_loads, s.compiled], "recovered": list(s.recovered)}))
+"""
+
+
+def warm_in_another_process(cache: Path) -> dict:
+    """The warm-up of ScaledFill into ``cache`` in a child process with a deadline: a warm-up that
+    waits on a FIFO fails the test (TimeoutExpired), never hangs the suite."""
+    env = dict(os.environ, PYTHONPATH=str(Path(restore.__file__).resolve().parents[1]))
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run([sys.executable, "-c", _IN_ANOTHER_PROCESS, str(Path(__file__).parent), str(cache)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("node", ["fifo", "folder", "link"])
+def test_an_index_path_that_is_no_regular_file_is_never_waited_on_and_is_replaced(warmed, cache, tmp_path, node):
+    """A FIFO at the index's path hung the warm-up for ever (a plain ``open``), a folder made every
+    warm-up fall back, a link was followed (to ``/dev/zero``: read until memory ran out; not run
+    here). Each is not a regular file: one line names it, every key goes through Triton's lookup,
+    and the node itself (never what a link points to) is replaced by the index, whole. (The
+    generic variants' index, ``generic-*.json``, is read and written by the same code.)"""
+    fill, cold, path = warmed
+    os.unlink(path)
+    kept = tmp_path / "elsewhere.json"
+    kept.write_bytes(b"not zerojit's")
+    {"fifo": os.mkfifo, "folder": os.mkdir, "link": lambda p: os.symlink(kept, p)}[node](path)
+    what = {"fifo": "a FIFO", "folder": "a folder", "link": "a symbolic link"}[node]
+    report = warm_in_another_process(cache)
+    assert report["ok"]
+    line = f"restore index {path} is unreadable (it is {what}, not a regular file); "
+    assert [r for r in report["recovered"] if r.startswith(line)] == [
+        line + "warmed up through Triton's lookup instead, and the index rewritten"], report
+    assert report["counts"] == [0, 3, 0]
+    assert not os.path.islink(path) and os.path.isfile(path) and kept.read_bytes() == b"not zerojit's"
+    assert read_index(path)["entries"]  # whole
+    again = warm(fill)
+    assert again.stats.restored == 3 and again.stats.recovered == () and variants(again) == variants(cold)
+
+
 def _drop(field):
     def change(body):
         del body[field]

@@ -309,11 +309,8 @@ def _unsealed(data: Any, path: str, what: str, instead: str) -> dict | None:
         return body
     with contextlib.suppress(OSError):
         os.unlink(path)
-    with _damaged_lock:
-        if path not in _damaged_named:
-            _damaged_named.add(path)
-            _damaged_notes.append(f"{what} {path} does not match the digest it records (a stray edit or damage): not "
-                                  f"used, {instead}")
+    _name_damaged(path, f"{what} {path} does not match the digest it records (a stray edit or damage): not used, "
+                  f"{instead}")
     return None
 
 
@@ -326,17 +323,37 @@ def take_damaged_notes() -> list[str]:
     return notes
 
 
+def _read_remembered(path: str, what: str, instead: str) -> Any:
+    """The parsed JSON of remembered file ``path``; None when there is none, or it cannot be read
+    or parsed. Only a regular file is read (:func:`zerojit.integrity.read_regular`): a FIFO there
+    cannot block, a device (``/dev/zero``) is never read, a symbolic link is not followed; such a
+    path is named once (``what`` it holds, what is done ``instead``: :func:`take_damaged_notes`)
+    and replaced when the file is written again."""
+    try:
+        return json.loads(integrity.read_regular(path))
+    except integrity.NotRegularFileError as e:
+        _name_damaged(path, f"{what} {path} is {e.what}, not a regular file: not used, {instead}")
+        return None
+    except (OSError, ValueError, RecursionError):  # RecursionError: a deeply nested array
+        return None
+
+
+def _name_damaged(path: str, note: str) -> None:
+    with _damaged_lock:
+        if path not in _damaged_named:
+            _damaged_named.add(path)
+            _damaged_notes.append(note)
+
+
 def _read_memo(signature: str, path: str) -> dict:
     """The values remembered at ``path`` for this Triton version and build (``signature``: the
     stat signature of its files); {} for another one (never half-used), a torn or a foreign file,
     or one whose content does not match its digest (named once, removed: :func:`_unsealed`)."""
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError, RecursionError):  # RecursionError: a deeply nested array
+    what, instead = "the remembered Triton build key", "Triton's build hashed afresh and the file written again"
+    data = _read_remembered(path, what, instead)
+    if data is None:
         return {}
-    data = _unsealed(data, path, "the remembered Triton build key", "Triton's build hashed afresh and the file "
-                     "written again")
+    data = _unsealed(data, path, what, instead)
     if data is None or data.get("triton_version") != _tc.TRITON_VERSION:
         return {}
     values = data.get("values") if data.get("signature") == signature else None
@@ -349,6 +366,7 @@ def _write_memo(signature: str, values: dict, path: str) -> None:
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump(_sealed({"triton_version": _tc.TRITON_VERSION, "signature": signature, "values": values}), f)
+        integrity.remove_irregular(path)  # a folder there (a rename cannot replace it), a FIFO, a link
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only folder: the memo is only an optimisation
@@ -531,13 +549,11 @@ def remembered_compile_seconds() -> dict[str, float]:
     names: a warm-up there hands out its longest compiles first on what they took before
     (:class:`zerojit.precompile._TaskQueue`) instead of on a per-kernel guess."""
     path = _compile_seconds_path()
-    try:
-        with open(path) as f:
-            data = json.load(f)
-    except (OSError, ValueError, RecursionError):  # RecursionError: a deeply nested array
+    what, instead = "the remembered compile seconds", "compiles ordered and bounded as on a new install"
+    data = _read_remembered(path, what, instead)
+    if data is None:
         return {}
-    data = _unsealed(data, path, "the remembered compile seconds", "compiles ordered and bounded as on a new "
-                     "install")
+    data = _unsealed(data, path, what, instead)
     seconds = data.get("seconds") if data is not None else None
     if not isinstance(seconds, dict):
         return {}
@@ -564,6 +580,7 @@ def remember_compile_seconds(seconds: Mapping[str, float]) -> None:
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             json.dump(_sealed({"seconds": merged}), f)
+        integrity.remove_irregular(path)  # a folder there (a rename cannot replace it), a FIFO, a link
         os.replace(tmp, path)
     except OSError:
         pass

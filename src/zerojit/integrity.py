@@ -67,7 +67,8 @@ from typing import Iterator, Mapping
 
 from . import triton_compat as _tc
 
-__all__ = ["DamagedFileError", "NotRegularFileError", "open_regular", "read_regular", "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
+__all__ = ["DamagedFileError", "NotRegularFileError", "open_regular", "read_regular", "remove_irregular",
+           "digest_path", "digests_of", "record", "sha256", "file_problem", "elf_problem",
            "problem", "note_damaged", "check_data", "read_checked", "check_files", "read_group_file", "drop_entry",
            "checked_manager_class", "install_checked_manager", "plain_manager_class", "collecting"]
 
@@ -188,6 +189,30 @@ def read_regular(path: str, offset: int = 0) -> bytes:
         return chunks[0] if len(chunks) == 2 else b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def remove_irregular(path: str) -> str | None:
+    """Remove what is at ``path`` when it is not a regular file, so a file zerojit writes whole (a
+    temporary file, then a rename) can take its place: a symbolic link, FIFO, device or socket
+    itself (never what a link points to), a folder with what it holds. Only for zerojit's own
+    files (the restore index, the build memo): a user's path is never removed. Returns what was
+    there ("a FIFO", ...), None when it was a regular file or nothing.
+
+    Raises:
+        OSError: it could not be removed.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    return _kind(mode)
 
 
 def sha256(data: bytes) -> str:

@@ -82,7 +82,8 @@ from typing import Any, Iterator, Sequence
 from . import triton_compat as _tc
 from .cache import cache_dir, use_fast_triton_key
 from .switches import switch
-from .integrity import digests_of, plain_manager_class, read_checked, read_group_file
+from .integrity import (NotRegularFileError, digests_of, plain_manager_class, read_checked, read_group_file,
+                        read_regular, remove_irregular)
 from ._version import __version__
 from .kernel import _DEVICE_CACHE_LOCK, CompiledVariant, TritonJitKernel
 from .manifest import decode_exact_text, encode_exact_text
@@ -271,6 +272,8 @@ def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVaria
     file in the same folder, flushed and fsynced, then renamed over the old one), so a reader
     sees the old index or the new one, whole. Returns the path, or None when nothing here can be
     restored (or the folder is not writable: the index only speeds up the next warm start).
+    Whatever is at the index's path and is not a regular file (a folder, a FIFO, a device, a
+    symbolic link: never read, :func:`_read_index`) is removed first, the link or node itself.
     ``kind``: as for :func:`index_path`.
     """
     body = records(jobs, {i: v for i, v in enumerate(variants) if v is not None}, target)
@@ -281,6 +284,7 @@ def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVaria
     path = index_path(digest, target, kind)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        remove_irregular(path)  # a folder, FIFO, device or link there (never read: _read_index) is replaced
         write_output(path, header + b"\n" + data)
     except OSError:
         return None
@@ -296,15 +300,21 @@ def _read_index(path: str) -> Any:
     """The body of the index at ``path``, parsed but not yet checked (:func:`_parse_records`);
     None when there is none.
 
+    Only a regular file is read (:func:`zerojit.integrity.read_regular`): a FIFO there cannot
+    block the warm-up, a device (``/dev/zero``) is never read, and a symbolic link is not followed
+    (zerojit writes the index itself, never a link, as with every file of the cache it reads).
+
     Raises:
-        _Unusable: no header line, another format, or a SHA-256 that does not match the body.
+        _Unusable: not a regular file, no header line, another format, or a SHA-256 that does not
+            match the body.
         Exception: whatever reading or parsing raised (OSError, UnicodeDecodeError, ...).
     """
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular(path)
     except FileNotFoundError:
         return None
+    except NotRegularFileError as e:  # replaced when the index is written again (save_index)
+        raise _Unusable(f"it is {e.what}, not a regular file") from None
     head, newline, rest = data.partition(b"\n")
     header = json.loads(head) if newline else None
     if type(header) is not dict or header.get("format") != _HEADER:
