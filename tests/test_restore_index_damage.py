@@ -18,6 +18,7 @@ if os.environ.get("TRITON_INTERPRET") == "1":  # these run in the compile-only p
     pytest.skip("needs a process without TRITON_INTERPRET=1", allow_module_level=True)
 
 import enum
+import errno
 import glob
 import hashlib
 import json
@@ -265,6 +266,31 @@ def test_an_index_path_that_is_no_regular_file_is_never_waited_on_and_is_replace
     assert report["counts"] == [0, 3, 0]
     assert not os.path.islink(path) and os.path.isfile(path) and kept.read_bytes() == b"not zerojit's"
     assert read_index(path)["entries"]  # whole
+    again = warm(fill)
+    assert again.stats.restored == 3 and again.stats.recovered == () and variants(again) == variants(cold)
+
+
+def test_an_index_that_cannot_be_rewritten_is_not_said_to_be(warmed, monkeypatch):
+    """The line naming an index not used said "and the index rewritten" before anything was
+    written, and also when the write failed (a full disk, a folder at its path that could not be
+    removed): it says so only once the index was written, else why it could not be."""
+    fill, cold, path = warmed
+    open(path, "wb").write(b"garbage")
+
+    def full(where, data, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", where)
+
+    with monkeypatch.context() as m:
+        m.setattr(restore, "write_output", full)
+        report = warm(fill)
+    assert report.ok and (report.stats.restored, report.stats.disk_loads) == (0, 3)
+    (line,) = report.stats.recovered
+    assert line.startswith(f"restore index {path} is unreadable (") and line.endswith(
+        "; warmed up through Triton's lookup instead; the index could not be rewritten: No space left on device"), line
+    assert open(path, "rb").read() == b"garbage"
+    (line,) = warm(fill).stats.recovered
+    assert line.endswith("; warmed up through Triton's lookup instead, and the index rewritten"), line
+    assert read_index(path)["keys"] == 3
     again = warm(fill)
     assert again.stats.restored == 3 and again.stats.recovered == () and variants(again) == variants(cold)
 

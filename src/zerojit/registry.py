@@ -332,7 +332,8 @@ def _warm_generic(session: Any, jobs: list, outcomes: list, *, group: Any, progr
                                    expect_warm=bool(restored)) if rest else [])
     done = [JobOutcome(*restored[i], None) if i in restored else next(ran) for i in range(len(gjobs))]
     if target is not None and len(restored) < len(gjobs):
-        save_index(gjobs, [o.variant if o.error is None else None for o in done], digest, target, kind="generic")
+        save_index(gjobs, [o.variant if o.error is None else None for o in done], digest, target, kind="generic",
+                   notes=counts.recovered)
     filed, problems = [], []
     if made.jobs or made.served:  # (a warm-up with no Triton kernel may have no target at all)
         filed, problems = file_variants(made, [o.variant if o.error is None else o.error for o in done],
@@ -685,10 +686,11 @@ class JitWarmupRegistry:
         session.counts.recovered.extend(take_damaged_notes())  # remembered build keys, compile seconds
         if restore_target is not None:
             if len(restored) < len(jobs):
-                save_index(jobs, [o.variant if o.error is None else None for o in outcomes], digest, restore_target)
+                save_index(jobs, [o.variant if o.error is None else None for o in outcomes], digest, restore_target,
+                           notes=session.counts.recovered)
             if extra:
                 save_index(extra, [o.variant if o.error is None else None for o in primer], plan_digest(extra),
-                           restore_target)
+                           restore_target, notes=session.counts.recovered)
 
         per_kernel: dict[Any, list] = {kernel: [] for kernel in plan}
         cannot_run: list = []  # (kernel, TunedKey, error): an autotune config that cannot run here

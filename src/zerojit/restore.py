@@ -264,7 +264,7 @@ def records(jobs: Sequence[tuple[Any, Any]], variants: dict[int, CompiledVariant
 
 
 def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVariant | None], digest: str,
-               target: Any, kind: str = "restore") -> str | None:
+               target: Any, kind: str = "restore", notes: list[str] | None = None) -> str | None:
     """Write the restore index of ``jobs`` (``variants[i]``: job i's result, None if it failed).
 
     The file is a header line (``{"format": "zerojit-restore-index", "sha256": ...}``: the
@@ -274,7 +274,9 @@ def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVaria
     restored (or the folder is not writable: the index only speeds up the next warm start).
     Whatever is at the index's path and is not a regular file (a folder, a FIFO, a device, a
     symbolic link: never read, :func:`_read_index`) is removed first, the link or node itself.
-    ``kind``: as for :func:`index_path`.
+    ``kind``: as for :func:`index_path`. ``notes``: where :func:`restore_variants` said this index
+    was not used; that line then ends with whether it was written again (", and the index
+    rewritten", or "; the index could not be rewritten: <why>").
     """
     body = records(jobs, {i: v for i, v in enumerate(variants) if v is not None}, target)
     if body is None:
@@ -286,9 +288,20 @@ def save_index(jobs: Sequence[tuple[Any, Any]], variants: Sequence[CompiledVaria
         os.makedirs(os.path.dirname(path), exist_ok=True)
         remove_irregular(path)  # a folder, FIFO, device or link there (never read: _read_index) is replaced
         write_output(path, header + b"\n" + data)
-    except OSError:
+    except OSError as e:
+        _said(notes, path, f"; the index could not be rewritten: {e.strerror or e}")
         return None
+    _said(notes, path, ", and the index rewritten")
     return path
+
+
+def _said(notes: list[str] | None, path: str, outcome: str) -> None:
+    """End the line of ``notes`` saying that the index at ``path`` was not used (it ends with
+    :data:`_INSTEAD`) with ``outcome``: whether it was written again."""
+    for i, line in enumerate(notes or ()):
+        if line.startswith((f"restore index {path} is unreadable (", f"restore index {path} refused: ")) and \
+                line.endswith(_INSTEAD):
+            notes[i] = line + outcome
 
 
 class _Unusable(ValueError):
@@ -669,7 +682,8 @@ def shared_launchers() -> Iterator[None]:
             _tc.set_launcher_class(drv, shared.real)
 
 
-_INSTEAD = "warmed up through Triton's lookup instead, and the index rewritten"  # an index not used at all
+# an index not used at all; save_index then says whether it was written again (_said)
+_INSTEAD = "warmed up through Triton's lookup instead"
 
 
 def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, *, load: bool,
@@ -684,7 +698,8 @@ def restore_variants(jobs: Sequence[tuple[Any, Any]], digest: str, target: Any, 
             unreadable (any failure to read or parse it, a SHA-256 that does not match, a field
             missing or of the wrong type), or a fingerprint field that differs (named:
             ``triton_version`` for an index of another Triton). The warm-up then runs normally
-            and rewrites the index.
+            and rewrites the index; :func:`save_index`, given the same ``notes``, ends that line
+            with whether it could.
         kind: as for :func:`index_path`.
 
     Returns:
