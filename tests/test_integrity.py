@@ -11,6 +11,7 @@ a runtime compile after the warm-up, the launcher modules (Triton 3.6) and compi
 
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
@@ -490,6 +491,39 @@ def test_a_digests_folder_that_cannot_be_written_is_said_once(cache):
     damage(cold, 0, "cubin cut to half")  # still caught: by its structure
     warm = warm_up(kernel)
     assert warm.stats.compiled == 1 and snapshot(warm) == before
+
+
+@pytest.mark.parametrize("node", ["file", "link"])
+def test_a_lock_folder_that_is_not_a_folder_is_replaced_by_one(cache, tmp_path, node):
+    """``.zerojit-locks`` a plain file (or a link to a file) failed every key with
+    "FileExistsError: ... (Triton's cache folder ... cannot be used: point TRITON_CACHE_DIR at a
+    writable folder)", though the folder was writable. It holds nothing to keep: it is replaced
+    by a folder, as ``digests/`` is (the link itself, never what it points to)."""
+    os.makedirs(cache)
+    locks = cache / ".zerojit-locks"
+    kept = tmp_path / "elsewhere"
+    kept.write_text("not zerojit's")
+    make = {"file": lambda p: p.write_text("not a folder"), "link": lambda p: p.symlink_to(kept)}
+    make[node](locks)
+    cold = warm_up(Scale())
+    assert cold.ok and cold.stats.compiled == 2, [f.error for f in cold.failures]
+    assert locks.is_dir() and not locks.is_symlink() and kept.read_text() == "not zerojit's"
+
+
+def test_a_lock_folder_that_cannot_be_replaced_is_named_as_not_a_folder(cache, monkeypatch):
+    """When what is at ``.zerojit-locks`` cannot be removed, the error names it as not a folder."""
+    os.makedirs(cache)
+    locks = cache / ".zerojit-locks"
+    locks.write_text("not a folder")
+
+    def refused(path, *args, **kwargs):
+        raise PermissionError(errno.EPERM, "Operation not permitted", path)
+
+    monkeypatch.setattr(zcache.os, "unlink", refused)
+    with pytest.raises(NotADirectoryError) as caught:
+        zcache.entry_lock_path("ENTRY", str(cache))
+    assert str(caught.value) == (f"[Errno {errno.ENOTDIR}] zerojit's lock folder is not a folder and cannot be "
+                                 f"replaced by one (Operation not permitted): remove it: '{locks}'")
 
 
 # Entry files that are not regular files. A FIFO blocks a plain open() forever and /dev/zero reads

@@ -39,6 +39,7 @@ import base64
 import contextlib
 import dataclasses
 import datetime
+import errno
 import hashlib
 import io
 import json
@@ -143,9 +144,34 @@ _LOCK_ROOTS: set[str] = set()  # lock folders made by this process (a warm-up as
 def _lock_path(name: str, folder: str | None = None) -> str:
     root = os.path.join(folder or cache_dir(), _LOCK_DIR)
     if root not in _LOCK_ROOTS or not os.path.isdir(root):
-        os.makedirs(root, exist_ok=True)
+        _make_lock_folder(root)
         _LOCK_ROOTS.add(root)
     return os.path.join(root, f"{name}.lock")
+
+
+def _make_lock_folder(root: str) -> None:
+    """Make zerojit's lock folder ``root`` (``<cache>/.zerojit-locks``). Whatever is there and is
+    not a folder (a plain file, a FIFO, a link to no folder) is replaced by one, as the digests
+    folder is (:func:`zerojit.integrity.record`): it holds nothing to keep (a lock lives while a
+    process holds its file open), and the link or node itself is removed, never what it points to.
+
+    Raises:
+        NotADirectoryError: it is not a folder and cannot be replaced (named, with why).
+        OSError: the folder cannot be made.
+    """
+    try:
+        os.makedirs(root, exist_ok=True)
+        return
+    except FileExistsError:  # something other than a folder is there
+        pass
+    try:
+        with contextlib.suppress(FileNotFoundError):  # (another process replaced it meanwhile)
+            if not os.path.isdir(root):
+                os.unlink(root)
+        os.makedirs(root, exist_ok=True)
+    except OSError as e:
+        raise NotADirectoryError(errno.ENOTDIR, f"zerojit's lock folder is not a folder and cannot be replaced by one "
+                                 f"({e.strerror or e}): remove it", root) from None
 
 
 def entry_lock_path(entry: str, folder: str | None = None) -> str:
