@@ -155,6 +155,18 @@ def test_a_kernel_over_the_key_budget_is_refused_naming_the_size(kernels, compil
     assert len(widen(manifest, ["recurrent_kernel:B=1..8"], budget=16).kernels[0].specializations) == 16
 
 
+def test_an_int_axis_outside_tritons_int_range_is_refused_not_dropped(kernels, compile_only_target):
+    manifest = _record(kernels.recurrent_kernel, 4, [1, 2])
+    for axis in ("recurrent_kernel:n=-9223372036854775809",  # a value: was an OverflowError traceback (exit 1)
+                 "recurrent_kernel:n=18446744073709551616..18446744073709551700",  # was 0 new variants, silently
+                 "recurrent_kernel:n=1,18446744073709551615..18446744073709551616"):  # was its end dropped
+        with pytest.raises(WidenError, match=r"not within the ints a Triton kernel takes, \[-2\*\*63, 2\*\*64\)"):
+            widen(manifest, [axis])
+    with pytest.raises(WidenError, match="not within"):  # with another axis: was that axis's variants dropped too
+        widen(manifest, ["recurrent_kernel:B=1..3", "recurrent_kernel:n=18446744073709551616"])
+    assert widen(manifest, ["recurrent_kernel:n=-9223372036854775808..18446744073709551615"])  # the ends themselves
+
+
 def test_the_command_refuses_an_unknown_kernel_or_parameter_in_one_line(kernels, compile_only_target, tmp_path,
                                                                         monkeypatch):
     from typer.testing import CliRunner

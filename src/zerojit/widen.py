@@ -43,6 +43,7 @@ __all__ = ["WidenError", "Axis", "parse_axis", "find_kernel", "widen", "widen_wa
 _INT_TYPES = ("i32", "i64", "u64")
 # Triton's int widths by value range (zerojit.specialization): the pieces a range is sampled in
 _WIDTH_PIECES = ((-(2**31), 2**31 - 1), (-(2**63), -(2**31) - 1), (2**31, 2**63 - 1), (2**63, 2**64 - 1))
+_INT_RANGE = (-(2**63), 2**64 - 1)  # inclusive: what Triton's binder takes for an int argument
 
 
 class WidenError(ValueError):
@@ -177,6 +178,11 @@ def _choices(record: KernelRecord, axis: Axis) -> tuple[int, list[tuple[tuple[st
         kinds = sorted({ty for ty, _ in entries})
         raise WidenError(f"{where} is no int (recorded as {', '.join(kinds)}): widen sets constexprs and "
                          "specialized ints only")
+    outside = [str(i) if not isinstance(i, tuple) else f"{i[0]}..{i[1]}" for i in axis.items
+               if (i[0] if isinstance(i, tuple) else i) < _INT_RANGE[0] or (i[1] if isinstance(i, tuple) else i) > _INT_RANGE[1]]
+    if outside:  # Triton refuses such an int at launch; widen would drop it (a range) or fail (a value)
+        raise WidenError(f"{where} is an int: {', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not within the "
+                         "ints a Triton kernel takes, [-2**63, 2**64)")
     unspecialized = any(ty in _INT_TYPES and v is None for ty, v in entries)
     annotation = _annotation(record, index)
     pairs: dict[tuple[str, Any], Any] = {}
