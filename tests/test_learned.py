@@ -629,19 +629,22 @@ def test_learned_show_clear_and_merge_into_a_manifest_that_warms(dry, tmp_path):
     launch_64()
 
 
-def test_warmup_and_exec_warm_learned_keys_unless_no_learned(tmp_path):
-    """`zerojit warmup --manifest` and `exec` (child processes, as real start-ups) warm the
-    recorded kernel's learned keys, and exec learns what its program missed; --no-learned warms
-    none."""
+def _ramp_manifest(tmp_path, learn_block: int | None = None) -> tuple:
+    """A manifest of ``_kernels.ramp_kernel`` recorded at BLOCK=16 (compile-only cuda:90), written by
+    a child process, with a learned key at BLOCK=``learn_block`` when given; returns the cache
+    folder, the manifest and the environment of the child processes that use them."""
     cache = tmp_path / "cache"
     manifest = tmp_path / "m.json"
+    learn = "" if learn_block is None else (  # inside the script's compile_only block
+        "\n    from zerojit import learned\n"
+        f"    assert learned.record_miss(ramp_kernel, [('*fp32', 'D'), ('fp32', None), ('constexpr', {learn_block})], "
+        "{}, kernel_name='_kernels.ramp_kernel')")
     script = textwrap.dedent(f"""
         import sys
         sys.path[:0] = [{TESTS!r}]
         from triton import knobs
         knobs.cache.dir = {str(cache)!r}
         from _kernels import ramp_kernel
-        from zerojit import learned
         from zerojit.compile_only import compile_only
         from zerojit.manifest import KernelRecord, Manifest, RecordedSpecialization, write_manifest
         from zerojit import triton_compat as tc
@@ -649,17 +652,26 @@ def test_warmup_and_exec_warm_learned_keys_unless_no_learned(tmp_path):
             spec = (("*fp32", "D"), ("fp32", None), ("constexpr", 16))
             write_manifest(Manifest(tc.TRITON_VERSION, "cuda:90", ("app",), (KernelRecord(
                 "_kernels", "ramp_kernel", ramp_kernel.cache_key, ("out_ptr", "value", "BLOCK"), ("BLOCK",),
-                (RecordedSpecialization(spec, (("value", 0.5),), (), 1),)),)), {str(manifest)!r})
-            assert learned.record_miss(ramp_kernel, [("*fp32", "D"), ("fp32", None), ("constexpr", 64)], {{}},
-                                       kernel_name="_kernels.ramp_kernel")
-    """)
+                (RecordedSpecialization(spec, (("value", 0.5),), (), 1),)),)), {str(manifest)!r})""") + learn + "\n"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "TRITON_CACHE_DIR": str(cache)}
     env.pop("TRITON_INTERPRET", None)
     subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
+    return cache, manifest, env
+
+
+def _zerojit(env: dict, cwd, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, capture_output=True, text=True,
+                          timeout=300, cwd=cwd)
+
+
+def test_warmup_and_exec_warm_learned_keys_unless_no_learned(tmp_path):
+    """`zerojit warmup --manifest` and `exec` (child processes, as real start-ups) warm the
+    recorded kernel's learned keys, and exec learns what its program missed; --no-learned warms
+    none."""
+    cache, manifest, env = _ramp_manifest(tmp_path, learn_block=64)
 
     def zerojit(*args):
-        return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, capture_output=True, text=True,
-                              timeout=300, cwd=tmp_path)
+        return _zerojit(env, tmp_path, *args)
 
     warmed = zerojit("warmup", "--manifest", str(manifest), "--no-progress", "--json", str(tmp_path / "w.json"))
     assert warmed.returncode == 0, warmed.stderr
@@ -685,31 +697,11 @@ def test_a_learned_key_that_cannot_compile_never_stops_exec_or_warmup(tmp_path):
     """A launch with a constexpr Triton refuses (BLOCK=48, no power of two) is blocked and
     learned; the next `exec` and `warmup --manifest` skip that key and name it, and the program
     runs (it used to fail every start-up: "warm-up failed for 1 key")."""
-    cache = tmp_path / "cache"
-    manifest = tmp_path / "m.json"
-    script = textwrap.dedent(f"""
-        import sys
-        sys.path[:0] = [{TESTS!r}]
-        from triton import knobs
-        knobs.cache.dir = {str(cache)!r}
-        from _kernels import ramp_kernel
-        from zerojit.compile_only import compile_only
-        from zerojit.manifest import KernelRecord, Manifest, RecordedSpecialization, write_manifest
-        from zerojit import triton_compat as tc
-        with compile_only("cuda:90"):
-            spec = (("*fp32", "D"), ("fp32", None), ("constexpr", 16))
-            write_manifest(Manifest(tc.TRITON_VERSION, "cuda:90", ("app",), (KernelRecord(
-                "_kernels", "ramp_kernel", ramp_kernel.cache_key, ("out_ptr", "value", "BLOCK"), ("BLOCK",),
-                (RecordedSpecialization(spec, (("value", 0.5),), (), 1),)),)), {str(manifest)!r})
-    """)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, TESTS]), "TRITON_CACHE_DIR": str(cache)}
-    env.pop("TRITON_INTERPRET", None)
-    subprocess.run([sys.executable, "-c", script], env=env, check=True, timeout=300)
+    cache, manifest, env = _ramp_manifest(tmp_path)
     path = learned.learned_path(str(cache), "cuda:90")
 
     def zerojit(*args):
-        return subprocess.run([sys.executable, "-m", "zerojit", *args], env=env, capture_output=True, text=True,
-                              timeout=300, cwd=tmp_path)
+        return _zerojit(env, tmp_path, *args)
 
     def program(block: int) -> list[str]:
         return ["python", "-c", "import torch; from _kernels import ramp_kernel; "
