@@ -273,6 +273,25 @@ def test_the_report_offers_widen_for_each_growing_constexpr_and_a_runtime_int_on
     assert bk_line.endswith("(adds 4 variants); it sets a shape or a static loop bound, so it stays a constexpr")
 
 
+def test_the_widen_command_quotes_each_argument_a_shell_would_split(kernels, compile_only_target):
+    """A path with a space or a shell metacharacter (was printed bare: `widen sp ace2.json ...`)."""
+    import shlex
+
+    from zerojit.widen import widen_command, widened_path
+
+    axes = ["recurrent_kernel:B=1..64", "mod.make.<locals>.k:USE_G=true,false"]
+    for path in ["sp ace2.json", "it's;$(rm -rf x)&.json", "runs/m.json"]:
+        assert shlex.split(widen_command(path, axes)) == [
+            "zerojit", "manifest", "widen", path, "--axis", axes[0], "--axis", axes[1], "-o", widened_path(path)]
+    assert widen_command("m.json", axes[:1]) == ("zerojit manifest widen m.json --axis recurrent_kernel:B=1..64 "
+                                                 "-o m-widened.json")  # nothing to quote: as before
+    # the report's command too
+    manifest = _record(kernels.recurrent_kernel, 4, [1, 2])
+    [found] = [g for g in growth(manifest, "sp ace2.json") if g.parameter == "B"]
+    assert shlex.split(found.widen) == ["zerojit", "manifest", "widen", "sp ace2.json", "--axis",
+                                        "recurrent_kernel:B=1..2", "-o", "sp ace2-widened.json"]
+
+
 def test_the_report_offers_no_bound_that_saves_nothing_and_counts_one_variant_in_the_singular(
         kernels, compile_only_target):
     fn = kernels.recurrent_kernel

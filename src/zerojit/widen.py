@@ -28,6 +28,7 @@ import dataclasses
 import itertools
 import math
 import os
+import shlex
 import statistics
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -362,5 +363,7 @@ def widened_path(path: str) -> str:
 
 
 def widen_command(path: str, axes: Sequence[str]) -> str:
-    """The ``zerojit manifest widen`` command line for ``axes`` (``KERNEL:PARAM=VALUES`` each)."""
-    return f"zerojit manifest widen {path} {' '.join(f'--axis {a}' for a in axes)} -o {widened_path(path)}"
+    """The ``zerojit manifest widen`` command line for ``axes`` (``KERNEL:PARAM=VALUES`` each), each
+    argument quoted for a POSIX shell (``shlex.quote``: a path with a space, a ``<locals>`` kernel)."""
+    axis_words = " ".join(f"--axis {shlex.quote(a)}" for a in axes)
+    return f"zerojit manifest widen {shlex.quote(path)} {axis_words} -o {shlex.quote(widened_path(path))}"
