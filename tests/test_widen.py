@@ -200,6 +200,30 @@ def test_the_command_refuses_an_unknown_kernel_or_parameter_in_one_line(kernels,
     assert done.stderr.startswith(f"wrote the widened manifest to stdout: 2 new variants of {kernels.__name__}.")
 
 
+def test_merge_refuses_one_file_given_twice_by_any_path(kernels, compile_only_target, tmp_path, monkeypatch):
+    """Was merged: 2 runs, every launch count doubled, no warning."""
+    from typer.testing import CliRunner
+
+    from zerojit.cli import app
+
+    fn = kernels.recurrent_kernel
+    write_manifest(_record(fn, 4, [1, 2]), tmp_path / "a.json")
+    write_manifest(_record(fn, 8, [1]), tmp_path / "b.json")
+    (tmp_path / "link.json").symlink_to("a.json")
+    monkeypatch.chdir(tmp_path)
+    why = ": merging a recording with itself would count its runs and launches twice"
+    for given, words in [(["a.json", "b.json", "a.json"], "manifest 'a.json' is given twice"),
+                         (["a.json", "./a.json"], "manifests 'a.json' and './a.json' are the same file"),
+                         (["b.json", "link.json", str(tmp_path / "a.json")],
+                          f"manifests 'link.json' and '{tmp_path / 'a.json'}' are the same file")]:
+        done = CliRunner().invoke(app, ["manifest", "merge", *given, "-o", "m.json"])
+        assert done.exit_code == 2, done.output
+        assert done.output == f"zerojit manifest merge: {words}{why}\n"
+        assert not (tmp_path / "m.json").exists()
+    done = CliRunner().invoke(app, ["manifest", "merge", "a.json", "b.json", "-o", "m.json"])
+    assert done.exit_code == 0 and "wrote m.json: 2 runs" in done.output, done.output
+
+
 def test_widen_warns_of_shape_values_not_powers_of_two_and_of_tuned_constexprs(kernels, compile_only_target,
                                                                               tmp_path, monkeypatch):
     import dataclasses

@@ -1901,7 +1901,8 @@ def manifest_merge(
     With --report, the generalisation report tells a value constant within each run
     (configuration: a model setting) from one that varies within a run (growth). Exit status: 0
     written; 1 a corrupted manifest; 2 invalid input (a manifest missing, of another Triton or
-    target, a kernel whose source changed between them, an output that cannot be written).
+    target, a kernel whose source changed between them, one file given twice, by one path or two:
+    a link, ./m.json; an output that cannot be written).
     """
     import json
 
@@ -1910,8 +1911,16 @@ def manifest_merge(
     from zerojit.merging import MergeError, merge_manifests
     from zerojit.reports import count
 
+    files: dict[tuple[int, int], str] = {}  # (device, inode) -> the path it was first given by
     for path in manifests:
         _check_input_file("manifest merge", "manifest", path)
+        st = os.stat(path)  # (a link: the file it points to)
+        first = files.get((st.st_dev, st.st_ino))
+        if first is not None:
+            _refuse("manifest merge", (f"manifest {path!r} is given twice" if first == path else
+                                       f"manifests {first!r} and {path!r} are the same file") +
+                    ": merging a recording with itself would count its runs and launches twice")
+        files[(st.st_dev, st.st_ino)] = path
     _check_output_file("manifest merge", "--output", output)
     try:
         merged = merge_manifests([(path, read_manifest(path)) for path in manifests])
