@@ -115,6 +115,36 @@ def test_cli_writes_the_json_report(triton_cache, tmp_path):
     assert "1 kernels" not in proc.stdout and "(0 failures)" in proc.stdout
 
 
+def test_monitor_off_reports_no_count_it_did_not_take(triton_cache, tmp_path):
+    """--jit-monitor-mode off installs no monitor: no launch, compile or audit count is reported
+    (null in the JSON), and no zero is claimed. The cut key space makes the trace miss 7 times;
+    the request-path clock, which hooks Triton in every mode, times those 7 compiles: the request
+    path line and the closing line say so, and the run fails (exit 1), as warn mode's does."""
+    out = tmp_path / "off.json"
+    proc = cli(["--config", "dsv4-like", "--requests", "3", "--device", "cpu", "--cut-keyspace", "--no-learned",
+                "--jit-monitor-mode", "off", "--json", str(out)], triton_cache)
+    text = proc.stdout
+    assert proc.returncode == 1, text + proc.stderr[-3000:]
+    assert "  monitor      off: runtime compiles not counted\n" in text and ", launches not counted, " in text
+    assert "  request path 7 compiles (" in text
+    assert "  audit        not taken (monitor off: no hit or miss counted)" in text
+    assert "dead:" not in text and "not a bug" not in text and "zero runtime compiles" not in text
+    assert text.splitlines()[-1] == ("monitor off: runtime compiles not counted; 7 REQUEST-PATH COMPILES after "
+                                     "warm-up timed by the request-path clock")
+    data = json.loads(out.read_text())
+    nulls = ("launches", "runtime_compiles", "request_path_compiles", "fallback_launches", "background_compiles",
+             "swaps", "background_failures", "audit")
+    assert {k: data[k] for k in nulls} == dict.fromkeys(nulls)
+    assert data["request_path"]["compiles"] == 7 and data["ok"] is False
+    # nothing missed: still no claim (ok null), and nothing to fail on (exit 0)
+    proc = cli(["--config", "dsv4-like", "--requests", "3", "--device", "cpu", "--jit-monitor-mode", "off",
+                "--json", str(out)], triton_cache)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[-1] == "monitor off: runtime compiles not counted"
+    data = json.loads(out.read_text())
+    assert data["ok"] is None and data["runtime_compiles"] is None and data["request_path"]["compiles"] == 0
+
+
 def test_warmup_none_puts_compiles_on_the_request_path(triton_cache, tmp_path):
     out = tmp_path / "none.json"
     proc = cli(["--config", "dsv4-like", "--requests", "50", "--device", "cpu", "--warmup", "none",

@@ -589,6 +589,11 @@ class RunReport:
     compile is a runtime compile that compiled or loaded, not one error mode blocked). ``background_idle``: in fallback mode,
     whether the background compiles had all ended when the report was made (None: other modes).
     ``cut``: the variants :func:`cut_keyspace` dropped (``kernel: key``).
+
+    With ``monitor_mode`` ``"off"`` no monitor is installed and nothing is counted: ``launches``,
+    ``runtime_compiles``, the serving counts and ``audit`` are None (not 0: a compile at run time
+    goes unseen by the monitor). ``request_path`` is the request-path clock's, which hooks Triton
+    itself and is measured in every mode.
     """
 
     config: ModelConfig
@@ -604,9 +609,9 @@ class RunReport:
     prefill_tokens: int
     decode_tokens: int
     preemptions: int
-    launches: int
+    launches: int | None
     warmup: WarmupSummary
-    runtime_compiles: int
+    runtime_compiles: int | None
     request_path: RequestPathCost
     first_step_ms: float
     median_step_ms: float
@@ -614,31 +619,44 @@ class RunReport:
     replay_seconds: float
     total_seconds: float
     kv_cache: KVCacheSummary
-    audit: CoverageAudit
+    audit: CoverageAudit | None
     checks: CheckReport | None = None
     step_times: StepTimes | None = None
     primer_steps: int = 0
     primer_seconds: float = 0.0
-    request_path_compiles: int = 0
-    fallback_launches: int = 0
-    background_compiles: int = 0
-    swaps: int = 0
+    request_path_compiles: int | None = 0
+    fallback_launches: int | None = 0
+    background_compiles: int | None = 0
+    swaps: int | None = 0
     background_idle: bool | None = None
-    background_failures: int = 0
+    background_failures: int | None = 0
     cut: tuple[str, ...] = ()
     graphs: GraphReport | None = None
 
     @property
-    def ok(self) -> bool:
+    def counted(self) -> bool:
+        """Whether a monitor counted the run (every mode but ``off``)."""
+        return self.monitor_mode != "off"
+
+    @property
+    def ok(self) -> bool | None:
         """With a zerojit warm-up: zero request-path compiles in fallback mode (a miss served by a
         generic variant and compiled in the background is no failure), zero runtime compiles in
         the other modes; every check passed; with CUDA graphs, nothing compiled during capture or
-        replay and every graph step checked equals its eager launch."""
+        replay and every graph step checked equals its eager launch.
+
+        Monitor off: False when the request-path clock saw a compile or a check failed, else None
+        (nothing was counted, so no zero can be claimed)."""
+        checked = (self.checks is None or self.checks.ok) and (self.graphs is None or self.graphs.ok)
+        if not self.counted:
+            return False if not checked or (self.request_path.compiles and self.warmup.mode == "zerojit") else None
         compiles = self.request_path_compiles if self.monitor_mode == "fallback" else self.runtime_compiles
         zero = compiles == 0 or self.warmup.mode != "zerojit"
-        return zero and (self.checks is None or self.checks.ok) and (self.graphs is None or self.graphs.ok)
+        return zero and checked
 
-    def audit_counts(self) -> dict[str, int]:
+    def audit_counts(self) -> dict[str, int] | None:
+        if self.audit is None:  # monitor off: nothing counted to audit
+            return None
         return {
             "misses": sum(len(k.misses) for k in self.audit.kernels) + len(self.audit.direct),
             "dead": self.audit.dead_warmups,
@@ -681,7 +699,7 @@ class RunReport:
             "replay_seconds": round(self.replay_seconds, 3),
             "total_seconds": round(self.total_seconds, 3),
             "kv_cache": self.kv_cache.to_dict(),
-            "audit": {**self.audit_counts(), "detail": self.audit.to_dict()},
+            "audit": {**self.audit_counts(), "detail": self.audit.to_dict()} if self.audit is not None else None,
             "checks": self.checks.to_dict() if self.checks is not None else None,
             "cuda_graphs": self.graphs.to_dict() if self.graphs is not None else None,
             "ok": self.ok,
@@ -698,7 +716,8 @@ class RunReport:
             f"  trace        {self.trace}: {count(self.requests, 'request')} ({self.clipped} clipped to max_model_len)",
             f"  replay       {count(self.steps, 'step')}, {count(self.tokens, 'token')} ({self.prefill_tokens} "
             f"prefill, {self.decode_tokens} decode), {count(self.preemptions, 'preemption')}, "
-            f"{count(self.launches, 'launch', 'launches')}, {self.replay_seconds:.1f} s",
+            f"{count(self.launches, 'launch', 'launches') if self.counted else 'launches not counted'}, "
+            f"{self.replay_seconds:.1f} s",
             f"  warm-up      {w.mode}: {count(w.keys, 'key')}"
             + (f" + {count(w.report.generic_variants, 'generic variant')}" if w.report is not None
                and w.report.generic_variants else "")
@@ -708,7 +727,8 @@ class RunReport:
             *(w.report.generic_lines("               ") if w.report is not None else ()),
             *(w.report.store.lines("               ") if w.report is not None and w.report.store else ()),
             *(w.report.learned_lines("               ") if w.report is not None else ()),
-            f"  monitor      {self.monitor_mode}: {count(self.runtime_compiles, 'runtime compile')}"
+            f"  monitor      {self.monitor_mode}: "
+            + (count(self.runtime_compiles, 'runtime compile') if self.counted else "runtime compiles not counted")
             + (f"; {self.serving_counts()}" if self.monitor_mode == "fallback" else ""),
             *(f"               cut: {c}" for c in self.cut),
             f"  request path {count(rp.compiles, 'compile')} ({rp.compile_ms:.1f} ms compiling), "
@@ -718,11 +738,14 @@ class RunReport:
             f"  KV cache     {self.kv_cache.summary()}",
         ]
         counts = self.audit_counts()
-        served = sum(k.fallback_launches for k in self.audit.kernels)
-        served_line = f", {count(served, 'launch', 'launches')} of missing keys served by generic variants"
-        lines.append(f"  audit        {count(counts['warmed'], 'warmed key')}, {counts['dead']} dead, "
-                     f"{counts['misses']} missed" + (served_line if served else ""))
-        for k in self.audit.kernels:  # a table: the nouns agree with the numbers beside them
+        if counts is None:  # (an audit of no counts would call every warmed key dead and claim no miss)
+            lines.append("  audit        not taken (monitor off: no hit or miss counted)")
+        else:
+            served = sum(k.fallback_launches for k in self.audit.kernels)
+            served_line = f", {count(served, 'launch', 'launches')} of missing keys served by generic variants"
+            lines.append(f"  audit        {count(counts['warmed'], 'warmed key')}, {counts['dead']} dead, "
+                         f"{counts['misses']} missed" + (served_line if served else ""))
+        for k in self.audit.kernels if self.audit is not None else ():  # a table: the nouns agree with the numbers beside them
             lines.append(f"    {k.kernel:<36} {len(k.warmed):>3} warmed {len(k.dead):>3} dead {k.hits:>8} "
                          f"{'hit ' if k.hits == 1 else 'hits'} {k.runtime_compiles:>4} "
                          f"{'miss' if k.runtime_compiles == 1 else 'misses'}")
@@ -731,7 +754,7 @@ class RunReport:
             if k.fallback_launches:
                 lines.append(f"      SERVED: {count(k.fallback_launches, 'launch', 'launches')} in classes the warm-up "
                              "lacked, by a generic variant (compiled in the background, learned)")
-        lines += [f"    note: {n}" for n in self.audit.dead_notes()]
+        lines += [f"    note: {n}" for n in self.audit.dead_notes()] if self.audit is not None else []
         if self.checks is not None:
             ch = self.checks
             verdict = "all equal" if ch.ok else count(len(ch.mismatches), "MISMATCH", "MISMATCHES")
@@ -742,7 +765,11 @@ class RunReport:
             lines.append(f"  graphs       {self.graphs.summary()}")
             lines += [f"    {m}" for m in self.graphs.mismatches[:20]]
         lines.append(f"  total        {self.total_seconds:.1f} s")
-        if self.warmup.mode == "zerojit" and self.monitor_mode == "fallback":
+        if not self.counted:  # no zero to claim; what the clock saw is said
+            lines.append("monitor off: runtime compiles not counted" + (
+                f"; {count(rp.compiles, 'REQUEST-PATH COMPILE', 'REQUEST-PATH COMPILES')} after warm-up timed by "
+                "the request-path clock" if rp.compiles else ""))
+        elif self.warmup.mode == "zerojit" and self.monitor_mode == "fallback":
             lines.append(f"zero request-path compiles ({count(self.fallback_launches, 'fallback launch', 'fallback launches')})"
                          if self.request_path_compiles == 0
                          else f"{count(self.request_path_compiles, 'REQUEST-PATH COMPILE', 'REQUEST-PATH COMPILES')} after warm-up")
@@ -872,8 +899,15 @@ def run(options: RunOptions | None = None, *, group: Any = None, before_first_st
                 idle = serving.wait_idle(BACKGROUND_WAIT_S)
                 serving.between_requests()
             counts = monitor.counts()
-        audit = build_audit(warmup.report, monitor)
-    runtime_compiles = counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads
+        # Monitor off: nothing was counted (counts() is all zeros), so no count is reported; the
+        # request path's compiles are then the clock's, which hooks Triton in every mode.
+        counted = mode != "off"
+        audit = build_audit(warmup.report, monitor) if counted else None
+    runtime_compiles = (counts.runtime_compiles + counts.direct_compiles + counts.direct_disk_loads
+                        if counted else None)
+
+    def monitored(value: Any) -> Any:
+        return value if counted else None
 
     checks = replay.checks
     if device.type == "cpu" and options.checks_for(device):
@@ -885,19 +919,20 @@ def run(options: RunOptions | None = None, *, group: Any = None, before_first_st
         config=config, backend=model.backend.name, device=device.type, target=target,
         monitor_mode=mode, trace=str(options.trace_path), requests=len(trace),
         clipped=trace.clipped, steps=replay.steps, tokens=replay.tokens, prefill_tokens=replay.prefill_tokens,
-        decode_tokens=replay.decode_tokens, preemptions=replay.preemptions, launches=counts.launches,
+        decode_tokens=replay.decode_tokens, preemptions=replay.preemptions, launches=monitored(counts.launches),
         warmup=warmup, runtime_compiles=runtime_compiles,
-        request_path=replay.request_path(counts.runtime_compiles),
+        request_path=replay.request_path(counts.runtime_compiles if counted else replay.compiles),
         first_step_ms=replay.step_ms[0] if replay.step_ms else 0.0,
         median_step_ms=statistics.median(replay.step_ms) if replay.step_ms else 0.0,
         max_step_ms=max(replay.step_ms, default=0.0), replay_seconds=replay.seconds,
         total_seconds=time.perf_counter() - start, kv_cache=KVCacheSummary.of(cache, num_blocks), audit=audit,
         checks=checks, step_times=StepTimes.of(replay), primer_steps=primed[0], primer_seconds=primed[1],
         # (counts without the serving fields: a runtime compile that was not blocked waited on the request path)
-        request_path_compiles=getattr(counts, "request_path_compiles", runtime_compiles - counts.blocked),
-        fallback_launches=getattr(counts, "fallback_launches", 0),
-        background_compiles=getattr(counts, "background_compiles", 0), swaps=getattr(counts, "swaps", 0),
-        background_failures=getattr(counts, "background_failures", 0),
+        request_path_compiles=monitored(getattr(counts, "request_path_compiles", (runtime_compiles or 0) - counts.blocked)),
+        fallback_launches=monitored(getattr(counts, "fallback_launches", 0)),
+        background_compiles=monitored(getattr(counts, "background_compiles", 0)),
+        swaps=monitored(getattr(counts, "swaps", 0)),
+        background_failures=monitored(getattr(counts, "background_failures", 0)),
         background_idle=idle, cut=tuple(cut), graphs=graphs.report if graphs is not None else None,
     )
     return report
@@ -1249,6 +1284,8 @@ class Replay:
             requests, by step index.
         collections: Python's garbage collections during the replay, as ``(generation,
             seconds, step)``; ``step`` is the timed step it ran inside, None between steps.
+        compiles, compile_ms: the request-path clock's compiles during the steps (after the
+            primer), and the milliseconds inside them.
     """
 
     steps: int = 0
@@ -1266,6 +1303,7 @@ class Replay:
     cold: list[int] = field(default_factory=list)
     collections: list[tuple[int, float, int | None]] = field(default_factory=list)
     checks: CheckReport | None = None
+    compiles: int = 0
     compile_ms: float = 0.0
     loads: int = 0
 
@@ -1374,6 +1412,8 @@ def replay_trace(
     with serving_collector(), _CollectorWatch(replay.collections) as watch:
         if prime is not None:
             prime()
+        # the clock's compiles from here on are the steps' (the primer's are not the request path's)
+        misses0, compile_s0 = (clock.misses, clock.compile_s) if clock is not None else (0, 0.0)
         start = time.perf_counter()
         for batch in scheduler:
             checking = batch.step in to_check
@@ -1428,7 +1468,8 @@ def replay_trace(
         replay.seconds = time.perf_counter() - start
     bar.close()
     if clock is not None:
-        replay.compile_ms, replay.loads = clock.compile_s * 1e3, clock.loads
+        replay.compiles, replay.compile_ms = clock.misses - misses0, (clock.compile_s - compile_s0) * 1e3
+        replay.loads = clock.loads
     if to_check:
         where = "cuda" if on_gpu else "interpreter"
         replay.checks = CheckReport(where, tuple(checked), outputs, tuple(mismatches), check_s)
