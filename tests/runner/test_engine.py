@@ -145,6 +145,20 @@ def test_monitor_off_reports_no_count_it_did_not_take(triton_cache, tmp_path):
     assert data["ok"] is None and data["runtime_compiles"] is None and data["request_path"]["compiles"] == 0
 
 
+def test_the_report_counts_the_rows_with_zero_output_tokens(triton_cache, tmp_path):
+    """A row with GeneratedTokens 0 is replayed with 1 output token: the trace line and the JSON
+    say how many rows were (the file's own count: 1 of 2)."""
+    trace, out = tmp_path / "trace.csv", tmp_path / "report.json"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     "2023-11-16 18:15:46.6805900,374,0\n"
+                     "2023-11-16 18:15:47.0000000,100,3\n")
+    proc = cli(["--trace", str(trace), "--device", "cpu", "--json", str(out)], triton_cache)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert ": 2 requests (0 clipped to max_model_len, 1 with 0 output tokens given 1)\n" in proc.stdout
+    data = json.loads(out.read_text())
+    assert data["zero_output"] == 1 and data["requests"] == 2
+
+
 def test_warmup_none_puts_compiles_on_the_request_path(triton_cache, tmp_path):
     out = tmp_path / "none.json"
     proc = cli(["--config", "dsv4-like", "--requests", "50", "--device", "cpu", "--warmup", "none",

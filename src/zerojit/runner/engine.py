@@ -588,7 +588,8 @@ class RunReport:
     monitor's counts of the same names (:class:`~zerojit.monitor.MonitorCounts`; a request-path
     compile is a runtime compile that compiled or loaded, not one error mode blocked). ``background_idle``: in fallback mode,
     whether the background compiles had all ended when the report was made (None: other modes).
-    ``cut``: the variants :func:`cut_keyspace` dropped (``kernel: key``).
+    ``cut``: the variants :func:`cut_keyspace` dropped (``kernel: key``). ``zero_output``: the
+    trace rows with 0 generated tokens, replayed with 1 (:attr:`Trace.zero_output`).
 
     With ``monitor_mode`` ``"off"`` no monitor is installed and nothing is counted: ``launches``,
     ``runtime_compiles``, the serving counts and ``audit`` are None (not 0: a compile at run time
@@ -632,6 +633,7 @@ class RunReport:
     background_failures: int | None = 0
     cut: tuple[str, ...] = ()
     graphs: GraphReport | None = None
+    zero_output: int = 0
 
     @property
     def counted(self) -> bool:
@@ -675,6 +677,7 @@ class RunReport:
             "trace": self.trace,
             "requests": self.requests,
             "clipped": self.clipped,
+            "zero_output": self.zero_output,
             "steps": self.steps,
             "tokens": self.tokens,
             "prefill_tokens": self.prefill_tokens,
@@ -713,7 +716,8 @@ class RunReport:
         lines = [
             f"zerojit run: {c.name} ({count(c.num_layers, 'layer')}, block_size {c.block_size}{dcp}, "
             f"{count(c.num_speculative_tokens, 'speculative token')}), backend {self.backend}, on {where}",
-            f"  trace        {self.trace}: {count(self.requests, 'request')} ({self.clipped} clipped to max_model_len)",
+            f"  trace        {self.trace}: {count(self.requests, 'request')} ({self.clipped} clipped to max_model_len, "
+            f"{self.zero_output} with 0 output tokens given 1)",
             f"  replay       {count(self.steps, 'step')}, {count(self.tokens, 'token')} ({self.prefill_tokens} "
             f"prefill, {self.decode_tokens} decode), {count(self.preemptions, 'preemption')}, "
             f"{count(self.launches, 'launch', 'launches') if self.counted else 'launches not counted'}, "
@@ -918,8 +922,8 @@ def run(options: RunOptions | None = None, *, group: Any = None, before_first_st
     report = RunReport(                                                                      # 7.
         config=config, backend=model.backend.name, device=device.type, target=target,
         monitor_mode=mode, trace=str(options.trace_path), requests=len(trace),
-        clipped=trace.clipped, steps=replay.steps, tokens=replay.tokens, prefill_tokens=replay.prefill_tokens,
-        decode_tokens=replay.decode_tokens, preemptions=replay.preemptions, launches=monitored(counts.launches),
+        clipped=trace.clipped, zero_output=trace.zero_output, steps=replay.steps, tokens=replay.tokens,
+        prefill_tokens=replay.prefill_tokens, decode_tokens=replay.decode_tokens, preemptions=replay.preemptions, launches=monitored(counts.launches),
         warmup=warmup, runtime_compiles=runtime_compiles,
         request_path=replay.request_path(counts.runtime_compiles if counted else replay.compiles),
         first_step_ms=replay.step_ms[0] if replay.step_ms else 0.0,
