@@ -140,6 +140,11 @@ GOOD = "2023-11-16 18:15:46.6805900,374,44\n"
         ("2023-11-16 18:15:47.0,374,44,1\n", 3, "expected 3 columns"),
         ("2023-11-16 18:15:47.0,abc,44\n", 3, "ContextTokens 'abc' is not an integer"),
         ("2023-11-16 18:15:47.0,374,4.5\n", 3, "GeneratedTokens '4.5' is not an integer"),
+        # only ASCII [+-]?[0-9]+: int() would take these
+        ("2023-11-16 18:15:47.0,1_000,44\n", 3, "ContextTokens '1_000' is not an integer"),
+        ("2023-11-16 18:15:47.0,374,\u0664\u0664\n", 3, "GeneratedTokens '\u0664\u0664' is not an integer"),
+        ("2023-11-16 18:15:47.0,\uff13\uff17\uff14,44\n", 3, "ContextTokens '\uff13\uff17\uff14' is not an integer"),
+        ("2023-11-16 18:15:47.0,374,+ 4\n", 3, "GeneratedTokens '\\+ 4' is not an integer"),
         ("2023-11-16 18:15:47.0,0,44\n", 3, "ContextTokens must be >= 1"),
         ("2023-11-16 18:15:47.0,-3,44\n", 3, "ContextTokens must be >= 1"),
         ("2023-11-16 18:15:47.0,374,-1\n", 3, "GeneratedTokens must be >= 0"),

@@ -41,6 +41,9 @@ _TIMESTAMP_RE = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?$"
 )
 _NS_PER_S = 1_000_000_000
+#: A count as the trace writes it: ASCII digits with an optional sign (``int()`` also takes
+#: ``1_000`` and non-ASCII digits such as Arabic-Indic ones, which no trace holds).
+_INT_RE = re.compile(r"[+-]?[0-9]+")
 
 
 class TraceError(ValueError):
@@ -164,10 +167,10 @@ def _parse_timestamp_ns(text: str, *, path: str, line: int) -> int:
 
 
 def _parse_int(text: str, column: str, *, path: str, line: int) -> int:
-    try:
-        return int(text.strip())
-    except ValueError:
-        raise TraceError(f"{column} {text!r} is not an integer", path=path, line=line) from None
+    """``[+-]?[0-9]+`` (spaces around it stripped) as an int, else a :class:`TraceError`."""
+    if _INT_RE.fullmatch(text.strip()) is None:
+        raise TraceError(f"{column} {text!r} is not an integer", path=path, line=line)
+    return int(text.strip())
 
 
 def load_trace(
@@ -195,7 +198,7 @@ def load_trace(
 
     Raises:
         TraceError: an empty file, a missing or wrong header, a row with the wrong number of
-            columns, a non-integer count, a prompt length < 1, a negative output length, a
+            columns, a count that is not ASCII ``[+-]?[0-9]+``, a prompt length < 1, a negative output length, a
             malformed timestamp or a timestamp earlier than the row before it. The message names
             the file and the 1-based line number.
         ValueError: ``limit < 0`` or ``max_model_len < 2``.
