@@ -241,6 +241,35 @@ def test_check_two_steps_in_the_interpreter(triton_cache, tmp_path):
     assert checks["ok"] and checks["outputs"] > 0
 
 
+@pytest.mark.skipif(importlib.util.find_spec("numpy") is None, reason="Triton's interpreter needs numpy")
+def test_a_check_child_past_its_deadline_is_killed_and_named(triton_cache, monkeypatch):
+    """The --check child runs under a deadline derived from the work (check_deadline_s): one
+    past it is killed, and the run fails in one line naming the child and the deadline. Here the
+    deadline is cut to 0.5 s, less than the child's Python start-up with torch."""
+    import time
+
+    from zerojit.runner import engine
+
+    monkeypatch.setattr(engine, "CHECK_CHILD_BASE_S", 0.5)
+    monkeypatch.setattr(engine, "CHECK_CHILD_PER_STEP_S", 0.0)
+    monkeypatch.setattr(engine, "CHECK_CHILD_PER_REPLAY_S", 0.0)
+    seen = []
+    real = subprocess.run
+    monkeypatch.setattr(engine.subprocess, "run", lambda *a, **kw: seen.append(kw.get("timeout")) or real(*a, **kw))
+    t0 = time.perf_counter()
+    with pytest.raises(RunError) as info:
+        engine.check_in_interpreter(RunOptions(config="dsv4-like", requests=5, device="cpu", progress=False), (0, 1))
+    assert time.perf_counter() - t0 < 60  # killed, not waited for
+    assert seen == [0.5]
+    message = str(info.value)
+    assert "\n" not in message
+    assert message == ("the --check child process (TRITON_INTERPRET=1, checking 2 steps) did not finish within its "
+                       "deadline of 0.5 s and was killed: check fewer steps (--check) or fewer requests (--requests)")
+    # the deadline grows with the work: the steps checked and the replay's seconds
+    monkeypatch.undo()
+    assert engine.check_deadline_s(4, 3.0) == engine.CHECK_CHILD_BASE_S + 4 * 60.0 + 3.0 * 10.0
+
+
 def test_check_steps_alternate_prefill_and_decode_steps():
     summaries = [StepSummary(i, 10 * (i + 1), i % 3 == 0, 1) for i in range(30)]
     steps = choose_check_steps(summaries, 4, seed=1, max_tokens=200)

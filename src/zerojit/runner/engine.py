@@ -917,7 +917,7 @@ def run(options: RunOptions | None = None, *, group: Any = None, before_first_st
     if device.type == "cpu" and options.checks_for(device):
         steps = choose_check_steps(replay.summaries, options.checks_for(device), options.seed,
                                    max_tokens=options.check_max_tokens)
-        checks = check_in_interpreter(options, steps)
+        checks = check_in_interpreter(options, steps, timeout_s=round(check_deadline_s(len(steps), replay.seconds)))
 
     report = RunReport(                                                                      # 7.
         config=config, backend=model.backend.name, device=device.type, target=target,
@@ -1629,6 +1629,21 @@ def _warm_host_ops(plan: MetadataPlan, device: torch.device, seed: int) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
+#: The ``--check`` child's deadline (:func:`check_deadline_s`): its start-up, plus each checked
+#: step (one interprets in about 2 s on the 2-core CI machine), plus its pass over the schedule
+#: (which launches nothing: faster than the parent's replay). Generous: it only stops a child
+#: that hangs (or a check far too large), which would otherwise wait forever.
+CHECK_CHILD_BASE_S = 300.0
+CHECK_CHILD_PER_STEP_S = 60.0
+CHECK_CHILD_PER_REPLAY_S = 10.0
+
+
+def check_deadline_s(steps: int, replay_s: float) -> float:
+    """Seconds the ``--check`` child may run: checking ``steps`` steps of a schedule whose replay
+    took ``replay_s`` seconds here."""
+    return CHECK_CHILD_BASE_S + CHECK_CHILD_PER_STEP_S * steps + CHECK_CHILD_PER_REPLAY_S * replay_s
+
+
 def choose_check_steps(summaries: Sequence[StepSummary], n: int, seed: int, *,
                        max_tokens: int | None = None) -> tuple[int, ...]:
     """``n`` steps to check, drawn with ``seed``: alternately steps with prefills (K4, K5, K7
@@ -1657,12 +1672,15 @@ def _cuda_check_steps(trace: Trace, config: ModelConfig, options: RunOptions, de
     return choose_check_steps(summaries, n, options.seed)
 
 
-def check_in_interpreter(options: RunOptions, steps: Sequence[int]) -> CheckReport:
+def check_in_interpreter(options: RunOptions, steps: Sequence[int], *, timeout_s: float | None = None) -> CheckReport:
     """Replay the same seeded schedule in a ``TRITON_INTERPRET=1`` child process and compare the
     kernels with the references on ``steps`` (the child neither warms up nor compiles).
+    ``timeout_s``: the child's deadline (None: :func:`check_deadline_s` of ``steps`` alone);
+    past it the child is killed.
 
     Raises:
-        RunError: the interpreter cannot run here (it needs numpy) or the child failed.
+        RunError: the interpreter cannot run here (it needs numpy), the child failed, or it ran
+            past its deadline.
     """
     import importlib.util
 
@@ -1678,7 +1696,15 @@ def check_in_interpreter(options: RunOptions, steps: Sequence[int]) -> CheckRepo
         spec, result = os.path.join(tmp, "spec.json"), os.path.join(tmp, "result.json")
         Path(spec).write_text(json.dumps({"options": dataclasses.asdict(options), "steps": list(steps)}))
         code = "from zerojit.runner.engine import _interpreter_child; _interpreter_child()"
-        proc = subprocess.run([sys.executable, "-c", code, spec, result], env=env, capture_output=True, text=True)
+        if timeout_s is None:
+            timeout_s = check_deadline_s(len(steps), 0.0)
+        try:  # (subprocess.run kills the child at the deadline)
+            proc = subprocess.run([sys.executable, "-c", code, spec, result], env=env, capture_output=True, text=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise RunError(f"the --check child process (TRITON_INTERPRET=1, checking {count(len(steps), 'step')}) "
+                           f"did not finish within its deadline of {timeout_s:g} s and was killed: check fewer steps "
+                           "(--check) or fewer requests (--requests)") from None
         if proc.returncode != 0 or not os.path.exists(result):
             raise RunError(f"the --check child process (TRITON_INTERPRET=1) failed with status {proc.returncode}:\n"
                            f"{proc.stderr[-4000:]}")
