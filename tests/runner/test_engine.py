@@ -157,6 +157,21 @@ def test_the_report_counts_the_rows_with_zero_output_tokens(triton_cache, tmp_pa
     assert ": 2 requests (0 clipped to max_model_len, 1 with 0 output tokens given 1)\n" in proc.stdout
     data = json.loads(out.read_text())
     assert data["zero_output"] == 1 and data["requests"] == 2
+    assert "--requests" not in proc.stdout  # none asked: no note
+
+
+def test_requests_beyond_the_trace_are_noted(triton_cache, tmp_path):
+    """--requests larger than the trace replays the whole trace, saying so under the trace line."""
+    trace = tmp_path / "trace.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,4\n")
+    proc = cli(["--trace", str(trace), "--device", "cpu", "--requests", "5000"], triton_cache)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("  trace        "))
+    assert ": 1 request (" in lines[at]
+    assert lines[at + 1] == "               note: --requests 5000: the trace has 1 request; replaying all of them"
+    proc = cli(["--trace", str(trace), "--device", "cpu", "--requests", "1"], triton_cache)
+    assert proc.returncode == 0 and "note: --requests" not in proc.stdout  # as many as asked: no note
 
 
 def test_warmup_none_puts_compiles_on_the_request_path(triton_cache, tmp_path):

@@ -590,6 +590,8 @@ class RunReport:
     whether the background compiles had all ended when the report was made (None: other modes).
     ``cut``: the variants :func:`cut_keyspace` dropped (``kernel: key``). ``zero_output``: the
     trace rows with 0 generated tokens, replayed with 1 (:attr:`Trace.zero_output`).
+    ``requests_asked``: :attr:`RunOptions.requests` (None: the whole trace); the report notes a
+    trace shorter than that.
 
     With ``monitor_mode`` ``"off"`` no monitor is installed and nothing is counted: ``launches``,
     ``runtime_compiles``, the serving counts and ``audit`` are None (not 0: a compile at run time
@@ -634,6 +636,7 @@ class RunReport:
     cut: tuple[str, ...] = ()
     graphs: GraphReport | None = None
     zero_output: int = 0
+    requests_asked: int | None = None
 
     @property
     def counted(self) -> bool:
@@ -718,6 +721,9 @@ class RunReport:
             f"{count(c.num_speculative_tokens, 'speculative token')}), backend {self.backend}, on {where}",
             f"  trace        {self.trace}: {count(self.requests, 'request')} ({self.clipped} clipped to max_model_len, "
             f"{self.zero_output} with 0 output tokens given 1)",
+            *([f"               note: --requests {self.requests_asked}: the trace has "
+               f"{count(self.requests, 'request')}; replaying all of them"]
+              if self.requests_asked is not None and self.requests_asked > self.requests else []),
             f"  replay       {count(self.steps, 'step')}, {count(self.tokens, 'token')} ({self.prefill_tokens} "
             f"prefill, {self.decode_tokens} decode), {count(self.preemptions, 'preemption')}, "
             f"{count(self.launches, 'launch', 'launches') if self.counted else 'launches not counted'}, "
@@ -921,7 +927,7 @@ def run(options: RunOptions | None = None, *, group: Any = None, before_first_st
 
     report = RunReport(                                                                      # 7.
         config=config, backend=model.backend.name, device=device.type, target=target,
-        monitor_mode=mode, trace=str(options.trace_path), requests=len(trace),
+        monitor_mode=mode, trace=str(options.trace_path), requests=len(trace), requests_asked=options.requests,
         clipped=trace.clipped, zero_output=trace.zero_output, steps=replay.steps, tokens=replay.tokens,
         prefill_tokens=replay.prefill_tokens, decode_tokens=replay.decode_tokens, preemptions=replay.preemptions, launches=monitored(counts.launches),
         warmup=warmup, runtime_compiles=runtime_compiles,
