@@ -151,6 +151,7 @@ GOOD = "2023-11-16 18:15:46.6805900,374,44\n"
         ("yesterday,374,44\n", 3, "bad TIMESTAMP"),
         ("2023-13-16 18:15:47.0,374,44\n", 3, "bad TIMESTAMP"),
         ("2023-11-16 18:15:47.1234567890,374,44\n", 3, "bad TIMESTAMP"),
+        ("2023-11-16 18:15:\u0664\u0667.0,374,44\n", 3, "bad TIMESTAMP"),  # ASCII digits only, as the counts
         ("2023-11-16 18:15:45.0,374,44\n", 3, "earlier than the row before"),
         ("\n" + "2023-11-16 18:15:47.0,374\n", 4, "expected 3 columns"),  # blank lines count
     ],

@@ -785,7 +785,7 @@ class RunReport:
                          else f"{count(self.request_path_compiles, 'REQUEST-PATH COMPILE', 'REQUEST-PATH COMPILES')} after warm-up")
         elif self.warmup.mode == "zerojit":
             lines.append("zero runtime compiles" if self.runtime_compiles == 0
-                         else f"{count(self.runtime_compiles, 'RUNTIME COMPILE')} after warm-up")
+                         else f"{count(self.runtime_compiles, 'RUNTIME COMPILE', 'RUNTIME COMPILES')} after warm-up")
         else:
             lines.append(f"--warmup {self.warmup.mode}: {count(rp.compiles, 'compile')} and {rp.extra_ms:.0f} ms on "
                          "the request path (zerojit: 0)")

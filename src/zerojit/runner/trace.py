@@ -37,8 +37,8 @@ __all__ = ["DEFAULT_TRACE", "Trace", "TraceError", "TraceRequest", "load_trace"]
 DEFAULT_TRACE: Path = Path(__file__).resolve().parent / "data" / "azure_conv_2023_first2000.csv"
 
 _HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-_TIMESTAMP_RE = re.compile(
-    r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?$"
+_TIMESTAMP_RE = re.compile(  # ASCII digits only, as the counts (re's \d also takes other scripts' digits)
+    r"^(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?$", re.ASCII
 )
 _NS_PER_S = 1_000_000_000
 #: A count as the trace writes it: ASCII digits with an optional sign (``int()`` also takes
