@@ -469,6 +469,10 @@ def test_tuning_file_refused_naming_the_field(tmp_path):
         f.write('{"format": "zerojit-tuning/1", "ent')
     with pytest.raises(TuningFileError, match="field 'json'"):
         load_tuning_file(path, header, CONFIGS)
+    with open(path, "w") as f:  # nested too deep: json raises RecursionError, no ValueError
+        f.write("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TuningFileError, match="field 'json'"):
+        load_tuning_file(path, header, CONFIGS)
     doc = {"format": "zerojit-tuning/1", **header, "configs": [str(c) for c in CONFIGS],
            "entries": [{"key": [1], "config": 99}]}
     with open(path, "w") as f:

@@ -193,3 +193,12 @@ def test_gc_keeps_the_tuning_files_of_the_builds_it_keeps(farm, flush):
     result = gc(store, keep_builds=1)
     assert (result.dropped, result.foreign) == (1, 0)
     assert list(store.scan()) == [kept]
+
+
+def test_a_store_value_nested_too_deep_is_refused_never_a_recursion_error():
+    """json raises RecursionError (no ValueError) for a header nested past the interpreter's limit:
+    an entry or tuning file whose header is that is refused like any damaged value."""
+    deep = b"[" * 100_000 + b"]" * 100_000 + b"\n"
+    for module, what in ((fe, "store entry"), (ft, "store tuning file")):
+        with pytest.raises(fe.EntryRefused, match=f"{what} abcd: truncated or damaged"):
+            module.decode(module.MAGIC + deep, "abcd", {}, None)

@@ -380,6 +380,32 @@ def test_a_learned_key_that_fails_to_compile_is_skipped_and_named_never_fatal(dr
     assert "FAILED" not in summary and report.to_dict()["failures"] == [], summary
 
 
+def test_a_learned_key_the_machine_failed_stays_a_failure_with_no_advice_to_drop_it(dry, monkeypatch):
+    """A full disk (OSError) is the machine's fault, not the record's: the key fails the warm-up,
+    named with the disk's hint, and nothing tells the user to delete a good traffic key."""
+    import errno
+
+    from zerojit import triton_compat
+    from zerojit.reports import WarmupError
+
+    assert learned.record_miss(_learn_ramp_kernel, _ramp_spec(32), {}, kernel_name="ramp")
+    assert learned.flush()
+    cache = triton_compat.cache_dir()
+    real_replace = os.replace
+
+    def full(src, dst, *args, **kwargs):  # every new cache file's last step, as a full disk fails a write
+        if str(dst).startswith(cache) and "/.zerojit" not in str(dst):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(WarmupError) as info:
+        warm((Ramp(), {}), generic=False, workers=1)
+    text = str(info.value)
+    assert "No space left on device" in text and "(learned)" in text, text
+    assert "drop it" not in text and info.value.report.learned_skipped == (), text
+
+
 def test_a_line_nested_too_deep_is_a_corrupted_line_never_a_recursion_error(dry):
     """JSON nested past Python's parser's recursion limit raises RecursionError, no ValueError:
     such a line is skipped and named like any corrupted one, by the appender, the reader, the

@@ -478,7 +478,7 @@ def _die_with_owner(owner: "int | None") -> None:
     would stay for ever. Watched on a thread through a pidfd of the owner (Linux 5.3+: it cannot
     name another process that reused the pid); where there is none, nothing is watched and the
     worker ends at its request pipe's end, as before."""
-    if not owner:
+    if not owner or os.getpgrp() != os.getpid():  # not its own group's leader: the group may be the owner's
         return
     import select
     import signal

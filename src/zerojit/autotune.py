@@ -489,7 +489,7 @@ def load_tuning_file(path: str, expected: dict[str, Any], configs: list[Any]) ->
     try:
         with open(path) as f:
             doc = json.load(f)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:  # (nested too deep: RecursionError, no ValueError)
         raise TuningFileError(path, "json", f"unreadable ({type(e).__name__}: {e})", "a tuning file") from None
     if not isinstance(doc, dict):
         raise TuningFileError(path, "json", type(doc).__name__, "an object")

@@ -63,6 +63,7 @@ from .manifest import _INT_OPTIONS  # the launch options whose value is an int, 
 from .reports import LEARNED_SUFFIX
 from .specialization import SpecClass
 from .switches import switch
+from .watchdog import CompileHung
 
 __all__ = ["ENV_VAR", "VERSION", "LOCK_TIMEOUT_S", "LearnedError", "LearnedRecord", "LearnedSkip", "LearnedPlan",
            "learned_path", "enabled", "record_miss", "read_learned", "clear", "merged_manifest",
@@ -826,11 +827,14 @@ class LearnedPlan:
         """A warm-up job that failed with ``error`` (``text``: ``"Type: message"``): when it is a
         learned key, it is skipped and named (:attr:`skipped`: its file and line, how to drop
         it) and True is returned: a learned key is never fatal (a constexpr or option Triton
-        refuses, a hand edit). False for any other key, and for a kernel's definition error (the
+        refuses, a hand edit). False for any other key, for a kernel's definition error (the
         lint: its ``warmup_inputs`` dispatch another key; the kernel's code is wrong, not the
-        record): a failure of the warm-up."""
+        record), and for what the machine caused, not the record (``OSError``: a full disk, a
+        cache folder that cannot be written; ``CompileHung``: a stalled ptxas, another
+        process's lock held past the wall limit): a failure of the warm-up, whose message says
+        what to do, never advice to drop a good key."""
         record = self.origins.get((id(kernel), key))
-        if record is None or isinstance(error, KernelDefinitionError):
+        if record is None or isinstance(error, (KernelDefinitionError, OSError, CompileHung)):
             return False
         lines = [ln.strip() for ln in text.splitlines() if ln.strip().strip("^")]  # (a CompilationError's caret)
         self.skipped.append(LearnedSkip(

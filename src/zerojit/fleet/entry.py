@@ -178,7 +178,7 @@ def split_value(value: bytes, magic: bytes, what: str, where: str) -> tuple[dict
     head, newline, body = value[len(magic):].partition(b"\n")
     try:
         header = json.loads(head) if newline else None
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested too deep: RecursionError, no ValueError)
         header = None
     if not isinstance(header, dict):
         raise EntryRefused(f"{where}: truncated or damaged (its header line is not whole JSON)")

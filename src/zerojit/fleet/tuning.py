@@ -90,7 +90,7 @@ def of_file(name: str, data: bytes, build: Mapping[str, Any]) -> TuningFile:
     """
     try:
         doc = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested too deep: RecursionError, no ValueError)
         doc = None
     if not _NAME_RE.match(name) or not isinstance(doc, dict) or doc.get("format") != _autotune.TUNING_FORMAT:
         raise _cache.BundleError(f"tuning file {name}: not a {_autotune.TUNING_FORMAT} file: not pushed")
