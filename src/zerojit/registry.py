@@ -285,7 +285,7 @@ def _worker_note(choice: WorkerChoice, stats: WarmupStats) -> str:
         return choice.why
     if stats.workers:
         missed = stats.total_compiled + stats.lock_waits  # the keys handed to workers (or compiled here)
-        if missed < choice.workers:
+        if stats.workers <= missed < choice.workers:  # (prestarted workers may outnumber the keys: no "only")
             return f"{choice.why}; {stats.workers} started: only {count(missed, 'key')} to compile"
         return f"{choice.why}; {stats.workers} started"
     if not stats.compiled:
