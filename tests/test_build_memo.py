@@ -137,7 +137,8 @@ def test_a_stray_edit_of_the_build_memos_is_not_believed_and_named_once(monkeypa
         assert data["values"] == {"triton_key": "3.6.0-fake-build"} and digest == content_digest(data)
     assert cache.take_damaged_notes() == [
         f"the remembered Triton build key {memo} does not match the digest it records (a stray edit or damage): not "
-        "used, Triton's build hashed afresh and the file written again" for memo in (folder_memo, install)]
+        "used, the key taken from the other memo, else Triton's build hashed afresh, and the file written again"
+        for memo in (folder_memo, install)]
 
     calls = fresh_triton_key(monkeypatch, "must-not-be-called")  # the rewritten memos serve again
     assert cache.use_fast_triton_key() == "3.6.0-fake-build" and calls == [] and cache.take_damaged_notes() == []
@@ -173,8 +174,8 @@ def test_a_warm_up_names_an_edited_build_memo_and_restores_under_the_true_key(mo
     assert report.ok and (report.stats.restored, report.stats.compiled) == (1, 0), report.stats
     named = [line for line in report.stats.recovered if "triton-build" in line]
     assert named == [f"the remembered Triton build key {memo} does not match the digest it records (a stray edit or "
-                     "damage): not used, Triton's build hashed afresh and the file written again"
-                     for memo in (folder_memo, install)], report.stats.recovered
+                     "damage): not used, the key taken from the other memo, else Triton's build hashed afresh, and "
+                     "the file written again" for memo in (folder_memo, install)], report.stats.recovered
     assert not [line for line in report.stats.recovered if "refused" in line], report.stats.recovered
     assert json.loads(install.read_text())["values"]["triton_key"] == true_key
 
@@ -356,8 +357,8 @@ def test_a_memo_path_that_is_no_regular_file_is_never_waited_on_and_is_replaced(
     damaged = run()
     assert damaged["key"] == cold["key"] and damaged["seconds"] == {}
     assert damaged["notes"] == [
-        f"the remembered Triton build key {memo} is {what}, not a regular file: not used, Triton's build hashed "
-        "afresh and the file written again",
+        f"the remembered Triton build key {memo} is {what}, not a regular file: not used, the key taken from the "
+        "other memo, else Triton's build hashed afresh, and the file written again",
         f"the remembered compile seconds {seconds} is {what}, not a regular file: not used, compiles ordered and "
         "bounded as on a new install"]
     for path in (memo, seconds):

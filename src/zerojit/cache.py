@@ -375,7 +375,8 @@ def _read_memo(signature: str, path: str) -> dict:
     """The values remembered at ``path`` for this Triton version and build (``signature``: the
     stat signature of its files); {} for another one (never half-used), a torn or a foreign file,
     or one whose content does not match its digest (named once, removed: :func:`_unsealed`)."""
-    what, instead = "the remembered Triton build key", "Triton's build hashed afresh and the file written again"
+    what, instead = "the remembered Triton build key", ("the key taken from the other memo, else Triton's build hashed "
+                                                         "afresh, and the file written again")
     data = _read_remembered(path, what, instead)
     if data is None:
         return {}
