@@ -829,3 +829,17 @@ def test_a_store_timeout_that_is_no_deadline_is_refused_with_or_without_a_store(
     at = args.index("--") if "--" in args else len(args)
     one_line(invoke(*args[:at], flag, value, *args[at:]), 2, f"zerojit {command[0]}: {flag} ",
              "give a positive number of seconds, at most 3600")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("args", [["--help"], ["learned", "show", "--file", "{empty}"]], ids=["help", "learned show"])
+def test_standard_output_that_cannot_be_written_is_one_line_not_a_traceback(args, tmp_path):
+    """Output to a full disk (/dev/full fails every write with ENOSPC), through rich (--help) and
+    click's echo (a command's report): exit 1 and one line naming standard output."""
+    empty = tmp_path / "learned.jsonl"
+    empty.write_text("")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "zerojit", *[a.format(empty=empty) for a in args]], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(SRC), "TRITON_CACHE_DIR": str(tmp_path)})
+    assert (done.returncode, done.stderr) == (1, "zerojit: cannot write to standard output: No space left on device\n")

@@ -87,6 +87,33 @@ def _one_line_usage_errors(ctx: Any) -> Iterator[None]:
     except KeyboardInterrupt:  # typer would exit 130 silently
         typer.echo(_entry.INTERRUPTED, err=True)
         raise typer.Exit(_entry.STATUS) from None
+    except OSError as e:
+        if not _writing_stdout(e):  # (a command's own OSErrors are user errors or bugs, said before here)
+            raise
+        null = os.open(os.devnull, os.O_WRONLY)  # so that Python's flush at exit does not fail again
+        os.dup2(null, 1)
+        os.close(null)
+        typer.echo(f"zerojit: cannot write to standard output: {e.strerror or e}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _writing_stdout(error: OSError) -> bool:
+    """Whether ``error`` was raised writing to standard output (a full disk or ``/dev/full``, a
+    closed pipe): the frame that raised it writes to a file whose descriptor is 1 (``click.echo``'s
+    ``file``, ``rich``'s console ``self.file``). The output is lost then, which is no bug of zerojit's."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    names = tb.tb_frame.f_locals
+    for value in (*names.values(), getattr(names.get("self"), "file", None)):
+        try:
+            if value is not None and callable(getattr(value, "fileno", None)) and value.fileno() == 1:
+                return True
+        except (OSError, ValueError, AttributeError, TypeError):  # a closed or unusual file
+            pass
+    return False
 
 
 class _Group(_HelpWithoutType, TyperGroup):
