@@ -363,6 +363,10 @@ def test_malformed_steps_are_refused_when_written():
         Require("n", "n >", "x")
     with pytest.raises(KernelDefinitionError, match="ndim must be an int >= 1"):
         TensorArg("x", 0)
+    # dtype=None (meaning "any dtype") once passed here and then refused every launch: "must be None, got torch.float16"
+    for bad in (None, (torch.float16, torch.bfloat16), "float32"):
+        with pytest.raises(KernelDefinitionError, match=r"dtype must be one torch\.dtype, got .*Require"):
+            TensorArg("x", 1, bad)
     with pytest.raises(KernelDefinitionError, match="is not a check"):
         checked_launcher("x")
     with pytest.raises(KernelDefinitionError, match=r"def __call__\(self, key, constexprs, \*, inputs...\)"):

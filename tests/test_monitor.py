@@ -395,6 +395,17 @@ def test_difference_words(warmed, called, text):
     assert str(diff) == text and diff.hint
 
 
+def test_a_float_parameter_passed_an_int_names_the_int_and_the_fix():
+    # Liger's swiglu: gate_multiplier warmed as 1.0 (fp32), served as gate_multiplier=2 (an i32)
+    diff = monitor.ArgDifference("gate_multiplier", SpecClass("fp32"), SpecClass("i32", ""))
+    assert str(diff) == "gate_multiplier: warmed as fp32, called as i32 not-divisible-by-16"
+    assert "float(gate_multiplier)" in diff.hint and "type(gate_multiplier) is float" in diff.hint
+    one = monitor.ArgDifference("scale", SpecClass("fp32"), SpecClass("constexpr", 1))
+    assert str(one) == "scale: warmed as fp32, called as equal-to-one" and "float(scale)" in one.hint
+    back = monitor.ArgDifference("scale", SpecClass("i32", "D"), SpecClass("fp32"))
+    assert str(back) == "scale: warmed as i32 divisible-by-16, called as fp32" and "warm with a float" in back.hint
+
+
 def test_nearest_key_ties_go_to_the_earlier_warmup(dry):
     monitor.configure("error")
     registry = JitWarmupRegistry()

@@ -354,6 +354,10 @@ class TensorArg(_Element):
     def __post_init__(self) -> None:
         if not isinstance(self.ndim, int) or self.ndim < 1:
             raise KernelDefinitionError(f"TensorArg({self.name!r}): ndim must be an int >= 1, got {self.ndim!r}")
+        if not isinstance(self.dtype, torch.dtype):  # else every launch fails with "must be None, got ..."
+            raise KernelDefinitionError(f"TensorArg({self.name!r}): dtype must be one torch.dtype, got {self.dtype!r} "
+                                        "(for a kernel served in several dtypes, check the dtype with a Require instead and "
+                                        "put it in the CompileKey)")
         super().__post_init__()
 
     def _expressions(self) -> tuple[str, ...]:

@@ -362,8 +362,9 @@ class ArgDifference:
         # an int's width is named when the widths differ or it is not the usual i32
         w, c = self.warmed, self.called
         widths_differ = w.kind == c.kind == "int" and w.type != c.type
-        w_width = w.kind == "int" and (widths_differ or w.type != "i32")
-        c_width = c.kind == "int" and (widths_differ or c.type != "i32")
+        # ... and when the other side is no int at all (a float parameter passed an int: "i32 ...")
+        w_width = w.kind == "int" and (widths_differ or w.type != "i32" or c.kind not in ("int", "constexpr"))
+        c_width = c.kind == "int" and (widths_differ or c.type != "i32" or w.kind not in ("int", "constexpr"))
         return (f"{self.name}: warmed as {class_words(w, width=w_width, constexpr=self.constexpr)}, "
                 f"called as {class_words(c, width=c_width, constexpr=self.constexpr)}")
 
@@ -402,6 +403,13 @@ class ArgDifference:
             return "16-byte alignment differs: warm with WarmupTensor(..., aligned=False) as well"
         if "none" in (w.kind, c.kind):
             return "an optional argument is None in one and not the other: warm both"
+        if w.kind == "float" and c.kind in ("int", "constexpr"):
+            return (f"a float parameter was passed a Python int, which Triton types as an int (another variant): "
+                    f"pass a float (float({self.name})), or refuse an int in the launcher "
+                    f"(Require({self.name!r}, 'type({self.name}) is float', ...))")
+        if w.kind in ("int", "constexpr") and c.kind == "float":
+            return ("warm-up passed an int where the run passes a float (another variant): warm with a float "
+                    "(1.5, never a literal 1)")
         return "warm a key in the runtime class"
 
 
