@@ -417,6 +417,24 @@ def test_a_shape_constexpr_miss_is_widened_over_powers_of_two_and_the_other_diff
     assert lines[4].startswith(f"  warm it: zerojit manifest widen {path} --axis {name}:BK=16,32,64 -o "), lines[4]
     assert lines[5] == ("  (that warms the constexprs only: n differs too, and the call still misses after it; "
                         "recording this workload warms them all)")
+    summary = raised.value.compile.summary()  # the warn-mode log line says it too
+    assert summary.endswith(f"--axis {name}:BK=16,32,64 -o {tmp_path / 'm-widened.json'} (the constexprs only: n "
+                            "differs too)"), summary
+
+
+def test_a_miss_far_from_the_warmed_value_is_widened_over_the_two_values_not_a_range_of_thousands(
+        kernels, compile_only_target, tmp_path):
+    """B warmed at 100, called at 200: 1..256 would be 256 variants for one miss (a hidden size of
+    4090 against 4096: 4096, past widen's key budget), so the hint lists the two values."""
+    fn = kernels.recurrent_kernel
+    path = tmp_path / "m.json"
+    write_manifest(_record(fn, 4, [100]), path)
+    with compile_only("cuda:90"):
+        report = JitWarmupRegistry().warmup(manifest=path, progress=False, generic=False)
+        with JitMonitor("error", report=report), pytest.raises(RuntimeJitError) as raised:
+            _launch(fn, 4, [200])
+    name = f"{kernels.__name__}.recurrent_kernel"
+    assert f"  warm it: zerojit manifest widen {path} --axis {name}:B=100,200 -o " in str(raised.value), raised.value
 
 
 # ---------------------------------------------------------------------------------------------

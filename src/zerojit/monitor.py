@@ -349,6 +349,10 @@ def _settable(c: SpecClass) -> bool:
     return c.kind == "constexpr" and type(c.attr) in (int, bool)
 
 
+#: A widen hint's range of at least this many values lists the values instead (:meth:`JitMonitor._widen`).
+_WIDEN_RANGE_MAX = 64
+
+
 @dataclass(frozen=True)
 class ArgDifference:
     """One argument whose class differs between the nearest warmed key and the runtime call."""
@@ -527,6 +531,9 @@ class RuntimeCompile:
 
     def summary(self) -> str:
         """One line: what compiled and why (the warn-mode log line)."""
+        rest = [d.name for d in self.differences if not d.widenable] + (
+            ["the launch options"] if self.option_difference else [])
+        only = f" (the constexprs only: {', '.join(rest)} {'differs' if len(rest) == 1 else 'differ'} too)" if rest else ""
         what = "direct triton.compile" if self.direct else "runtime JIT compile"
         if self.unguarded:
             what = "runtime JIT compile (seen only after it ran: Triton's jit_cache_hook had been replaced; repaired)"
@@ -534,7 +541,7 @@ class RuntimeCompile:
         if self.recorded and (self.differences or self.option_difference):  # its key repeats every argument
             return (f"{what} of kernel {self.kernel!r}{when}: {'; '.join(self.difference_lines)} (nearest warmed "
                     f"variant: warm-up #{self.nearest_index} of {self.warmed_count})"
-                    + (f"; warm it: {self.widen}" if self.widen else ""))
+                    + (f"; warm it: {self.widen}{only}" if self.widen else ""))
         if self.unmigrated and self.skipped is not None and not self.no_warmup:  # no variant of it: why, not its key
             return f"{what} of kernel {self.kernel!r}{when}: {self.unwarmed_reason}"
         text = f"{what} of kernel {self.kernel!r}{when} ({self.arguments})"
@@ -1451,7 +1458,10 @@ class JitMonitor:
         over the values warmed and called (None when no such constexpr differs); the manifest is
         the last one warmed (``MANIFEST`` when not known). A constexpr that sets a shape
         (:func:`zerojit.shapeflow.shape_parameters` of ``jit_fn``; any, where its source cannot be
-        read) gets powers of two only where its values are (``tl.arange`` compiles no others)."""
+        read) gets powers of two only where its values are (``tl.arange`` compiles no others).
+        A range of :data:`_WIDEN_RANGE_MAX` values or more (a hidden size: 4090 called, 4096
+        warmed) is the values themselves instead (``4090,4096``): a range would be thousands of
+        variants for one miss, past the key budget ``widen`` refuses."""
         shapes = None
         if jit_fn is not None:
             try:
@@ -1465,7 +1475,11 @@ class JitMonitor:
             i = params.index(d.name)
             values = {v.specialization[i].attr for v in candidates if _settable(v.specialization[i])} | {d.called.attr}
             shape = shapes is None or d.name in shapes
-            axes.append(f"{function}:{d.name}={suggested_values(values, shape=shape)}")
+            suggested = suggested_values(values, shape=shape)
+            low, dots, high = suggested.partition("..")
+            if dots and int(high) - int(low) >= _WIDEN_RANGE_MAX:  # (1..4096 for 4090 and 4096: 4096 variants)
+                suggested = ",".join(str(v) for v in sorted(values))
+            axes.append(f"{function}:{d.name}={suggested}")
         if not axes:
             return None
         path = next((r.manifest for r in reversed(self._reports) if getattr(r, "manifest", None)), "MANIFEST")
