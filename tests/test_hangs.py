@@ -320,9 +320,10 @@ def lock_held_by_another_process(path) -> "Iterator[int]":
         holder.wait()
 
 
-def stored_entry(tmp_path) -> str:
-    """The cache entry of StoreN's one key (Triton's hash: the same in every cache folder),
-    compiled here under compile-only into a folder of its own."""
+@contextlib.contextmanager
+def store_n_warmed(folder):
+    """StoreN's one key warmed (compiled) here under compile-only into cache folder ``folder``;
+    yields the report, inside the compile-only block."""
     from _kernels import StoreN
     from zerojit.compile_only import compile_only
     from zerojit.registry import JitWarmupRegistry
@@ -332,8 +333,17 @@ def stored_entry(tmp_path) -> str:
         StoreN().register_warmup()
     StoreN.kernel.device_caches.clear()
     with pytest.MonkeyPatch.context() as mp, compile_only("cuda:90"):
-        mp.setattr(__import__("triton").knobs.cache, "dir", str(tmp_path / "entry-cache"))
-        assert registry.warmup(workers=1, progress=False, generic=False).ok
+        mp.setattr(__import__("triton").knobs.cache, "dir", str(folder))
+        report = registry.warmup(workers=1, progress=False, generic=False, target="cuda:90")
+        assert report.ok
+        yield report
+
+
+def stored_entry(tmp_path) -> str:
+    """The cache entry of StoreN's one key (Triton's hash: the same in every cache folder),
+    compiled here under compile-only into a folder of its own."""
+    with store_n_warmed(tmp_path / "entry-cache"):
+        pass
     [entry] = [e.name for e in (tmp_path / "entry-cache").iterdir()
                if e.is_dir() and any(f.name.startswith("__grp__") for f in e.iterdir())]
     return entry
@@ -375,19 +385,9 @@ def test_a_bundle_import_gives_up_on_a_lock_held_forever_exit_1(tmp_path):
     wall-time limit (3 s here) and exits 1 in one line naming the entry and lock file; the
     entry is not installed and no staging folder is left. Before the fix it waited for ever."""
     from zerojit.cache import entry_lock_path, export_bundle
-    from zerojit.compile_only import compile_only
-    from zerojit.registry import JitWarmupRegistry
 
-    from _kernels import StoreN
-
-    registry = JitWarmupRegistry()
-    with registry.activate():
-        StoreN().register_warmup()
-    StoreN.kernel.device_caches.clear()
-    with pytest.MonkeyPatch.context() as mp, compile_only("cuda:90"):
-        mp.setattr(__import__("triton").knobs.cache, "dir", str(tmp_path / "builder"))
-        report = registry.warmup(workers=1, progress=False, generic=False, target="cuda:90")
-        bundle = tmp_path / "b.tar.gz"
+    bundle = tmp_path / "b.tar.gz"
+    with store_n_warmed(tmp_path / "builder") as report:
         manifest = export_bundle(report, bundle)
     entry = next(e for e, v in manifest.entries.items() if v["kernel"] == "store_n")
     cache = tmp_path / "cache"
