@@ -354,7 +354,9 @@ class TensorArg(_Element):
     def __post_init__(self) -> None:
         if not isinstance(self.ndim, int) or self.ndim < 1:
             raise KernelDefinitionError(f"TensorArg({self.name!r}): ndim must be an int >= 1, got {self.ndim!r}")
-        if not isinstance(self.dtype, torch.dtype):  # else every launch fails with "must be None, got ..."
+        # None, a plain value or a collection (several dtypes) is no dtype: else every launch fails with "must be None,
+        # got ...". (Not isinstance(torch.dtype): a compile worker's stand-in for torch names its dtypes.)
+        if self.dtype is None or isinstance(self.dtype, (str, bytes, int, float, tuple, list, set, frozenset)):
             raise KernelDefinitionError(f"TensorArg({self.name!r}): dtype must be one torch.dtype, got {self.dtype!r} "
                                         "(for a kernel served in several dtypes, check the dtype with a Require instead and "
                                         "put it in the CompileKey)")
