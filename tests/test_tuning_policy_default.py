@@ -204,3 +204,17 @@ def test_a_config_that_cannot_run_is_skipped_at_warm_up_and_never_chosen(monkeyp
     choices = _tc.autotuner_choices(tuned_scale_kernel.fn)
     expected = [c for c in example._prune_wide_blocks(list(CONFIGS), {"n": 50}) if c is not CONFIGS[0]][0]
     assert {choices[(n, F32, F32)] for n in (3, 50, 64)} == {expected}
+
+
+def test_a_run_whose_id_a_freed_run_reused_is_counted_as_a_new_one():
+    """The bench listener names a run by the id of its argument dict, which Python may reuse once
+    the last run's dict is freed: two runs under one id (each benchmarking the same configs) are
+    two benchmarks, and one run's second config is no second benchmark."""
+    plain = triton.autotune([triton.Config({"BLOCK": 32}), triton.Config({"BLOCK": 64})], key=["n"])(_copy)
+    first, second = plain.configs
+    named = {"x_ptr": torch.ones(64), "out_ptr": torch.empty(64), "n": 16}
+    with JitMonitor("warn", report=()) as mon:
+        for _ in range(3):  # three runs, every one under the same reused id
+            mon._on_bench(plain, first, named, 12345)
+            mon._on_bench(plain, second, named, 12345)
+    assert mon.counts().benchmarks == 3

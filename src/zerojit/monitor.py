@@ -1078,7 +1078,8 @@ class JitMonitor:
         self._pending: dict[int, tuple[Any, _Stats]] = {}  # id(signature dict) -> (dict, stats)
         self._launches: dict[int, _LaunchCounter] = {}
         self._benchmarks: dict[tuple[int, tuple], list] = {}  # (id(autotuner), tuning key) -> [record, count]
-        self._bench_runs: dict[int, int] = {}  # id(autotuner) -> the run last counted
+        # id(autotuner) -> (the run last counted, the ids of the configs it benchmarked so far)
+        self._bench_runs: dict[int, tuple[int, set[int]]] = {}
         self._replaced_slots: set[str] = set()
         if report is _PROCESS_WARMUPS:
             report = _registry.warmup_reports()
@@ -1497,9 +1498,14 @@ class JitMonitor:
             return
         capturing = _capture.capturing()
         with self._lock:
-            if self._bench_runs.get(id(tuner)) == run and not capturing:
-                return  # the run's next config: counted with its first
-            self._bench_runs[id(tuner)] = run
+            last = self._bench_runs.get(id(tuner))
+            # The run's next config: counted with its first. A config seen again starts a new run
+            # even under the same ``run`` (an id of the run's argument dict, which a later run's
+            # dict may reuse once the earlier one is freed: one run in ten went uncounted so).
+            if last is not None and last[0] == run and id(config) not in last[1] and not capturing:
+                last[1].add(id(config))
+                return
+            self._bench_runs[id(tuner)] = (run, {id(config)})
             key = _tc.tuning_key(tuner, named)
             entry = self._benchmarks.get((id(tuner), key))
             first = entry is None
