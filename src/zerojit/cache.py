@@ -399,47 +399,34 @@ def _write_memo(signature: str, values: dict, path: str) -> None:
         pass  # a read-only folder: the memo is only an optimisation
 
 
-_held = threading.local()  # .memos: {path: (signature, values)} while _memos_held() runs in this thread
-
-
-@contextlib.contextmanager
-def _memos_held():
-    """Hold back this thread's memo writes (:func:`_remembered`) until the block ends without an
-    error, then make them: a refused bundle import (its fingerprint check hashes Triton's build)
-    leaves the disk as it was, no cache folder made only to hold a memo."""
-    _held.memos = {}
-    try:
-        yield
-        memos = _held.memos
-    finally:
-        _held.memos = None
-    for path, (signature, values) in memos.items():
-        _write_memo(signature, values, path)
-
-
-def _remembered(name: str, compute) -> str | None:
+def _remembered(name: str, compute, *, write: bool = True) -> str | None:
     """``compute()``, remembered under the stat signature of Triton's build (any change to its
     files computes it afresh); a value found in one memo is copied to the others. ``compute``
-    None: only what is remembered (None if nothing is)."""
+    None: only what is remembered (None if nothing is). ``write`` False: no memo is written
+    (:func:`import_bundle` writes them with :func:`_remember` once the bundle is in)."""
     signature = _build_stat_signature(_triton_root())
-    paths = _memo_paths()
-    held = getattr(_held, "memos", None)
-    memos = [held[p][1] if held is not None and p in held else _read_memo(signature, p) for p in paths]
+    memos = [_read_memo(signature, p) for p in _memo_paths()]
     value = next((m[name] for m in memos if name in m), None)
     if value is None:
         if compute is None:
             return None
         value = compute()
-    for path, memo in zip(paths, memos):
-        if memo.get(name) != value:
-            if held is not None:  # written when _memos_held's block ends well
-                held[path] = (signature, dict(memo, **{name: value}))
-            else:
-                _write_memo(signature, dict(memo, **{name: value}), path)
+    if write and any(memo.get(name) != value for memo in memos):
+        _remember({name: value})
     return value
 
 
-def use_fast_triton_key() -> str:
+def _remember(values: Mapping[str, str]) -> None:
+    """Write ``values`` (name -> value) into each build memo (:func:`_memo_paths`) that lacks or
+    differs on any of them, under the stat signature of Triton's build."""
+    signature = _build_stat_signature(_triton_root())
+    for path in _memo_paths():
+        memo = _read_memo(signature, path)
+        if any(memo.get(k) != v for k, v in values.items()):
+            _write_memo(signature, {**memo, **values}, path)
+
+
+def use_fast_triton_key(*, write: bool = True) -> str:
     """Make ``triton_key()`` cost a few ``stat`` calls instead of hashing Triton's build.
 
     Triton computes ``triton_key()`` (SHA-256 of every compiler source and of ``libtriton.so``)
@@ -448,25 +435,27 @@ def use_fast_triton_key() -> str:
     digest of the size, mtime and inode of every file it reads; when that digest matches,
     ``triton.runtime.cache.triton_key`` is replaced by a function returning the remembered value
     (any change to Triton's files changes the digest, and the value is computed afresh; a memo
-    of another Triton version is never used). Returns the key.
+    of another Triton version is never used). Returns the key. ``write`` False: a key computed
+    now is not written to the memos (a bundle's fingerprint check: :func:`import_bundle`).
     """
-    known = known_triton_key()
+    known = known_triton_key(write=write)
     if known is not None:
         return known
     current = _tc.build_key_function()
-    return _remembered("triton_key", current)  # Triton's own, now cached by its lru_cache for this process
+    return _remembered("triton_key", current, write=write)  # Triton's own, now cached by its lru_cache for this process
 
 
-def known_triton_key() -> str | None:
+def known_triton_key(*, write: bool = True) -> str | None:
     """Triton's build key when it costs no hash: computed in this process already, or remembered
     for this build (:func:`use_fast_triton_key`, which it then sets up as that function does);
-    None on a new Triton install (a compile worker forked now would have to wait for it)."""
+    None on a new Triton install (a compile worker forked now would have to wait for it).
+    ``write`` False: a key found in one memo is not copied to the other."""
     current = _tc.build_key_function()
     if getattr(current, "_zerojit_memo", False):
         return current()
     if hasattr(current, "cache_info") and current.cache_info().currsize:
         return current()  # already computed in this process
-    value = _remembered("triton_key", None)
+    value = _remembered("triton_key", None, write=write)
     if value is None:
         return None
 
@@ -613,8 +602,9 @@ def remember_compile_seconds(seconds: Mapping[str, float]) -> None:
         pass
 
 
-def triton_build_hash() -> str:
-    """SHA-256 of this Triton's ``libtriton`` shared library (remembered like the Triton key)."""
+def triton_build_hash(*, write: bool = True) -> str:
+    """SHA-256 of this Triton's ``libtriton`` shared library (remembered like the Triton key;
+    ``write`` False: a hash computed now is not written to the memos)."""
     path = _libtriton_path(_triton_root())
 
     def compute() -> str:
@@ -624,7 +614,7 @@ def triton_build_hash() -> str:
                 h.update(chunk)
         return h.hexdigest()
 
-    return _remembered("libtriton_sha256", compute)
+    return _remembered("libtriton_sha256", compute, write=write)
 
 
 def _python_tag() -> str:
@@ -644,20 +634,22 @@ def _ptxas_version(target: str) -> str | None:
 FINGERPRINT_FIELDS = ("triton_version", "triton_build", "python", "target", "triton_key", "ptxas", "cache_env")
 
 
-def fingerprint(target: str) -> dict[str, Any]:
+def fingerprint(target: str, *, write: bool = True) -> dict[str, Any]:
     """What a cache built here for ``target`` depends on (every field of :data:`FINGERPRINT_FIELDS`).
 
     ``triton_build`` is the SHA-256 of ``libtriton``; ``triton_key`` the SHA-256 of Triton's
     ``triton_key()`` (its compiler sources and ``libtriton``); ``python`` e.g. ``"cpython-3.11"``;
     ``ptxas`` the version line of the ``ptxas`` Triton runs (CUDA targets); ``cache_env`` the
-    environment variables Triton hashes into its cache keys.
+    environment variables Triton hashes into its cache keys. ``write`` False: the build memos it
+    computes (:func:`triton_build_hash`, :func:`use_fast_triton_key`) are not written
+    (:func:`import_bundle` passes it, and writes them once the bundle is in).
     """
     return {
         "triton_version": _tc.TRITON_VERSION,
-        "triton_build": triton_build_hash(),
+        "triton_build": triton_build_hash(write=write),
         "python": _python_tag(),
         "target": target,
-        "triton_key": hashlib.sha256(use_fast_triton_key().encode()).hexdigest(),
+        "triton_key": hashlib.sha256(use_fast_triton_key(write=write).encode()).hexdigest(),
         "ptxas": _ptxas_version(target),
         "cache_env": dict(sorted(_tc.cache_invalidating_env().items())),
     }
@@ -1143,12 +1135,13 @@ def verify_bundle(path: str | os.PathLike) -> BundleManifest:
 
 
 def check_fingerprint(manifest: BundleManifest, path: str, target: str | None, *, target_given: bool = False,
-                      compile_only: bool = False) -> bool:
+                      compile_only: bool = False, write: bool = True) -> bool:
     """Raise :class:`BundleMismatchError` on the first field that differs; returns whether the
     target was checked (it is not when ``target`` is None). ``target_given``: the target came
     from the caller (``--target``), not from this machine's GPU, and the error says so;
-    ``compile_only``: it is the target of the active compile-only driver (there may be no GPU)."""
-    local = fingerprint(target or manifest.target)
+    ``compile_only``: it is the target of the active compile-only driver (there may be no GPU);
+    ``write`` False: the build memos the check computes are not written (:func:`fingerprint`)."""
+    local = fingerprint(target or manifest.target, write=write)
     for f in FINGERPRINT_FIELDS:
         if f == "target" and target is None:
             continue
@@ -1258,21 +1251,23 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
     co_target = co.target_name if co is not None else None
     given = bool(target) and target != co_target  # a compile-only block's target is this process's, not a --target
     target = target or current_target_name()
-    with _memos_held():  # a refused bundle writes nothing: not even the build memos its check computes
-        with _open(path) as tar:
-            manifest = _read_manifest(tar, path)
-            if target is None:
-                raise NoTargetError(
-                    f"bundle {path} is for {manifest.target}, and this machine has no GPU and no compile-only target "
-                    f"to check that against: pass the target it will serve on (--target {manifest.target}, "
-                    f"import_bundle(target={manifest.target!r})); nothing was installed")
-            check_fingerprint(manifest, path, target, target_given=given,
-                              compile_only=co_target is not None and target == co_target)
-            files, tuning = _verified_files(tar, path, manifest, "; nothing was installed")
-        installed, present = install_entries(files, into)
-        for name, data in tuning.items():  # each whole or not at all; the kernel checks its fields when it reads it
-            _autotune.write_atomically(os.path.join(into or cache_dir(), _autotune.TUNING_FOLDER, name), data)
-        return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present))
+    with _open(path) as tar:
+        manifest = _read_manifest(tar, path)
+        if target is None:
+            raise NoTargetError(
+                f"bundle {path} is for {manifest.target}, and this machine has no GPU and no compile-only target "
+                f"to check that against: pass the target it will serve on (--target {manifest.target}, "
+                f"import_bundle(target={manifest.target!r})); nothing was installed")
+        check_fingerprint(manifest, path, target, target_given=given,  # a refused bundle writes no build memo
+                          compile_only=co_target is not None and target == co_target, write=False)
+        files, tuning = _verified_files(tar, path, manifest, "; nothing was installed")
+    installed, present = install_entries(files, into)
+    for name, data in tuning.items():  # each whole or not at all; the kernel checks its fields when it reads it
+        _autotune.write_atomically(os.path.join(into or cache_dir(), _autotune.TUNING_FOLDER, name), data)
+    # The build memos its check computed, now that the bundle is in: libtriton's hash is the
+    # manifest's (checked equal), and Triton's key costs no hash since the check.
+    _remember({"libtriton_sha256": manifest.triton_build, "triton_key": use_fast_triton_key(write=False)})
+    return BundleImport(manifest, into or cache_dir(), tuple(installed), tuple(present))
 
 
 def tuning_files(kernels: Iterable[str]) -> dict[str, bytes]:
