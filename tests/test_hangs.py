@@ -48,10 +48,6 @@ from zerojit.registry import JitWarmupRegistry
 workers, mode = int(sys.argv[2]), sys.argv[3]
 if mode == "workers-only":  # every key to a worker, none compiled here while spawned workers boot
     precompile._COMPILE_WHILE_BOOTING = False
-if mode == "short-wall":  # a compile's wall-time limit: 3 s, not 300 s (a test's lock wait gives up sooner)
-    from zerojit import watchdog
-
-    watchdog.WALL_FLOOR_S = 3.0
 if mode == "stop-after-store":
     # A worker that stops (SIGSTOP) once it stored its entry, before it answers: the first one only.
     from zerojit import _compile_worker
@@ -352,8 +348,8 @@ def stored_entry(tmp_path) -> str:
 def test_an_in_process_wait_for_a_lock_held_forever_fails_its_key_naming_the_lock(tmp_path):
     """``workers=1``: another process holds the entry's lock and never lets go (a warm-up stopped
     with Ctrl-Z). The warm-up says once, after ``ZEROJIT_COMPILE_STALL_S`` (1 s here), which lock
-    file it waits for, and gives up at the wall-time limit workers use (3 s here, 300 s by
-    default): the key fails naming its kernel, key and lock file; the warm-up ends. Before the fix
+    file it waits for, and gives up at the wall-time limit workers use (``ZEROJIT_COMPILE_WALL_S``:
+    3 s here, 300 s by default): the key fails naming its kernel, key and lock file; the warm-up ends. Before the fix
     it waited for ever (the scenario's deadline failed the test)."""
     from zerojit.cache import entry_lock_path
 
@@ -362,8 +358,9 @@ def test_an_in_process_wait_for_a_lock_held_forever_fails_its_key_naming_the_loc
     start = time.monotonic()
     with lock_held_by_another_process(path):
         full_env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS)]), ZEROJIT_COMPILE_STALL_S="1",
-                        TRITON_CACHE_DIR=str(tmp_path / "cache"), TRITON_HOME=str(tmp_path / "home"))
-        out, err = run_in_session([sys.executable, "-c", SCENARIO, str(TESTS), "1", "short-wall"], full_env, tmp_path)
+                        ZEROJIT_COMPILE_WALL_S="3", TRITON_CACHE_DIR=str(tmp_path / "cache"),
+                        TRITON_HOME=str(tmp_path / "home"))
+        out, err = run_in_session([sys.executable, "-c", SCENARIO, str(TESTS), "1", "default"], full_env, tmp_path)
     result = json.loads(out.strip().splitlines()[-1])
     assert result["keys"] == [] and result["compiled"] == 0
     [(kernel, key, error)] = result["failures"]
@@ -382,7 +379,7 @@ def test_an_in_process_wait_for_a_lock_held_forever_fails_its_key_naming_the_loc
 def test_a_bundle_import_gives_up_on_a_lock_held_forever_exit_1(tmp_path):
     """``zerojit bundle import``: another process holds the lock of one of the bundle's entries
     and never lets go. The import says which lock file it waits for, gives up at a compile's
-    wall-time limit (3 s here) and exits 1 in one line naming the entry and lock file; the
+    wall-time limit (``ZEROJIT_COMPILE_WALL_S``: 3 s here) and exits 1 in one line naming the entry and lock file; the
     entry is not installed and no staging folder is left. Before the fix it waited for ever."""
     from zerojit.cache import entry_lock_path, export_bundle
 
@@ -392,13 +389,11 @@ def test_a_bundle_import_gives_up_on_a_lock_held_forever_exit_1(tmp_path):
     entry = next(e for e, v in manifest.entries.items() if v["kernel"] == "store_n")
     cache = tmp_path / "cache"
     path = entry_lock_path(entry, str(cache))
-    importer = ("import sys\nfrom zerojit import watchdog\nwatchdog.WALL_FLOOR_S = 3.0\nfrom zerojit.cli import app\n"
-                "sys.argv = ['zerojit'] + sys.argv[1:]\napp()")
     start = time.monotonic()
     with lock_held_by_another_process(path):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS)]), ZEROJIT_COMPILE_STALL_S="1",
-                   TRITON_HOME=str(tmp_path / "home"))
-        out, err = run_in_session([sys.executable, "-c", importer, "bundle", "import", str(bundle), "--target",
+                   ZEROJIT_COMPILE_WALL_S="3", TRITON_HOME=str(tmp_path / "home"))
+        out, err = run_in_session([sys.executable, "-m", "zerojit", "bundle", "import", str(bundle), "--target",
                                    "cuda:90", "--cache-dir", str(cache)], env, tmp_path, status=1)
     lines = err.strip().splitlines()
     assert lines[0] == (f"zerojit: bundle import: waiting for another process's lock on cache entry {entry} ({path}); "
@@ -530,23 +525,28 @@ def test_a_ptxas_that_stops_when_compile_only_asks_it_fails_the_command_at_once(
 # --- the rule itself ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("name, default, read", [("ZEROJIT_COMPILE_STALL_S", 60.0, "stall_seconds"),
+                                                 ("ZEROJIT_COMPILE_WALL_S", 300.0, "wall_floor_seconds")])
 @pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf"])
-def test_a_bad_stall_setting_is_an_error_naming_it(monkeypatch, value):
+def test_a_bad_stall_or_wall_setting_is_an_error_naming_it(monkeypatch, value, name, default, read):
     from zerojit import precompile, watchdog
 
-    monkeypatch.setenv("ZEROJIT_COMPILE_STALL_S", value)
-    with pytest.raises(ValueError, match=rf"^ZEROJIT_COMPILE_STALL_S='{value}': give a number of seconds above 0"):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=rf"^{name}='{value}': give a number of seconds above 0 \(default {default:g}\)$"):
         precompile.WarmupSession(workers=2)
-    monkeypatch.setenv("ZEROJIT_COMPILE_STALL_S", " 2.5 ")
-    assert watchdog.stall_seconds() == 2.5
-    monkeypatch.delenv("ZEROJIT_COMPILE_STALL_S")
-    assert watchdog.stall_seconds() == 60.0
+    monkeypatch.setenv(name, " 2.5 ")
+    assert getattr(watchdog, read)() == 2.5
+    monkeypatch.delenv(name)
+    assert getattr(watchdog, read)() == default
 
 
-def test_the_wall_limit_is_300_s_or_ten_times_the_remembered_compile():
+def test_the_wall_limit_is_300_s_or_ten_times_the_remembered_compile(monkeypatch):
     from zerojit import watchdog
 
+    monkeypatch.delenv("ZEROJIT_COMPILE_WALL_S", raising=False)
     assert [watchdog.wall_limit(s) for s in (None, 0.5, 30.0, 45.5)] == [300.0, 300.0, 300.0, 455.0]
+    monkeypatch.setenv("ZEROJIT_COMPILE_WALL_S", "1200")  # a machine whose compiles take longer
+    assert [watchdog.wall_limit(s) for s in (None, 30.0, 150.0)] == [1200.0, 1200.0, 1500.0]
 
 
 def test_a_sleeping_process_is_hung_and_a_busy_one_is_not():
@@ -582,11 +582,12 @@ def test_a_bad_stall_setting_exits_2_naming_it_on_the_command_line(tmp_path, mon
     from zerojit.cli import app
 
     monkeypatch.setattr(knobs.cache, "dir", str(tmp_path / "cache"))
-    result = CliRunner().invoke(app, ["demo"], env={"ZEROJIT_COMPILE_STALL_S": "soon"})
-    assert result.exit_code == 2, (result.output, result.exception)
-    assert "Traceback" not in result.output
-    assert [line for line in result.output.splitlines() if line.startswith("zerojit ")] == [
-        "zerojit demo: ZEROJIT_COMPILE_STALL_S='soon': give a number of seconds above 0 (default 60)"]
+    for name, default in (("ZEROJIT_COMPILE_STALL_S", 60), ("ZEROJIT_COMPILE_WALL_S", 300)):
+        result = CliRunner().invoke(app, ["demo"], env={name: "soon"})
+        assert result.exit_code == 2, (result.output, result.exception)
+        assert "Traceback" not in result.output
+        assert [line for line in result.output.splitlines() if line.startswith("zerojit ")] == [
+            f"zerojit demo: {name}='soon': give a number of seconds above 0 (default {default})"]
 
 
 def test_a_busy_compile_past_its_wall_limit_is_hung():

@@ -1245,8 +1245,12 @@ def import_bundle(path: str | os.PathLike, *, target: str | None = None, into: s
             bundle's target to pass).
         BundleReadError: the file cannot be read (permissions).
         BundleError: no such file.
+        zerojit.watchdog.StallSettingError: ``ZEROJIT_COMPILE_WALL_S`` or ``ZEROJIT_COMPILE_STALL_S``
+            (a lock wait's limit and notice) is not a number of seconds above 0; nothing installed.
     """
     path = _bundle_path(path)
+    _watchdog.stall_seconds()  # a bad setting fails before anything is read, not at a lock wait midway
+    _watchdog.wall_floor_seconds()
     co = active_compile_only()
     co_target = co.target_name if co is not None else None
     given = bool(target) and target != co_target  # a compile-only block's target is this process's, not a --target

@@ -193,11 +193,13 @@ def supported_cuda_capabilities() -> tuple[int, ...]:
             seconds, or past its wall limit) and was killed; the message names its path and the
             seconds waited. A ``ptxas`` that does not answer its ``--help`` compiles nothing
             either, so compile-only fails at once rather than go on unchecked.
-        StallSettingError: ``ZEROJIT_COMPILE_STALL_S`` is not a number of seconds above 0.
+        StallSettingError: ``ZEROJIT_COMPILE_STALL_S`` or ``ZEROJIT_COMPILE_WALL_S`` is not a
+            number of seconds above 0.
     """
     if not _tc.cuda_backend_available():
         return ()
     _watchdog.stall_seconds()  # a bad setting is said as such, not taken for a ptxas that cannot be asked
+    _watchdog.wall_floor_seconds()
     _tc.watch_toolchain()
     known: dict[str, set[str]] = {}
     for arch in (MIN_CUDA_CAPABILITY, 100):  # the two ptxas Triton picks between

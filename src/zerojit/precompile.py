@@ -250,9 +250,10 @@ class WarmupSession:
     """
 
     def __init__(self, *, workers: int | None = 1, pool: "_WorkerPool | None" = None) -> None:
-        # a bad ZEROJIT_COMPILE_STALL_S, ZEROJIT_WORKER_START or ZEROJIT_WORKER_NICE fails here, before
-        # anything runs (also where no worker would start: a setting is checked where it is given)
+        # a bad ZEROJIT_COMPILE_STALL_S / _WALL_S, ZEROJIT_WORKER_START or ZEROJIT_WORKER_NICE fails here,
+        # before anything runs (also where no worker would start: a setting is checked where it is given)
         _watchdog.stall_seconds()
+        _watchdog.wall_floor_seconds()
         worker_start_method()
         worker_nice()
         self.workers = max(int(workers or 1), 1)

@@ -3,8 +3,9 @@
 A compile is hung when its process group (a compile worker and the ``ptxas`` or C compiler it
 runs; or, in this process, the ``ptxas`` Triton runs) uses no CPU time for
 ``ZEROJIT_COMPILE_STALL_S`` seconds (default 60), or when its wall time passes
-``max(300 s, 10 x`` the entry's remembered compile seconds ``)`` (:func:`wall_limit`; the
-seconds are :func:`zerojit.cache.remembered_compile_seconds`). A stopped process (``SIGSTOP``, a
+``max(ZEROJIT_COMPILE_WALL_S, 10 x`` the entry's remembered compile seconds ``)``
+(:func:`wall_limit`; ``ZEROJIT_COMPILE_WALL_S`` defaults to 300 s; the seconds are
+:func:`zerojit.cache.remembered_compile_seconds`). A stopped process (``SIGSTOP``, a
 debugger, a process frozen by its cgroup) uses none; a busy one, however slow, does.
 
 CPU time is read from ``/proc/<pid>/stat`` (Linux: ``utime + stime``, with the children's the
@@ -28,13 +29,16 @@ import subprocess
 import time
 from typing import Any
 
-__all__ = ["STALL_ENV", "DEFAULT_STALL_S", "WALL_FLOOR_S", "WALL_FACTOR", "CompileHung", "StallSettingError", "stall_seconds",
-           "wall_limit", "group_cpu_seconds", "Watch", "kill_group", "run", "check_output", "expected_seconds"]
+__all__ = ["STALL_ENV", "DEFAULT_STALL_S", "WALL_ENV", "WALL_FLOOR_S", "WALL_FACTOR", "CompileHung", "StallSettingError",
+           "stall_seconds", "wall_floor_seconds", "wall_limit", "group_cpu_seconds", "Watch", "kill_group", "run", "check_output", "expected_seconds"]
 
 #: ``ZEROJIT_COMPILE_STALL_S``: seconds without CPU time after which a compile is hung.
 STALL_ENV = "ZEROJIT_COMPILE_STALL_S"
 DEFAULT_STALL_S = 60.0
-WALL_FLOOR_S = 300.0  # a compile may always take this long (wall time)
+#: ``ZEROJIT_COMPILE_WALL_S``: the wall time a compile may always take (a machine whose compiles,
+#: or the lock waits they bring, take longer than 5 minutes raises it).
+WALL_ENV = "ZEROJIT_COMPILE_WALL_S"
+WALL_FLOOR_S = 300.0  # its default
 WALL_FACTOR = 10.0  # ... or this many times what the entry took before, if more
 
 #: The remembered compile seconds of the entry this context compiles in-process (set by the
@@ -49,8 +53,21 @@ class CompileHung(RuntimeError):
 
 
 class StallSettingError(ValueError):
-    """``ZEROJIT_COMPILE_STALL_S`` is set to something that is not a number of seconds above 0
-    (invalid input: the command line exits 2)."""
+    """``ZEROJIT_COMPILE_STALL_S`` or ``ZEROJIT_COMPILE_WALL_S`` is set to something that is not a
+    number of seconds above 0 (invalid input: the command line exits 2)."""
+
+
+def _seconds(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise StallSettingError(f"{name}={os.environ[name]!r}: give a number of seconds above 0 (default {default:g})")
+    return seconds
 
 
 def stall_seconds() -> float:
@@ -60,22 +77,28 @@ def stall_seconds() -> float:
         StallSettingError: the variable is set to something that is not a finite number of
             seconds above 0 (the message names the variable and its value).
     """
-    raw = os.environ.get(STALL_ENV, "").strip()
-    if not raw:
-        return DEFAULT_STALL_S
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise StallSettingError(f"{STALL_ENV}={os.environ[STALL_ENV]!r}: give a number of seconds above 0 "
-                         f"(default {DEFAULT_STALL_S:g})")
-    return seconds
+    return _seconds(STALL_ENV, DEFAULT_STALL_S)
+
+
+def wall_floor_seconds() -> float:
+    """``ZEROJIT_COMPILE_WALL_S`` as seconds (default :data:`WALL_FLOOR_S`): the wall time any
+    compile may take, and so any wait for another process's lock on a cache entry.
+
+    Raises:
+        StallSettingError: the variable is set to something that is not a finite number of
+            seconds above 0 (the message names the variable and its value).
+    """
+    return _seconds(WALL_ENV, WALL_FLOOR_S)
 
 
 def wall_limit(remembered: float | None) -> float:
-    """The wall-time limit of a compile that took ``remembered`` seconds before (None: unknown)."""
-    return max(WALL_FLOOR_S, WALL_FACTOR * (remembered or 0.0))
+    """The wall-time limit, in seconds, of a compile that took ``remembered`` seconds before
+    (None: unknown): ``max(ZEROJIT_COMPILE_WALL_S, WALL_FACTOR x remembered)``.
+
+    Raises:
+        StallSettingError: ``ZEROJIT_COMPILE_WALL_S`` is not valid (:func:`wall_floor_seconds`).
+    """
+    return max(wall_floor_seconds(), WALL_FACTOR * (remembered or 0.0))
 
 
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -129,6 +129,9 @@ class _Worker:
     """One spawned compile worker and its pipes; :meth:`boot` waits for its ready message."""
 
     def __init__(self, setup: dict, triton_key: str) -> None:
+        # a bad ZEROJIT_COMPILE_STALL_S / _WALL_S fails here, before a process is started
+        self.stall_s = _watchdog.stall_seconds()
+        _watchdog.wall_floor_seconds()  # (read again at each wait)
         env = dict(os.environ, TRITON_CACHE_DIR=setup["cache_dir"], CUDA_VISIBLE_DEVICES="")
         if _tc.backends_in_tree():  # Triton's own switch: no entry-point scan when its backends are in tree
             env.setdefault("TRITON_BACKENDS_IN_TREE", "1")
@@ -140,7 +143,6 @@ class _Worker:
                                      start_new_session=True)
         self.pid = self.proc.pid
         self.reader = io.FileIO(self.proc.stdout.fileno(), "rb", closefd=False)  # unbuffered: select sees each reply
-        self.stall_s = _watchdog.stall_seconds()
         self.ready = False
         self.triton_key = triton_key
 
