@@ -441,3 +441,38 @@ def test_scale_adds_scale_must_be_a_float_tritons_fp32_argument():
     for bad, shown in ((2, "int"), (None, "NoneType"), (torch.tensor(0.5), "Tensor"), ("a", "str")):
         with pytest.raises(KernelInputError, match=rf"^scale_add: argument 'scale': must be a float, got {shown}$"):
             k.key_for(**inputs, scale=bad)
+
+
+def test_the_guides_several_dtypes_pattern_keys_each_dtype_and_refuses_another():
+    """docs/migrating-a-kernel.md, "One kernel, several dtypes": the class the guide shows, read
+    from the guide itself, keys fp16 and bf16 apart (each its warmed key), refuses fp32 naming
+    the argument, and its warm-up inputs dispatch to their own key."""
+    import pathlib
+
+    guide = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "migrating-a-kernel.md").read_text()
+    section = guide.split("### One kernel, several dtypes", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+
+    @triton.jit(do_not_specialize=["n"])
+    def _double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+    namespace = dict(CheckedKernel=CheckedKernel, Let=Let, Require=Require, checked_launcher=checked_launcher,
+                     LaunchSpec=LaunchSpec, choices=choices, trace_dispatch=trace_dispatch, WarmupTensor=WarmupTensor,
+                     dataclass=dataclass, torch=torch, triton=triton, _double_kernel=_double_kernel,
+                     __name__=__name__)  # (dataclass reads the module of the class)
+    exec(compile(code, "docs/migrating-a-kernel.md", "exec"), namespace)
+    double = namespace["Double"]()
+    keys = double.get_warmup_keys()
+    assert [(k.dtype, k.block) for k in keys] == [("float16", 256), ("bfloat16", 256)]
+    for key, dtype in zip(keys, (torch.float16, torch.bfloat16)):
+        x = torch.empty(8, dtype=dtype)
+        assert double.key_for(x=x, out=torch.empty_like(x)) == key
+        assert double.key_for(**double.warmup_inputs(key)) == key
+    with pytest.raises(KernelInputError) as e:
+        double(x=torch.empty(8), out=torch.empty(8))
+    assert str(e.value) == "double: argument 'x': must be a float16 or bfloat16 tensor, got torch.float32"
+    with pytest.raises(KernelInputError, match=r"^double: argument 'out': must be a tensor like x \(torch.float16"):
+        double(x=torch.empty(8, dtype=torch.float16), out=torch.empty(8, dtype=torch.bfloat16))
