@@ -605,3 +605,17 @@ def test_the_json_report_labels_phases_stages_and_timeline_spans():
     assert data["compiled"] == 2 and data["recovered"] == ["a note"]
     assert json.loads(json.dumps(data)) == data
 
+
+
+def test_a_long_kernel_name_keeps_the_summarys_columns_aligned():
+    """A kernel named by its module path (a recorded kernel's, often past 40 characters) widens
+    the name column for every row, so each row's key count starts at the same column."""
+    from zerojit.reports import KernelWarmup, WarmupReport
+
+    long_name = "vendor_library.ops.attention.fused_paged_decode_kernel_with_a_long_name"
+    rows = (KernelWarmup("short", ("a",), ("v",), 0.5), KernelWarmup(long_name, ("a", "b"), ("v", "w"), 1.25))
+    summary = WarmupReport(kernels=rows, failures=(), seconds=1.0, target="cuda:90").summary()
+    [short_row] = [line for line in summary.splitlines() if line.startswith("  short ")]
+    [long_row] = [line for line in summary.splitlines() if line.startswith(f"  {long_name} ")]
+    assert short_row.index("   1 key ") == long_row.index("   2 keys") == 3 + len(long_name)
+    assert long_row.split() == [long_name, "2", "keys", "1.25", "s"]

@@ -320,10 +320,11 @@ class WarmupReport:
         if self.store is not None:
             lines += self.store.lines("  ")
         listed = {f.kernel for f in self.failures if f.key is None}  # (a key listing that failed says so itself)
+        width = max([40] + [len(k.kernel) for k in self.kernels])  # a long name (a module path) keeps the columns
         for k in self.kernels:
             empty = "  (registered, but get_warmup_keys gave no key: a launch of it will compile)" \
                 if not k.keys and k.kernel not in listed else ""
-            lines.append(f"  {k.kernel:<40} {len(k.keys):>4} {'key ' if len(k.keys) == 1 else 'keys'}  "
+            lines.append(f"  {k.kernel:<{width}} {len(k.keys):>4} {'key ' if len(k.keys) == 1 else 'keys'}  "
                          f"{k.seconds:7.2f} s{empty}")
         if self.stats is not None and self.stats.workers:
             lines.append("  (a kernel's seconds add up its keys' time, its worker processes' included: together "
