@@ -166,6 +166,34 @@ def test_malformed_row_names_file_and_line(tmp_path, bad_row, line, match):
     assert isinstance(info.value, ValueError)
 
 
+@pytest.mark.parametrize(
+    "bad_rows, lines, match",
+    [
+        ('2023-11-16 18:15:47.0,"3\n7\n4",44\n', (3, 5), r"ContextTokens '3\\n7\\n4' is not an integer"),
+        ('"2023-11-16\n18:15:47.0",374,44\n', (3, 4), "bad TIMESTAMP"),
+        ('2023-11-16 18:15:47.0,374,"44\n\n",1\n', (3, 5), "expected 3 columns"),
+        (GOOD + '2023-11-16 18:15:47.0,"3\r\n7",4\r\n', (4, 5), "ContextTokens"),  # CRLF, after a good row
+    ],
+)
+def test_a_row_spanning_lines_is_named_by_the_lines_it_starts_and_ends_on(tmp_path, bad_rows, lines, match):
+    """A quoted field with line breaks: the row is named where it starts (csv.reader's line_num is
+    where it ends), with the line it ends on."""
+    path = write(tmp_path, HEADER + GOOD + bad_rows + GOOD.replace("46.68", "59.68"))
+    with pytest.raises(TraceError, match=match) as info:
+        load_trace(path)
+    start, end = lines
+    assert (info.value.line, info.value.end_line) == (start, end)
+    assert f"{path}, lines {start}-{end}:" in str(info.value)
+    assert len(str(info.value).splitlines()) == 1  # (the field's line breaks are escaped)
+
+
+def test_rows_after_a_row_spanning_lines_keep_their_own_line(tmp_path):
+    path = write(tmp_path, HEADER + GOOD + '2023-11-16 18:15:47.0,"374\n",44\n' + "\n" + "garbage\n")
+    with pytest.raises(TraceError, match="expected 3 columns") as info:
+        load_trace(path)  # lines 3-4 a good row with a line break in a count, 5 blank, 6 the bad one
+    assert (info.value.line, info.value.end_line) == (6, 6) and f"{path}, line 6:" in str(info.value)
+
+
 @pytest.mark.parametrize("text", ["", GOOD, "time,prompt,output\n" + GOOD, "TIMESTAMP,ContextTokens\n"])
 def test_missing_or_wrong_header_is_line_1(tmp_path, text):
     with pytest.raises(TraceError, match="header") as info:

@@ -51,12 +51,20 @@ class TraceError(ValueError):
 
     The message names the file and the 1-based line number of the offending row (line 1 is the
     header), and says what is wrong with it. ``path`` and ``line`` carry the same facts.
+
+    A row whose quoted field holds a line break spans several lines of the file: ``line`` is the
+    line the row *starts* on (where a reader of the file, or an editor's search, finds it) and
+    ``end_line`` the line it ends on; the message then says ``lines A-B``. For a row on one line
+    ``end_line == line``.
     """
 
-    def __init__(self, message: str, *, path: str, line: int) -> None:
-        super().__init__(f"{path}, line {line}: {message}")
+    def __init__(self, message: str, *, path: str, line: int, end_line: int | None = None) -> None:
+        end_line = line if end_line is None else end_line
+        where = f"line {line}" if end_line == line else f"lines {line}-{end_line}"
+        super().__init__(f"{path}, {where}: {message}")
         self.path = path
         self.line = line
+        self.end_line = end_line
 
 
 @dataclass(frozen=True)
@@ -149,27 +157,28 @@ class Trace:
         return self.requests[-1].arrival_s if self.requests else 0.0
 
 
-def _parse_timestamp_ns(text: str, *, path: str, line: int) -> int:
+def _parse_timestamp_ns(text: str, *, path: str, line: int, end_line: int) -> int:
     """Parse ``YYYY-MM-DD HH:MM:SS[.fffffffff]`` into integer nanoseconds since 0001-01-01."""
     m = _TIMESTAMP_RE.match(text.strip())
     if m is None:
         raise TraceError(
-            f"bad TIMESTAMP {text!r}: expected 'YYYY-MM-DD HH:MM:SS.fffffff'", path=path, line=line
+            f"bad TIMESTAMP {text!r}: expected 'YYYY-MM-DD HH:MM:SS.fffffff'", path=path, line=line,
+            end_line=end_line,
         )
     year, month, day, hour, minute, second = (int(g) for g in m.groups()[:6])
     try:
         when = _dt.datetime(year, month, day, hour, minute, second)
     except ValueError as exc:
-        raise TraceError(f"bad TIMESTAMP {text!r}: {exc}", path=path, line=line) from None
+        raise TraceError(f"bad TIMESTAMP {text!r}: {exc}", path=path, line=line, end_line=end_line) from None
     frac = m.group(7) or ""
     seconds = when.toordinal() * 86_400 + hour * 3_600 + minute * 60 + second
     return seconds * _NS_PER_S + int(frac.ljust(9, "0") or "0")
 
 
-def _parse_int(text: str, column: str, *, path: str, line: int) -> int:
+def _parse_int(text: str, column: str, *, path: str, line: int, end_line: int) -> int:
     """``[+-]?[0-9]+`` (spaces around it stripped) as an int, else a :class:`TraceError`."""
     if _INT_RE.fullmatch(text.strip()) is None:
-        raise TraceError(f"{column} {text!r} is not an integer", path=path, line=line)
+        raise TraceError(f"{column} {text!r} is not an integer", path=path, line=line, end_line=end_line)
     return int(text.strip())
 
 
@@ -200,7 +209,8 @@ def load_trace(
         TraceError: an empty file, a missing or wrong header, a row with the wrong number of
             columns, a count that is not ASCII ``[+-]?[0-9]+``, a prompt length < 1, a negative output length, a
             malformed timestamp or a timestamp earlier than the row before it. The message names
-            the file and the 1-based line number.
+            the file and the 1-based line number the row starts on (``lines A-B`` for a row whose
+            quoted field spans several lines: see :class:`TraceError`).
         ValueError: ``limit < 0`` or ``max_model_len < 2``.
         OSError: the file cannot be opened; zerojit.integrity.NotRegularFileError: it is a FIFO,
             device or socket.
@@ -230,38 +240,41 @@ def load_trace(
                 f"missing or wrong header {header!r}: expected {','.join(_HEADER)!r}",
                 path=source,
                 line=1,
+                end_line=reader.line_num,
             )
         first_ns: int | None = None
         prev_ns: int | None = None
+        end = reader.line_num  # the line the record before ends on
         for row in reader:
             if limit is not None and len(requests) >= limit:
                 break
-            line = reader.line_num
+            # A row starts on the line after the record before it (csv.reader yields a blank
+            # line as an empty row, so none is skipped unseen): a row whose quoted field holds a
+            # line break is named by the line it starts on, with the line it ends on.
+            line, end = end + 1, reader.line_num
             if not row or all(not c.strip() for c in row):
                 continue
             if len(row) != len(_HEADER):
                 raise TraceError(
                     f"expected {len(_HEADER)} columns ({','.join(_HEADER)}), got {len(row)}: {row!r}",
-                    path=source,
-                    line=line,
+                    path=source, line=line, end_line=end,
                 )
-            ts_ns = _parse_timestamp_ns(row[0], path=source, line=line)
-            prompt_len = _parse_int(row[1], "ContextTokens", path=source, line=line)
-            output_len = _parse_int(row[2], "GeneratedTokens", path=source, line=line)
+            ts_ns = _parse_timestamp_ns(row[0], path=source, line=line, end_line=end)
+            prompt_len = _parse_int(row[1], "ContextTokens", path=source, line=line, end_line=end)
+            output_len = _parse_int(row[2], "GeneratedTokens", path=source, line=line, end_line=end)
             if prompt_len < 1:
                 raise TraceError(
-                    f"ContextTokens must be >= 1, got {prompt_len}", path=source, line=line
+                    f"ContextTokens must be >= 1, got {prompt_len}", path=source, line=line, end_line=end
                 )
             if output_len < 0:
                 raise TraceError(
-                    f"GeneratedTokens must be >= 0, got {output_len}", path=source, line=line
+                    f"GeneratedTokens must be >= 0, got {output_len}", path=source, line=line, end_line=end
                 )
             if prev_ns is not None and ts_ns < prev_ns:
                 raise TraceError(
                     f"TIMESTAMP {row[0].strip()!r} is earlier than the row before it "
                     "(a trace must be in arrival order)",
-                    path=source,
-                    line=line,
+                    path=source, line=line, end_line=end,
                 )
             if first_ns is None:
                 first_ns = ts_ns
