@@ -66,6 +66,17 @@ def test_header_only_trace_exits_2(tmp_path):
     refused(run_cli("--trace", str(empty)), f"trace '{empty}' has no requests")
 
 
+def test_trace_not_utf8_late_in_the_file_names_the_line_and_byte(tmp_path):
+    rows = "".join(f"2023-11-16 18:15:{i:02d}.0,{100 + i},44\n" for i in range(55))
+    data = (HEADER + rows).encode().replace(b",148,", b",1\xff48,")  # line 50
+    trace = tmp_path / "latin.csv"
+    trace.write_bytes(data)
+    offset = data.index(b"\xff")
+    text = refused(run_cli("--trace", str(trace), "--requests", "100"),
+                   f"zerojit run: {trace}, line 50: byte 0xff at byte offset {offset} (column 24) is not UTF-8")
+    assert len(text.strip().splitlines()) == 1
+
+
 # ------------------------------------------------------------------------------ 3: --json
 @pytest.mark.parametrize("where", ["missing-dir", "directory"])
 def test_unwritable_json_path_is_refused_before_the_run(tmp_path, where):

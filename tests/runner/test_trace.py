@@ -213,6 +213,35 @@ def test_an_empty_file_is_named_empty(tmp_path, text):
     assert (info.value.path, info.value.line) == (str(path), 1)
 
 
+def bad_byte_on_line_50(tmp_path: Path, bom: bool = False) -> tuple[Path, int]:
+    """A trace whose line 50 (row 49, ContextTokens) holds byte 0xff, far past the text reader's
+    first buffer; and that byte's offset in the file."""
+    rows = [f"2023-11-16 18:15:{i // 100:02d}.{i % 100:02d},{100 + i},44\r\n".encode() for i in range(49)]
+    rows[48] = rows[48].replace(b",148,", b",1\xff48,")
+    data = (b"\xef\xbb\xbf" if bom else b"") + HEADER.encode() + b"".join(rows) + b"x" * 20_000 + b"\n"
+    path = tmp_path / "latin.csv"
+    path.write_bytes(data)
+    return path, data.index(b"\xff")
+
+
+@pytest.mark.parametrize("bom", [False, True])
+def test_a_byte_that_is_not_utf8_is_named_by_line_and_byte_offset(tmp_path, bom):
+    path, offset = bad_byte_on_line_50(tmp_path, bom)
+    with pytest.raises(TraceError) as info:
+        load_trace(path)
+    assert (info.value.path, info.value.line) == (str(path), 50)
+    assert str(info.value) == (f"{path}, line 50: byte 0xff at byte offset {offset} (column 25) is not UTF-8 "
+                               "(invalid start byte): a trace is a UTF-8 text CSV file")
+    assert len(load_trace(path, limit=48)) == 48  # bytes after the limit are not judged
+
+
+def test_byte_order_mark_lone_cr_and_multibyte_text_read_as_before(tmp_path):
+    text = "\ufeff" + HEADER + "2023-11-16 18:15:46.0,10,2\r2023-11-16 18:15:47.0,20,3\r\n"
+    assert [r.prompt_len for r in load_trace(write(tmp_path, text))] == [10, 20]
+    with pytest.raises(TraceError, match="line 3: ContextTokens '\u0664' is not an integer"):
+        load_trace(write(tmp_path, HEADER + GOOD + "2023-11-16 18:15:47.0,\u0664,3\n"))
+
+
 def test_rows_after_the_limit_are_not_read(tmp_path):
     path = write(tmp_path, HEADER + GOOD + "garbage\n")
     assert len(load_trace(path, limit=1)) == 1

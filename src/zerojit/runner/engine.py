@@ -953,7 +953,7 @@ def _load_trace(options: RunOptions, config: ModelConfig) -> Trace:
 
     Raises:
         RunError: the file does not exist, is a directory, cannot be read, or holds no request.
-        TraceError: a malformed row (naming the line).
+        TraceError: a malformed row or a byte that is not UTF-8 (naming the line).
     """
     path = options.trace_path
     if path.is_dir():
@@ -962,8 +962,6 @@ def _load_trace(options: RunOptions, config: ModelConfig) -> Trace:
         raise RunError(f"trace file {str(path)!r} does not exist")
     try:
         trace = load_trace(path, limit=options.requests, max_model_len=config.max_model_len)
-    except UnicodeDecodeError:
-        raise RunError(f"trace file {str(path)!r} is not a UTF-8 text CSV file") from None
     except OSError as e:
         raise RunError(f"trace file {str(path)!r} cannot be read: {e.strerror or e}") from None
     if not len(trace):

@@ -20,13 +20,14 @@ generative LLM inference using phase splitting", ISCA 2024. See ``runner/data/RE
 
 from __future__ import annotations
 
+import codecs
 import csv
 import datetime as _dt
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import BinaryIO, Iterator
 
 from zerojit.integrity import refuse_irregular
 
@@ -182,6 +183,38 @@ def _parse_int(text: str, column: str, *, path: str, line: int, end_line: int) -
     return int(text.strip())
 
 
+def _utf8_lines(f: BinaryIO, *, path: str) -> Iterator[str]:
+    """The lines of binary file ``f`` decoded as UTF-8, each with its line ending, a leading
+    byte-order mark dropped: what ``open(path, newline="", encoding="utf-8-sig")`` yields, except
+    that a byte that is not UTF-8 is a :class:`TraceError` naming its line and byte offset (the
+    text reader's UnicodeDecodeError names a position in its read buffer, and no line).
+
+    Lines end at ``\\n``, ``\\r\\n`` or a lone ``\\r``, as with ``newline=""`` (no byte of a
+    multi-byte UTF-8 character is one of them, so splitting before decoding cuts no character).
+    A line is decoded when csv.reader asks for it: bytes after a ``limit`` are not judged.
+    """
+    offset = 0  # of the line, in bytes from the start of the file
+    line = 0
+    for chunk in f:  # (ends at a newline byte only)
+        for raw in chunk.splitlines(keepends=True):  # (bytes.splitlines: CR LF, CR or LF only)
+            line += 1
+            start = 3 if line == 1 and raw.startswith(codecs.BOM_UTF8) else 0
+            try:
+                text = raw[start:].decode("utf-8")
+            except UnicodeDecodeError as e:
+                at = start + e.start
+                column = len(raw[start:at].decode("utf-8")) + 1  # (in characters, as an editor counts)
+                raise TraceError(
+                    f"byte 0x{raw[at]:02x} at byte offset {offset + at} (column {column}) is not UTF-8 "
+                    f"({e.reason}): a trace is a UTF-8 text CSV file",
+                    path=path,
+                    line=line,
+                ) from None
+            offset += len(raw)
+            if text:  # (a file holding only a byte-order mark is empty)
+                yield text
+
+
 def load_trace(
     path: str | os.PathLike[str] = DEFAULT_TRACE,
     *,
@@ -208,7 +241,8 @@ def load_trace(
     Raises:
         TraceError: an empty file, a missing or wrong header, a row with the wrong number of
             columns, a count that is not ASCII ``[+-]?[0-9]+``, a prompt length < 1, a negative output length, a
-            malformed timestamp or a timestamp earlier than the row before it. The message names
+            malformed timestamp, a timestamp earlier than the row before it, or a byte that is not
+            UTF-8 (naming its byte offset in the file too). The message names
             the file and the 1-based line number the row starts on (``lines A-B`` for a row whose
             quoted field spans several lines: see :class:`TraceError`).
         ValueError: ``limit < 0`` or ``max_model_len < 2``.
@@ -226,8 +260,8 @@ def load_trace(
     requests: list[TraceRequest] = []
     clipped = 0
     zero_output = 0
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        reader = csv.reader(f)
+    with open(path, "rb") as f:
+        reader = csv.reader(_utf8_lines(f, path=source))
         header = next(reader, None)
         if header is None:
             raise TraceError(
@@ -245,8 +279,9 @@ def load_trace(
         first_ns: int | None = None
         prev_ns: int | None = None
         end = reader.line_num  # the line the record before ends on
-        for row in reader:
-            if limit is not None and len(requests) >= limit:
+        while limit is None or len(requests) < limit:  # (the row after the last is not read)
+            row = next(reader, None)
+            if row is None:
                 break
             # A row starts on the line after the record before it (csv.reader yields a blank
             # line as an empty row, so none is skipped unseen): a row whose quoted field holds a
