@@ -143,6 +143,27 @@ def test_config_directory_named_without_a_separator_is_named_a_directory(tmp_pat
     assert "unknown config" not in text
 
 
+@pytest.mark.parametrize("given, message", [
+    ("empty.csv", "'empty.csv' is not a JSON config file: a config file's name ends in .json (shipped configs are "),
+    ("./missing.json", "'./missing.json' does not exist"),  # as given, not Path's 'missing.json'
+    ("some_dir/", "'some_dir/' is a directory, not a JSON file"),
+])
+def test_config_that_is_no_json_file_is_named_as_given_in_one_line(tmp_path, monkeypatch, given, message):
+    """`--config empty.csv` (a file here, no .json) is not an unknown shipped name."""
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "some_dir").mkdir()
+    monkeypatch.chdir(tmp_path)
+    text = refused(run_cli("--config", given), f"zerojit run: invalid config path: {message}")
+    assert "unknown config" not in text and len(text.strip().splitlines()) == 1
+
+
+def test_config_path_that_is_no_json_says_what_a_config_file_is(tmp_path):
+    cfg = tmp_path / "empty.csv"
+    cfg.write_text("")
+    refused(run_cli("--config", str(cfg)), f"invalid config file: {cfg}: cannot read a JSON object:",
+            "(a config file is JSON, named *.json)")
+
+
 def test_config_field_set_twice_is_refused_naming_it(tmp_path):
     cfg = tmp_path / "twice.json"  # json.loads would keep the last block_size silently
     cfg.write_text('{"block_size": 64, "compress_ratios": [4], "index_topk": 2048, "block_size": 256}')

@@ -63,6 +63,16 @@ def test_unknown_name_lists_shipped_configs():
         load_config("dsv5")
 
 
+def test_a_file_here_that_is_no_json_is_not_an_unknown_name(tmp_path, monkeypatch):
+    (tmp_path / "trace.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^invalid config path: 'trace\.csv' is not a JSON config file: a config "
+                                          r"file's name ends in \.json \(shipped configs are deepseek-v3\.2, dsv4-like\)$"):
+        load_config("trace.csv")
+    with pytest.raises(ConfigError, match=r"^invalid config file: \./trace\.csv: cannot read a JSON object: .*\(a config file is JSON"):
+        load_config("./trace.csv")
+
+
 def test_load_from_path(tmp_path):
     p = tmp_path / "tiny.json"
     p.write_text(json.dumps({"_comment": "ignored", "block_size": 128, "compress_ratios": [1, 4], "index_topk": 512}))

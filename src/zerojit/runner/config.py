@@ -92,26 +92,36 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
         The validated :class:`~zerojit.kernels.mla.config.ModelConfig`.
 
     Raises:
-        ConfigError: an unknown name (listing the shipped names), a directory (also one named
-            without a path separator, ``--config configs``), a missing or unreadable file,
+        ConfigError: an unknown name (listing the shipped names), a directory or a file that is
+            not ``.json`` (also one named without a path separator: ``--config configs``,
+            ``--config trace.csv``), a missing or unreadable file,
             invalid JSON, a non-object top level or a field set twice; otherwise every unknown key, every
             :data:`REQUIRED_FIELDS` field neither the file nor the overrides set (one line each),
             and every invalid field of the file merged with the overrides, all in one error
             (ModelConfig's rules, KERNELS.md "Validity"); a problem judging a default the file
             does not set says so on its line.
     """
+    given = os.fspath(name_or_path)  # as the user wrote it ('./x.json', 'configs/'): Path drops './' and '/'
     if _is_path(name_or_path):
         path = Path(name_or_path)
         if path.is_dir():
-            raise ConfigError([f"{str(path)!r} is a directory, not a JSON file"], what="config path")
+            raise ConfigError([f"{given!r} is a directory, not a JSON file"], what="config path")
         if path.exists() and not path.is_file():  # a FIFO, device or socket (path.exists follows a link)
-            raise ConfigError([f"{str(path)!r} is not a regular file (a FIFO, device or socket)"], what="config path")
+            raise ConfigError([f"{given!r} is not a regular file (a FIFO, device or socket)"], what="config path")
         if not path.is_file():
-            raise ConfigError([f"{str(path)!r} does not exist"], what="config path")
+            raise ConfigError([f"{given!r} does not exist"], what="config path")
     else:
         path = CONFIG_DIR / f"{name_or_path}.json"
         if not path.is_file() and Path(name_or_path).is_dir():  # a folder named like a config, e.g. 'configs'
-            raise ConfigError([f"{os.fspath(name_or_path)!r} is a directory, not a JSON file"], what="config path")
+            raise ConfigError([f"{given!r} is a directory, not a JSON file"], what="config path")
+        if not path.is_file() and Path(name_or_path).exists():  # a file here, e.g. a trace: no config's name
+            raise ConfigError(
+                [
+                    f"{given!r} is not a JSON config file: a config file's name ends in .json "
+                    f"(shipped configs are {', '.join(shipped_configs())})"
+                ],
+                what="config path",
+            )
         if not path.is_file():
             raise ConfigError(
                 [
@@ -120,16 +130,18 @@ def load_config(name_or_path: str | os.PathLike, *, given_as: Mapping[str, str] 
                 ],
                 what="config name",
             )
+    shown = given if _is_path(name_or_path) else str(path)  # the file, in a problem with its contents
     duplicates: list[str] = []
     try:
         data = json.loads(path.read_text(), object_pairs_hook=lambda pairs: _no_duplicates(pairs, duplicates))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # (nested too deep: RecursionError)
-        raise ConfigError([f"{path}: cannot read a JSON object: {e}"], what="config file") from None
+        hint = "" if path.suffix == ".json" else " (a config file is JSON, named *.json)"
+        raise ConfigError([f"{shown}: cannot read a JSON object: {e}{hint}"], what="config file") from None
     if duplicates:  # json keeps the last silently: which value the user meant is unknowable
-        raise ConfigError([f"{path}: field {k!r} is set more than once" for k in duplicates], what="config file")
+        raise ConfigError([f"{shown}: field {k!r} is set more than once" for k in duplicates], what="config file")
     if not isinstance(data, dict):
         raise ConfigError(
-            [f"{path}: the top level must be a JSON object of ModelConfig fields, got {type(data).__name__}"],
+            [f"{shown}: the top level must be a JSON object of ModelConfig fields, got {type(data).__name__}"],
             what="config file",
         )
     fields = {k: v for k, v in data.items() if not (isinstance(k, str) and k.startswith("_"))}
