@@ -187,6 +187,13 @@ def test_a_row_spanning_lines_is_named_by_the_lines_it_starts_and_ends_on(tmp_pa
     assert len(str(info.value).splitlines()) == 1  # (the field's line breaks are escaped)
 
 
+def test_a_field_csv_cannot_read_is_a_trace_error_naming_its_line(tmp_path):
+    path = write(tmp_path, HEADER + GOOD + '2023-11-16 18:15:47.0,"' + "3" * 200_000 + '",44\n')
+    with pytest.raises(TraceError, match="cannot read the row: field larger than field limit") as info:
+        load_trace(path)
+    assert info.value.line == 3 and f"{path}, line 3:" in str(info.value)
+
+
 def test_rows_after_a_row_spanning_lines_keep_their_own_line(tmp_path):
     path = write(tmp_path, HEADER + GOOD + '2023-11-16 18:15:47.0,"374\n",44\n' + "\n" + "garbage\n")
     with pytest.raises(TraceError, match="expected 3 columns") as info:

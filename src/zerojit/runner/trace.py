@@ -27,7 +27,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator
 
 from zerojit.integrity import refuse_irregular
 
@@ -215,6 +215,16 @@ def _utf8_lines(f: BinaryIO, *, path: str) -> Iterator[str]:
                 yield text
 
 
+def _next_row(reader: Any, *, path: str) -> list[str] | None:
+    """The next record of csv.reader ``reader`` (None at the end), or a :class:`TraceError` for one csv
+    cannot read (a field over ``csv.field_size_limit()``), naming the lines it starts and ends on."""
+    start = reader.line_num + 1
+    try:
+        return next(reader, None)
+    except csv.Error as e:
+        raise TraceError(f"cannot read the row: {e}", path=path, line=start, end_line=reader.line_num) from None
+
+
 def load_trace(
     path: str | os.PathLike[str] = DEFAULT_TRACE,
     *,
@@ -262,7 +272,7 @@ def load_trace(
     zero_output = 0
     with open(path, "rb") as f:
         reader = csv.reader(_utf8_lines(f, path=source))
-        header = next(reader, None)
+        header = _next_row(reader, path=source)
         if header is None:
             raise TraceError(
                 f"the file is empty: expected the header {','.join(_HEADER)!r}, then one row per request",
@@ -280,7 +290,7 @@ def load_trace(
         prev_ns: int | None = None
         end = reader.line_num  # the line the record before ends on
         while limit is None or len(requests) < limit:  # (the row after the last is not read)
-            row = next(reader, None)
+            row = _next_row(reader, path=source)
             if row is None:
                 break
             # A row starts on the line after the record before it (csv.reader yields a blank
