@@ -50,7 +50,7 @@ from typing import Any, Callable, Mapping
 from . import triton_compat as _tc
 from .outputs import write_output
 
-__all__ = ["TunedKey", "TuningPolicy", "TuningCoverage", "TuningError", "TuningFileError", "TuningTable", "Wrapping",
+__all__ = ["HEURISTIC_ATTRIBUTE", "TunedKey", "TuningPolicy", "TuningCoverage", "TuningError", "TuningFileError", "TuningTable", "Wrapping",
            "unwrap", "nearest_tuning_key", "tuning_file_path", "save_tuning_file", "load_tuning_file", "write_atomically",
            "TUNING_FORMAT", "TUNING_FOLDER"]
 
@@ -126,7 +126,8 @@ class TuningPolicy:
             name exactly one config (checked at class creation).
 
     Raises:
-        ValueError: an unknown ``untuned``, or ``"default"`` naming no config.
+        ValueError: an unknown ``untuned``, ``"default"`` naming no config, or ``"error"`` naming
+            one (it would never be chosen).
     """
 
     untuned: str = "nearest"
@@ -138,6 +139,9 @@ class TuningPolicy:
         if self.untuned == "default" and self.config is None:
             raise ValueError("TuningPolicy(untuned='default') names no config: pass config=<index or "
                              "{meta-parameter: value}>")
+        if self.untuned == "error" and self.config is not None:  # it would be warmed for every key, never chosen
+            raise ValueError(f"TuningPolicy(untuned='error', config={self.config!r}): the 'error' policy chooses no "
+                             "config for an untuned key; drop config=, or use untuned='default' to serve it")
 
     def serves(self, configs: list[Any], tuned: bool) -> str:
         """How this policy serves a tuning key the table lacks, in the warm-up report's words
@@ -343,6 +347,9 @@ class Wrapping:
         for i, c in enumerate(self.configs):
             out += [f"autotune config {i} ({c}) sets {n!r}, which names no kernel parameter"
                     for n in c.kwargs if n not in params]
+        if self.tuner is not None:  # Triton drops such a name from the tuning key without a word: a typo
+            out += [f"autotune key {n!r} names no kernel parameter (Triton would leave it out of the tuning key)"
+                    for n in _tc.autotuner_key_names(self.tuner) if n not in params]
         return out
 
     def tuning_key(self, named: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
@@ -432,9 +439,22 @@ class Wrapping:
         return call, config, hook_args
 
 
+#: The attribute a heuristic's exception gets: the heuristic's name (the warm-up names it, with
+#: the meta-tensor rule when it read tensor data: zerojit.registry). The exception itself is
+#: Triton's: same type, same message.
+HEURISTIC_ATTRIBUTE = "zerojit_heuristic"
+
+
 def _apply_heuristics(values: dict[str, Callable[[dict], Any]], call: dict[str, Any]) -> None:
     for name, fn in values.items():  # Triton's Heuristics.run: each sees the values set before it
-        call[name] = fn(dict(call))
+        try:
+            call[name] = fn(dict(call))
+        except Exception as e:
+            try:
+                setattr(e, HEURISTIC_ATTRIBUTE, name)
+            except AttributeError:  # (an exception type with __slots__)
+                pass
+            raise
 
 
 def unwrap(obj: Any) -> Wrapping | None:
@@ -505,9 +525,17 @@ def load_tuning_file(path: str, expected: dict[str, Any], configs: list[Any]) ->
     entries = doc.get("entries")
     if not isinstance(entries, list):
         raise TuningFileError(path, "entries", type(entries).__name__, "a list")
+    want = "{'key': [ints, strs, ...], 'config': <index of a config>, 'ms': <milliseconds or null>}"
     for e in entries:
-        if not (isinstance(e, dict) and isinstance(e.get("key"), list) and isinstance(e.get("config"), int)
-                and 0 <= e["config"] < len(configs)):
-            raise TuningFileError(path, "entries", e, "{'key': [...], 'config': <index of a config>}")
-        table[tuple(e["key"])] = e["config"]
+        # a tuning key holds what Triton's autotuner keys on (ints, dtype strings, ...): JSON scalars only
+        # (a nested list is unhashable); a bool is no config index, though Python's bool is an int
+        if not (isinstance(e, dict) and isinstance(e.get("key"), list)
+                and all(v is None or type(v) in (int, float, str, bool) for v in e["key"])
+                and type(e.get("config")) is int and 0 <= e["config"] < len(configs)
+                and (e.get("ms") is None or type(e["ms"]) in (int, float))):
+            raise TuningFileError(path, "entries", e, want)
+        key = tuple(e["key"])
+        if key in table:  # an edited file: which of the two choices was meant is unknowable
+            raise TuningFileError(path, "entries", e, f"one entry per tuning key (key {list(key)} is given twice)")
+        table[key] = e["config"]
     return table

@@ -38,7 +38,7 @@ from .triton_compat import config_cannot_run, current_device, import_launch_path
 # 2-core CI machine). None of them imports the registry, so these imports close no cycle.
 from . import integrity, launch_priming, learned as _learned, loading
 from .cache import cache_dir, check_cache_folder, import_bundle, remove_leftovers, take_damaged_notes
-from .autotune import TunedKey
+from .autotune import HEURISTIC_ATTRIBUTE, TunedKey
 from .generic import file_variants, plan as generic_plan
 from .kernel import TritonJitKernel
 from .manifest import RecordedKernel, read_manifest, warmup_plan
@@ -257,6 +257,18 @@ def _cache_hint(error: BaseException) -> str:
     if not (isinstance(error, OSError) and isinstance(filename, str) and os.path.abspath(filename).startswith(folder)):
         return ""
     return f" (Triton's cache folder {cache_dir()!r} cannot be used: point TRITON_CACHE_DIR at a writable folder)"
+
+
+def _inputs_hint(error: BaseException) -> str:
+    """Which heuristic raised (a wrapped kernel's :data:`zerojit.autotune.HEURISTIC_ATTRIBUTE`) and,
+    when the error says a meta tensor was read, the rule: a warm-up launches with ``WarmupTensor``
+    inputs on the ``meta`` device, which hold no data; else ''."""
+    heuristic = getattr(error, HEURISTIC_ATTRIBUTE, None)
+    who = f"heuristic {heuristic!r}" if heuristic is not None else None
+    if "meta tensor" in str(error):  # torch: "... cannot be called on meta tensors", "Cannot copy out of meta tensor"
+        return (f" ({who or 'the launch path (a check, heuristic or prune function)'} read tensor data: a warm-up "
+                "launches with meta tensors (WarmupTensor), which hold none; derive it from shape, dtype or strides)")
+    return f" (raised by {who} on the warm-up's inputs)" if who else ""
 
 
 def _primer_jobs(jobs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
@@ -700,7 +712,7 @@ class JitWarmupRegistry:
                 if isinstance(key, TunedKey) and config_cannot_run(error):
                     cannot_run.append((kernel, key, error))
                     continue
-                text = f"{type(error).__name__}: {error}{_cache_hint(error)}"
+                text = f"{type(error).__name__}: {error}{_cache_hint(error)}{_inputs_hint(error)}"
                 if learned_plan is not None and learned_plan.failed(kernel, key, error, text):
                     continue  # a learned key is never fatal: skipped, named (learned_skipped)
                 failures.append(WarmupFailure(kernel.name, key, text))
@@ -718,7 +730,7 @@ class JitWarmupRegistry:
             try:
                 tuning[kernel] = kernel.finish_warmup([k for k, _, _ in done])
             except Exception as e:
-                failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}"))
+                failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}", stage="finish"))
         kernels = tuple(
             KernelWarmup(
                 kernel=kernel.name,

@@ -34,14 +34,20 @@ def count(n: int, noun: str, plural: str | None = None) -> str:
 
 @dataclass(frozen=True)
 class WarmupFailure:
-    """One key (or a kernel's key listing, ``key=None``) that failed, with the error."""
+    """One key (or a kernel's key listing, ``key=None``) that failed, with the error; ``stage``
+    ``"finish"``: the kernel's :meth:`~zerojit.kernel.JitKernel.finish_warmup` after its keys
+    compiled (a wrapped kernel's tuning: its tuning file, its ``tuning_inputs``)."""
 
     kernel: str
     key: Any
     error: str
+    stage: str = ""
 
     def __str__(self) -> str:
-        where = "listing its keys" if self.key is None else f"key {self.key}"
+        if self.stage == "finish":
+            where = "finishing its warm-up (tuning)"
+        else:
+            where = "listing its keys" if self.key is None else f"key {self.key}"
         return f"{self.kernel}: {where}: {self.error}"
 
 
@@ -287,7 +293,8 @@ class WarmupReport:
                            **({"skipped_configs": list(k.skipped_configs)} if k.skipped_configs else {})}
                 for k in self.kernels
             },
-            "failures": [{"kernel": f.kernel, "key": _key_dict(f.key), "error": f.error} for f in self.failures],
+            "failures": [{"kernel": f.kernel, "key": _key_dict(f.key), "error": f.error,
+                          "stage": f.stage or ("listing" if f.key is None else "key")} for f in self.failures],
             "stats": self.stats.to_dict() if self.stats is not None else None,
             "skipped": [{"kernel": s.kernel, "reason": s.reason} for s in self.skipped],
             "learned": self.learned,
@@ -319,7 +326,7 @@ class WarmupReport:
         lines += self.generic_lines("  ")
         if self.store is not None:
             lines += self.store.lines("  ")
-        listed = {f.kernel for f in self.failures if f.key is None}  # (a key listing that failed says so itself)
+        listed = {f.kernel for f in self.failures if f.key is None and not f.stage}  # (a failed key listing says so)
         width = max([40] + [len(k.kernel) for k in self.kernels])  # a long name (a module path) keeps the columns
         for k in self.kernels:
             empty = "  (registered, but get_warmup_keys gave no key: a launch of it will compile)" \
@@ -402,9 +409,11 @@ class WarmupError(RuntimeError):
 
     def __init__(self, report: WarmupReport) -> None:
         keys = sum(f.key is not None for f in report.failures)
-        listings = len(report.failures) - keys
+        finishes = sum(f.key is None and f.stage == "finish" for f in report.failures)
+        listings = len(report.failures) - keys - finishes
         what = [count(keys, "key")] if keys else []
         what += [count(listings, "kernel's key listing", "kernels' key listings")] if listings else []
+        what += [count(finishes, "kernel's tuning", "kernels' tuning")] if finishes else []
         lines = [f"zerojit warm-up failed for {' and '.join(what)}:"]
         seen: dict[str, int] = {}  # error text (cache entry names masked) -> failures with it
         for f in report.failures:

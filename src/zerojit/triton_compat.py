@@ -1600,6 +1600,11 @@ def prune_configs(tuner: Any, nargs: dict[str, Any], kwargs: dict[str, Any]) -> 
         tuner.nargs = saved
 
 
+def autotuner_key_names(tuner: Any) -> tuple[str, ...]:
+    """The names an ``Autotuner`` keys on (its ``key=``), in order (Triton 3.6-3.9: ``keys``)."""
+    return tuple(tuner.keys)
+
+
 def tuning_key_function(tuner: Any) -> Callable[[dict[str, Any], dict[str, Any]], tuple]:
     """The key ``Autotuner.run`` caches its choice under, as a function ``key(nargs, kwargs)`` of
     the run's positional arguments by name (Triton's ``self.nargs``) and its keyword arguments, in
@@ -1614,7 +1619,7 @@ def tuning_key_function(tuner: Any) -> Callable[[dict[str, Any], dict[str, Any]]
     keywords in two orders has two keys.
     """
     names = frozenset(tuner.arg_names)
-    keys = tuple(tuner.keys)
+    keys = autotuner_key_names(tuner)
 
     def key(nargs: dict[str, Any], kwargs: dict[str, Any]) -> tuple:
         every = {**nargs, **kwargs} if kwargs else nargs
