@@ -1767,7 +1767,9 @@ def learned_show(
     for r in records:
         key = "" if r.compile_key is None else "  CompileKey(" + ", ".join(
             f"{n}={v!r}" for n, v in r.compile_key.items()) + ")"
-        typer.echo(f"  {r.kernel:<30} {r.function}  {r.key!r}{key}")
+        # a kernel recorded raw is named after its function ("mod.fn" for "mod:fn"): said once
+        name = r.function if r.kernel == r.function.replace(":", ".", 1) else f"{r.kernel:<30} {r.function}"
+        typer.echo(f"  {name}  {r.key!r}{key}")
     for s in skipped:
         typer.echo(f"  SKIPPED {s}")
 
