@@ -599,6 +599,51 @@ def test_tuning_file_choosing_an_unwarmed_config_fails_the_warmup():
     assert Scale._tuning_table == {}
 
 
+def test_tuning_file_choosing_a_config_compiled_only_for_another_tuning_key_fails_the_warmup():
+    """BLOCK 64 compiles for n=64 but pruning drops it for n=8: a file choosing it at n=8's tuning
+    key would compile at run time there, whatever the other key compiled."""
+    k = Scale()
+    f32 = "torch.float32"
+    _table_file(k, [((64, f32, f32), _idx(64, 4), 0.5), ((8, f32, f32), _idx(64, 4), 0.5)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup(sizes=(8, 64))
+    report = reg.warmup(progress=False, raise_on_failure=False)
+    assert [f.kernel for f in report.failures] == ["scale_jit"]
+    error = report.failures[0].error
+    assert f"chooses config {_idx(64, 4)} (BLOCK: 64" in error and "for tuning key (8, 'torch.float32'" in error
+    assert "configs compiled for all of them: [0, 1]" in error
+    assert Scale._tuning_table == {}
+    # a tuning key no warmed key has (n=100 is served by the unspecialized n): any warmed config
+    _table_file(k, [((100, f32, f32), _idx(64, 4), 0.5)])
+    Scale._compiled_configs = None
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup(sizes=(8, 64))
+    reg.warmup(progress=False)
+    assert Scale._tuning_table == {(100, f32, f32): _idx(64, 4)}
+
+
+def test_tuning_file_choice_must_be_compiled_for_every_key_of_its_tuning_key():
+    """(64, scale) and (64, None) share one tuning key, so one choice serves both: a config only
+    the first compiled would compile at run time for the second."""
+
+    class NoWideUnscaled(Scale):
+        kernel = _wrapped()
+
+        def select_configs(self, key, configs):
+            return [i for i in configs if key.has_scale or CONFIGS[i].kwargs["BLOCK"] < 128]
+
+    k = NoWideUnscaled()
+    _table_file(k, [((64, "torch.float32", "torch.float32"), _idx(128, 2), 0.5)])
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup(sizes=(64,))
+    report = reg.warmup(progress=False, raise_on_failure=False)
+    assert len(report.failures) == 1
+    assert "is not compiled for every warmed compile key of that tuning key" in report.failures[0].error
+
+
 # -- the other nesting order, and a config's pre_hook --------------------------------------------
 
 @triton.jit(do_not_specialize=["n"])

@@ -804,7 +804,10 @@ class TritonJitKernel(JitKernel[KeyT]):
         Raises:
             zerojit.autotune.TuningFileError: the file is for another target, GPU, Triton or
                 kernel source, or is corrupted.
-            zerojit.autotune.TuningError: the file chooses a config no warmed key compiled.
+            zerojit.autotune.TuningError: the file chooses, for a tuning key of warmed compile keys
+                (their warm-up inputs'), a config not compiled for every one of them (pruning or
+                :meth:`select_configs` left it out for one); for another tuning key, a config no
+                warmed key compiled.
         """
         wrapping = self._wrapping
         if wrapping is None:
@@ -815,18 +818,33 @@ class TritonJitKernel(JitKernel[KeyT]):
         cls = type(self)
         compiled = frozenset(k.config for k in keys if isinstance(k, _at.TunedKey))
         cls._compiled_configs = compiled | (cls._compiled_configs or frozenset())  # earlier warm-ups' stay loaded
+        per_key: dict[Any, set[int]] = {}  # each warmed compile key -> the configs compiled for it
+        for k in keys:
+            if isinstance(k, _at.TunedKey):
+                per_key.setdefault(k.key, set()).add(k.config)
+        # each tuning key of a warmed compile key (from its warm-up inputs) -> the configs compiled for every
+        # compile key of that tuning key (a launch of any of them takes the one choice made for the tuning key)
+        by_tuning_key: dict[tuple, set[int]] = {}
+        for base, configs in per_key.items():
+            tk = wrapping.tuning_key(self._warmup_named(self.warmup_inputs(base))[0])[0]
+            by_tuning_key[tk] = by_tuning_key[tk] & configs if tk in by_tuning_key else set(configs)
         header = self.tuning_header()
         path = self.tuning_file()
         timings: dict[tuple, float | None] = {}
         if os.path.exists(path):
             loaded = _at.load_tuning_file(path, header, wrapping.configs)
-            unwarmed = {tk: i for tk, i in loaded.items() if i not in compiled}
+            # a config compiled for another compile key does not serve this tuning key's keys
+            unwarmed = {tk: i for tk, i in loaded.items() if i not in by_tuning_key.get(tk, compiled)}
             if unwarmed:
                 tk, i = next(iter(unwarmed.items()))
+                mine = by_tuning_key.get(tk)
+                which = ("no warmed key compiled" if mine is None else
+                         f"is not compiled for every warmed compile key of that tuning key (configs compiled for all "
+                         f"of them: {sorted(mine)}; the autotuner's pruning or select_configs left it out)")
                 raise _at.TuningError(
                     f"{self.name}: tuning file {path} chooses config {i} ({wrapping.configs[i]}) for tuning key {tk}, "
-                    f"which no warmed key compiled ({len(unwarmed)} such entries): it would compile at run time; warm "
-                    "it (select_configs, the key space) or tune again")
+                    f"which {which} ({len(unwarmed)} such entries): it would compile at run time; warm it "
+                    "(select_configs, the key space) or tune again")
             cls._tuning_table.update(loaded)
             timings.update(dict.fromkeys(loaded))
         if _tc.interpreting() or not isinstance(_tc.active_driver(), CompileOnlyDriver):  # kernels run here
@@ -856,9 +874,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         for tuning_key, i in cls._tuning_table.items():
             _tc.fill_autotuner_cache(wrapping.tuner, tuning_key, wrapping.configs[i])
         self.serve_library_path()
-        # the key space's tuning keys: each warmed compile key's, from its warm-up inputs
-        space = {wrapping.tuning_key(self._warmup_named(self.warmup_inputs(base))[0])[0]
-                 for base in dict.fromkeys(k.key for k in keys if isinstance(k, _at.TunedKey))}
+        space = set(by_tuning_key)  # the key space's tuning keys
         return _at.TuningCoverage(len(space), sum(tk not in cls._tuning_table for tk in space),
                                   cls.tuning.serves(wrapping.configs, bool(cls._tuning_table)))
 
