@@ -695,6 +695,84 @@ class Even(_EvenKeys):
         return LaunchSpec(lambda meta: (triton.cdiv(n, meta["BLOCK"]),), {}, out)
 
 
+def _no_block_past(configs, nargs, **kwargs):
+    """No BLOCK wider than the row (n), as the trial's prune rule."""
+    return [c for c in configs if c.kwargs["BLOCK"] <= {**nargs, **kwargs}["n"]]
+
+
+def _even_over_tuner():
+    """EVEN (n a multiple of 64) set by heuristics over a pruning autotuner (FLA's order)."""
+    tuner = triton.autotune(ROW_CONFIGS, key=["n"], prune_configs_by={"early_config_prune": _no_block_past})(_even_jit)
+    return triton.heuristics({"EVEN": lambda a: a["n"] % 64 == 0})(tuner)
+
+
+class EvenRows(_EvenKeys):
+    """out = x over n float32 elements; warm keys n=128 (EVEN: BLOCK 32, 64, 128 survive) and
+    n=80 (not EVEN: BLOCK 32, 64)."""
+
+    kernel = _even_over_tuner()
+
+    def get_warmup_keys(self):
+        return [self.CompileKey(128), self.CompileKey(80)]
+
+    @kernel_launcher
+    def __call__(self, *, x, out, n) -> LaunchSpec:
+        return LaunchSpec(lambda meta: (triton.cdiv(n, meta["BLOCK"]),), {}, out)
+
+
+def _warm_even(cls, entries):
+    cls._tuning_table.clear()
+    cls._untuned_choice.clear()
+    cls._compiled_configs = None
+    k = cls()
+    if entries:
+        _table_file(k, entries)
+    reg = JitWarmupRegistry()
+    with reg.activate():
+        k.register_warmup()
+    return k, reg.warmup(progress=False)
+
+
+def test_nearest_prefers_a_config_compiled_for_the_launchs_heuristic_values():
+    """At n=200 and 1000 (not multiples of 64: EVEN false) the nearest tuned key is 128, whose
+    BLOCK 128 compiled only with EVEN true; the nearest tuned key whose config compiled with EVEN
+    false is 80 (BLOCK 64). At n=256 (EVEN true) 128's BLOCK 128 compiled for it."""
+    f32 = "torch.float32"
+    k, report = _warm_even(EvenRows, [((128, f32, f32), 2, None), ((80, f32, f32), 1, None)])
+    with JitMonitor("error", report=report) as mon:
+        for n in (200, 1000, 256):
+            k(x=torch.ones(n), out=torch.empty(n), n=n)
+    assert mon.counts().runtime_compiles == 0
+    assert EvenRows._untuned_choice == {(200, f32, f32): 1, (1000, f32, f32): 1, (256, f32, f32): 2}
+    # the library's own path chooses by the same rule
+    EvenRows._untuned_choice.clear()
+    _tc.drop_autotuner_cache(EvenRows._wrapping.tuner, (300, f32, f32))
+    x, out = torch.ones(300), torch.empty(300)
+    with JitMonitor("error", report=report) as mon:
+        EvenRows.wrapped[(10,)](x, out, 300)
+    assert mon.counts().runtime_compiles == 0 and EvenRows._untuned_choice == {(300, f32, f32): 1}
+
+
+def test_first_surviving_config_is_one_compiled_for_the_launchs_heuristic_values():
+    """No tuning file; the EVEN key skips BLOCK 32 (select_configs): at n=192 (EVEN, every BLOCK
+    survives) the first surviving config compiled for EVEN is BLOCK 64, not BLOCK 32 (compiled
+    only for n=80, not EVEN)."""
+
+    class NoNarrowEven(EvenRows):
+        kernel = _even_over_tuner()
+
+        def select_configs(self, key, configs):
+            return [i for i in configs if key.n % 64 or ROW_CONFIGS[i].kwargs["BLOCK"] > 32]
+
+    k, report = _warm_even(NoNarrowEven, None)
+    with JitMonitor("error", report=report) as mon:
+        for n in (192, 100):
+            k(x=torch.ones(n), out=torch.empty(n), n=n)
+    assert mon.counts().runtime_compiles == 0
+    assert NoNarrowEven._untuned_choice == {(192, "torch.float32", "torch.float32"): 1,
+                                            (100, "torch.float32", "torch.float32"): 0}
+
+
 def test_autotuner_over_heuristics_and_config_pre_hook_as_triton():
     from zerojit import kernel as _k
 

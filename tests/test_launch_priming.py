@@ -200,9 +200,9 @@ def test_priming_runs_the_new_tuning_key_path_at_unseen_keys_and_undoes_its_reco
     calls = []
     original = TritonJitKernel._choose_untuned
 
-    def spy(self, tuning_key, survivors, record=True):
+    def spy(self, tuning_key, survivors, record=True, **rest):
         calls.append((tuning_key, record))
-        return original(self, tuning_key, survivors, record)
+        return original(self, tuning_key, survivors, record, **rest)
 
     monkeypatch.setattr(TritonJitKernel, "_choose_untuned", spy)
     kernel = _tuned("TunedNewKeyPath")

@@ -527,6 +527,12 @@ class TritonJitKernel(JitKernel[KeyT]):
     _policy_config: ClassVar[int | None] = None  # the index the tuning policy's config names
     # the configs (indices) some warmed key compiled, once a warm-up finished (None: none finished)
     _compiled_configs: ClassVar[frozenset[int] | None] = None
+    # the constexpr parameters a heuristic sets (what tells a launch's variants apart beyond its config),
+    # the heuristics layers below the autotuner (they see the config), and the (config, those values)
+    # pairs warmed keys compiled (read only while _compiled_configs is not None)
+    _variant_names: ClassVar[tuple[str, ...]] = ()
+    _heuristics_below: ClassVar[tuple[dict[str, Callable[[dict], Any]], ...]] = ()
+    _compiled_variants: ClassVar[frozenset[tuple[int, tuple]]] = frozenset()
     #: Launch warmed variants directly, skipping Triton's binder (see :meth:`select_variant`).
     #: Set it on the class (or the instance) before warm-up: warm-up launches record the variants.
     fast_path: ClassVar[bool] = False
@@ -601,8 +607,14 @@ class TritonJitKernel(JitKernel[KeyT]):
         if problems:
             raise KernelDefinitionError(f"{cls.__name__}: kernel {cls.kernel.fn.__name__}: {'; '.join(problems)}")
         cls._tuning_table, cls._untuned_choice, cls._compiled_configs = _at.TuningTable(), {}, None
+        cls._compiled_variants = frozenset()
         if not wrapping.tunes:
             return
+        constexprs = _tc.constexpr_parameters(wrapping.base)
+        kinds = [kind for kind, _ in wrapping.layers]
+        cls._heuristics_below = tuple(obj for kind, obj in wrapping.layers[kinds.index("autotune") + 1:])
+        cls._variant_names = tuple(dict.fromkeys(
+            n for kind, obj in wrapping.layers if kind == "heuristics" for n in obj if n in constexprs))
         if cls.tuning is None:  # nothing declared: the default policy
             cls.tuning = _at.TuningPolicy()
         if not isinstance(cls.tuning, _at.TuningPolicy):
@@ -633,13 +645,15 @@ class TritonJitKernel(JitKernel[KeyT]):
         named.update(given)
         return named
 
-    def _choose_config(self, tuning_key: tuple, survivors: Callable[[], list[int]] | None = None) -> int:
+    def _choose_config(self, tuning_key: tuple, survivors: Callable[[], list[int]] | None = None,
+                       named: dict[str, Any] | None = None) -> int:
         """The autotune config (index) a launch at ``tuning_key`` uses: forced inside a warm-up of
         a :class:`~zerojit.autotune.TunedKey`, else the tuning table's, else the one chosen for
         this tuning key before, else the policy's (:class:`~zerojit.autotune.TuningPolicy`;
         ``survivors()``: the configs that survive the autotuner's pruning for this launch, which
-        ``nearest`` chooses among). A policy's choice is remembered and put in the autotuner's own
-        cache too.
+        ``nearest`` chooses among; ``named``: the launch's arguments by name, from which the
+        policy learns its variant, see :meth:`_choose_untuned`). A policy's choice is remembered
+        and put in the autotuner's own cache too.
 
         Raises: zerojit.autotune.TuningError: the policy has no config for this tuning key."""
         forced = _FORCED_CONFIG.get()
@@ -651,18 +665,28 @@ class TritonJitKernel(JitKernel[KeyT]):
             found = cls._untuned_choice.get(tuning_key)
         if found is not None:
             return found
-        return self._choose_untuned(tuning_key, survivors)
+        return self._choose_untuned(tuning_key, survivors, named=named)
 
     def _choose_untuned(self, tuning_key: tuple, survivors: Callable[[], list[int]] | None,
-                        record: bool = True) -> int:
+                        record: bool = True, named: dict[str, Any] | None = None) -> int:
         """The policy's choice at a tuning key the table lacks (once per tuning key): an index
         lookup and, where the autotuner prunes, one evaluation of its pruning. ``record=False``
-        (the warm-up's priming, :mod:`zerojit.launch_priming`): the choice is made, not kept."""
+        (the warm-up's priming, :mod:`zerojit.launch_priming`): the choice is made, not kept.
+
+        The launch's *variant*: the values the kernel's heuristics set for its constexpr
+        parameters under each config (:meth:`_variant`, from ``named``: the launch's arguments by
+        name). When warm-up compiled some surviving config for this variant, ``nearest`` and the
+        first surviving config choose among those only (a config compiled only under other
+        heuristic values, e.g. ``EVEN`` true, would compile at run time for this launch); when
+        it compiled none, or without heuristics on constexprs, among all the survivors. Cost:
+        the heuristics once more and, with heuristics below the autotuner, once per survivor."""
         cls = type(self)
         policy = cls.tuning
         table = cls._tuning_table
         wrapping = cls._wrapping
         alive: list[int] | None = None
+        mine: list[int] | None = None
+        variants = named is not None and cls._variant_names and cls._compiled_configs is not None
 
         def surviving() -> list[int]:  # the pruning evaluated once, whoever asks first
             nonlocal alive
@@ -670,15 +694,24 @@ class TritonJitKernel(JitKernel[KeyT]):
                 alive = survivors() if survivors is not None and wrapping.prunes else list(range(len(wrapping.configs)))
             return alive
 
+        def candidates() -> list[int]:  # the survivors compiled for this launch's variant, else every survivor
+            nonlocal mine
+            if mine is None:
+                mine = surviving()
+                if variants:
+                    call, compiled = wrapping.tuning_key(named)[1], cls._compiled_variants
+                    mine = [i for i in mine if (i, self._variant(call, i)) in compiled] or mine
+            return mine
+
         found = None
         if policy.untuned == "nearest" and table:
-            near = table.nearest(tuning_key, surviving if wrapping.prunes else None)
+            near = table.nearest(tuning_key, candidates if wrapping.prunes or variants else None)
             if near is not None:
                 found = table[near]
         if found is None and policy.untuned != "error":
             found = cls._policy_config
         if found is None and policy.untuned == "nearest":
-            found = self._first_surviving(surviving())
+            found = self._first_surviving(candidates())
         if found is None:
             why = ("the autotuner's pruning keeps no config for this launch" if policy.untuned == "nearest"
                    else f"the policy ({policy}) names no config")
@@ -701,12 +734,33 @@ class TritonJitKernel(JitKernel[KeyT]):
         ordered = sorted(alive)
         return next((i for i in ordered if compiled is None or i in compiled), ordered[0] if ordered else None)
 
+    def _variant(self, call: dict[str, Any], config: int) -> tuple:
+        """The values the heuristics set for the kernel's constexpr parameters in a launch of
+        ``call`` (the arguments the autotuner sees: the heuristics above it applied) under
+        ``config``: the heuristics below the autotuner applied to ``call`` with the config's
+        arguments, as :meth:`zerojit.autotune.Wrapping.resolve` applies them."""
+        if self._heuristics_below:
+            call = {**call, **_tc.config_arguments(self._wrapping.configs[config])}
+            for values in self._heuristics_below:
+                for name, fn in values.items():  # each sees the values set before it (Triton's Heuristics.run)
+                    call[name] = fn(dict(call))
+        values = tuple(call.get(n) for n in self._variant_names)
+        try:
+            hash(values)
+        except TypeError:  # a constexpr value Python cannot hash: compared by its repr
+            values = tuple(map(repr, values))
+        return values
+
     def _wrapped_spec(self, spec: LaunchSpec, inputs: tuple, hooks: bool = True) -> LaunchSpec:
         """``spec`` with the wrapping applied: heuristics, the chosen config's ``all_kwargs`` (its
         ``pre_hook`` called when ``hooks``, except in a warm-up launch), the grid resolved if it
         is a callable."""
         named = self._named_args(spec, inputs)
-        call, config, hook_args = self._wrapping.resolve(named, self._choose_config, spec.grid)
+        choose = self._choose_config
+        if self._variant_names:  # a new tuning key's choice reads the launch's variant
+            def choose(key: tuple, alive: Callable[[], list[int]]) -> int:
+                return self._choose_config(key, alive, named)
+        call, config, hook_args = self._wrapping.resolve(named, choose, spec.grid)
         kwargs = dict(spec.kwargs)
         for k, v in call.items():
             if k not in named:
@@ -825,9 +879,13 @@ class TritonJitKernel(JitKernel[KeyT]):
         # each tuning key of a warmed compile key (from its warm-up inputs) -> the configs compiled for every
         # compile key of that tuning key (a launch of any of them takes the one choice made for the tuning key)
         by_tuning_key: dict[tuple, set[int]] = {}
+        variants = set(cls._compiled_variants)  # earlier warm-ups' stay loaded
         for base, configs in per_key.items():
-            tk = wrapping.tuning_key(self._warmup_named(self.warmup_inputs(base))[0])[0]
+            tk, call = wrapping.tuning_key(self._warmup_named(self.warmup_inputs(base))[0])
             by_tuning_key[tk] = by_tuning_key[tk] & configs if tk in by_tuning_key else set(configs)
+            if cls._variant_names:
+                variants.update((i, self._variant(call, i)) for i in configs)
+        cls._compiled_variants = frozenset(variants)
         header = self.tuning_header()
         path = self.tuning_file()
         timings: dict[tuple, float | None] = {}
@@ -1090,7 +1148,7 @@ def _library_run(kernel: TritonJitKernel, wrapping: _at.Wrapping, tuner: Any,
                 key = triton_key(nargs, kwargs)
                 if not _tc.autotuner_cached(tuner, key):
                     i = kernel._choose_config(wrapping.canonical_key(nargs, kwargs),
-                                              lambda: wrapping.survivors(nargs, kwargs))
+                                              lambda: wrapping.survivors(nargs, kwargs), {**nargs, **kwargs})
                     _tc.fill_autotuner_cache(tuner, key, configs[i])
             if observe:
                 check_hook_pins()  # the monitor still in Triton's slots before a launch that may compile
