@@ -133,5 +133,5 @@ def test_a_heuristic_that_reads_tensor_data_is_named_with_the_meta_tensor_rule(c
                                 "(WarmupTensor), which hold none; derive it from shape, dtype or strides)"), f.error
     x = torch.ones(4)  # at run time the exception is Triton's own (same type and message), the name attached
     with pytest.raises(Exception) as e:
-        cls()._wrapping.resolve(dict(x_ptr=torch.empty(4, device="meta"), out_ptr=x, n=4), lambda k, s: 0)
+        cls()._wrapping.resolve(dict(x_ptr=torch.empty(4, device="meta"), out_ptr=x, n=4), lambda k, s, named: 0)
     assert getattr(e.value, "zerojit_heuristic") == "EVEN"

@@ -145,7 +145,8 @@ def test_policies_side_by_side_default_named_and_error():
         i for i, c in enumerate(CONFIGS) if c.kwargs["BLOCK"] == 256 and c.num_warps == 4)
     Strict = type("Strict", (TunedScale,), {"kernel": tuned_scale_kernel, "tuning": TuningPolicy("error")})
     with pytest.raises(TuningError, match=r"tuned_scale: tuning key \(5, 'torch.float32', 'torch.float32'\) was "
-                                          r"never tuned and the policy .* names no config"):
+                                          r"never tuned and the policy is 'error' \(TuningPolicy\('error'\): every "
+                                          r"tuning key must be tuned\): tune it at warm-up"):
         Strict()(x=torch.ones(5), out=torch.empty(5), scale=2.0)  # raised before anything compiles
     # a config that failed to compile at warm-up (e.g. out of resources) is skipped
     Plain._compiled_configs = frozenset({1, 2, 3})

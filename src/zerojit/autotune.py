@@ -117,7 +117,9 @@ class TuningPolicy:
             autotuner's order, that survives pruning for this launch and compiled at warm-up (a
             config whose compile failed, e.g. out of resources, is skipped; before any warm-up,
             or when no surviving config compiled, the first surviving one, which then compiles at
-            run time and the monitor reports it). ``"default"``: ``config`` (warm-up compiles it
+            run time and the monitor reports it). Where heuristics set constexprs (``EVEN``),
+            both look first among the configs warm-up compiled for the launch's heuristic
+            values (:meth:`zerojit.kernel.TritonJitKernel._choose_untuned`). ``"default"``: ``config`` (warm-up compiles it
             for every key, even where pruning drops it). ``"error"``: raise :class:`TuningError`
             at the launch. The choice is made once per tuning key (as Triton's autotuner makes
             it) and remembered.
@@ -406,13 +408,15 @@ class Wrapping:
             return list(range(len(self.configs)))
         return self.survivors(*self.autotuner_call(self.tuning_key(named)[1], grid))
 
-    def resolve(self, named: dict[str, Any], choose: Callable[[tuple, Callable[[], list[int]]], int],
+    def resolve(self, named: dict[str, Any], choose: Callable[[tuple, Callable[[], list[int]], dict], int],
                 grid: Any = None) -> tuple[dict, Any, dict | None]:
         """Apply the layers to a launch's arguments (every argument by name, parameter order).
 
-        ``choose(tuning_key, survivors)`` returns the autotune config's index; ``survivors()``
-        evaluates the autotuner's pruning for this launch (``grid``: the launch's grid, which
-        Triton hands the prune functions too) when the choice needs it. Returns the arguments
+        ``choose(tuning_key, survivors, named)`` returns the autotune config's index;
+        ``survivors()`` evaluates the autotuner's pruning for this launch (``grid``: the launch's
+        grid, which Triton hands the prune functions too) when the choice needs it; ``named`` is
+        this launch's arguments (a new tuning key's choice reads its heuristics' values from
+        them), passed as they are: no function is made per launch. Returns the arguments
         with the heuristics' values and the config's ``all_kwargs`` added, the config (or None),
         and the arguments the autotuner launches with (what Triton's ``Autotuner.run`` hands the
         config's ``pre_hook``: the heuristics below it not yet applied; None without a config or
@@ -426,7 +430,7 @@ class Wrapping:
                 _apply_heuristics(obj, call)
             elif self.configs:
                 if self.tunes:  # survivors() runs inside choose(), before call takes the config's values
-                    i = choose(self._key(call, {}), lambda: self.survivors(*self.autotuner_call(call, grid)))
+                    i = choose(self._key(call, {}), lambda: self.survivors(*self.autotuner_call(call, grid)), named)
                 else:
                     i = 0
                 config = self.configs[i]

@@ -714,7 +714,7 @@ class TritonJitKernel(JitKernel[KeyT]):
             found = self._first_surviving(candidates())
         if found is None:
             why = ("the autotuner's pruning keeps no config for this launch" if policy.untuned == "nearest"
-                   else f"the policy ({policy}) names no config")
+                   else "the policy is 'error' (TuningPolicy('error'): every tuning key must be tuned)")
             raise _at.TuningError(
                 f"{self.name}: tuning key {tuning_key} was never tuned and {why}: "
                 f"tune it at warm-up (tuning_inputs) or put it in the tuning file ({len(table)} tuned)")
@@ -756,11 +756,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         ``pre_hook`` called when ``hooks``, except in a warm-up launch), the grid resolved if it
         is a callable."""
         named = self._named_args(spec, inputs)
-        choose = self._choose_config
-        if self._variant_names:  # a new tuning key's choice reads the launch's variant
-            def choose(key: tuple, alive: Callable[[], list[int]]) -> int:
-                return self._choose_config(key, alive, named)
-        call, config, hook_args = self._wrapping.resolve(named, choose, spec.grid)
+        call, config, hook_args = self._wrapping.resolve(named, self._choose_config, spec.grid)
         kwargs = dict(spec.kwargs)
         for k, v in call.items():
             if k not in named:

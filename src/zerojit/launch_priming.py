@@ -186,7 +186,8 @@ def _prime_untuned_choice(kernel: Any, spec: Any, values: tuple) -> None:
     try:
         for fake in fakes:
             try:
-                wrapping.resolve(named, lambda _key, survivors: kernel._choose_config(fake, survivors), spec.grid)
+                wrapping.resolve(named, lambda _key, survivors, args: kernel._choose_config(fake, survivors, args),
+                                 spec.grid)
             finally:
                 choices.pop(fake, None)
                 _tc.drop_autotuner_cache(wrapping.tuner, fake)
