@@ -412,11 +412,11 @@ class Wrapping:
                 grid: Any = None) -> tuple[dict, Any, dict | None]:
         """Apply the layers to a launch's arguments (every argument by name, parameter order).
 
-        ``choose(tuning_key, survivors, named)`` returns the autotune config's index;
+        ``choose(tuning_key, survivors, call)`` returns the autotune config's index;
         ``survivors()`` evaluates the autotuner's pruning for this launch (``grid``: the launch's
-        grid, which Triton hands the prune functions too) when the choice needs it; ``named`` is
-        this launch's arguments (a new tuning key's choice reads its heuristics' values from
-        them), passed as they are: no function is made per launch. Returns the arguments
+        grid, which Triton hands the prune functions too) when the choice needs it; ``call`` is
+        what the autotuner sees (the arguments, the heuristics above it applied: a new tuning
+        key's choice reads their values), passed as it is: no function is made per launch. Returns the arguments
         with the heuristics' values and the config's ``all_kwargs`` added, the config (or None),
         and the arguments the autotuner launches with (what Triton's ``Autotuner.run`` hands the
         config's ``pre_hook``: the heuristics below it not yet applied; None without a config or
@@ -430,7 +430,7 @@ class Wrapping:
                 _apply_heuristics(obj, call)
             elif self.configs:
                 if self.tunes:  # survivors() runs inside choose(), before call takes the config's values
-                    i = choose(self._key(call, {}), lambda: self.survivors(*self.autotuner_call(call, grid)), named)
+                    i = choose(self._key(call, {}), lambda: self.survivors(*self.autotuner_call(call, grid)), call)
                 else:
                     i = 0
                 config = self.configs[i]

@@ -533,6 +533,8 @@ class TritonJitKernel(JitKernel[KeyT]):
     _variant_names: ClassVar[tuple[str, ...]] = ()
     _heuristics_below: ClassVar[tuple[dict[str, Callable[[dict], Any]], ...]] = ()
     _compiled_variants: ClassVar[frozenset[tuple[int, tuple]]] = frozenset()
+    # the configs compiled for every variant warm-up saw: a new tuning key that chooses one needs no variant check
+    _universal_configs: ClassVar[frozenset[int]] = frozenset()
     #: Launch warmed variants directly, skipping Triton's binder (see :meth:`select_variant`).
     #: Set it on the class (or the instance) before warm-up: warm-up launches record the variants.
     fast_path: ClassVar[bool] = False
@@ -607,7 +609,7 @@ class TritonJitKernel(JitKernel[KeyT]):
         if problems:
             raise KernelDefinitionError(f"{cls.__name__}: kernel {cls.kernel.fn.__name__}: {'; '.join(problems)}")
         cls._tuning_table, cls._untuned_choice, cls._compiled_configs = _at.TuningTable(), {}, None
-        cls._compiled_variants = frozenset()
+        cls._compiled_variants = cls._universal_configs = frozenset()
         if not wrapping.tunes:
             return
         constexprs = _tc.constexpr_parameters(wrapping.base)
@@ -646,13 +648,13 @@ class TritonJitKernel(JitKernel[KeyT]):
         return named
 
     def _choose_config(self, tuning_key: tuple, survivors: Callable[[], list[int]] | None = None,
-                       named: dict[str, Any] | None = None) -> int:
+                       call: dict[str, Any] | None = None) -> int:
         """The autotune config (index) a launch at ``tuning_key`` uses: forced inside a warm-up of
         a :class:`~zerojit.autotune.TunedKey`, else the tuning table's, else the one chosen for
         this tuning key before, else the policy's (:class:`~zerojit.autotune.TuningPolicy`;
         ``survivors()``: the configs that survive the autotuner's pruning for this launch, which
-        ``nearest`` chooses among; ``named``: the launch's arguments by name, from which the
-        policy learns its variant, see :meth:`_choose_untuned`). A policy's choice is remembered
+        ``nearest`` chooses among; ``call``: the arguments the autotuner sees, the heuristics above
+        it applied, from which the policy learns the launch's variant, see :meth:`_choose_untuned`). A policy's choice is remembered
         and put in the autotuner's own cache too.
 
         Raises: zerojit.autotune.TuningError: the policy has no config for this tuning key."""
@@ -665,28 +667,29 @@ class TritonJitKernel(JitKernel[KeyT]):
             found = cls._untuned_choice.get(tuning_key)
         if found is not None:
             return found
-        return self._choose_untuned(tuning_key, survivors, named=named)
+        return self._choose_untuned(tuning_key, survivors, call=call)
 
     def _choose_untuned(self, tuning_key: tuple, survivors: Callable[[], list[int]] | None,
-                        record: bool = True, named: dict[str, Any] | None = None) -> int:
+                        record: bool = True, call: dict[str, Any] | None = None) -> int:
         """The policy's choice at a tuning key the table lacks (once per tuning key): an index
         lookup and, where the autotuner prunes, one evaluation of its pruning. ``record=False``
         (the warm-up's priming, :mod:`zerojit.launch_priming`): the choice is made, not kept.
 
         The launch's *variant*: the values the kernel's heuristics set for its constexpr
-        parameters under each config (:meth:`_variant`, from ``named``: the launch's arguments by
-        name). When warm-up compiled some surviving config for this variant, ``nearest`` and the
+        parameters under each config (:meth:`_variant`, from ``call``: the arguments the
+        autotuner sees, the heuristics above it applied). When warm-up compiled some surviving config for this variant, ``nearest`` and the
         first surviving config choose among those only (a config compiled only under other
         heuristic values, e.g. ``EVEN`` true, would compile at run time for this launch); when
-        it compiled none, or without heuristics on constexprs, among all the survivors. Cost:
-        the heuristics once more and, with heuristics below the autotuner, once per survivor."""
+        it compiled none, or without heuristics on constexprs, among all the survivors. Cost: a
+        tuple and a set lookup per survivor, and with heuristics below the autotuner, those
+        heuristics once per survivor (about 1 us a new tuning key for ``tuned_scale``)."""
         cls = type(self)
         policy = cls.tuning
         table = cls._tuning_table
         wrapping = cls._wrapping
         alive: list[int] | None = None
         mine: list[int] | None = None
-        variants = named is not None and cls._variant_names and cls._compiled_configs is not None
+        variants = call is not None and cls._variant_names and cls._compiled_configs is not None
 
         def surviving() -> list[int]:  # the pruning evaluated once, whoever asks first
             nonlocal alive
@@ -699,13 +702,21 @@ class TritonJitKernel(JitKernel[KeyT]):
             if mine is None:
                 mine = surviving()
                 if variants:
-                    call, compiled = wrapping.tuning_key(named)[1], cls._compiled_variants
-                    mine = [i for i in mine if (i, self._variant(call, i)) in compiled] or mine
+                    compiled = cls._compiled_variants
+                    if cls._heuristics_below:  # their values may follow the config
+                        mine = [i for i in mine if (i, self._variant(call, i)) in compiled] or mine
+                    else:  # one variant for every config
+                        variant = self._variant(call)
+                        mine = [i for i in mine if (i, variant) in compiled] or mine
             return mine
 
         found = None
         if policy.untuned == "nearest" and table:
-            near = table.nearest(tuning_key, candidates if wrapping.prunes or variants else None)
+            near = table.nearest(tuning_key, surviving if wrapping.prunes else None)
+            # (a config compiled for every variant warm-up saw needs no check: the common case, no cost)
+            if near is not None and variants and table[near] not in cls._universal_configs \
+                    and table[near] not in candidates():
+                near = table.nearest(tuning_key, candidates)  # its config compiled only for other heuristic values
             if near is not None:
                 found = table[near]
         if found is None and policy.untuned != "error":
@@ -734,17 +745,18 @@ class TritonJitKernel(JitKernel[KeyT]):
         ordered = sorted(alive)
         return next((i for i in ordered if compiled is None or i in compiled), ordered[0] if ordered else None)
 
-    def _variant(self, call: dict[str, Any], config: int) -> tuple:
+    def _variant(self, call: dict[str, Any], config: int | None = None) -> tuple:
         """The values the heuristics set for the kernel's constexpr parameters in a launch of
         ``call`` (the arguments the autotuner sees: the heuristics above it applied) under
         ``config``: the heuristics below the autotuner applied to ``call`` with the config's
-        arguments, as :meth:`zerojit.autotune.Wrapping.resolve` applies them."""
-        if self._heuristics_below:
+        arguments, as :meth:`zerojit.autotune.Wrapping.resolve` applies them (``config`` None:
+        there are none below, the values are the same under every config)."""
+        if self._heuristics_below and config is not None:
             call = {**call, **_tc.config_arguments(self._wrapping.configs[config])}
             for values in self._heuristics_below:
                 for name, fn in values.items():  # each sees the values set before it (Triton's Heuristics.run)
                     call[name] = fn(dict(call))
-        values = tuple(call.get(n) for n in self._variant_names)
+        values = tuple(map(call.get, self._variant_names))
         try:
             hash(values)
         except TypeError:  # a constexpr value Python cannot hash: compared by its repr
@@ -882,6 +894,8 @@ class TritonJitKernel(JitKernel[KeyT]):
             if cls._variant_names:
                 variants.update((i, self._variant(call, i)) for i in configs)
         cls._compiled_variants = frozenset(variants)
+        seen = {v for _, v in variants}
+        cls._universal_configs = frozenset(i for i in {i for i, _ in variants} if all((i, v) in variants for v in seen))
         header = self.tuning_header()
         path = self.tuning_file()
         timings: dict[tuple, float | None] = {}
