@@ -114,3 +114,63 @@ def test_tuning_at_warmup_is_triton_autotuners_benchmark(tmp_path, monkeypatch):
     k.finish_warmup(keys)
     assert ours_log == [4, 8, 16] and cls._tuning_table == {ref_key: 1}
     assert not [p for p in os.listdir(os.path.dirname(k.tuning_file())) if p.endswith(".tmp")]
+
+
+@triton.jit
+def _flagged_kernel(x_ptr, out_ptr, n, flag: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + flag, mask=mask)
+
+
+def test_tuning_chooses_a_config_compiled_for_every_compile_key_of_its_tuning_key(tmp_path, monkeypatch):
+    """Keys (40, flag 0) and (40, flag 1) share a tuning key; select_configs leaves BLOCK 8 (the
+    fastest) out for flag 1. The benchmark chooses among the configs both compiled, so a flag-1
+    launch compiles nothing at run time and the next warm-up accepts the file this one wrote."""
+    from triton import knobs
+
+    monkeypatch.setattr(knobs.cache, "dir", str(tmp_path))
+    log: list = []
+    at = triton.autotune(CONFIGS, key=["n"], do_bench=_bench_recorder(log))(_flagged_kernel)
+    original = type(at)._bench
+
+    def bench(self, *args, config, **meta):
+        self._do_bench.last_config = config
+        return original(self, *args, config=config, **meta)
+
+    monkeypatch.setattr(type(at), "_bench", bench)
+
+    class Flagged(TritonJitKernel["Flagged.CompileKey"]):
+        kernel = at
+
+        @dataclass(frozen=True)
+        class CompileKey:
+            n: int
+            flag: int
+
+        def dispatch(self, *, n, flag):
+            return self.CompileKey(n, flag)
+
+        def get_warmup_keys(self):
+            return [self.CompileKey(40, 0), self.CompileKey(40, 1)]
+
+        def select_configs(self, key, configs):
+            return [i for i in configs if not (key.flag and CONFIGS[i].kwargs["BLOCK"] == 8)]
+
+        def warmup_inputs(self, key):
+            return dict(x=torch.ones(key.n), out=torch.zeros(key.n), n=key.n, flag=key.flag)
+
+        def tuning_inputs(self, key):
+            return [self.warmup_inputs(key)]
+
+        @kernel_launcher
+        def __call__(self, *, x, out, n, flag) -> LaunchSpec:
+            return LaunchSpec(lambda meta: (triton.cdiv(n, meta["BLOCK"]),), {}, out)
+
+    k = Flagged()
+    keys = k.get_warmup_keys()
+    k.finish_warmup(keys)
+    assert Flagged._tuning_table == {(40, "torch.float32", "torch.float32"): 2}  # BLOCK 16: BLOCK 8 is flag 0's only
+    Flagged._tuning_table.clear()
+    k.finish_warmup(keys)  # the file it wrote is accepted
+    assert Flagged._tuning_table == {(40, "torch.float32", "torch.float32"): 2}

@@ -29,8 +29,8 @@ def _copy_jit(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
 
 
-def _kernel_class(*, key=("n",), even=lambda a: a["n"] % 64 == 0, name="copy_tuned"):
-    wrapped = triton.heuristics({"EVEN": even})(triton.autotune(CONFIGS, key=list(key))(_copy_jit))
+def _kernel_class(*, key=("n",), even=lambda a: a["n"] % 64 == 0, name="copy_tuned", prune=None):
+    wrapped = triton.heuristics({"EVEN": even})(triton.autotune(CONFIGS, key=list(key), prune_configs_by=prune)(_copy_jit))
 
     class Copy(TritonJitKernel["Copy.CompileKey"]):
         kernel = wrapped
@@ -135,3 +135,18 @@ def test_a_heuristic_that_reads_tensor_data_is_named_with_the_meta_tensor_rule(c
     with pytest.raises(Exception) as e:
         cls()._wrapping.resolve(dict(x_ptr=torch.empty(4, device="meta"), out_ptr=x, n=4), lambda k, s, named: 0)
     assert getattr(e.value, "zerojit_heuristic") == "EVEN"
+
+
+def test_a_heuristic_over_a_pruning_autotuner_that_reads_tensor_data_is_named_when_listing_keys(compile_only_target):
+    """Over a pruning autotuner the heuristics above it run while the keys are listed (the prune
+    functions see their values): that failure names the heuristic and the rule too."""
+    cls = _kernel_class(even=lambda a: bool((a["x_ptr"] > 0).all()), name="copy_reads_data_pruned",
+                        prune={"early_config_prune": lambda configs, nargs, **kwargs: configs})
+    registry = JitWarmupRegistry()
+    with registry.activate():
+        cls().register_warmup()
+    report = registry.warmup(progress=False, workers=1, raise_on_failure=False)
+    [failure] = report.failures
+    assert failure.key is None and failure.error.endswith(
+        "(heuristic 'EVEN' read tensor data: a warm-up launches with meta tensors (WarmupTensor), which hold none; "
+        "derive it from shape, dtype or strides)"), failure.error

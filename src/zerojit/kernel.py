@@ -928,7 +928,11 @@ class TritonJitKernel(JitKernel[KeyT]):
                         tuning_key, call = wrapping.tuning_key(named)
                         if tuning_key in cls._tuning_table:
                             continue
-                        candidates = [i for i in wrapping.surviving(named, grid) if i in configs] or configs
+                        # one choice serves every compile key of this tuning key: only a config compiled for
+                        # all of them (else the next warm-up refuses the file this one writes)
+                        shared = by_tuning_key.get(tuning_key)
+                        allowed = [i for i in configs if shared is None or i in shared] or configs
+                        candidates = [i for i in wrapping.surviving(named, grid) if i in allowed] or allowed
                         ms = {i: _tc.bench_config(wrapping.tuner, call, wrapping.configs[i], grid) for i in candidates}
                         best = min(ms, key=ms.get)
                         cls._tuning_table[tuning_key] = best

@@ -413,7 +413,7 @@ class JitWarmupRegistry:
                 try:
                     found = kernel.get_warmup_keys(config=config, **request) if takes_config else kernel.get_warmup_keys(**request)
                 except Exception as e:
-                    failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}"))
+                    failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}{_inputs_hint(e)}"))
                     continue
                 for key in found:
                     keys.setdefault(key, None)
@@ -730,7 +730,8 @@ class JitWarmupRegistry:
             try:
                 tuning[kernel] = kernel.finish_warmup([k for k, _, _ in done])
             except Exception as e:
-                failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}", stage="finish"))
+                failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}{_inputs_hint(e)}",
+                                              stage="finish"))
         kernels = tuple(
             KernelWarmup(
                 kernel=kernel.name,
