@@ -853,7 +853,8 @@ class TritonJitKernel(JitKernel[KeyT]):
         Reads the tuning file (:func:`zerojit.autotune.load_tuning_file`); where kernels run (a
         GPU, or the interpreter under ``TRITON_INTERPRET=1``) benchmarks
         each tuning key :meth:`tuning_inputs` declares that the table lacks, over the configs warmed
-        for its key that survive pruning on those inputs (all warmed ones if none does; a config
+        for its key (and for every other warmed compile key of that tuning key: one choice serves
+        them all) that survive pruning on those inputs (all warmed ones if none does; a config
         never warmed is never chosen, so another process with the file compiles nothing more),
         with the autotuner's own benchmark, and saves the file (atomically); then builds the
         table's nearest-key index (:class:`~zerojit.autotune.TuningTable`), puts the table in the
