@@ -366,7 +366,8 @@ def test_an_in_process_wait_for_a_lock_held_forever_fails_its_key_naming_the_loc
     [(kernel, key, error)] = result["failures"]
     assert (kernel, key) == ("store_n", "SingleKey.CompileKey()")
     m = re.fullmatch(rf"CompileHung: kernel 'store_n' key SingleKey\.CompileKey\(\): another process held the lock on "
-                     rf"its cache entry {entry} for (\d+\.\d) s, the wall-time limit of its compile \(3 s\); lock file "
+                     rf"its cache entry {entry} for (\d+\.\d) s, the wall-time limit of its compile \(3 s: "
+                     r"ZEROJIT_COMPILE_WALL_S, or 10x its last compile\); lock file "
                      rf"{re.escape(path)}; not compiled: .*resume or end that process \(`fuser {re.escape(path)}` "
                      r"names it\), then warm up again", error)
     assert m, error
@@ -399,7 +400,8 @@ def test_a_bundle_import_gives_up_on_a_lock_held_forever_exit_1(tmp_path):
     assert lines[0] == (f"zerojit: bundle import: waiting for another process's lock on cache entry {entry} ({path}); "
                         "the import gives up after 3 s"), err
     m = re.fullmatch(rf"zerojit bundle import: another process held the lock on cache entry {entry} for (\d+\.\d) s, "
-                     rf"the wall-time limit of a compile; lock file {re.escape(path)}; .*\(`fuser {re.escape(path)}` "
+                     rf"the wall-time limit of a compile \(ZEROJIT_COMPILE_WALL_S, or 10x its last compile\); lock file "
+                     rf"{re.escape(path)}; .*\(`fuser {re.escape(path)}` "
                      r"names it\), then import again; (nothing was installed|1 whole entry installed before it, the "
                      r"rest not)", lines[1])
     assert m and len(lines) == 2, err

@@ -702,7 +702,7 @@ def test_warmup_and_exec_warm_learned_keys_unless_no_learned(tmp_path):
     shown = zerojit("learned", "show", "--cache-dir", str(cache), "--target", "cuda:90")
     assert shown.returncode == 0, shown.stderr
     [row] = [line for line in shown.stdout.splitlines() if "RecordedKey" in line]
-    assert row == "  _kernels.ramp_kernel  RecordedKey(*fp32:D, fp32, =64)"  # (its name once, not kernel and function)
+    assert row.split() == ["_kernels.ramp_kernel", "RecordedKey(*fp32:D,", "fp32,", "=64)"]  # (its name once)
     warmed = zerojit("warmup", "--manifest", str(manifest), "--no-progress", "--json", str(tmp_path / "w.json"))
     assert warmed.returncode == 0, warmed.stderr
     assert "2 keys + 2 generic variants over 1 kernel " in warmed.stdout  # (the learned row is its kernel's) and "learned keys: 1 warmed" in warmed.stdout
@@ -747,10 +747,6 @@ def test_a_learned_key_that_cannot_compile_never_stops_exec_or_warmup(tmp_path):
     assert again.returncode == 0 and "ran" in again.stdout, again.stderr
     assert "warm-up failed" not in again.stderr and skip in again.stderr and drop in again.stderr, again.stderr
     assert "learned keys: 0 warmed, 1 skipped" in again.stderr, again.stderr
-    shown = zerojit("learned", "show", "--cache-dir", str(cache), "--target", "cuda:90")
-    assert shown.returncode == 0, shown.stderr
-    [row] = [line for line in shown.stdout.splitlines() if "RecordedKey" in line]
-    assert row == "  _kernels.ramp_kernel  RecordedKey(*fp32:D, fp32, =64)"  # (its name once, not kernel and function)
     warmed = zerojit("warmup", "--manifest", str(manifest), "--no-progress", "--json", str(tmp_path / "w.json"))
     assert warmed.returncode == 0 and skip in warmed.stdout and drop in warmed.stdout, (warmed.stdout, warmed.stderr)
     report = json.loads((tmp_path / "w.json").read_text())

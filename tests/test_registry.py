@@ -606,7 +606,6 @@ def test_the_json_report_labels_phases_stages_and_timeline_spans():
     assert json.loads(json.dumps(data)) == data
 
 
-
 def test_a_long_kernel_name_keeps_the_summarys_columns_aligned():
     """A kernel named by its module path (a recorded kernel's, often past 40 characters) widens
     the name column for every row, so each row's key count starts at the same column."""

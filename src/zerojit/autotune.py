@@ -325,6 +325,9 @@ class Wrapping:
             above.append(o)
         self._above: tuple[dict[str, Callable[[dict], Any]], ...] = tuple(above)
         self._set_above = tuple(dict.fromkeys(n for values in above for n in values))
+        #: the heuristics layers below the autotuner, outermost first (they see the config's values)
+        self.below: tuple[dict[str, Callable[[dict], Any]], ...] = tuple(
+            o for kind, o in layers[len(above) + 1:] if kind == "heuristics") if self.tuner is not None else ()
         self._key = _tc.tuning_key_function(self.tuner) if self.tuner is not None else None
         self.prunes = self.tunes and _tc.prunes_configs(self.tuner)
         self._index = {id(c): i for i, c in enumerate(self.configs)}
@@ -349,7 +352,7 @@ class Wrapping:
         for i, c in enumerate(self.configs):
             out += [f"autotune config {i} ({c}) sets {n!r}, which names no kernel parameter"
                     for n in c.kwargs if n not in params]
-        if self.tuner is not None:  # Triton drops such a name from the tuning key without a word: a typo
+        if self.tunes:  # Triton drops such a name from the tuning key without a word: a typo (one config: no key)
             out += [f"autotune key {n!r} names no kernel parameter (Triton would leave it out of the tuning key)"
                     for n in _tc.autotuner_key_names(self.tuner) if n not in params]
         return out
@@ -408,6 +411,15 @@ class Wrapping:
             return list(range(len(self.configs)))
         return self.survivors(*self.autotuner_call(self.tuning_key(named)[1], grid))
 
+    def apply_below(self, call: dict[str, Any], config: int) -> dict[str, Any]:
+        """``call`` (the arguments the autotuner sees) with autotune config ``config``'s arguments
+        and the heuristics below the autotuner applied, as :meth:`resolve` applies them (a new
+        dict). Raises what a heuristic raises, named as :func:`_apply_heuristics` names it."""
+        call = {**call, **self._arguments[config]}
+        for values in self.below:
+            _apply_heuristics(values, call)
+        return call
+
     def resolve(self, named: dict[str, Any], choose: Callable[[tuple, Callable[[], list[int]], dict], int],
                 grid: Any = None) -> tuple[dict, Any, dict | None]:
         """Apply the layers to a launch's arguments (every argument by name, parameter order).
@@ -416,7 +428,7 @@ class Wrapping:
         ``survivors()`` evaluates the autotuner's pruning for this launch (``grid``: the launch's
         grid, which Triton hands the prune functions too) when the choice needs it; ``call`` is
         what the autotuner sees (the arguments, the heuristics above it applied: a new tuning
-        key's choice reads their values), passed as it is: no function is made per launch. Returns the arguments
+        key's choice reads their values), passed as it is. Returns the arguments
         with the heuristics' values and the config's ``all_kwargs`` added, the config (or None),
         and the arguments the autotuner launches with (what Triton's ``Autotuner.run`` hands the
         config's ``pre_hook``: the heuristics below it not yet applied; None without a config or

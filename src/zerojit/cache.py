@@ -782,7 +782,8 @@ class BundleLockError(BundleError):
         done = (f"{count(installed, 'whole entry', 'whole entries')} installed before it, the rest not"
                 if installed else "nothing was installed")
         super().__init__(f"another process held the lock on cache entry {entry} for {seconds:.1f} s, the wall-time "
-                         f"limit of a compile; lock file {lock_file}; {lock_holder_hint(lock_file)}, then import again; {done}")
+                         f"limit of a compile ({_watchdog.WALL_ENV}, or 10x its last compile); lock file {lock_file}; "
+                         f"{lock_holder_hint(lock_file)}, then import again; {done}")
         self.entry, self.lock_file, self.seconds = entry, lock_file, seconds
 
 

@@ -1767,8 +1767,8 @@ def learned_show(
     for r in records:
         key = "" if r.compile_key is None else "  CompileKey(" + ", ".join(
             f"{n}={v!r}" for n, v in r.compile_key.items()) + ")"
-        # a kernel recorded raw is named after its function ("mod.fn" for "mod:fn"): said once
-        name = r.function if r.kernel == r.function.replace(":", ".", 1) else f"{r.kernel:<30} {r.function}"
+        # a kernel recorded raw is named after its function ("mod.fn"): said once, in the same columns
+        name = f"{r.function:<61}" if r.kernel == r.function else f"{r.kernel:<30} {r.function:<30}"
         typer.echo(f"  {name}  {r.key!r}{key}")
     for s in skipped:
         typer.echo(f"  SKIPPED {s}")

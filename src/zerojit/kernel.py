@@ -527,11 +527,9 @@ class TritonJitKernel(JitKernel[KeyT]):
     _policy_config: ClassVar[int | None] = None  # the index the tuning policy's config names
     # the configs (indices) some warmed key compiled, once a warm-up finished (None: none finished)
     _compiled_configs: ClassVar[frozenset[int] | None] = None
-    # the constexpr parameters a heuristic sets (what tells a launch's variants apart beyond its config),
-    # the heuristics layers below the autotuner (they see the config), and the (config, those values)
-    # pairs warmed keys compiled (read only while _compiled_configs is not None)
+    # the constexpr parameters a heuristic sets (what tells a launch's variants apart beyond its config)
+    # and the (config, those values) pairs warmed keys compiled (read only while _compiled_configs is not None)
     _variant_names: ClassVar[tuple[str, ...]] = ()
-    _heuristics_below: ClassVar[tuple[dict[str, Callable[[dict], Any]], ...]] = ()
     _compiled_variants: ClassVar[frozenset[tuple[int, tuple]]] = frozenset()
     # the configs compiled for every variant warm-up saw: a new tuning key that chooses one needs no variant check
     _universal_configs: ClassVar[frozenset[int]] = frozenset()
@@ -613,8 +611,6 @@ class TritonJitKernel(JitKernel[KeyT]):
         if not wrapping.tunes:
             return
         constexprs = _tc.constexpr_parameters(wrapping.base)
-        kinds = [kind for kind, _ in wrapping.layers]
-        cls._heuristics_below = tuple(obj for kind, obj in wrapping.layers[kinds.index("autotune") + 1:])
         cls._variant_names = tuple(dict.fromkeys(
             n for kind, obj in wrapping.layers if kind == "heuristics" for n in obj if n in constexprs))
         if cls.tuning is None:  # nothing declared: the default policy
@@ -677,12 +673,14 @@ class TritonJitKernel(JitKernel[KeyT]):
 
         The launch's *variant*: the values the kernel's heuristics set for its constexpr
         parameters under each config (:meth:`_variant`, from ``call``: the arguments the
-        autotuner sees, the heuristics above it applied). When warm-up compiled some surviving config for this variant, ``nearest`` and the
-        first surviving config choose among those only (a config compiled only under other
-        heuristic values, e.g. ``EVEN`` true, would compile at run time for this launch); when
-        it compiled none, or without heuristics on constexprs, among all the survivors. Cost: a
-        tuple and a set lookup per survivor, and with heuristics below the autotuner, those
-        heuristics once per survivor (about 1 us a new tuning key for ``tuned_scale``)."""
+        autotuner sees, the heuristics above it applied). When warm-up compiled some surviving
+        config for this variant, ``nearest`` and the first surviving config choose among those
+        only (a config compiled only under other heuristic values, e.g. ``EVEN`` true, would
+        compile at run time for this launch); when it compiled none, or without heuristics on
+        constexprs, among all the survivors. Cost: nothing when the nearest tuned key's config
+        was compiled for every variant warm-up saw (``tuned_scale``: every config); else a tuple
+        and a set lookup per survivor, and with heuristics below the autotuner those heuristics
+        once per survivor."""
         cls = type(self)
         policy = cls.tuning
         table = cls._tuning_table
@@ -703,7 +701,7 @@ class TritonJitKernel(JitKernel[KeyT]):
                 mine = surviving()
                 if variants:
                     compiled = cls._compiled_variants
-                    if cls._heuristics_below:  # their values may follow the config
+                    if wrapping.below:  # heuristics below the autotuner: their values may follow the config
                         mine = [i for i in mine if (i, self._variant(call, i)) in compiled] or mine
                     else:  # one variant for every config
                         variant = self._variant(call)
@@ -751,11 +749,8 @@ class TritonJitKernel(JitKernel[KeyT]):
         ``config``: the heuristics below the autotuner applied to ``call`` with the config's
         arguments, as :meth:`zerojit.autotune.Wrapping.resolve` applies them (``config`` None:
         there are none below, the values are the same under every config)."""
-        if self._heuristics_below and config is not None:
-            call = {**call, **_tc.config_arguments(self._wrapping.configs[config])}
-            for values in self._heuristics_below:
-                for name, fn in values.items():  # each sees the values set before it (Triton's Heuristics.run)
-                    call[name] = fn(dict(call))
+        if self._wrapping.below and config is not None:
+            call = self._wrapping.apply_below(call, config)
         values = tuple(map(call.get, self._variant_names))
         try:
             hash(values)
@@ -895,8 +890,10 @@ class TritonJitKernel(JitKernel[KeyT]):
             if cls._variant_names:
                 variants.update((i, self._variant(call, i)) for i in configs)
         cls._compiled_variants = frozenset(variants)
+        # with heuristics below the autotuner a config's variant follows the config: no shortcut there
         seen = {v for _, v in variants}
-        cls._universal_configs = frozenset(i for i in {i for i, _ in variants} if all((i, v) in variants for v in seen))
+        cls._universal_configs = frozenset() if wrapping.below else frozenset(
+            i for i in {i for i, _ in variants} if all((i, v) in variants for v in seen))
         header = self.tuning_header()
         path = self.tuning_file()
         timings: dict[tuple, float | None] = {}

@@ -394,8 +394,8 @@ class WarmupSession:
         if waited is not None:
             raise _watchdog.CompileHung(
                 f"another process held the lock on its cache entry {entry} for {waited:.1f} s, the wall-time limit "
-                f"of its compile ({wall:.0f} s); lock file {path}; not compiled: {lock_holder_hint(path)}, then warm up "
-                "again")
+                f"of its compile ({wall:.0f} s: {_watchdog.WALL_ENV}, or 10x its last compile); lock file {path}; "
+                f"not compiled: {lock_holder_hint(path)}, then warm up again")
         job.locks.append(lock)
         token = _watchdog.expected_seconds.set(self._remembered.get(entry))  # the wall limit of its ptxas
         if job.expected is None:  # the first one: _attempt's reset of it undoes every later one too

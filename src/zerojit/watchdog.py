@@ -211,7 +211,7 @@ def run(*popenargs: Any, input: Any = None, capture_output: bool = False, timeou
 
     Raises:
         CompileHung: it was killed (the message names the program, why, and the seconds waited).
-        StallSettingError: ``ZEROJIT_COMPILE_STALL_S`` is not valid.
+        StallSettingError: ``ZEROJIT_COMPILE_STALL_S`` or ``ZEROJIT_COMPILE_WALL_S`` is not valid.
         subprocess.CalledProcessError: ``check`` and it failed, as ``subprocess.run`` does.
     """
     if capture_output:
