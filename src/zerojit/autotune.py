@@ -352,7 +352,7 @@ class Wrapping:
         for i, c in enumerate(self.configs):
             out += [f"autotune config {i} ({c}) sets {n!r}, which names no kernel parameter"
                     for n in c.kwargs if n not in params]
-        if self.tunes:  # Triton drops such a name from the tuning key without a word: a typo (one config: no key)
+        if self.tunes:  # 3.6-3.8 drop such a name from the tuning key without a word (3.9 refuses it): a typo
             out += [f"autotune key {n!r} names no kernel parameter (Triton would leave it out of the tuning key)"
                     for n in _tc.autotuner_key_names(self.tuner) if n not in params]
         return out
