@@ -15,7 +15,10 @@ interleaved over several rounds; printed: the median and the spread (min-max) ov
     once (the ``nearest`` policy decides, once per tuning key: pruning evaluated, the nearest
     surviving tuned key looked up, the choice put in the autotuner's cache); per process, the
     first of them (``NEW_N``) and the median of all;
-  - the steady state: the median of 200 launches at ``NEW_N``.
+  - the steady state: the median of 200 launches at ``NEW_N``;
+  - on a GPU, each of those split into the host's part (until the call returns) and the wait in
+    ``torch.cuda.synchronize()`` (where a new tuning key's extra time goes: the host's decision,
+    or the GPU).
 * ``triton``: plain ``tuned_scale_kernel[grid](...)``: its first call at ``NEW_N`` benchmarks every
   surviving config (what zerojit moves to warm-up), then the steady state.
 * ``zerojit-unprimed``: ``zerojit`` with ``ZEROJIT_PRIME_KERNELS=0`` (the warm-up does not run each
@@ -81,10 +84,15 @@ def child(mode: str, workers: int) -> dict:
     kernel = TunedScale()
     result: dict = {"mode": mode, "gpu": gpu}
 
-    def timed(fn) -> float:
+    host: dict[str, list[float]] = {}  # of the launches below: seconds until the call returned (the rest: sync)
+
+    def timed(fn, part: str | None = None) -> float:
         t = time.perf_counter()
         fn()
+        returned = time.perf_counter()
         sync()
+        if part is not None:
+            host.setdefault(part, []).append(returned - t)
         return time.perf_counter() - t
 
     def run() -> None:
@@ -109,15 +117,17 @@ def child(mode: str, workers: int) -> dict:
         result["warmup_s"] = time.perf_counter() - t0
         result["tuned"] = len(type(kernel)._tuning_table)
 
-        def launch(n: int) -> float:
+        def launch(n: int, part: str) -> float:
             xn, on = views[n]
-            return timed(lambda: kernel(x=xn, out=on, scale=2.0))
+            return timed(lambda: kernel(x=xn, out=on, scale=2.0), part)
 
-        result["first_tuned_s"] = launch(SIZES[0])
-        firsts = [launch(n) for n in new_ns]
+        result["first_tuned_s"] = launch(SIZES[0], "first_tuned")
+        firsts = [launch(n, "new") for n in new_ns]
         result["first_s"] = firsts[0]
         result["first_median_s"] = statistics.median(firsts)
-        result["steady_s"] = statistics.median(launch(NEW_N) for _ in range(STEADY))
+        result["steady_s"] = statistics.median(launch(NEW_N, "steady") for _ in range(STEADY))
+        result["host_s"] = {"first_tuned": host["first_tuned"][0], "first": host["new"][0],
+                            "first_median": statistics.median(host["new"]), "steady": statistics.median(host["steady"])}
 
     if gpu:
         run()
@@ -236,6 +246,13 @@ def main() -> None:
           f"{NEW_KEYS} (spread {min(ratios):.2f}-{max(ratios):.2f}; goal <= 2x)")
     kernel_first = statistics.median(r["first_tuned_s"] for r in zj)
     print(f"  zerojit kernel's first launch / steady: {kernel_first / steady:.2f}x")
+    if gpu:  # where each launch's time goes: until the call returned, then the wait in synchronize
+        parts = []
+        for name, key, total in (("kernel's first", "first_tuned", "first_tuned_s"), ("new key's first", "first", "first_s"),
+                                 ("new key, median", "first_median", "first_median_s"), ("steady", "steady", "steady_s")):
+            h = statistics.median(r["host_s"][key] for r in zj) * 1e6
+            parts.append(f"{name} {h:.1f} + {statistics.median(r[total] for r in zj) * 1e6 - h:.1f}")
+        print(f"  zerojit host + synchronize, us (medians over the rounds): {'; '.join(parts)}")
     if zj[0]["first_s"] is not None:  # the warm-up's launch-path priming, A/B (each round's pair)
         for name, key in (("kernel's first launch", "first_tuned_s"), ("first launch at a new tuning key", "first_s")):
             on = [r[key] / r["steady_s"] for r in zj]

@@ -50,7 +50,8 @@ from typing import Any, Callable, Mapping
 from . import triton_compat as _tc
 from .outputs import write_output
 
-__all__ = ["HEURISTIC_ATTRIBUTE", "TunedKey", "TuningPolicy", "TuningCoverage", "TuningError", "TuningFileError", "TuningTable", "Wrapping",
+__all__ = ["HEURISTIC_ATTRIBUTE", "TunedKey", "TuningPolicy", "TuningCoverage", "TuningError", "TuningFileError",
+           "TuningTable", "Wrapping",
            "unwrap", "nearest_tuning_key", "tuning_file_path", "save_tuning_file", "load_tuning_file", "write_atomically",
            "TUNING_FORMAT", "TUNING_FOLDER"]
 
@@ -119,7 +120,8 @@ class TuningPolicy:
             or when no surviving config compiled, the first surviving one, which then compiles at
             run time and the monitor reports it). Where heuristics set constexprs (``EVEN``),
             both look first among the configs warm-up compiled for the launch's heuristic
-            values (:meth:`zerojit.kernel.TritonJitKernel._choose_untuned`). ``"default"``: ``config`` (warm-up compiles it
+            values (:meth:`zerojit.kernel.TritonJitKernel._choose_untuned`). ``"default"``:
+            ``config`` (warm-up compiles it
             for every key, even where pruning drops it). ``"error"``: raise :class:`TuningError`
             at the launch. The choice is made once per tuning key (as Triton's autotuner makes
             it) and remembered.

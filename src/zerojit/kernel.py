@@ -650,8 +650,8 @@ class TritonJitKernel(JitKernel[KeyT]):
         this tuning key before, else the policy's (:class:`~zerojit.autotune.TuningPolicy`;
         ``survivors()``: the configs that survive the autotuner's pruning for this launch, which
         ``nearest`` chooses among; ``call``: the arguments the autotuner sees, the heuristics above
-        it applied, from which the policy learns the launch's variant, see :meth:`_choose_untuned`). A policy's choice is remembered
-        and put in the autotuner's own cache too.
+        it applied, from which the policy learns the launch's variant, see :meth:`_choose_untuned`).
+        A policy's choice is remembered and put in the autotuner's own cache too.
 
         Raises: zerojit.autotune.TuningError: the policy has no config for this tuning key."""
         forced = _FORCED_CONFIG.get()

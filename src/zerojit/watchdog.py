@@ -30,7 +30,8 @@ import time
 from typing import Any
 
 __all__ = ["STALL_ENV", "DEFAULT_STALL_S", "WALL_ENV", "WALL_FLOOR_S", "WALL_FACTOR", "CompileHung", "StallSettingError",
-           "stall_seconds", "wall_floor_seconds", "wall_limit", "group_cpu_seconds", "Watch", "kill_group", "run", "check_output", "expected_seconds"]
+           "stall_seconds", "wall_floor_seconds", "wall_limit", "group_cpu_seconds", "Watch", "kill_group", "run",
+           "check_output", "expected_seconds"]
 
 #: ``ZEROJIT_COMPILE_STALL_S``: seconds without CPU time after which a compile is hung.
 STALL_ENV = "ZEROJIT_COMPILE_STALL_S"
