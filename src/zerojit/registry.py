@@ -271,6 +271,12 @@ def _inputs_hint(error: BaseException) -> str:
     return f" (raised by {who} on the warm-up's inputs)" if who else ""
 
 
+def _failure_text(error: BaseException) -> str:
+    """A failure's text in the report: the error, then what to do about it (:func:`_cache_hint`,
+    :func:`_inputs_hint`), for a key, a key listing or a kernel's tuning alike."""
+    return f"{type(error).__name__}: {error}{_cache_hint(error)}{_inputs_hint(error)}"
+
+
 def _primer_jobs(jobs: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
     """The primer kernel's warm-up job when this warm-up will load Triton kernels on a GPU and then
     prime the launch path (:func:`zerojit.loading.prime_launch_path`); otherwise none."""
@@ -413,7 +419,7 @@ class JitWarmupRegistry:
                 try:
                     found = kernel.get_warmup_keys(config=config, **request) if takes_config else kernel.get_warmup_keys(**request)
                 except Exception as e:
-                    failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}{_inputs_hint(e)}"))
+                    failures.append(WarmupFailure(kernel.name, None, _failure_text(e)))
                     continue
                 for key in found:
                     keys.setdefault(key, None)
@@ -712,7 +718,7 @@ class JitWarmupRegistry:
                 if isinstance(key, TunedKey) and config_cannot_run(error):
                     cannot_run.append((kernel, key, error))
                     continue
-                text = f"{type(error).__name__}: {error}{_cache_hint(error)}{_inputs_hint(error)}"
+                text = _failure_text(error)
                 if learned_plan is not None and learned_plan.failed(kernel, key, error, text):
                     continue  # a learned key is never fatal: skipped, named (learned_skipped)
                 failures.append(WarmupFailure(kernel.name, key, text))
@@ -730,8 +736,7 @@ class JitWarmupRegistry:
             try:
                 tuning[kernel] = kernel.finish_warmup([k for k, _, _ in done])
             except Exception as e:
-                failures.append(WarmupFailure(kernel.name, None, f"{type(e).__name__}: {e}{_inputs_hint(e)}",
-                                              stage="finish"))
+                failures.append(WarmupFailure(kernel.name, None, _failure_text(e), stage="finish"))
         kernels = tuple(
             KernelWarmup(
                 kernel=kernel.name,
