@@ -609,3 +609,33 @@ def test_a_busy_compile_past_its_wall_limit_is_hung():
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_an_interrupted_wait_kills_the_process_group_it_started(tmp_path):
+    """Ctrl-C while :func:`zerojit.watchdog.run` waits (here a ``KeyboardInterrupt`` raised by a
+    SIGALRM handler after 0.5 s): the process it started runs in a session of its own, which a
+    terminal's SIGINT never reaches, so the wait kills its group before the interrupt goes on. The
+    reference: the child's pid, written by the child, looked up in /proc afterwards. (Before the
+    fix a warm-up's in-process ptxas that had stopped outlived a Ctrl-C of the warm-up.)"""
+    from zerojit import watchdog
+
+    pid_file = tmp_path / "pid"
+    script = f"echo $$ > {pid_file}; kill -STOP $$"  # a stopped compile: no CPU time, never ends by itself
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            watchdog.run(["sh", "-c", script], name="stand-in")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    child = int(pid_file.read_text())
+    try:
+        assert gone([child], within=10.0), child
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)

@@ -69,6 +69,21 @@ def _stopped_compile(tmp_path, start: str, mode: str = "-") -> tuple[subprocess.
     return proc, _tree(proc.pid) | {ptxas}, ptxas
 
 
+def survivors(pids) -> list[str]:
+    """Each process of ``pids`` still alive: pid, state, parent and command line, for the failure's message."""
+    found = []
+    for pid in sorted(p for p in pids if alive(p)):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state, parent = f.read().rsplit(")", 1)[1].split()[:2]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+        except OSError:
+            continue
+        found.append(f"{pid} ({state}, parent {parent}): {argv}")
+    return found
+
+
 def ptxas_parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
@@ -81,7 +96,7 @@ def test_an_interrupted_warm_up_kills_its_workers_and_their_ptxas(tmp_path, star
         assert len(pids) >= 2, pids  # its worker (one key: one worker) and the ptxas at least
         os.kill(proc.pid, signal.SIGINT)  # KeyboardInterrupt in the warm-up's thread
         proc.wait(timeout=WITHIN_S)
-        assert gone(pids, within=WITHIN_S), [p for p in pids if alive(p)]
+        assert gone(pids, within=WITHIN_S), survivors(pids)
     finally:
         _kill_scenario(proc.pid)
         _kill_logged(tmp_path)
@@ -100,7 +115,7 @@ def test_a_warm_up_killed_with_sigkill_takes_its_workers_and_their_ptxas_with_it
         assert len(pids) >= 2, pids
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=WITHIN_S)
-        assert gone(pids, within=WITHIN_S), [p for p in pids if alive(p)]
+        assert gone(pids, within=WITHIN_S), survivors(pids)
     finally:
         _kill_scenario(proc.pid)
         _kill_logged(tmp_path)

@@ -206,7 +206,8 @@ def kill_group(pid: int | None) -> None:
 def run(*popenargs: Any, input: Any = None, capture_output: bool = False, timeout: float | None = None,
         check: bool = False, name: str | None = None, **kwargs: Any) -> subprocess.CompletedProcess:
     """``subprocess.run``, bounded by the stall rule: the process runs in its own process group,
-    which is killed once the watch calls it hung (wall limit: the entry's remembered seconds, see
+    which is killed once the watch calls it hung, or when an exception (``KeyboardInterrupt``
+    included) leaves the wait (wall limit: the entry's remembered seconds, see
     :data:`expected_seconds`, or ``timeout`` if given and shorter). ``name``: what the message
     calls the process (default: its program, as given: Triton gives ``ptxas``'s full path).
 
@@ -221,20 +222,28 @@ def run(*popenargs: Any, input: Any = None, capture_output: bool = False, timeou
     stall_s, wall_s = stall_seconds(), wall_limit(expected_seconds.get())
     with subprocess.Popen(*popenargs, **kwargs) as proc:
         watch = Watch(proc.pid, stall_s=stall_s, wall_s=wall_s if timeout is None else min(wall_s, timeout))
-        while True:
-            try:
-                out, err = proc.communicate(input, timeout=watch.poll_s)
-                break
-            except subprocess.TimeoutExpired:
-                input = None  # sent already (communicate refuses it again)
-                why = watch.hung()
-                if why is not None:
-                    kill_group(proc.pid)
-                    proc.wait()
-                    if name is None:
-                        name = str(proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args)
-                    raise CompileHung(f"{name} (pid {proc.pid}) stopped answering: {why}; {watch.waited:.1f} s "
-                                      "waited, killed") from None
+        try:
+            while True:
+                try:
+                    out, err = proc.communicate(input, timeout=watch.poll_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    input = None  # sent already (communicate refuses it again)
+                    why = watch.hung()
+                    if why is not None:
+                        kill_group(proc.pid)
+                        proc.wait()
+                        if name is None:
+                            name = str(proc.args[0] if isinstance(proc.args, (list, tuple)) else proc.args)
+                        raise CompileHung(f"{name} (pid {proc.pid}) stopped answering: {why}; {watch.waited:.1f} s "
+                                          "waited, killed") from None
+        except BaseException:
+            # Ctrl-C's KeyboardInterrupt included: the group is in a session of its own, which the
+            # terminal's SIGINT never reaches, and Popen's exit does not kill it (a stopped or hung
+            # ptxas would outlive the warm-up).
+            if proc.returncode is None:
+                kill_group(proc.pid)
+            raise
     if check and proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
