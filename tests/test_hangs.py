@@ -605,7 +605,8 @@ def test_a_busy_compile_past_its_wall_limit_is_hung():
             assert time.monotonic() < deadline
             time.sleep(0.05)
             why = watch.hung()
-        assert why == "still running after 1 s (its limit: 1 s)" and 1.0 <= watch.waited < 5.0
+        assert why == "still running after 1 s (its limit: 1 s, ZEROJIT_COMPILE_WALL_S, or 10x its last compile)"
+        assert 1.0 <= watch.waited < 5.0
     finally:
         busy.kill()
         busy.wait()
@@ -639,3 +640,17 @@ def test_an_interrupted_wait_kills_the_process_group_it_started(tmp_path):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_run_past_its_callers_timeout_is_killed_naming_that_timeout():
+    """``watchdog.run(..., timeout=1)`` on a ``sleep 30``: killed after 1 s (at the watch's next poll,
+    2 s here), the message naming the
+    caller's timeout as the limit (not ``ZEROJIT_COMPILE_WALL_S``, which did not set it)."""
+    from zerojit import watchdog
+
+    start = time.monotonic()
+    with pytest.raises(watchdog.CompileHung) as raised:
+        watchdog.run(["sleep", "30"], timeout=1.0, name="sleep")
+    assert time.monotonic() - start < 10.0
+    assert "s (its limit: 1 s, the caller's timeout)" in str(raised.value), raised.value
+    assert str(raised.value).startswith("sleep (pid ")

@@ -135,10 +135,13 @@ class Watch:
     seconds since the watch began), else None; it reads ``/proc`` at most every ``poll_s / 2``
     seconds, however often it is asked. :meth:`pause` stops the CPU rule until :meth:`resume`
     (while the compile waits for another process's lock on its entry, whose holder has its own
-    watch); the wall-time rule goes on, so a lock held forever is not waited for forever."""
+    watch); the wall-time rule goes on, so a lock held forever is not waited for forever.
+    ``wall_from``: what set ``wall_s``, for the message (by default :func:`wall_limit`'s rule,
+    naming ``ZEROJIT_COMPILE_WALL_S``, the knob a user raises on a slow machine)."""
 
-    def __init__(self, pgid: int | None, *, stall_s: float, wall_s: float) -> None:
+    def __init__(self, pgid: int | None, *, stall_s: float, wall_s: float, wall_from: str | None = None) -> None:
         self.pgid, self.stall_s, self.wall_s = pgid, stall_s, wall_s
+        self.wall_from = wall_from if wall_from is not None else f"{WALL_ENV}, or {WALL_FACTOR:g}x its last compile"
         self.poll_s = min(max(stall_s / 8, 0.05), 2.0)  # how often a caller asks
         self.started = time.monotonic()
         self.paused = False
@@ -172,7 +175,7 @@ class Watch:
             elif now - self.idle_since >= self.stall_s:
                 return f"no CPU time for {now - self.idle_since:.1f} s ({STALL_ENV}={self.stall_s:g})"
         if now - self.started >= self.wall_s:
-            return f"still running after {now - self.started:.0f} s (its limit: {self.wall_s:.0f} s)"
+            return f"still running after {now - self.started:.0f} s (its limit: {self.wall_s:.0f} s, {self.wall_from})"
         return None
 
 
@@ -221,7 +224,8 @@ def run(*popenargs: Any, input: Any = None, capture_output: bool = False, timeou
     kwargs["start_new_session"] = True  # its own group: its own children die with it
     stall_s, wall_s = stall_seconds(), wall_limit(expected_seconds.get())
     with subprocess.Popen(*popenargs, **kwargs) as proc:
-        watch = Watch(proc.pid, stall_s=stall_s, wall_s=wall_s if timeout is None else min(wall_s, timeout))
+        watch = Watch(proc.pid, stall_s=stall_s, wall_s=wall_s) if timeout is None or timeout >= wall_s else \
+            Watch(proc.pid, stall_s=stall_s, wall_s=timeout, wall_from="the caller's timeout")
         try:
             while True:
                 try:
