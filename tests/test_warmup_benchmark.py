@@ -97,3 +97,24 @@ def test_warm_call_parts_bad_input_exits_2_with_one_line_before_any_run(monkeypa
         parts.main()
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"warm_call_parts.py: error: {message}"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--modes", "base,nope"], "--modes: unknown nope; choose from base, occ, attrs, param, grid0, eager, realB, cdirect"),
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["--json", "/no-such-folder/p.json"], "--json /no-such-folder/p.json: cannot write there"),
+])
+def test_first_launch_parts_bad_input_exits_2_with_one_line_before_any_run(monkeypatch, capsys, flags, message):
+    spec = importlib.util.spec_from_file_location("first_launch_parts", ROOT / "benchmarks" / "first_launch_parts.py")
+    parts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(parts)
+
+    def no_child(*a, **kw):  # the refusal comes before the first process
+        raise AssertionError("a child process was started")
+
+    monkeypatch.setattr(parts.subprocess, "run", no_child)
+    monkeypatch.setattr(parts.sys, "argv", ["first_launch_parts.py", *flags])
+    with pytest.raises(SystemExit) as exited:
+        parts.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"first_launch_parts.py: error: {message}"
