@@ -1,7 +1,7 @@
 """The benchmarks' command lines: benchmarks/warmup.py's modes, each child process getting exactly
 the worker settings its mode names, whatever the caller exported (reference: the settings each
-mode's docstring names); benchmarks/first_launch.py without a GPU; benchmarks/warm_call_parts.py's
-refusals."""
+mode's docstring names); benchmarks/first_launch.py without a GPU; the refusals of the diagnosis
+benchmarks (warm_call_parts.py, first_launch_parts.py)."""
 
 from __future__ import annotations
 
@@ -78,43 +78,27 @@ def test_first_launch_benchmark_without_a_gpu_exits_2_with_one_line():
     assert usage.returncode == 2 and "--repeat must be >= 1, got 0" in usage.stderr
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--runs", "0"], "--runs 0: at least 1"),
-    (["--env", "CUDA_MODULE_LOADING"], "--env 'CUDA_MODULE_LOADING': write NAME=VALUE"),
-    (["--json", "/no-such-folder/p.json"], "--json /no-such-folder/p.json: cannot write there"),
+@pytest.mark.parametrize("script, flags, message", [
+    ("warm_call_parts.py", ["--runs", "0"], "--runs 0: at least 1"),
+    ("warm_call_parts.py", ["--env", "CUDA_MODULE_LOADING"], "--env 'CUDA_MODULE_LOADING': write NAME=VALUE"),
+    ("warm_call_parts.py", ["--json", "/no-such-folder/p.json"], "--json /no-such-folder/p.json: cannot write there"),
+    ("first_launch_parts.py", ["--modes", "base,nope"],
+     "--modes: unknown nope; choose from base, occ, attrs, param, grid0, eager, realB, cdirect"),
+    ("first_launch_parts.py", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    ("first_launch_parts.py", ["--json", "/no-such-folder/p.json"], "--json /no-such-folder/p.json: cannot write there"),
 ])
-def test_warm_call_parts_bad_input_exits_2_with_one_line_before_any_run(monkeypatch, capsys, flags, message):
-    spec = importlib.util.spec_from_file_location("warm_call_parts", ROOT / "benchmarks" / "warm_call_parts.py")
-    parts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(parts)
-
-    def no_child(*a, **kw):  # the refusal comes before the cold warm-up
-        raise AssertionError("a child process was started")
-
-    monkeypatch.setattr(parts.subprocess, "run", no_child)
-    monkeypatch.setattr(parts.sys, "argv", ["warm_call_parts.py", *flags])
-    with pytest.raises(SystemExit) as exited:
-        parts.main()
-    assert exited.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"warm_call_parts.py: error: {message}"
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--modes", "base,nope"], "--modes: unknown nope; choose from base, occ, attrs, param, grid0, eager, realB, cdirect"),
-    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
-    (["--json", "/no-such-folder/p.json"], "--json /no-such-folder/p.json: cannot write there"),
-])
-def test_first_launch_parts_bad_input_exits_2_with_one_line_before_any_run(monkeypatch, capsys, flags, message):
-    spec = importlib.util.spec_from_file_location("first_launch_parts", ROOT / "benchmarks" / "first_launch_parts.py")
-    parts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(parts)
+def test_a_diagnosis_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_any_run(monkeypatch, capsys, script,
+                                                                                          flags, message):
+    spec = importlib.util.spec_from_file_location(script[:-3], ROOT / "benchmarks" / script)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
 
     def no_child(*a, **kw):  # the refusal comes before the first process
         raise AssertionError("a child process was started")
 
-    monkeypatch.setattr(parts.subprocess, "run", no_child)
-    monkeypatch.setattr(parts.sys, "argv", ["first_launch_parts.py", *flags])
+    monkeypatch.setattr(bench.subprocess, "run", no_child)
+    monkeypatch.setattr(bench.sys, "argv", [script, *flags])
     with pytest.raises(SystemExit) as exited:
-        parts.main()
+        bench.main()
     assert exited.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"first_launch_parts.py: error: {message}"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"{script}: error: {message}"
