@@ -119,3 +119,28 @@ def test_a_warm_up_killed_with_sigkill_takes_its_workers_and_their_ptxas_with_it
     finally:
         _kill_scenario(proc.pid)
         _kill_logged(tmp_path)
+
+
+def test_a_killed_descendant_worker_not_reaped_yet_counts_as_ended():
+    """A forked tree's workers but the first are this process's descendants: once killed, each
+    stays a zombie until its parent (or whoever adopts it) reaps it, and signal 0 still reaches a
+    zombie. The interrupted warm-up's kill waited for each such worker until then (1.5 s a worker
+    on a host whose first process reaps late; KILL_WAIT_S = 5 s where it never does): an interrupt
+    took seconds to end the command. Here the zombie's parent never reaps it."""
+    from zerojit._compile_worker import ForkedProcess
+
+    parent = subprocess.Popen([sys.executable, "-c", "import os, time\npid = os.fork()\nif pid == 0:\n    os._exit(0)\n"
+                               "print(pid, flush=True)\ntime.sleep(120)\n"], stdout=subprocess.PIPE, text=True)
+    try:
+        zombie = int(parent.stdout.readline())
+        deadline = time.monotonic() + WITHIN_S
+        while open(f"/proc/{zombie}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the grandchild never ended"
+            time.sleep(0.01)
+        worker = ForkedProcess(zombie, None, None, child=False)
+        started = time.monotonic()
+        assert worker.wait(timeout=3) == 0
+        assert time.monotonic() - started < 1.0
+    finally:
+        parent.kill()
+        parent.wait()

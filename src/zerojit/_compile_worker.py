@@ -531,6 +531,20 @@ def main() -> None:
 # Forked workers: a copy of the parent, which has Triton and the kernels' modules imported already
 # ---------------------------------------------------------------------------------------------
 
+def _ended(pid: int) -> bool:
+    """Whether ``pid`` has ended but not been reaped yet (a zombie): signal 0 still reaches it.
+    A killed descendant stays one until its parent reaps it, and once that parent is killed too,
+    until the process that adopts it does (``init``, a container's first process or a subreaper,
+    some of which reap late or never): a wait on it would take that long (an interrupted warm-up's
+    kill waited 1.5 s here for each)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):  # no /proc (macOS): as before, signal 0 decides
+        return False
+    return state in (b"Z", b"X")
+
+
 class ForkedProcess:
     """The parent's handle on a worker made by :func:`fork_workers`: the parts of
     ``subprocess.Popen`` the pool uses (``pid``, ``stdin``, ``stdout``, ``wait``, ``kill``).
@@ -572,6 +586,9 @@ class ForkedProcess:
                     self.returncode = 0
                 except PermissionError:  # the pid went to another user's process: ours ended
                     self.returncode = 0
+                else:
+                    if _ended(self.pid):
+                        self.returncode = 0
                 return self.returncode
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
