@@ -7,17 +7,71 @@ module lies outside the package, so that the console script imports nothing heav
 line and status 130 (as a shell reports SIGINT); nothing needs cleaning up during imports. The
 CLI then ends an interrupt the same way (``zerojit.cli._one_line_usage_errors``), through
 Python's own handler, so that ``finally`` blocks and worker shutdown run.
+
+SIGTERM (``kill PID``, a service manager's stop, ``timeout``) would kill the process at once,
+running none of them: a ``ptxas`` the command runs itself (``--workers 1``) lives on in a
+session of its own, a program ``zerojit record`` or ``audit`` runs in a child goes on without
+its parent, and a private temporary folder stays. While the command runs, SIGTERM raises
+:class:`Terminated` instead (a ``BaseException``: nothing catches it but the clean-ups), and
+:func:`run` then ends the process by SIGTERM itself (status 143 in a shell), after one line.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import signal
 import sys
+from typing import Iterator
 
 INTERRUPTED = "zerojit: interrupted"
 STATUS = 130  # 128 + SIGINT
+TERMINATED = "zerojit: terminated"
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived while a command ran (:func:`terminate_by_raising`): ``finally`` blocks,
+    context managers and the warm-up's worker kill run as it propagates, as for Ctrl-C."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM, during the clean-ups, kills at once
+    raise Terminated
+
+
+def terminate_by_raising() -> None:
+    """From now on SIGTERM raises :class:`Terminated` in the main thread, where it has its default
+    action (one a program set up itself, or an ignored SIGTERM, is left as it is)."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+@contextlib.contextmanager
+def default_termination() -> Iterator[None]:
+    """SIGTERM's default action meanwhile (a program ``zerojit exec`` runs in this process gets
+    what ``python`` gives it: its own handler, or death, never an exception it could catch)."""
+    ours = signal.getsignal(signal.SIGTERM) is _raise_terminated
+    if ours:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        if ours and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def _die_terminated() -> None:
+    """Say so, then end by SIGTERM's default action, as a process without a handler would (a
+    parent sees it killed by SIGTERM; a shell says 143)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        print(TERMINATED, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os._exit(128 + signal.SIGTERM)  # (not reached: SIGTERM is unblocked in the main thread)
 
 
 def _exit_at_once(signum: int, frame: object) -> None:
@@ -54,8 +108,11 @@ def run() -> None:
 
     if signal.getsignal(signal.SIGINT) is _exit_at_once:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    terminate_by_raising()
     try:
         cli_main()
+    except Terminated:
+        _die_terminated()
     except KeyboardInterrupt:
         ignore_further_interrupts()
         print(INTERRUPTED, file=sys.stderr)
@@ -64,6 +121,9 @@ def run() -> None:
         if e.code == STATUS:  # the CLI ended an interrupt itself (its one line printed): the process exits now
             ignore_further_interrupts()
         raise
+    finally:  # the status is decided: Python's teardown has nothing to clean up
+        if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def main() -> None:

@@ -599,6 +599,44 @@ def test_ctrl_c_during_record_ends_in_one_line_after_the_manifest_is_written(tmp
     assert read_manifest(tmp_path / "m.json").command == ("python", "slow.py")
 
 
+def test_sigterm_of_record_alone_takes_its_program_and_private_folder_with_it(tmp_path):
+    """``kill PID`` reaches ``zerojit record`` alone, not the child that runs the program. SIGTERM's
+    default action killed record at once: the program ran on without it (and would then write
+    the manifest, program source included, into a private folder nobody removes), and that folder
+    stayed. Now record ends the program, removes the folder, writes no manifest, and ends by SIGTERM."""
+    import signal
+    import time
+
+    (tmp_path / "slow.py").write_text('import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(120)\n')
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "c"), "PYTHONPATH": str(SRC), "TMPDIR": str(tmp_path / "tmp")}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.Popen([sys.executable, "-m", "zerojit", "record", "-o", "m.json", *NO_GPU_TARGET, "--", "python",
+                             "slow.py"],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    program = None
+    try:
+        program = int(proc.stdout.readline())
+        proc.send_signal(signal.SIGTERM)  # to record alone
+        out, err = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 30
+        while os.path.exists(f"/proc/{program}") and \
+                open(f"/proc/{program}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the program outlived zerojit record"
+            time.sleep(0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        if program is not None:
+            try:
+                os.kill(program, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode == -signal.SIGTERM and err == "zerojit: terminated\n", (proc.returncode, err)
+    assert not (tmp_path / "m.json").exists() and os.listdir(tmp_path / "tmp") == []
+
+
 def test_a_program_that_launches_nothing_needs_no_target_to_warm(tmp_path):
     from zerojit.compile_only import current_target_name
 

@@ -144,3 +144,32 @@ def test_a_killed_descendant_worker_not_reaped_yet_counts_as_ended():
     finally:
         parent.kill()
         parent.wait()
+
+
+def test_sigterm_of_a_command_compiling_in_its_own_process_kills_its_ptxas(tmp_path):
+    """``kill PID`` of ``zerojit run --workers 1`` while its ``ptxas`` (stopped) compiles: that ptxas
+    runs in a session of its own, which only the command's own clean-up reaches. SIGTERM's default
+    action ran none: the command died at once and its ptxas stayed (for ever, being stopped). Now
+    the command ends by SIGTERM all the same, after one line, its ptxas killed."""
+    env = dict(os.environ, PYTHONPATH=str(SRC), TRITON_CACHE_DIR=str(tmp_path / "cache"),
+               TRITON_HOME=str(tmp_path / "home"), **ptxas_env(fake_ptxas(tmp_path, "ptxas", "always")))
+    env.pop("ZEROJIT_COMPILE_STALL_S", None)  # default 60 s: the watchdog does not end it first
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.Popen([sys.executable, "-m", "zerojit", "run", "--device", "cpu", "--workers", "1",
+                             "--requests", "1", "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not logged(tmp_path):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                pytest.fail("no ptxas compile started")
+            time.sleep(0.05)
+        ptxas = logged(tmp_path)[0][0]
+        assert ptxas_parent(ptxas) == proc.pid  # the command's own ptxas
+        proc.send_signal(signal.SIGTERM)  # to the command alone, as `kill PID` sends it
+        _, err = proc.communicate(timeout=WITHIN_S)
+        assert gone([ptxas], within=WITHIN_S), survivors([ptxas])
+        assert proc.returncode == -signal.SIGTERM and err == "zerojit: terminated\n", (proc.returncode, err[-2000:])
+    finally:
+        _kill_scenario(proc.pid)
+        _kill_logged(tmp_path)

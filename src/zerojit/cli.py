@@ -987,6 +987,14 @@ def record(
             _write_output("record", "--output", output, Path(recorded).read_text(encoding="utf-8"),
                           owner_writes_only=True)
         raise
+    except _entry.Terminated:  # (`kill PID` reaches this process alone): the program goes with it, unrecorded
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # a program that handles SIGTERM and goes on
+            proc.kill()
+            proc.wait()
+        raise
     if not os.path.exists(recorded):
         raise typer.Exit(rc or 1)
     manifest = read_manifest(recorded)
@@ -1201,7 +1209,8 @@ def exec_command(
         restore = count_raw_launches(recorded, note=lambda m: typer.echo(f"zerojit exec: {m}", err=True),
                                      serve_tuner=policy.install, on_bound=on_bound)
         try:
-            rc = program.run(propagate=(RuntimeJitError,))  # its own exceptions: its traceback, status 1
+            with _entry.default_termination():  # SIGTERM as python gives it to the program
+                rc = program.run(propagate=(RuntimeJitError,))  # its own exceptions: its traceback, status 1
         except RuntimeJitError as e:  # a blocked compile: explained where the program launched it
             blocked, rc = e, 1
         finally:
