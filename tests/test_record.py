@@ -599,6 +599,50 @@ def test_ctrl_c_during_record_ends_in_one_line_after_the_manifest_is_written(tmp
     assert read_manifest(tmp_path / "m.json").command == ("python", "slow.py")
 
 
+def test_ctrl_c_while_records_child_imports_ends_in_one_line(tmp_path):
+    """The child that runs the program first imports zerojit (torch, Triton: a second or more); a
+    Ctrl-C then reached it too (one process group) and printed its KeyboardInterrupt traceback
+    through torch's imports above ``zerojit: interrupted``."""
+    import signal
+    import time
+
+    (tmp_path / "slow.py").write_text('import time\ntime.sleep(120)\n')
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "c"), "PYTHONPATH": str(SRC)}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.Popen([sys.executable, "-m", "zerojit", "record", "-o", "m.json", *NO_GPU_TARGET, "--", "python",
+                             "slow.py"],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while not _child_running_code(proc.pid):  # the child started its bootstrap: its imports take a second or more
+            assert proc.poll() is None and time.monotonic() < deadline, "record started no child"
+            time.sleep(0.01)
+        time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the whole process group
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and err == "zerojit: interrupted\n", (proc.returncode, err[-3000:])
+
+
+def _child_running_code(parent: int) -> bool:
+    """Whether a child of ``parent`` runs ``python -c`` (record's bootstrap, exec-ed)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) != parent:
+                        continue
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if b"\0-c\0" in f.read():
+                        return True
+            except OSError:
+                continue
+    return False
+
+
 def test_sigterm_of_record_alone_takes_its_program_and_private_folder_with_it(tmp_path):
     """``kill PID`` reaches ``zerojit record`` alone, not the child that runs the program. SIGTERM's
     default action killed record at once: the program ran on without it (and would then write

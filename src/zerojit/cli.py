@@ -964,8 +964,17 @@ def record(
     src_root = str(Path(__file__).resolve().parent.parent)  # the child imports this same zerojit
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src_root, env.get("PYTHONPATH")) if p)
-    child = ("import sys\nfrom zerojit.compile_only import InterpreterProcessError\n"
-             "from zerojit.recording import ProgramError, record_child\ntry:\n"
+    # A Ctrl-C reaches the child too (one process group): during its imports (torch, Triton: a second
+    # or more) it ends it quietly, as the console script's own start does (_zerojit_entry), instead of
+    # a KeyboardInterrupt traceback through them; record_child handles it from the program's start on.
+    child = ("import os, signal, sys\n"
+             "def _quiet(signum, frame):\n    os._exit(130)\n"
+             "if signal.getsignal(signal.SIGINT) is signal.default_int_handler:\n"
+             "    signal.signal(signal.SIGINT, _quiet)\n"
+             "from zerojit.compile_only import InterpreterProcessError\n"
+             "from zerojit.recording import ProgramError, record_child\n"
+             "if signal.getsignal(signal.SIGINT) is _quiet:\n"
+             "    signal.signal(signal.SIGINT, signal.default_int_handler)\ntry:\n"
              "    sys.exit(record_child(sys.argv[1], sys.argv[2] or None, sys.argv[3:]))\n"
              "except (ProgramError, InterpreterProcessError) as e:\n"
              "    print(f'zerojit record: {e}', file=sys.stderr)\n    sys.exit(2)\n"
