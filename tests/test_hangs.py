@@ -417,10 +417,13 @@ def knobs_cache_dir() -> str:
 
 def test_an_in_process_ptxas_that_stops_fails_its_key(tmp_path):
     """``workers=1``: the ptxas Triton runs in the warm-up's own process stops; after 2 s
-    without CPU time it is killed and the key fails, naming kernel, key and seconds."""
+    without CPU time it is killed and the key fails, naming kernel, key and seconds; the
+    temporary files Triton made for it (PTX, log) are not left behind."""
     start = time.monotonic()
     script = fake_ptxas(tmp_path, "ptxas", "always")
-    result = run_scenario(tmp_path, 1, **ptxas_env(script), **STALL)
+    temporary = tmp_path / "tmp"  # the scenario's temporary folder: Triton's PTX, log and cubin files go there
+    temporary.mkdir()
+    result = run_scenario(tmp_path, 1, **ptxas_env(script), **STALL, TMPDIR=str(temporary))
     [(ptxas, parent)] = logged(tmp_path)
     assert result["keys"] == [] and result["workers"] == 0
     [(kernel, key, error)] = result["failures"]
@@ -431,6 +434,8 @@ def test_an_in_process_ptxas_that_stops_fails_its_key(tmp_path):
     assert m, error
     assert 2.0 <= float(m[1]) < time.monotonic() - start
     assert gone([ptxas])
+    # Triton removes its .ptx / .log only once ptxas returns: the killed one's are removed for it.
+    assert not [p.name for p in temporary.iterdir() if p.suffix in (".ptx", ".log", ".o")]
 
 
 def test_the_workers_fork_holds_no_pipe_of_another_thread(tmp_path):

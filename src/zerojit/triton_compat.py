@@ -70,7 +70,7 @@ import sys
 import sysconfig
 import threading
 from collections import namedtuple
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import triton
 from triton import knobs
@@ -847,7 +847,7 @@ def watch_toolchain() -> None:
     ``triton.knobs``) through :func:`zerojit.watchdog.run` and ``check_output``; everything else
     of ``subprocess`` there stays. Triton calls them with no timeout, so a stopped ``ptxas``
     would stop its compile for good; there one is killed and raises
-    :class:`~zerojit.watchdog.CompileHung`. For the whole process, from the first warm-up or
+    :class:`~zerojit.watchdog.CompileHung` (its temporary files removed: :func:`_run_tool`). For the whole process, from the first warm-up or
     compile-only block on (:func:`unwatch_toolchain` undoes it); a later call changes nothing.
     Without the NVIDIA backend, nothing to do."""
     import subprocess
@@ -856,8 +856,46 @@ def watch_toolchain() -> None:
     for module in _toolchain_modules():
         if isinstance(getattr(module, "subprocess", None), types.ModuleType):  # not watched yet
             watched = types.SimpleNamespace(**vars(subprocess))
-            watched.run, watched.check_output = _watchdog.run, _watchdog.check_output
+            watched.run, watched.check_output = _run_tool, _watchdog.check_output
             module.subprocess = watched
+
+
+def _run_tool(*popenargs: Any, **kwargs: Any) -> Any:
+    """:func:`zerojit.watchdog.run` for Triton's NVIDIA backend. When the run is cut short (a
+    ``ptxas`` killed as hung, Ctrl-C, SIGTERM), the temporary files ``make_cubin`` made for it
+    are removed: 3.6-3.9 write the PTX to a ``NamedTemporaryFile(delete=False)`` in the temporary
+    folder, run ``ptxas ... <ptx> -o <ptx>.o`` with stderr to another (``.log``), and remove them
+    only once ``ptxas`` has returned (after a failure it returns from, Triton keeps the PTX for its
+    repro command: left as it is)."""
+    import subprocess
+
+    try:
+        return _watchdog.run(*popenargs, **kwargs)
+    except subprocess.CalledProcessError:
+        raise
+    except BaseException:
+        argv = popenargs[0] if popenargs else kwargs.get("args")
+        _remove_ptxas_temporaries(argv if isinstance(argv, (list, tuple)) else (), kwargs.get("stderr"))
+        raise
+
+
+def _remove_ptxas_temporaries(argv: Sequence[Any], stderr: Any) -> None:
+    import tempfile
+
+    folder = os.path.realpath(tempfile.gettempdir())
+    argv = [str(a) for a in argv]
+    output = argv[argv.index("-o") + 1] if "-o" in argv[:-1] else None
+    paths = [output, output[:-len(".o")]] if output is not None and output.endswith(".ptx.o") \
+        and output[:-len(".o")] in argv else []
+    log = getattr(stderr, "name", None)
+    if isinstance(log, str) and log.endswith(".log"):
+        paths.append(log)
+    for path in paths:  # Triton's own temporaries only: in the temporary folder, nowhere else
+        if os.path.dirname(os.path.realpath(path)) == folder:
+            try:
+                os.remove(path)
+            except OSError:  # never made (the .o), or gone
+                pass
 
 
 def unwatch_toolchain() -> None:
