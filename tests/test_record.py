@@ -618,7 +618,7 @@ def test_ctrl_c_while_records_child_imports_ends_in_one_line(tmp_path):
         while not _child_running_code(proc.pid):  # the child started its bootstrap: its imports take a second or more
             assert proc.poll() is None and time.monotonic() < deadline, "record started no child"
             time.sleep(0.01)
-        time.sleep(0.2)
+        time.sleep(0.5)  # past the interpreter's own start (its handler installed), well inside torch's import
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to the whole process group
         out, err = proc.communicate(timeout=120)
     finally:
