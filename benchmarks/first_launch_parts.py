@@ -250,6 +250,13 @@ def main() -> None:
         parser.error(f"--rounds must be >= 1, got {args.rounds}")
     if args.json and not os.access(os.path.dirname(os.path.abspath(args.json)), os.W_OK):
         parser.error(f"--json {args.json}: cannot write there")  # before minutes of measuring, not after
+    if not args.cpu_check:
+        import torch
+
+        if not torch.cuda.is_available():  # else every child fails with torch's traceback
+            print("first_launch_parts.py needs a CUDA GPU (none is visible); --cpu-check runs the flow "
+                  "compile-only with dry launches", file=sys.stderr)
+            sys.exit(2)
     rows = []
     with tempfile.TemporaryDirectory(prefix="zerojit-bench-parts-") as cache:
         for round_ in range(args.rounds + 1):  # round 0 fills the cache, untimed
@@ -267,8 +274,9 @@ def main() -> None:
         print("compile-only (no GPU): dry launches, no driver calls; not the GPU's figures")
     report(rows, modes)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+        from zerojit.outputs import write_output
+
+        write_output(args.json, json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
