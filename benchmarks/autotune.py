@@ -209,16 +209,24 @@ def _summary(values: list) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--json")
-    parser.add_argument("--child")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds, each a fresh process per mode")
+    parser.add_argument("--workers", type=int, default=4, help="compile worker processes of the timed parallel warm-up")
+    parser.add_argument("--json", help="also write every run here")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--probe", action="store_true",
                         help="GPU: the first real launch of a variant vs a new tuning key")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(probe_child() if args.child == "probe" else child(args.child, args.workers)))
         return
+    if args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.workers < 1:
+        parser.error(f"--workers must be >= 1, got {args.workers}")
+    from zerojit.outputs import output_problem, write_output
+
+    if args.json and (problem := output_problem(args.json)):  # not after minutes of measuring
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     if args.probe:
         probe()
         return
@@ -266,8 +274,7 @@ def main() -> None:
     print(f"  warm-up with tuning, serial        {_summary([r['warmup_s'] for r in runs['zerojit']])}")
     print(f"  warm-up with tuning, {args.workers} workers     {_summary([r['warmup_s'] for r in runs['zerojit-workers']])}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"gpu": gpu, "runs": runs}, f, indent=1)
+        write_output(args.json, json.dumps({"gpu": gpu, "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The benchmarks' command lines: benchmarks/warmup.py's modes, each child process getting exactly
 the worker settings its mode names, whatever the caller exported (reference: the settings each
 mode's docstring names); benchmarks/first_launch.py without a GPU; the refusals of the diagnosis
-benchmarks (warm_call_parts.py, first_launch_parts.py)."""
+benchmarks (warm_call_parts.py, first_launch_parts.py, also without a GPU) and of autotune.py."""
 
 from __future__ import annotations
 
@@ -102,3 +102,48 @@ def test_a_diagnosis_benchmark_refuses_bad_input_with_exit_2_and_one_line_before
         bench.main()
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"{script}: error: {message}"
+
+
+def test_first_launch_parts_without_a_gpu_exits_2_with_one_line_before_any_child(monkeypatch, capsys):
+    """Without --cpu-check the children time real launches: with no GPU the parent says so (each
+    child failed with torch's traceback)."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("first_launch_parts", ROOT / "benchmarks" / "first_launch_parts.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def no_child(*a, **kw):
+        raise AssertionError("a child process was started")
+
+    monkeypatch.setattr(bench.subprocess, "run", no_child)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(bench.sys, "argv", ["first_launch_parts.py", "--rounds", "1"])
+    with pytest.raises(SystemExit) as exited:
+        bench.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "first_launch_parts.py needs a CUDA GPU (none is visible); --cpu-check runs the flow compile-only with dry "
+        "launches"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["--workers", "0"], "--workers must be >= 1, got 0"),
+    (["--json", "/no-such-folder/a.json"], "--json /no-such-folder/a.json: cannot write there: "),
+])
+def test_autotune_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_any_child(monkeypatch, capsys, flags,
+                                                                                        message):
+    spec = importlib.util.spec_from_file_location("autotune_bench", ROOT / "benchmarks" / "autotune.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def no_child(*a, **kw):  # --rounds 0 ended in an IndexError, --workers 0 in a child's traceback,
+        raise AssertionError("a child process was started")  # a bad --json after every round
+
+    monkeypatch.setattr(bench.subprocess, "run", no_child)
+    monkeypatch.setattr(bench.sys, "argv", ["autotune.py", *flags])
+    with pytest.raises(SystemExit) as exited:
+        bench.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"autotune.py: error: {message}")
