@@ -14,13 +14,24 @@ Usage::
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 import tempfile
 import time
 
 
 def main() -> None:
-    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="zerojit-digest-cost-")
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help; no options
+    cache = tempfile.mkdtemp(prefix="zerojit-digest-cost-")
+    os.environ["TRITON_CACHE_DIR"] = cache
+    try:
+        measure()
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def measure() -> None:
     from zerojit import integrity, restore
     from zerojit import triton_compat as tc
     from zerojit.compile_only import compile_only
@@ -66,6 +77,7 @@ def main() -> None:
                 integrity.sha256(data)
         hashing = (time.perf_counter() - t) / 50 * 1e3
     c, u, keys = min(checked), min(unchecked), len(jobs)
+    print("compile-only (cuda:90, no GPU used): real cubins, nothing loaded")
     print(f"{keys} keys, {len(cubins)} cubins of {sum(map(len, cubins))} bytes; SHA-256 of them all: {hashing:.2f} ms")
     print(f"restore: checked {c:.2f} ms ({c / keys * 1e3:.0f} us a key), plain reads {u:.2f} ms "
           f"({u / keys * 1e3:.0f} us a key): +{(c - u) / keys * 1e3:.0f} us a key")

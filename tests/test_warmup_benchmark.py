@@ -1,7 +1,8 @@
 """The benchmarks' command lines: benchmarks/warmup.py's modes, each child process getting exactly
 the worker settings its mode names, whatever the caller exported (reference: the settings each
 mode's docstring names); benchmarks/first_launch.py without a GPU; the refusals of the diagnosis
-benchmarks (warm_call_parts.py, first_launch_parts.py, also without a GPU) and of autotune.py."""
+benchmarks (warm_call_parts.py, first_launch_parts.py, also without a GPU), of autotune.py and
+digest_cost.py."""
 
 from __future__ import annotations
 
@@ -147,3 +148,22 @@ def test_autotune_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_an
         bench.main()
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"autotune.py: error: {message}")
+
+
+@pytest.mark.parametrize("flags, code", [(["--no-such-flag"], 2), (["--help"], 0)])
+def test_digest_cost_benchmark_parses_its_command_line_before_measuring(monkeypatch, capsys, flags, code):
+    """digest_cost.py has no options: --help prints its usage and a bad flag is refused, neither
+    measures (both ran the whole benchmark and exited 0)."""
+    spec = importlib.util.spec_from_file_location("digest_cost", ROOT / "benchmarks" / "digest_cost.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "measure", lambda: pytest.fail("the benchmark ran"), raising=False)
+    monkeypatch.setattr(sys, "argv", ["digest_cost.py", *flags])
+    with pytest.raises(SystemExit) as exited:
+        bench.main()
+    assert exited.value.code == code
+    out = capsys.readouterr()
+    if code == 0:
+        assert out.out.startswith("usage: digest_cost.py")
+    else:
+        assert out.err.strip().splitlines()[-1] == "digest_cost.py: error: unrecognized arguments: --no-such-flag"
