@@ -91,11 +91,30 @@ def main() -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (one cut and one uncut run each)")
     parser.add_argument("--requests", type=int, default=1000, help="requests of the shipped trace replayed per run")
-    parser.add_argument("--mode", default="fallback", help="--jit-monitor-mode of both runs (default fallback)")
+    parser.add_argument("--mode", default="fallback", choices=("off", "warn", "error", "fallback"),
+                        help="--jit-monitor-mode of both runs (default fallback)")
     parser.add_argument("--check", type=int, default=None, help="--check N (default: the runner's: 8 on cuda, 0 on cpu)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds one run may take")
     parser.add_argument("--json", help="also write every run and the summary here")
     args = parser.parse_args()
+    # each refused before the first run: else every run failed alike, or the write after all of them
+    for flag, value, low in (("--rounds", args.rounds, 1), ("--requests", args.requests, 1),
+                             ("--check", args.check if args.check is not None else 0, 0)):
+        if value < low:
+            parser.error(f"{flag} must be >= {low}, got {value}")
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    from zerojit.outputs import output_problem, write_output
+
+    if args.json and (problem := output_problem(args.json)):
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("fallback_runner.py: --device cuda needs a CUDA GPU (none is visible); --device cpu runs the "
+                  "same compile-only", file=sys.stderr)
+            sys.exit(2)
 
     runs: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="fallback-runner-") as folder:
@@ -152,8 +171,7 @@ def main() -> None:
         zero = all(r["request_path_compiles"] == 0 for r in cut_rows)
         print(f"  request-path compiles in the cut runs: {'0 (goal met)' if zero else 'SOME (goal missed)'}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"summary": summary, "runs": runs}, f, indent=2)
+        write_output(args.json, json.dumps({"summary": summary, "runs": runs}, indent=2))
     sys.exit(1 if any("error" in r for r in runs) else 0)  # a run that gave no report fails the benchmark
 
 
