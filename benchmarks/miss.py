@@ -156,6 +156,21 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.device)))
         return
+    if args.rounds < 1:  # each refused before the first process, not after every round failed
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    from zerojit.outputs import output_problem, write_output
+
+    if args.json and (problem := output_problem(args.json)):
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print("miss.py: --device cuda needs a CUDA GPU (none is visible); --device cpu runs the same "
+                  "compile-only", file=sys.stderr)
+            sys.exit(2)
     rows = []
     for r in range(args.rounds):
         for mode in (MODES if r % 2 == 0 else MODES[::-1]):
@@ -190,8 +205,7 @@ def main() -> None:
         print(f"goal: fallback first launch <= 1.1x a warmed key's first launch: {med:.2f}x, "
               + ("met" if med <= 1.1 else "NOT met"))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"summary": summary, "rounds": rows}, f, indent=2)
+        write_output(args.json, json.dumps({"summary": summary, "rounds": rows}, indent=2))
     sys.exit(1 if any("error" in r for r in rows) else 0)  # a round that gave no result fails the benchmark
 
 

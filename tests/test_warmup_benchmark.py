@@ -2,7 +2,7 @@
 the worker settings its mode names, whatever the caller exported (reference: the settings each
 mode's docstring names); benchmarks/first_launch.py without a GPU; the refusals of the diagnosis
 benchmarks (warm_call_parts.py, first_launch_parts.py, also without a GPU), of autotune.py,
-digest_cost.py and fallback_runner.py."""
+digest_cost.py, fallback_runner.py and miss.py."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_digest_cost_benchmark_parses_its_command_line_before_measuring(monkeypa
         assert out.err.strip().splitlines()[-1] == "digest_cost.py: error: unrecognized arguments: --no-such-flag"
 
 
-@pytest.mark.parametrize("flags, message", [
+FALLBACK_RUNNER_REFUSALS = [
     (["--device", "cpu", "--rounds", "0"], "fallback_runner.py: error: --rounds must be >= 1, got 0"),
     (["--device", "cpu", "--requests", "0"], "fallback_runner.py: error: --requests must be >= 1, got 0"),
     (["--device", "cpu", "--check", "-1"], "fallback_runner.py: error: --check must be >= 0, got -1"),
@@ -179,13 +179,25 @@ def test_digest_cost_benchmark_parses_its_command_line_before_measuring(monkeypa
      "fallback_runner.py: error: --json /no-such-folder/f.json: cannot write there: "),
     (["--device", "cuda"], "fallback_runner.py: --device cuda needs a CUDA GPU (none is visible); --device cpu runs "
                            "the same compile-only"),
+]
+
+
+@pytest.mark.parametrize("script, flags, message", [
+    *[("fallback_runner.py", f, m) for f, m in FALLBACK_RUNNER_REFUSALS],
+    ("miss.py", ["--device", "cpu", "--rounds", "0"], "miss.py: error: --rounds must be >= 1, got 0"),
+    ("miss.py", ["--device", "cpu", "--timeout", "0"], "miss.py: error: --timeout must be > 0 seconds, got 0"),
+    ("miss.py", ["--device", "cpu", "--json", "/no-such-folder/m.json"],
+     "miss.py: error: --json /no-such-folder/m.json: cannot write there: "),
+    ("miss.py", ["--device", "cuda"], "miss.py: --device cuda needs a CUDA GPU (none is visible); --device cpu runs "
+                                      "the same compile-only"),
 ])
-def test_fallback_runner_refuses_bad_input_with_exit_2_and_one_line_before_any_run(monkeypatch, capsys, flags, message):
-    """Each was 2 x --rounds failed runs and a table of n/a (--rounds 0: that table and exit 0; a bad
-    --json: a traceback after every run)."""
+def test_a_miss_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_any_run(monkeypatch, capsys, script, flags,
+                                                                                     message):
+    """Each was --rounds failed processes (fallback_runner.py: 2 a round) and a table of n/a
+    (--rounds 0: that table and exit 0; a bad --json: a traceback after every run)."""
     import torch
 
-    spec = importlib.util.spec_from_file_location("fallback_runner", ROOT / "benchmarks" / "fallback_runner.py")
+    spec = importlib.util.spec_from_file_location(script[:-3], ROOT / "benchmarks" / script)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
 
@@ -195,7 +207,7 @@ def test_fallback_runner_refuses_bad_input_with_exit_2_and_one_line_before_any_r
     monkeypatch.setattr(bench.subprocess, "run", no_child)
     monkeypatch.setattr(bench.subprocess, "Popen", no_child)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(bench.sys, "argv", ["fallback_runner.py", *flags])
+    monkeypatch.setattr(bench.sys, "argv", [script, *flags])
     with pytest.raises(SystemExit) as exited:
         bench.main()
     assert exited.value.code == 2
