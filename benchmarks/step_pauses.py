@@ -27,7 +27,8 @@ times (default 30) after warm-up and the primer; printed: each step's median mil
 window around an 8,192-token prefill shows the allocator's cost on the steps near it.
 
 Usage: ``PYTHONPATH=src python benchmarks/step_pauses.py [--requests 12000] [--rounds 3]
-[--passes 2] [--window 2493-2497] [--json OUT]``. On a shared machine the max moves with the other load:
+[--passes 2] [--window 2493-2497] [--timeout 1800] [--json OUT]``; each process has a deadline
+(``--timeout`` seconds). On a shared machine the max moves with the other load:
 repeat, and read ``max_cpu_ms`` beside it.
 """
 
@@ -144,9 +145,28 @@ def main() -> None:
     parser.add_argument("--window", default=None, help="steps A-B to time one after the other")
     parser.add_argument("--window-rounds", type=int, default=30)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds one process may take (default 1800)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    window = tuple(int(x) for x in args.window.split("-")) if args.window else None
+    # each refused before the first process (else a child's traceback, or the write after every round)
+    for flag, value in (("--rounds", args.rounds), ("--requests", args.requests), ("--passes", args.passes),
+                        ("--window-rounds", args.window_rounds)):
+        if value < 1:
+            parser.error(f"{flag} must be >= 1, got {value}")
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    try:
+        window = tuple(int(x) for x in args.window.split("-")) if args.window else None
+    except ValueError:
+        window = ()
+    if window is not None and (len(window) != 2 or not 0 <= window[0] <= window[1]):
+        parser.error(f"--window {args.window}: write A-B, steps 0 <= A <= B")
+    if args.trace and not os.path.isfile(args.trace):
+        parser.error(f"--trace {args.trace}: no such file")
+    from zerojit.outputs import output_problem, write_output
+
+    if args.json and (problem := output_problem(args.json)):
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     if args.child:
         print(json.dumps(child(args.child, args.trace, args.requests, window, args.window_rounds, args.passes)))
         return
@@ -157,7 +177,10 @@ def main() -> None:
                    "--window-rounds", str(args.window_rounds), "--passes", str(args.passes)]
             cmd += ["--trace", args.trace] if args.trace else []
             cmd += ["--window", args.window] if args.window else []
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ), timeout=args.timeout)
+            except subprocess.TimeoutExpired:
+                raise SystemExit(f"{mode}: no result after {args.timeout:g} s (--timeout)") from None
             if proc.returncode != 0:
                 raise SystemExit(f"{mode} failed:\n{proc.stderr[-3000:]}")
             results[mode].append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -195,7 +218,7 @@ def main() -> None:
             print(f"  step {w['step']:6d} ({w['tokens']:5d} tokens, {w['prefills']} prefills, {w['decodes']:3d} decodes)"
                   + "".join(f"  {m}: {spread([x['window'][i]['median_ms'] for x in results[m]])}" for m in MODES))
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        write_output(args.json, json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 the worker settings its mode names, whatever the caller exported (reference: the settings each
 mode's docstring names); benchmarks/first_launch.py without a GPU; the refusals of the diagnosis
 benchmarks (warm_call_parts.py, first_launch_parts.py, also without a GPU), of autotune.py,
-digest_cost.py, fallback_runner.py and miss.py."""
+digest_cost.py, fallback_runner.py, miss.py and step_pauses.py."""
 
 from __future__ import annotations
 
@@ -212,3 +212,48 @@ def test_a_miss_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_any_
         bench.main()
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(message)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["--requests", "0"], "--requests must be >= 1, got 0"),
+    (["--passes", "0"], "--passes must be >= 1, got 0"),
+    (["--window", "5-2"], "--window 5-2: write A-B, steps 0 <= A <= B"),
+    (["--window", "x"], "--window x: write A-B, steps 0 <= A <= B"),
+    (["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
+    (["--trace", "/no-such-folder/t.csv"], "--trace /no-such-folder/t.csv: no such file"),
+    (["--json", "/no-such-folder/s.json"], "--json /no-such-folder/s.json: cannot write there: "),
+])
+def test_step_pauses_refuses_bad_input_with_exit_2_and_one_line_before_any_process(monkeypatch, capsys, flags,
+                                                                                    message):
+    """Each was a traceback (--rounds 0: no median of nothing; --requests 0, a missing --trace: the
+    child's), a run that ignored it (--passes 0, --window 5-2), or the write after every round."""
+    spec = importlib.util.spec_from_file_location("step_pauses", ROOT / "benchmarks" / "step_pauses.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def no_child(*a, **kw):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(bench.subprocess, "run", no_child)
+    monkeypatch.setattr(bench.sys, "argv", ["step_pauses.py", *flags])
+    with pytest.raises(SystemExit) as exited:
+        bench.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"step_pauses.py: error: {message}")
+
+
+def test_step_pauses_gives_each_process_a_deadline(monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("step_pauses", ROOT / "benchmarks" / "step_pauses.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def hung(cmd, **kw):
+        assert kw.get("timeout") == 5
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(bench.subprocess, "run", hung)
+    monkeypatch.setattr(bench.sys, "argv", ["step_pauses.py", "--rounds", "1", "--timeout", "5"])
+    with pytest.raises(SystemExit) as exited:
+        bench.main()
+    assert exited.value.code == "serving: no result after 5 s (--timeout)"
