@@ -83,7 +83,11 @@ def run_child(mode: str) -> dict:
         env = dict(os.environ, TRITON_CACHE_DIR=cache)
         if mode == "zerojit-unprimed":
             env[PRIME_ENV] = "0"
-        proc = subprocess.run([sys.executable, __file__, "--child", mode], env=env, capture_output=True, text=True)
+        try:
+            proc = subprocess.run([sys.executable, __file__, "--child", mode], env=env, capture_output=True, text=True,
+                                  timeout=600)
+        except subprocess.TimeoutExpired:  # a hung child ends the benchmark, it does not wait forever
+            sys.exit(f"{mode}: no result after 600 s")
     if proc.returncode == NO_GPU:
         print(proc.stderr.strip(), file=sys.stderr)
         sys.exit(NO_GPU)

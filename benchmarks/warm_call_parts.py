@@ -167,8 +167,11 @@ def main() -> None:
             workers=os.cpu_count() or 1, space="matrix", overlap=0.0, target=None))
         runs = []
         for _ in range(opts.runs):
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"], env=dict(env, **extra),
-                                  capture_output=True, text=True)
+            try:
+                proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child"], env=dict(env, **extra),
+                                      capture_output=True, text=True, timeout=warmup.CHILD_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                sys.exit(f"a warm call gave no result after {warmup.CHILD_TIMEOUT_S} s")
             if proc.returncode:  # its last line says why (a setting in --env, ...)
                 sys.exit(f"a warm call failed: {(proc.stderr.strip().splitlines() or ['(no output)'])[-1]}")
             runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))

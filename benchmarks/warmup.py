@@ -267,6 +267,9 @@ def child(mode: str, args: argparse.Namespace) -> dict:
             "full_collections": full_collections}
 
 
+CHILD_TIMEOUT_S = 1800  # one mode's process (the serial cold matrix takes 15-20 s on an H100, minutes on 2 cores)
+
+
 def run_child(mode: str, cache: str, home: str, args: argparse.Namespace, subset: int = 0) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=cache, TRITON_HOME=home)
     for name in ("ZEROJIT_WORKER_START", "ZEROJIT_WORKER_NICE"):  # each mode sets its own: an exported one
@@ -279,7 +282,10 @@ def run_child(mode: str, cache: str, home: str, args: argparse.Namespace, subset
     cmd = [sys.executable, os.path.abspath(__file__), "--child", child_mode, "--workers", str(args.workers),
            "--space", args.space, "--overlap", str(args.overlap), "--subset", str(subset)] + (
                ["--target", args.target] if args.target else [])
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:  # a hung child ends the benchmark, it does not wait forever
+        sys.exit(f"{mode}: no result after {CHILD_TIMEOUT_S} s")
     if proc.returncode:
         sys.exit(f"{mode} failed:\n{proc.stdout}\n{proc.stderr}")
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]), mode=mode)

@@ -45,6 +45,18 @@ def test_each_mode_sets_its_own_worker_settings_not_the_callers(bench, monkeypat
     assert seen["TRITON_CACHE_DIR"] == "/tmp/cache" and seen["TRITON_HOME"] == "/tmp/home"
 
 
+def test_a_hung_child_ends_the_benchmark_with_one_line(bench, monkeypatch):
+    def hung(cmd, env, **kw):  # the call had no deadline: a hung child hung the benchmark
+        assert kw.get("timeout") == bench.CHILD_TIMEOUT_S
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(bench.subprocess, "run", hung)
+    args = argparse.Namespace(workers=2, space="dsv4-like", overlap=1.0, target=None)
+    with pytest.raises(SystemExit) as exited:
+        bench.run_child("zerojit", "/tmp/cache", "/tmp/home", args)
+    assert exited.value.code == f"zerojit: no result after {bench.CHILD_TIMEOUT_S} s"
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--space", "no-such-config"], "invalid config name: unknown config 'no-such-config'"),
     (["--target", "cuda:bogus"], "compile-only target 'cuda:bogus' is not of the form 'cuda:90'"),
