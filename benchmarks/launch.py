@@ -51,6 +51,7 @@ from zerojit.kernel import LaunchSpec, TritonJitKernel, kernel_launcher
 from zerojit.keyspace import trace_dispatch
 from zerojit import monitor as zmonitor
 from zerojit.monitor import JitMonitor
+from zerojit.outputs import output_problem, write_output
 from zerojit.specialization import WarmupTensor, scalar_rep
 
 BLOCK = 256
@@ -178,10 +179,16 @@ def _stub_launcher():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--launches", type=int, default=5_000, help="launches per mode per round")
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (median reported; at least 7)")
+    parser.add_argument("--rounds", type=int, default=15,
+                        help="interleaved rounds (median reported; 7 or more for a figure, 1 for a plumbing check)")
     parser.add_argument("--stub", action="store_true", help="stub launcher even where CUDA exists")
     parser.add_argument("--json", help="also write the results here")
     opts = parser.parse_args()
+    for flag, value in (("--launches", opts.launches), ("--rounds", opts.rounds)):
+        if value < 1:  # --launches 0 ended in a ZeroDivisionError
+            parser.error(f"{flag} must be >= 1, got {value}")
+    if opts.json and (problem := output_problem(opts.json)):  # not after every round
+        parser.error(f"--json {opts.json}: cannot write there: {problem}")
 
     stub = opts.stub or not torch.cuda.is_available()
     zmonitor.configure("off")  # no process monitor from ZEROJIT_JIT_MONITOR: the modes below choose
@@ -336,11 +343,10 @@ def main() -> None:
     print(f"  monitor (error mode): {counts.launches} launches counted of {expected_hits}, "
           f"{counts.runtime_compiles} runtime compiles")
     if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump({"mode": "stub" if stub else "gpu", "launches": opts.launches, "rounds": opts.rounds,
-                       "results": results, "goals": {name: {"ratio": round(x, 3), "met": ok} for name, x, ok in goals},
-                       "monitor_launches": counts.launches,
-                       "monitor_runtime_compiles": counts.runtime_compiles}, f, indent=2)
+        write_output(opts.json, json.dumps({
+            "mode": "stub" if stub else "gpu", "launches": opts.launches, "rounds": opts.rounds,
+            "results": results, "goals": {name: {"ratio": round(x, 3), "met": ok} for name, x, ok in goals},
+            "monitor_launches": counts.launches, "monitor_runtime_compiles": counts.runtime_compiles}, indent=2))
     if stub:
         driver._active = previous_driver
         _restore_torch_cuda(saved_torch)

@@ -2,7 +2,7 @@
 the worker settings its mode names, whatever the caller exported (reference: the settings each
 mode's docstring names); benchmarks/first_launch.py without a GPU; the refusals of the diagnosis
 benchmarks (warm_call_parts.py, first_launch_parts.py, also without a GPU), of autotune.py,
-digest_cost.py, fallback_runner.py, miss.py and step_pauses.py."""
+digest_cost.py, fallback_runner.py, miss.py, step_pauses.py and launch.py."""
 
 from __future__ import annotations
 
@@ -269,3 +269,22 @@ def test_step_pauses_gives_each_process_a_deadline(monkeypatch, capsys):
     with pytest.raises(SystemExit) as exited:
         bench.main()
     assert exited.value.code == "serving: no result after 5 s (--timeout)"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--launches", "0"], "--launches must be >= 1, got 0"),
+    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    (["--json", "/no-such-folder/l.json"], "--json /no-such-folder/l.json: cannot write there: "),
+])
+def test_launch_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_measuring(monkeypatch, capsys, flags,
+                                                                                      message):
+    spec = importlib.util.spec_from_file_location("launch_bench", ROOT / "benchmarks" / "launch.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "launch_bench", bench)  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "JitWarmupRegistry", lambda: pytest.fail("the benchmark started"))
+    monkeypatch.setattr(bench.sys, "argv", ["launch.py", *flags])
+    with pytest.raises(SystemExit) as exited:
+        bench.main()
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"launch.py: error: {message}")
