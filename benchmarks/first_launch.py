@@ -14,7 +14,10 @@ key B's first launch is timed, and 200 more launches of it (the steady state: me
 a ``torch.cuda.synchronize()``. Printed: milliseconds and the ratio key-first / steady for each
 mode, all measured in the same run.
 
-Usage: ``PYTHONPATH=src python benchmarks/first_launch.py [--json OUT]``
+Each mode runs in ``--repeat`` processes (default 5; medians printed). Without a GPU it exits 2
+with one line (real launches are what it times).
+
+Usage: ``PYTHONPATH=src python benchmarks/first_launch.py [--repeat 5] [--json OUT]``
 """
 
 from __future__ import annotations
