@@ -91,38 +91,63 @@ def test_first_launch_benchmark_without_a_gpu_exits_2_with_one_line():
     assert usage.returncode == 2 and "--repeat must be >= 1, got 0" in usage.stderr
 
 
-@pytest.mark.parametrize("script, flags, message", [
-    ("warm_call_parts.py", ["--runs", "0"], "--runs 0: at least 1"),
-    ("warm_call_parts.py", ["--env", "CUDA_MODULE_LOADING"], "--env 'CUDA_MODULE_LOADING': write NAME=VALUE"),
-    ("warm_call_parts.py", ["--json", "/no-such-folder/p.json"], "--json /no-such-folder/p.json: cannot write there"),
-    ("first_launch_parts.py", ["--modes", "base,nope"],
-     "--modes: unknown nope; choose from base, occ, attrs, param, grid0, eager, realB, cdirect"),
-    ("first_launch_parts.py", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
-    ("first_launch_parts.py", ["--json", "/no-such-folder/p.json"], "--json /no-such-folder/p.json: cannot write there"),
-])
-def test_a_diagnosis_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_any_run(monkeypatch, capsys, script,
-                                                                                          flags, message):
-    spec = importlib.util.spec_from_file_location(script[:-3], ROOT / "benchmarks" / script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-
-    def no_child(*a, **kw):  # the refusal comes before the first process
-        raise AssertionError("a child process was started")
-
-    monkeypatch.setattr(bench.subprocess, "run", no_child)
-    monkeypatch.setattr(bench.sys, "argv", [script, *flags])
-    with pytest.raises(SystemExit) as exited:
-        bench.main()
-    assert exited.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == f"{script}: error: {message}"
+def _usage(script: str, flags: list[str], message: str) -> tuple[str, list[str], str]:
+    """A refusal argparse words: ``<script>: error: <message>``."""
+    return script, flags, f"{script}: error: {message}"
 
 
-def test_first_launch_parts_without_a_gpu_exits_2_with_one_line_before_any_child(monkeypatch, capsys):
-    """Without --cpu-check the children time real launches: with no GPU the parent says so (each
-    child failed with torch's traceback)."""
+NO_FOLDER = "/no-such-folder/out.json"
+REFUSALS = [
+    _usage("warm_call_parts.py", ["--runs", "0"], "--runs 0: at least 1"),
+    _usage("warm_call_parts.py", ["--env", "CUDA_MODULE_LOADING"], "--env 'CUDA_MODULE_LOADING': write NAME=VALUE"),
+    _usage("warm_call_parts.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there"),
+    _usage("first_launch_parts.py", ["--modes", "base,nope"],
+           "--modes: unknown nope; choose from base, occ, attrs, param, grid0, eager, realB, cdirect"),
+    _usage("first_launch_parts.py", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    _usage("first_launch_parts.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there"),
+    # without --cpu-check its children time real launches: each failed with torch's traceback
+    ("first_launch_parts.py", ["--rounds", "1"], "first_launch_parts.py needs a CUDA GPU (none is visible); "
+                                                 "--cpu-check runs the flow compile-only with dry launches"),
+    # were an IndexError, a child's traceback, a FileNotFoundError after every round
+    _usage("autotune.py", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    _usage("autotune.py", ["--workers", "0"], "--workers must be >= 1, got 0"),
+    _usage("autotune.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    # were --rounds failed processes and a table of n/a (--rounds 0: that table and exit 0), or a
+    # traceback after every run
+    _usage("fallback_runner.py", ["--device", "cpu", "--rounds", "0"], "--rounds must be >= 1, got 0"),
+    _usage("fallback_runner.py", ["--device", "cpu", "--requests", "0"], "--requests must be >= 1, got 0"),
+    _usage("fallback_runner.py", ["--device", "cpu", "--check", "-1"], "--check must be >= 0, got -1"),
+    _usage("fallback_runner.py", ["--device", "cpu", "--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
+    _usage("fallback_runner.py", ["--device", "cpu", "--mode", "nope"], "argument --mode: invalid choice: 'nope'"),
+    _usage("fallback_runner.py", ["--device", "cpu", "--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    ("fallback_runner.py", ["--device", "cuda"], "fallback_runner.py: --device cuda needs a CUDA GPU (none is visible); "
+                                                 "--device cpu runs the same compile-only"),
+    _usage("miss.py", ["--device", "cpu", "--rounds", "0"], "--rounds must be >= 1, got 0"),
+    _usage("miss.py", ["--device", "cpu", "--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
+    _usage("miss.py", ["--device", "cpu", "--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    ("miss.py", ["--device", "cuda"], "miss.py: --device cuda needs a CUDA GPU (none is visible); --device cpu runs "
+                                      "the same compile-only"),
+    # were a traceback (--rounds 0: no median of nothing; --requests 0, a missing --trace: the
+    # child's), a run that ignored it (--passes 0, --window 5-2), or the write after every round
+    _usage("step_pauses.py", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    _usage("step_pauses.py", ["--requests", "0"], "--requests must be >= 1, got 0"),
+    _usage("step_pauses.py", ["--passes", "0"], "--passes must be >= 1, got 0"),
+    _usage("step_pauses.py", ["--window", "5-2"], "--window 5-2: write A-B, steps 0 <= A <= B"),
+    _usage("step_pauses.py", ["--window", "x"], "--window x: write A-B, steps 0 <= A <= B"),
+    _usage("step_pauses.py", ["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
+    _usage("step_pauses.py", ["--trace", "/no-such-folder/t.csv"], "--trace /no-such-folder/t.csv: no such file"),
+    _usage("step_pauses.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+]
+
+
+@pytest.mark.parametrize("script, flags, message", REFUSALS)
+def test_a_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_any_child(monkeypatch, capsys, script, flags,
+                                                                                  message):
+    """Each refusal comes before the first child process (none may start), as one line (its
+    start is given: a path's problem ends it), status 2; the GPU is made to look absent."""
     import torch
 
-    spec = importlib.util.spec_from_file_location("first_launch_parts", ROOT / "benchmarks" / "first_launch_parts.py")
+    spec = importlib.util.spec_from_file_location(script[:-3], ROOT / "benchmarks" / script)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
 
@@ -130,36 +155,13 @@ def test_first_launch_parts_without_a_gpu_exits_2_with_one_line_before_any_child
         raise AssertionError("a child process was started")
 
     monkeypatch.setattr(bench.subprocess, "run", no_child)
+    monkeypatch.setattr(bench.subprocess, "Popen", no_child)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(bench.sys, "argv", ["first_launch_parts.py", "--rounds", "1"])
+    monkeypatch.setattr(bench.sys, "argv", [script, *flags])
     with pytest.raises(SystemExit) as exited:
         bench.main()
     assert exited.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines() == [
-        "first_launch_parts.py needs a CUDA GPU (none is visible); --cpu-check runs the flow compile-only with dry "
-        "launches"]
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
-    (["--workers", "0"], "--workers must be >= 1, got 0"),
-    (["--json", "/no-such-folder/a.json"], "--json /no-such-folder/a.json: cannot write there: "),
-])
-def test_autotune_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_any_child(monkeypatch, capsys, flags,
-                                                                                        message):
-    spec = importlib.util.spec_from_file_location("autotune_bench", ROOT / "benchmarks" / "autotune.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-
-    def no_child(*a, **kw):  # --rounds 0 ended in an IndexError, --workers 0 in a child's traceback,
-        raise AssertionError("a child process was started")  # a bad --json after every round
-
-    monkeypatch.setattr(bench.subprocess, "run", no_child)
-    monkeypatch.setattr(bench.sys, "argv", ["autotune.py", *flags])
-    with pytest.raises(SystemExit) as exited:
-        bench.main()
-    assert exited.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"autotune.py: error: {message}")
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(message)
 
 
 @pytest.mark.parametrize("flags, code", [(["--no-such-flag"], 2), (["--help"], 0)])
@@ -179,80 +181,6 @@ def test_digest_cost_benchmark_parses_its_command_line_before_measuring(monkeypa
         assert out.out.startswith("usage: digest_cost.py")
     else:
         assert out.err.strip().splitlines()[-1] == "digest_cost.py: error: unrecognized arguments: --no-such-flag"
-
-
-FALLBACK_RUNNER_REFUSALS = [
-    (["--device", "cpu", "--rounds", "0"], "fallback_runner.py: error: --rounds must be >= 1, got 0"),
-    (["--device", "cpu", "--requests", "0"], "fallback_runner.py: error: --requests must be >= 1, got 0"),
-    (["--device", "cpu", "--check", "-1"], "fallback_runner.py: error: --check must be >= 0, got -1"),
-    (["--device", "cpu", "--timeout", "0"], "fallback_runner.py: error: --timeout must be > 0 seconds, got 0"),
-    (["--device", "cpu", "--mode", "nope"], "fallback_runner.py: error: argument --mode: invalid choice: 'nope'"),
-    (["--device", "cpu", "--json", "/no-such-folder/f.json"],
-     "fallback_runner.py: error: --json /no-such-folder/f.json: cannot write there: "),
-    (["--device", "cuda"], "fallback_runner.py: --device cuda needs a CUDA GPU (none is visible); --device cpu runs "
-                           "the same compile-only"),
-]
-
-
-@pytest.mark.parametrize("script, flags, message", [
-    *[("fallback_runner.py", f, m) for f, m in FALLBACK_RUNNER_REFUSALS],
-    ("miss.py", ["--device", "cpu", "--rounds", "0"], "miss.py: error: --rounds must be >= 1, got 0"),
-    ("miss.py", ["--device", "cpu", "--timeout", "0"], "miss.py: error: --timeout must be > 0 seconds, got 0"),
-    ("miss.py", ["--device", "cpu", "--json", "/no-such-folder/m.json"],
-     "miss.py: error: --json /no-such-folder/m.json: cannot write there: "),
-    ("miss.py", ["--device", "cuda"], "miss.py: --device cuda needs a CUDA GPU (none is visible); --device cpu runs "
-                                      "the same compile-only"),
-])
-def test_a_miss_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_any_run(monkeypatch, capsys, script, flags,
-                                                                                     message):
-    """Each was --rounds failed processes (fallback_runner.py: 2 a round) and a table of n/a
-    (--rounds 0: that table and exit 0; a bad --json: a traceback after every run)."""
-    import torch
-
-    spec = importlib.util.spec_from_file_location(script[:-3], ROOT / "benchmarks" / script)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-
-    def no_child(*a, **kw):
-        raise AssertionError("a run was started")
-
-    monkeypatch.setattr(bench.subprocess, "run", no_child)
-    monkeypatch.setattr(bench.subprocess, "Popen", no_child)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(bench.sys, "argv", [script, *flags])
-    with pytest.raises(SystemExit) as exited:
-        bench.main()
-    assert exited.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(message)
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--rounds", "0"], "--rounds must be >= 1, got 0"),
-    (["--requests", "0"], "--requests must be >= 1, got 0"),
-    (["--passes", "0"], "--passes must be >= 1, got 0"),
-    (["--window", "5-2"], "--window 5-2: write A-B, steps 0 <= A <= B"),
-    (["--window", "x"], "--window x: write A-B, steps 0 <= A <= B"),
-    (["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
-    (["--trace", "/no-such-folder/t.csv"], "--trace /no-such-folder/t.csv: no such file"),
-    (["--json", "/no-such-folder/s.json"], "--json /no-such-folder/s.json: cannot write there: "),
-])
-def test_step_pauses_refuses_bad_input_with_exit_2_and_one_line_before_any_process(monkeypatch, capsys, flags,
-                                                                                    message):
-    """Each was a traceback (--rounds 0: no median of nothing; --requests 0, a missing --trace: the
-    child's), a run that ignored it (--passes 0, --window 5-2), or the write after every round."""
-    spec = importlib.util.spec_from_file_location("step_pauses", ROOT / "benchmarks" / "step_pauses.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-
-    def no_child(*a, **kw):
-        raise AssertionError("a process was started")
-
-    monkeypatch.setattr(bench.subprocess, "run", no_child)
-    monkeypatch.setattr(bench.sys, "argv", ["step_pauses.py", *flags])
-    with pytest.raises(SystemExit) as exited:
-        bench.main()
-    assert exited.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"step_pauses.py: error: {message}")
 
 
 def test_step_pauses_gives_each_process_a_deadline(monkeypatch, capsys):
