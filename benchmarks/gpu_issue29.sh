@@ -25,6 +25,8 @@
 #   OUT=/some/folder bash benchmarks/gpu_issue29.sh [WHEELS_FOLDER]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/gpu_steps.sh  # require_gpus, step
+require_gpus 1 benchmarks/gpu_issue29.sh
 WHEELS=${1:-wheels}
 OUT=${OUT:-issue29-out}
 PY=${PYTHON:-python3}
@@ -35,7 +37,6 @@ unset ZEROJIT_JIT_MONITOR
 START=$(date +%s)
 TOTAL=${TOTAL_S:-530}
 
-. benchmarks/gpu_steps.sh  # step NAME SECONDS CMD...
 
 # table NAME SECONDS FILE CMD...: a step whose output is also kept whole in $OUT/FILE.
 table() {

@@ -18,6 +18,8 @@
 #   OUT=/some/folder bash benchmarks/gpu_issue30.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/gpu_steps.sh  # require_gpus, step
+require_gpus 1 benchmarks/gpu_issue30.sh
 OUT=${OUT:-issue30-out}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
@@ -28,7 +30,6 @@ unset ZEROJIT_JIT_MONITOR
 START=$(date +%s)
 TOTAL=${TOTAL_S:-530}
 
-. benchmarks/gpu_steps.sh  # step NAME SECONDS CMD...
 
 # The transcript: record with no GPU, exec twice on the GPU (tuned at warm-up, then from the tuning file).
 tuned_exec_transcript() {

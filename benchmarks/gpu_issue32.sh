@@ -21,6 +21,8 @@
 #   OUT=/some/folder bash benchmarks/gpu_issue32.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/gpu_steps.sh  # require_gpus, step
+require_gpus 1 benchmarks/gpu_issue32.sh
 OUT=${OUT:-issue32-out}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
@@ -31,7 +33,6 @@ unset ZEROJIT_JIT_MONITOR
 START=$(date +%s)
 TOTAL=${TOTAL_S:-530}
 
-. benchmarks/gpu_steps.sh  # step NAME SECONDS CMD...
 
 { date; nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; "$PY" -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)'; } >>"$LOG" 2>&1
 

@@ -24,6 +24,8 @@
 #   OUT=/some/folder bash benchmarks/gpu_issue34.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/gpu_steps.sh  # require_gpus, step
+require_gpus 2 benchmarks/gpu_issue34.sh
 OUT=${OUT:-issue34-out}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
@@ -35,16 +37,10 @@ unset ZEROJIT_JIT_MONITOR ZEROJIT_LEARN
 START=$(date +%s)
 TOTAL=${TOTAL_S:-470}
 
-. benchmarks/gpu_steps.sh  # step NAME SECONDS CMD...
-
 GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 { date; nproc; nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
   "$PY" -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__, "cuda devices:", torch.cuda.device_count(), "nccl:", torch.cuda.nccl.version() if torch.cuda.is_available() else None)'
   env | grep -E '^(NCCL_|TORCH_SYMM_MEM_|NVSHMEM_)' | sort; } >>"$LOG" 2>&1
-if [ "$GPUS" -lt 2 ]; then
-  echo "issue 34 needs 2+ GPUs; nvidia-smi lists $GPUS" | tee -a "$LOG"
-  exit 2
-fi
 echo "$GPUS GPUs: one rank each" | tee -a "$LOG"
 
 step distributed-warmup 200 "$PY" benchmarks/distributed_warmup.py --ranks "$GPUS" --space dsv4-like \

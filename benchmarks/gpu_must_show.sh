@@ -19,6 +19,8 @@
 #   OUT=/some/folder STEPS="first-launch autotune" bash benchmarks/gpu_must_show.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. benchmarks/gpu_steps.sh  # require_gpus, step
+require_gpus 1 benchmarks/gpu_must_show.sh
 OUT=${OUT:-must-show}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -216,3 +217,23 @@ def test_launch_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_meas
         bench.main()
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(f"launch.py: error: {message}")
+
+
+@pytest.mark.parametrize("script, gpus", [("gpu_must_show.sh", 1), ("gpu_issue29.sh", 1), ("gpu_issue30.sh", 1),
+                                          ("gpu_issue32.sh", 1), ("gpu_issue34.sh", 2)])
+def test_a_gpu_driver_script_without_its_gpus_exits_2_in_one_line_before_making_its_output(tmp_path, script, gpus):
+    """An ``nvidia-smi`` that lists no GPU (a stand-in first on PATH, whatever this machine has):
+    the script says so and exits 2, with no output folder made (each step failed and it exited 0)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    out = tmp_path / "out"
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}", OUT=str(out))
+    done = subprocess.run(["bash", str(ROOT / "benchmarks" / script)], capture_output=True, text=True, env=env,
+                          timeout=60)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    plural = "s" if gpus > 1 else ""
+    assert done.stderr.splitlines() == [f"benchmarks/{script} needs {gpus} NVIDIA GPU{plural}; nvidia-smi lists 0: "
+                                        "run it on the GPU machine"]
+    assert not out.exists()
