@@ -51,7 +51,8 @@ rounds, with the workers' boot and busy share.
 
 Without a GPU, ``--target cuda:90`` runs it compile-only: every launch is a dry launch (binder
 and lookup, nothing executed; outputs not computed) on CPU tensors, so the first-request figures
-show the launch path's own first-use costs only; the warm-up figures are real compiles.
+show the launch path's own first-use costs only; the warm-up figures are real compiles. Without
+either it says so in one line and exits 2.
 
 Usage: ``PYTHONPATH=src python benchmarks/manifest.py [--rounds 3] [--workers 16] [--target T] [--json OUT]``
 """
@@ -287,12 +288,20 @@ def main() -> None:
     opts = parser.parse_args()
     if opts.program:
         return program(opts.device, opts.prime)
+    if opts.rounds < 1:  # each refused before the first process (--rounds 0 was an IndexError after minutes)
+        parser.error(f"--rounds must be >= 1, got {opts.rounds}")
+    if opts.workers < 1:
+        parser.error(f"--workers must be >= 1, got {opts.workers}")
+    from zerojit.outputs import output_problem, write_output
+
+    if opts.json and (problem := output_problem(opts.json)):
+        parser.error(f"--json {opts.json}: cannot write there: {problem}")
     import torch
 
-    if not torch.cuda.is_available() and not opts.target:
-        print("benchmarks/manifest.py needs a CUDA GPU (it measures real first launches), or --target cuda:90 for "
-              "dry launches; nothing measured")
-        return
+    if not torch.cuda.is_available() and not opts.target:  # (it said so and exited 0)
+        print("manifest.py needs a CUDA GPU (it measures real first launches), or --target cuda:90 for dry launches",
+              file=sys.stderr)
+        sys.exit(2)
     py, me = sys.executable, os.path.abspath(__file__)
     zj = [py, "-m", "zerojit"]
     target = ["--target", opts.target] if opts.target else []
@@ -342,8 +351,7 @@ def main() -> None:
     _first_requests(outs, results)
     _warmups(runs, results, opts.rounds)
     if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump(results, f, indent=2)
+        write_output(opts.json, json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -138,6 +138,12 @@ REFUSALS = [
     _usage("step_pauses.py", ["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
     _usage("step_pauses.py", ["--trace", "/no-such-folder/t.csv"], "--trace /no-such-folder/t.csv: no such file"),
     _usage("step_pauses.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    # were an IndexError after minutes, a child's failure, the write after every round, and exit 0
+    _usage("manifest.py", ["--target", "cuda:90", "--rounds", "0"], "--rounds must be >= 1, got 0"),
+    _usage("manifest.py", ["--target", "cuda:90", "--workers", "0"], "--workers must be >= 1, got 0"),
+    _usage("manifest.py", ["--target", "cuda:90", "--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    ("manifest.py", [], "manifest.py needs a CUDA GPU (it measures real first launches), or --target cuda:90 for dry "
+                        "launches"),
 ]
 
 
