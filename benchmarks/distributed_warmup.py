@@ -89,6 +89,14 @@ def main() -> None:
     parser.add_argument("--target", default=None, help="compile-only target (default: the GPUs, else cuda:90)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
+    if args.ranks < 1:  # each refused before any rank starts (--ranks 0 was a ZeroDivisionError)
+        parser.error(f"--ranks must be >= 1, got {args.ranks}")
+    if args.workers is not None and args.workers < 1:  # (0 silently meant the default)
+        parser.error(f"--workers must be >= 1, got {args.workers}")
+    from zerojit.outputs import output_problem, write_output
+
+    if args.json and (problem := output_problem(args.json)):  # not after minutes of measuring
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     args.workers = args.workers or max(1, (os.cpu_count() or 1) // args.ranks)
     os.environ.update(NO_MULTICAST)  # before any rank starts: they inherit it
 
@@ -109,8 +117,7 @@ def main() -> None:
         r = results[mode]
         print(f"{mode:<16}{r['seconds']:>16.2f}{r['compiled']:>22}{first['seconds'] / r['seconds']:>9.1f}x")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": results}, f, indent=2)
+        write_output(args.json, json.dumps({"args": vars(args), "results": results}, indent=2))
 
 
 if __name__ == "__main__":

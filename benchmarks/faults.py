@@ -211,6 +211,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds each run may take (default 600)")
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     args = parser.parse_args()
+    if not args.timeout > 0:  # refused before the cold run
+        parser.error(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+    from zerojit.outputs import output_problem, write_output
+
+    if args.json and (problem := output_problem(args.json)):  # not after minutes of measuring
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
 
     work = tempfile.mkdtemp(prefix="zerojit-faults-")
     home = os.path.join(work, "home")
@@ -252,8 +258,7 @@ def main() -> None:
         print(f"{row['case']:42} {detected:>8} {str(row['recompiled']):>10} {str(row['exit']):>5} "
               f"{str(row['runtime_compiles']):>16}  {(row['report_line'] or '')[:110]}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        write_output(args.json, json.dumps(rows, indent=2))
     failed = [r["case"] for r in rows if r["applies"] and (r["exit"] != 0 or r["runtime_compiles"] != 0
                                                             or (r["file"] and not r["detected"]))]
     print(f"\n{len(rows) - len(failed)} of {len(rows)} cases held" + (f"; not: {', '.join(failed)}" if failed else ""))

@@ -403,6 +403,10 @@ def main() -> None:
     if args.child:
         print(json.dumps(child_node(args) if args.child == "node" else child_farm(args)))
         return
+    from zerojit.outputs import output_problem, write_output
+
+    if args.json and (problem := output_problem(args.json)):  # not after minutes of measuring
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     why = missing_requirement()
     if why:
         print(f"benchmarks/fleet.py: {why}", file=sys.stderr)
@@ -493,9 +497,9 @@ def report(cold: list, farm: dict, pulls: list, alone: dict, args: argparse.Name
     print(f"benchmark wall time {wall:.0f} s; the machine's 1-minute load average {load:.2f} at the start, "
           f"{os.getloadavg()[0]:.2f} at the end (other processes share its cores)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "cold": cold, "farm": farm, "pull": pulls, "pull_alone": alone,
-                       "ratio": ratio, "goal_holds": holds, "wall_s": wall}, f, indent=2)
+        write_output(args.json, json.dumps({"args": vars(args), "cold": cold, "farm": farm, "pull": pulls,
+                                            "pull_alone": alone, "ratio": ratio, "goal_holds": holds, "wall_s": wall},
+                                           indent=2))
 
 
 if __name__ == "__main__":

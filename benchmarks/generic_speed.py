@@ -320,8 +320,10 @@ def run_timed(args: argparse.Namespace) -> int:
     rows = print_table(cases)
     exact = print_goal(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(goal=GOAL, rounds=args.rounds, reps=args.reps,
-                                                   gpu=torch.cuda.get_device_name(), rows=rows), indent=1))
+        from zerojit.outputs import write_output
+
+        write_output(args.json, json.dumps(dict(goal=GOAL, rounds=args.rounds, reps=args.reps,
+                                                gpu=torch.cuda.get_device_name(), rows=rows), indent=1))
     return 0 if exact else 1
 
 
@@ -329,6 +331,12 @@ KERNEL_CHOICES = ("K1", "K2", "K3", "K4", "K5", "K6", "K7", "RMSNORM")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    try:
+        import zerojit  # noqa: F401
+    except ImportError:  # run from a source tree without PYTHONPATH=src
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from zerojit.outputs import output_problem
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="Details (cases, timing method): the module docstring.")
     parser.add_argument("--quick", action="store_true", help="benchmarks/kernels.py's goal sizes, fewer RMSNorm sizes")
@@ -348,16 +356,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--kernels: unknown {unknown}; choose among {', '.join(KERNEL_CHOICES)}")
     if args.rounds < 2 or args.reps < 1:
         parser.error("--rounds must be >= 2 and --reps >= 1")
+    if args.json and args.dry:  # (it was ignored without a word)
+        parser.error("--json: --dry times nothing, so it writes nothing; drop one of them")
+    if args.json and (problem := output_problem(args.json)):  # not after the timed rounds
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     args.kernels = [k for k in KERNEL_CHOICES if k in ks]
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        import zerojit  # noqa: F401
-    except ImportError:  # run from a source tree without PYTHONPATH=src
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     if args.dry:
         return run_dry(args)
     import torch
@@ -365,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("generic_speed.py: needs a CUDA GPU (none is visible); without one, --dry compiles every variant "
               "for cuda:90", file=sys.stderr)
-        return 1
+        return 2
     return run_timed(args)
 
 

@@ -160,6 +160,7 @@ from zerojit.kernels.mla.prefill import build_prefill_chunk_metadata, compute_pr
 from zerojit.kernels.mla.shapes import cdiv, padded_width, swa_width
 from zerojit.kernels.mla.slot_mapping import compressed_slot_mapping
 from zerojit.kernels.mla.swa import compute_swa_indices_and_lens
+from zerojit.outputs import output_problem, write_output
 from zerojit.runner.config import load_config
 from zerojit.runner.kv_cache import allocate_kv_cache
 from zerojit.runner.metadata import DecodeBuffers, MetadataPlan, StepInputs, build_step_inputs
@@ -1260,10 +1261,11 @@ def run_timed(args: argparse.Namespace) -> int:
     total = time.perf_counter() - t_start
     print(f"\n# total {total:.0f} s", flush=True)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": env, "method": METHOD, "quick": args.quick, "seed": args.seed,
-                       "warmup": warm, "monitor": None if counts is None else dataclasses.asdict(counts),
-                       "cases": [case_record(c) for c in setup.cases], "goals": gs, "seconds": total}, f, indent=2)
+        write_output(args.json, json.dumps({"environment": env, "method": METHOD, "quick": args.quick, "seed": args.seed,
+                                            "warmup": warm,
+                                            "monitor": None if counts is None else dataclasses.asdict(counts),
+                                            "cases": [case_record(c) for c in setup.cases], "goals": gs,
+                                            "seconds": total}, indent=2))
         print(f"# wrote {args.json}")
     failed = any(c.result.get("exact") is False or c.result.get("graph_exact") is False or c.result.get("errors")
                  for c in setup.cases)
@@ -1312,9 +1314,8 @@ def run_dry(args: argparse.Namespace) -> int:
         bad += dry_launch(setup, registries)
     print(f"# dry run done in {time.perf_counter() - t_start:.0f} s, {bad} failure(s)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"environment": environment(), "dry": True, "cases": [case_record(c) for c in setup.cases]},
-                      f, indent=2)
+        write_output(args.json, json.dumps({"environment": environment(), "dry": True,
+                                            "cases": [case_record(c) for c in setup.cases]}, indent=2))
     return 1 if bad else 0
 
 
@@ -1380,6 +1381,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.kernels = [k for k in KERNELS if k in ks]
     if args.compile_budget is None:
         args.compile_budget = 60.0 if args.quick else 120.0
+    if args.compile_budget < 0:
+        parser.error(f"--compile-budget must be >= 0 seconds, got {args.compile_budget:g}")
+    if args.json and (problem := output_problem(args.json)):  # not after minutes of measuring
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.device not in ("cuda", "cpu"):

@@ -144,6 +144,21 @@ REFUSALS = [
     _usage("manifest.py", ["--target", "cuda:90", "--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
     ("manifest.py", [], "manifest.py needs a CUDA GPU (it measures real first launches), or --target cuda:90 for dry "
                         "launches"),
+    # were a ZeroDivisionError, a silent default, or the write after every measurement
+    _usage("distributed_warmup.py", ["--ranks", "0"], "--ranks must be >= 1, got 0"),
+    _usage("distributed_warmup.py", ["--workers", "0"], "--workers must be >= 1, got 0"),
+    _usage("distributed_warmup.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    _usage("faults.py", ["--timeout", "0"], "--timeout must be > 0 seconds, got 0"),
+    _usage("faults.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    _usage("fleet.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    _usage("kernels.py", ["--device", "cpu", "--dry", "--compile-budget", "-1"],
+           "--compile-budget must be >= 0 seconds, got -1"),
+    _usage("kernels.py", ["--device", "cpu", "--dry", "--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    _usage("generic_speed.py", ["--dry", "--json", "out.json"],
+           "--json: --dry times nothing, so it writes nothing; drop one of them"),
+    _usage("generic_speed.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
+    ("generic_speed.py", [], "generic_speed.py: needs a CUDA GPU (none is visible); without one, --dry compiles every "
+                             "variant for cuda:90"),
 ]
 
 
@@ -154,19 +169,20 @@ def test_a_benchmark_refuses_bad_input_with_exit_2_and_one_line_before_any_child
     start is given: a path's problem ends it), status 2; the GPU is made to look absent."""
     import torch
 
-    spec = importlib.util.spec_from_file_location(script[:-3], ROOT / "benchmarks" / script)
+    spec = importlib.util.spec_from_file_location(f"bench_{script[:-3]}", ROOT / "benchmarks" / script)
     bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclasses look their module up
     spec.loader.exec_module(bench)
 
     def no_child(*a, **kw):
         raise AssertionError("a child process was started")
 
-    monkeypatch.setattr(bench.subprocess, "run", no_child)
-    monkeypatch.setattr(bench.subprocess, "Popen", no_child)
+    monkeypatch.setattr(subprocess, "run", no_child)
+    monkeypatch.setattr(subprocess, "Popen", no_child)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(bench.sys, "argv", [script, *flags])
     with pytest.raises(SystemExit) as exited:
-        bench.main()
+        sys.exit(bench.main())  # (some return their status)
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(message)
 
