@@ -107,6 +107,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error(f"--repeat must be >= 1, got {args.repeat}")
+    from zerojit.outputs import output_problem, write_output
+
+    if args.json and (problem := output_problem(args.json)):  # not after every process ran
+        parser.error(f"--json {args.json}: cannot write there: {problem}")
     if args.child:
         print(json.dumps(child(args.child)))
         return
@@ -124,8 +128,7 @@ def main() -> None:
               f"{med['steady_ms']:>12.3f}{med['ratio']:>15.2f}x  (spread {min(ratios):.2f}-{max(ratios):.2f}x)")
     rows = summary
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        write_output(args.json, json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

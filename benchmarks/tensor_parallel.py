@@ -257,7 +257,7 @@ def main() -> None:
     if not args.timeout > 0:
         parser.error(f"--timeout {args.timeout}: must be > 0 seconds")
     from zerojit.kernels.mla.config import ConfigError
-    from zerojit.outputs import output_problem
+    from zerojit.outputs import output_problem, write_output
     from zerojit.precompile import WorkerSettingError, worker_nice, worker_start_method
     from zerojit.runner.config import load_config
     from zerojit.runner.engine import RunError, RunOptions
@@ -289,8 +289,7 @@ def main() -> None:
             results[phase] = {"ranks": ranks, "learned_lines": learned[0], "learned_keys": learned[1],
                               "goals": [{"goal": g, "met": ok} for g, ok in met]}
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": results}, f, indent=2)
+        write_output(args.json, json.dumps({"args": vars(args), "results": results}, indent=2))
     sys.exit(1 if failed else 0)
 
 

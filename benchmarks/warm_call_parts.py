@@ -194,8 +194,9 @@ def main() -> None:
             calls = first["timers"][label][1]
             print(f"  {label:50s}{_spread(values)}  {calls} call{'s' if calls != 1 else ''}")
     if opts.json:
-        with open(opts.json, "w") as f:
-            json.dump({"env": opts.env, "runs": runs}, f, indent=1)
+        from zerojit.outputs import write_output
+
+        write_output(opts.json, json.dumps({"env": opts.env, "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":

@@ -536,8 +536,9 @@ def report(rows: list, cold: list, warm: list, args: argparse.Namespace) -> None
               f"load, launcher); plus {1e3 * once:.0f} ms once per process for the launch path (its lazy imports and "
               "first launch)")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "medians": med, "runs": rows}, f, indent=2)
+        from zerojit.outputs import write_output
+
+        write_output(args.json, json.dumps({"args": vars(args), "medians": med, "runs": rows}, indent=2))
 
 
 if __name__ == "__main__":

@@ -145,6 +145,7 @@ REFUSALS = [
     ("manifest.py", [], "manifest.py needs a CUDA GPU (it measures real first launches), or --target cuda:90 for dry "
                         "launches"),
     # were a ZeroDivisionError, a silent default, or the write after every measurement
+    _usage("first_launch.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
     _usage("distributed_warmup.py", ["--ranks", "0"], "--ranks must be >= 1, got 0"),
     _usage("distributed_warmup.py", ["--workers", "0"], "--workers must be >= 1, got 0"),
     _usage("distributed_warmup.py", ["--json", NO_FOLDER], f"--json {NO_FOLDER}: cannot write there: "),
