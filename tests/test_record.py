@@ -677,7 +677,9 @@ def test_sigterm_of_record_alone_takes_its_program_and_private_folder_with_it(tm
                 os.kill(program, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    assert proc.returncode == -signal.SIGTERM and err == "zerojit: terminated\n", (proc.returncode, err)
+    # its last line (a Triton may warn on stderr before it), no traceback
+    assert proc.returncode == -signal.SIGTERM and err.splitlines()[-1:] == ["zerojit: terminated"], (proc.returncode, err)
+    assert "Traceback" not in err, err
     assert not (tmp_path / "m.json").exists() and os.listdir(tmp_path / "tmp") == []
 
 

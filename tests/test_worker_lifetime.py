@@ -169,7 +169,10 @@ def test_sigterm_of_a_command_compiling_in_its_own_process_kills_its_ptxas(tmp_p
         proc.send_signal(signal.SIGTERM)  # to the command alone, as `kill PID` sends it
         _, err = proc.communicate(timeout=WITHIN_S)
         assert gone([ptxas], within=WITHIN_S), survivors([ptxas])
-        assert proc.returncode == -signal.SIGTERM and err == "zerojit: terminated\n", (proc.returncode, err[-2000:])
+        # its last line (Triton 3.9 warns about TRITON_DEFAULT_FP_FUSION on stderr before it), no traceback
+        assert proc.returncode == -signal.SIGTERM and err.splitlines()[-1:] == ["zerojit: terminated"], (
+            proc.returncode, err[-2000:])
+        assert "Traceback" not in err, err[-2000:]
     finally:
         _kill_scenario(proc.pid)
         _kill_logged(tmp_path)
